@@ -1,0 +1,38 @@
+// One error type and the check macros of the whole project.
+//
+// Every check throws lfm2::Error with "file:line: what: message". Programs catch it at the top,
+// print one line (prefixed with the rank where there is one) and end nonzero; lfm2-rank turns an
+// error after start-up into an abort of every rank (src/rank/fatal.h). None of these macros compiles
+// to nothing in any build.
+#pragma once
+
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+namespace lfm2 {
+
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Builds "a b c" from any streamable parts: throw Error(cat("bad shape ", n)).
+template <typename... Args>
+std::string cat(const Args&... args) {
+  std::ostringstream os;
+  (os << ... << args);
+  return os.str();
+}
+
+[[noreturn]] void throw_error(const char* file, int line, const std::string& what, const std::string& msg);
+
+}  // namespace lfm2
+
+// Plain condition check with a message built from the trailing arguments.
+#define LFM2_CHECK(cond, ...)                                                        \
+  do {                                                                               \
+    if (!(cond)) ::lfm2::throw_error(__FILE__, __LINE__, #cond, ::lfm2::cat(__VA_ARGS__)); \
+  } while (0)
+
+#define LFM2_FAIL(...) ::lfm2::throw_error(__FILE__, __LINE__, "error", ::lfm2::cat(__VA_ARGS__))

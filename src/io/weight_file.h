@@ -1,0 +1,104 @@
+// Reading and writing lfm2-rank weight files (format: docs/weight-format.md).
+//
+// A weight file is HDF5 with root attributes format="lfm2-rank-weights", format_version=1,
+// config_json (the HF config.json keys) and weight_dtype, and one contiguous dataset per tensor at
+// the paths of the name table (io/weight_names.h), written in file order with their space
+// allocated at creation, so that one stage's bytes lie together. Stage files written by
+// `h5pack split` add the attributes stage, n_stages, layer_begin, layer_end.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/dtype.h"
+#include "io/h5_util.h"
+#include "io/model_config.h"
+#include "io/weight_names.h"
+
+namespace lfm2 {
+
+inline constexpr const char* kWeightFormat = "lfm2-rank-weights";
+inline constexpr int64_t kWeightFormatVersion = 1;
+
+// Where a stage file sits in the pipeline (absent for a whole-model file).
+struct StageInfo {
+  int stage = 0, n_stages = 1;
+  int layer_begin = 0, layer_end = 0;
+};
+
+// Writes a new weight file under a temporary name in the same directory and renames it into place
+// on commit(); if destroyed before commit() the temporary file is removed, so a failed run leaves
+// no half-written output.
+class WeightWriter {
+ public:
+  WeightWriter(const std::string& path, const ModelConfig& cfg, DType weight_dtype);
+  ~WeightWriter();
+  WeightWriter(const WeightWriter&) = delete;
+  WeightWriter& operator=(const WeightWriter&) = delete;
+
+  // The dtype a tensor is stored in: fp32 for vectors, the file's weight dtype otherwise.
+  DType stored_dtype(const TensorSpec& spec) const;
+
+  // Creates the dataset (space allocated now, in call order) for rows to be written next.
+  void create(const TensorSpec& spec);
+  // Writes rows [row_begin, row_begin + n_rows) of the first dimension from `data` (of type
+  // `data_type`, converted to the stored dtype on the way).
+  void write_rows(const TensorSpec& spec, int64_t row_begin, int64_t n_rows, const void* data, DType data_type);
+  // create() + write_rows() of the whole tensor.
+  void write(const TensorSpec& spec, const void* data, DType data_type);
+
+  void set_stage(const StageInfo& s);
+  void set_attr(const std::string& name, const std::string& value);
+  void commit();  // flush, close, rename into place
+
+  int64_t bytes_written() const { return bytes_written_; }
+
+ private:
+  std::string path_, tmp_path_;
+  DType weight_dtype_;
+  H5Handle file_;
+  bool committed_ = false;
+  int64_t bytes_written_ = 0;
+};
+
+// Opens a weight file (whole model or one stage) read-only and reads datasets on demand, checking
+// each one's shape against the name table. Counts the bytes it read from the file.
+class WeightReader {
+ public:
+  explicit WeightReader(const std::string& path);
+
+  const std::string& path() const { return path_; }
+  const ModelConfig& config() const { return config_; }
+  DType weight_dtype() const { return weight_dtype_; }
+  bool is_stage_file() const { return stage_.has_value_; }
+  StageInfo stage() const { return stage_.info; }
+
+  bool has(const std::string& dataset) const;
+  std::vector<int64_t> shape(const std::string& dataset) const;
+  DType dtype(const std::string& dataset) const;
+  int64_t storage_bytes(const std::string& dataset) const;
+
+  // Reads the whole tensor into `out` as `want` (converting from the stored dtype). Throws if the
+  // dataset is missing or its shape differs from spec.shape.
+  void read(const TensorSpec& spec, void* out, DType want);
+  std::vector<float> read_f32(const TensorSpec& spec);
+  // Reads rows [row_begin, row_begin + n_rows) of the first dimension, stored dtype kept.
+  void read_rows_raw(const std::string& dataset, int64_t row_begin, int64_t n_rows, void* out);
+
+  int64_t bytes_read() const { return bytes_read_; }
+  hid_t file() const { return file_.get(); }
+
+ private:
+  std::string path_;
+  H5Handle file_;
+  ModelConfig config_;
+  DType weight_dtype_ = DType::F32;
+  struct {
+    bool has_value_ = false;
+    StageInfo info;
+  } stage_;
+  int64_t bytes_read_ = 0;
+};
+
+}  // namespace lfm2

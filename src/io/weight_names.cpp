@@ -1,0 +1,84 @@
+#include "io/weight_names.h"
+
+#include "common/error.h"
+
+namespace lfm2 {
+
+int64_t TensorSpec::numel() const {
+  int64_t n = 1;
+  for (auto d : shape) n *= d;
+  return n;
+}
+
+std::string layer_path(int il, const std::string& leaf) { return cat("layers/", il, "/", leaf); }
+
+std::vector<TensorSpec> layer_tensor_specs(const ModelConfig& cfg, int il) {
+  const int64_t H = cfg.hidden_size, hd = cfg.head_dim();
+  const int64_t nh = cfg.num_attention_heads, nkv = cfg.num_key_value_heads;
+  const std::string hf = cat("model.layers.", il, ".");
+  std::vector<TensorSpec> out;
+  auto add = [&](const std::string& leaf, std::vector<int64_t> shape, const std::string& hf_leaf) {
+    out.push_back({layer_path(il, leaf), std::move(shape), il, hf + hf_leaf});
+  };
+  add("operator_norm", {H}, "operator_norm.weight");
+  if (cfg.is_attention(il)) {
+    add("self_attn/q_proj", {nh * hd, H}, "self_attn.q_proj.weight");
+    add("self_attn/k_proj", {nkv * hd, H}, "self_attn.k_proj.weight");
+    add("self_attn/v_proj", {nkv * hd, H}, "self_attn.v_proj.weight");
+    add("self_attn/out_proj", {H, nh * hd}, "self_attn.out_proj.weight");
+    add("self_attn/q_layernorm", {hd}, "self_attn.q_layernorm.weight");
+    add("self_attn/k_layernorm", {hd}, "self_attn.k_layernorm.weight");
+  } else {
+    add("conv/conv", {H, cfg.conv_L_cache}, "conv.conv.weight");
+    add("conv/in_proj", {3 * H, H}, "conv.in_proj.weight");
+    add("conv/out_proj", {H, H}, "conv.out_proj.weight");
+  }
+  add("ffn_norm", {H}, "ffn_norm.weight");
+  if (cfg.is_moe(il)) {
+    const int64_t E = cfg.num_experts, Im = cfg.moe_intermediate_size;
+    add("feed_forward/gate", {E, H}, "feed_forward.gate.weight");
+    if (cfg.use_expert_bias) add("feed_forward/expert_bias", {E}, "feed_forward.expert_bias");
+    add("feed_forward/experts/w1", {E, Im, H}, "feed_forward.experts.{e}.w1.weight");
+    add("feed_forward/experts/w3", {E, Im, H}, "feed_forward.experts.{e}.w3.weight");
+    add("feed_forward/experts/w2", {E, H, Im}, "feed_forward.experts.{e}.w2.weight");
+  } else {
+    const int64_t I = cfg.intermediate_size;
+    add("feed_forward/w1", {I, H}, "feed_forward.w1.weight");
+    add("feed_forward/w3", {I, H}, "feed_forward.w3.weight");
+    add("feed_forward/w2", {H, I}, "feed_forward.w2.weight");
+  }
+  return out;
+}
+
+TensorSpec embed_spec(const ModelConfig& cfg) {
+  return {names::kEmbedTokens, {cfg.vocab_size, cfg.hidden_size}, -1, "model.embed_tokens.weight"};
+}
+TensorSpec embedding_norm_spec(const ModelConfig& cfg) {
+  return {names::kEmbeddingNorm, {cfg.hidden_size}, -1, "model.embedding_norm.weight"};
+}
+TensorSpec lm_head_spec(const ModelConfig& cfg) {
+  return {names::kLmHead, {cfg.vocab_size, cfg.hidden_size}, -1, "lm_head.weight"};
+}
+
+std::vector<TensorSpec> model_tensor_specs(const ModelConfig& cfg) {
+  return stage_tensor_specs(cfg, 0, int(cfg.num_hidden_layers), true, true);
+}
+
+std::vector<TensorSpec> stage_tensor_specs(const ModelConfig& cfg, int layer_begin, int layer_end, bool is_first,
+                                           bool is_last) {
+  LFM2_CHECK(0 <= layer_begin && layer_begin <= layer_end && layer_end <= cfg.num_hidden_layers,
+             "layer range [", layer_begin, ", ", layer_end, ") outside 0..", cfg.num_hidden_layers);
+  std::vector<TensorSpec> out;
+  if (is_first || (is_last && cfg.tie_word_embeddings)) out.push_back(embed_spec(cfg));
+  for (int il = layer_begin; il < layer_end; ++il) {
+    auto layer = layer_tensor_specs(cfg, il);
+    out.insert(out.end(), layer.begin(), layer.end());
+  }
+  if (is_last) {
+    out.push_back(embedding_norm_spec(cfg));
+    if (!cfg.tie_word_embeddings) out.push_back(lm_head_spec(cfg));
+  }
+  return out;
+}
+
+}  // namespace lfm2

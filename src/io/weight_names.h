@@ -1,0 +1,62 @@
+// The name table: the single source of truth for what a weight file holds, where, and in which
+// shape, plus the Hugging Face checkpoint name each dataset comes from.
+//
+// Dataset paths mirror the HF module names under "model." with per-expert tensors stacked:
+//   embed_tokens                          (V, H)
+//   layers/<il>/operator_norm             (H)        ffn_norm (H)
+//   layers/<il>/self_attn/q_proj          (nh*hd, H) k_proj, v_proj (nkv*hd, H); out_proj (H, nh*hd)
+//   layers/<il>/self_attn/q_layernorm     (hd)       k_layernorm (hd)
+//   layers/<il>/conv/conv                 (H, L)     HF conv.conv.weight (H, 1, L) squeezed
+//   layers/<il>/conv/in_proj              (3H, H)    out_proj (H, H)
+//   layers/<il>/feed_forward/w1, w3       (I, H)     w2 (H, I)                 dense layers
+//   layers/<il>/feed_forward/gate         (E, H)     expert_bias (E)           MoE layers
+//   layers/<il>/feed_forward/experts/w1   (E, Im, H) w3 (E, Im, H); w2 (E, H, Im)
+//   embedding_norm                        (H)
+//   lm_head                               (V, H)     only when the head is untied
+// Vectors (rank 1) are stored fp32; matrices in the file's weight dtype.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "io/model_config.h"
+
+namespace lfm2 {
+
+struct TensorSpec {
+  std::string path;            // HDF5 dataset path, e.g. "layers/3/self_attn/q_proj"
+  std::vector<int64_t> shape;  // as stored
+  int layer = -1;              // owning layer, -1 for model-level tensors
+  std::string hf_name;         // HF checkpoint name; for stacked experts it contains "{e}"
+  int64_t numel() const;
+  bool is_vector() const { return shape.size() == 1; }
+};
+
+namespace names {
+inline constexpr const char* kEmbedTokens = "embed_tokens";
+inline constexpr const char* kEmbeddingNorm = "embedding_norm";
+inline constexpr const char* kLmHead = "lm_head";
+}  // namespace names
+
+// "layers/<il>/<leaf>".
+std::string layer_path(int il, const std::string& leaf);
+
+// Every tensor of layer il, in file order.
+std::vector<TensorSpec> layer_tensor_specs(const ModelConfig& cfg, int il);
+
+// Model-level tensors.
+TensorSpec embed_spec(const ModelConfig& cfg);
+TensorSpec embedding_norm_spec(const ModelConfig& cfg);
+TensorSpec lm_head_spec(const ModelConfig& cfg);  // untied only
+
+// Every tensor of the model in file order: embed_tokens, layers 0..L-1, embedding_norm, lm_head.
+// Stage s's layers are therefore contiguous in the file.
+std::vector<TensorSpec> model_tensor_specs(const ModelConfig& cfg);
+
+// What a pipeline stage owning layers [layer_begin, layer_end) reads: its layers, the embedding
+// when first, and the final norm plus the head (the embedding when tied) when last.
+std::vector<TensorSpec> stage_tensor_specs(const ModelConfig& cfg, int layer_begin, int layer_end, bool is_first,
+                                           bool is_last);
+
+}  // namespace lfm2

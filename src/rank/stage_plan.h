@@ -1,0 +1,45 @@
+// The layer partition: which contiguous layers each pipeline rank owns.
+//
+// partition_layers() is the single place the split is computed; everything else (lfm2-rank,
+// `h5pack split`, `h5pack inspect --stages`) asks a StagePlan.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "io/model_config.h"
+
+namespace lfm2 {
+
+struct StagePlan {
+  int rank = 0, n_ranks = 1;
+  int layer_begin = 0, layer_end = 0;  // [begin, end)
+
+  bool is_first() const { return rank == 0; }
+  bool is_last() const { return rank == n_ranks - 1; }
+  int n_layers() const { return layer_end - layer_begin; }
+  std::vector<int> layers() const;
+};
+
+// Splits layers into n_ranks contiguous non-empty ranges minimising the most expensive stage
+// (first_extra / last_extra: work only the first / last stage does, e.g. the LM head). Returns
+// the number of layers per rank. Throws if n_ranks is not in 1..layer_costs.size().
+std::vector<int> partition_layers(const std::vector<double>& layer_costs, int n_ranks, double first_extra = 0,
+                                  double last_extra = 0);
+
+// Parses a user split such as "6,6,6,6" and checks it covers n_layers with n_ranks non-empty parts.
+std::vector<int> parse_layer_counts(const std::string& text, int n_layers, int n_ranks);
+
+// Per-layer cost (FLOPs per token) of a model at a sequence length, and the LM head's extra cost
+// per token on the last stage (last position only unless all_positions).
+std::vector<double> layer_costs(const ModelConfig& cfg, int64_t seq_len);
+double head_cost(const ModelConfig& cfg, int64_t seq_len, bool all_positions);
+
+// The plan of every rank from per-rank layer counts.
+std::vector<StagePlan> make_stage_plans(const std::vector<int>& counts);
+
+// The balanced plan of every rank for a model (the default split).
+std::vector<StagePlan> default_stage_plans(const ModelConfig& cfg, int n_ranks, int64_t seq_len = 32,
+                                           bool all_positions = false);
+
+}  // namespace lfm2
