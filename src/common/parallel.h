@@ -1,0 +1,52 @@
+// parallel_for: a static split of [0, n) into contiguous chunks, one std::thread per chunk.
+//
+// Determinism rule for every CPU op: an output element is computed by exactly one thread, with
+// the same arithmetic whatever the split, so results are bit-identical for any thread count.
+// Reductions are never split across threads.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <exception>
+#include <thread>
+#include <vector>
+
+namespace lfm2 {
+
+// n_threads <= 0 means the hardware concurrency.
+inline int resolve_threads(int n_threads) {
+  if (n_threads > 0) return n_threads;
+  unsigned hw = std::thread::hardware_concurrency();
+  return hw == 0 ? 1 : int(hw);
+}
+
+// Calls f(begin, end, worker) on at most n_threads contiguous chunks of [0, n); worker is in
+// [0, n_threads) and indexes per-thread scratch. Chunks hold at least min_chunk items, so small
+// jobs run inline on the calling thread. The first exception thrown by a worker is rethrown.
+template <typename F>
+void parallel_for(int64_t n, int n_threads, F&& f, int64_t min_chunk = 1) {
+  if (n <= 0) return;
+  int64_t workers = std::min<int64_t>(resolve_threads(n_threads), std::max<int64_t>(1, n / std::max<int64_t>(1, min_chunk)));
+  if (workers <= 1) {
+    f(int64_t(0), n, 0);
+    return;
+  }
+  std::vector<std::thread> threads;
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(workers));
+  threads.reserve(size_t(workers - 1));
+  auto run = [&](int64_t w) {
+    int64_t begin = n * w / workers, end = n * (w + 1) / workers;
+    try {
+      f(begin, end, int(w));
+    } catch (...) {
+      errors[size_t(w)] = std::current_exception();
+    }
+  };
+  for (int64_t w = 1; w < workers; ++w) threads.emplace_back(run, w);
+  run(0);
+  for (auto& t : threads) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+}  // namespace lfm2

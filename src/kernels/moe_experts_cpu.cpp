@@ -1,0 +1,84 @@
+// MoE experts on the CPU: experts in ascending order; within one expert, its tokens split across
+// threads in chunks (distinct tokens, so no two threads touch one output row).
+#include "kernels/moe_experts.h"
+
+#include <algorithm>
+
+#include "common/error.h"
+#include "common/parallel.h"
+#include "kernels/dot.h"
+#include "kernels/swiglu.h"
+
+namespace lfm2::cpu {
+
+namespace {
+constexpr int64_t kChunk = 16;  // tokens per work item
+}
+
+MoeScratchSize moe_experts_scratch(int64_t n_tokens, int64_t n_experts, int64_t inter, int64_t top_k,
+                                   int n_threads) {
+  MoeScratchSize s;
+  // per thread: gate and up rows for a chunk; shared: the slot weight of each (expert, token) entry
+  s.floats = int64_t(resolve_threads(n_threads)) * 2 * kChunk * inter + n_tokens * top_k;
+  // offsets (n_experts + 1), cursor (n_experts), token of each entry (n_tokens * top_k)
+  s.ints = 2 * n_experts + 1 + n_tokens * top_k;
+  return s;
+}
+
+void moe_experts(float* out, const float* in, const float* w1, const float* w3, const float* w2,
+                 const int32_t* experts, const float* weights, int64_t n_tokens, int64_t hidden, int64_t n_experts,
+                 int64_t inter, int64_t top_k, float* scratch, int32_t* int_scratch, int n_threads) {
+  const int n_workers = resolve_threads(n_threads);
+  int32_t* offsets = int_scratch;              // (n_experts + 1)
+  int32_t* cursor = offsets + n_experts + 1;   // (n_experts)
+  int32_t* entry_token = cursor + n_experts;   // (n_tokens * top_k), grouped by expert
+  float* entry_weight = scratch;               // (n_tokens * top_k)
+  float* gate_up = scratch + n_tokens * top_k; // per worker: gate (kChunk, inter), up (kChunk, inter)
+
+  std::fill(offsets, offsets + n_experts + 1, 0);
+  for (int64_t i = 0; i < n_tokens * top_k; ++i) {
+    LFM2_CHECK(experts[i] >= 0 && experts[i] < n_experts, "moe_experts: expert index ", experts[i], " outside [0, ",
+               n_experts, ")");
+    ++offsets[experts[i] + 1];
+  }
+  for (int64_t x = 0; x < n_experts; ++x) offsets[x + 1] += offsets[x];
+  std::copy(offsets, offsets + n_experts, cursor);
+  for (int64_t t = 0; t < n_tokens; ++t)  // tokens ascending within each expert
+    for (int64_t k = 0; k < top_k; ++k) {
+      const int32_t x = experts[t * top_k + k];
+      entry_token[cursor[x]] = int32_t(t);
+      entry_weight[cursor[x]] = weights[t * top_k + k];
+      ++cursor[x];
+    }
+
+  std::fill(out, out + n_tokens * hidden, 0.0f);
+  for (int64_t x = 0; x < n_experts; ++x) {
+    const int64_t begin = offsets[x], count = offsets[x + 1] - begin;
+    if (count == 0) continue;
+    const float* e_w1 = w1 + x * inter * hidden;
+    const float* e_w3 = w3 + x * inter * hidden;
+    const float* e_w2 = w2 + x * hidden * inter;
+    const int64_t n_chunks = (count + kChunk - 1) / kChunk;
+    parallel_for(n_chunks, n_workers, [&](int64_t cb, int64_t ce, int worker) {
+      float* g = gate_up + int64_t(worker) * 2 * kChunk * inter;
+      float* u = g + kChunk * inter;
+      for (int64_t c = cb; c < ce; ++c) {
+        const int64_t e0 = begin + c * kChunk, e1 = std::min(begin + count, e0 + kChunk);
+        for (int64_t r = 0; r < inter; ++r)  // weight row outer: each row read once per chunk
+          for (int64_t i = e0; i < e1; ++i) {
+            const float* xr = in + int64_t(entry_token[i]) * hidden;
+            g[(i - e0) * inter + r] = dot(xr, e_w1 + r * hidden, hidden);
+            u[(i - e0) * inter + r] = dot(xr, e_w3 + r * hidden, hidden);
+          }
+        for (int64_t i = 0; i < (e1 - e0) * inter; ++i) g[i] = silu(g[i]) * u[i];
+        for (int64_t j = 0; j < hidden; ++j)
+          for (int64_t i = e0; i < e1; ++i) {
+            float* y = out + int64_t(entry_token[i]) * hidden;
+            y[j] += dot(g + (i - e0) * inter, e_w2 + j * inter, inter) * entry_weight[i];
+          }
+      }
+    });
+  }
+}
+
+}  // namespace lfm2::cpu

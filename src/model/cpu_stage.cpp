@@ -1,0 +1,187 @@
+// The CPU reference StageExecutor: SPEC §1 / HF Lfm2MoeDecoderLayer built from the lfm2::cpu kernels,
+// fp32 weights and activations, fp32 accumulation. Deterministic for any thread count.
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include "common/error.h"
+#include "common/parallel.h"
+#include "kernels/add.h"
+#include "kernels/attention.h"
+#include "kernels/embedding.h"
+#include "kernels/linear.h"
+#include "kernels/moe_experts.h"
+#include "kernels/moe_router.h"
+#include "kernels/rmsnorm.h"
+#include "kernels/rope.h"
+#include "kernels/short_conv.h"
+#include "kernels/swiglu.h"
+#include "model/layer_weights.h"
+#include "model/stage_executor.h"
+
+namespace lfm2 {
+
+namespace {
+
+class CpuStage final : public StageExecutor {
+ public:
+  CpuStage(WeightReader& reader, const StageRange& range, int n_threads)
+      : w_(load_model_weights(reader, range.layer_begin, range.layer_end, range.is_first, range.is_last)),
+        cfg_(w_.config),
+        n_threads_(resolve_threads(n_threads)) {
+    inv_freq_.resize(size_t(cfg_.head_dim() / 2));
+    cpu::rope_inv_freq(inv_freq_.data(), cfg_.head_dim(), cfg_.rope_theta);
+  }
+
+  DType act_dtype() const override { return DType::F32; }
+  bool on_device() const override { return false; }
+  int64_t weight_bytes() const override { return w_.bytes(); }
+
+  void* alloc_hidden(int64_t max_tokens) override {
+    LFM2_CHECK(max_tokens > 0, "cpu stage: alloc_hidden(", max_tokens, ")");
+    buffers_.push_back(std::make_unique<float[]>(size_t(max_tokens * cfg_.hidden_size)));
+    return buffers_.back().get();
+  }
+
+  void embed(const int32_t* ids, int64_t n_seq, int64_t seq_len, void* x) override {
+    LFM2_CHECK(w_.is_first, "cpu stage: embed() on a stage that is not first");
+    cpu::embedding(static_cast<float*>(x), ids, w_.embed_tokens.data(), n_seq * seq_len, cfg_.vocab_size,
+                   cfg_.hidden_size, n_threads_);
+  }
+
+  void forward(void* x, int64_t n_seq, int64_t seq_len) override {
+    float* h = static_cast<float*>(x);
+    for (const LayerWeights& lw : w_.layers) layer_forward(lw, h, n_seq, seq_len);
+  }
+
+  void head(const void* x, int64_t n_seq, int64_t seq_len, bool all_positions, float* logits) override {
+    LFM2_CHECK(w_.is_last, "cpu stage: head() on a stage that is not last");
+    const float* h = static_cast<const float*>(x);
+    const int64_t H = cfg_.hidden_size;
+    const int64_t n_rows = all_positions ? n_seq * seq_len : n_seq;
+    std::vector<float> normed(size_t(n_rows * H));
+    if (all_positions) {
+      cpu::rmsnorm(normed.data(), h, w_.embedding_norm.data(), n_rows, H, float(cfg_.norm_eps), n_threads_);
+    } else {
+      for (int64_t s = 0; s < n_seq; ++s)  // each sequence's last position
+        cpu::rmsnorm(normed.data() + s * H, h + ((s + 1) * seq_len - 1) * H, w_.embedding_norm.data(), 1, H,
+                     float(cfg_.norm_eps), 1);
+    }
+    cpu::linear(logits, normed.data(), w_.head_matrix(), n_rows, H, cfg_.vocab_size, n_threads_);
+  }
+
+  void synchronize() override {}
+
+ private:
+  static float* grow(std::vector<float>& v, int64_t n) {
+    if (int64_t(v.size()) < n) v.resize(size_t(n));
+    return v.data();
+  }
+
+  void layer_forward(const LayerWeights& lw, float* x, int64_t n_seq, int64_t seq_len) {
+    const int64_t T = n_seq * seq_len, H = cfg_.hidden_size;
+    const float eps = float(cfg_.norm_eps);
+    float* y = grow(y_, T * H);
+    float* mix = grow(mix_, T * H);
+    cpu::rmsnorm(y, x, lw.operator_norm.data(), T, H, eps, n_threads_);
+    if (lw.is_attention)
+      attention_block(lw, y, mix, n_seq, seq_len);
+    else
+      conv_block(lw, y, mix, n_seq, seq_len);
+    cpu::add(x, x, mix, T * H, n_threads_);
+
+    cpu::rmsnorm(y, x, lw.ffn_norm.data(), T, H, eps, n_threads_);
+    if (lw.is_moe)
+      moe_block(lw, y, mix, T);
+    else
+      dense_block(lw, y, mix, T);
+    cpu::add(x, x, mix, T * H, n_threads_);
+  }
+
+  // out = out_proj(attention(rope(q_norm(q)), rope(k_norm(k)), v)), HF Lfm2MoeAttention.
+  void attention_block(const LayerWeights& lw, const float* y, float* out, int64_t n_seq, int64_t seq_len) {
+    const int64_t T = n_seq * seq_len, H = cfg_.hidden_size, hd = cfg_.head_dim();
+    const int64_t nh = cfg_.num_attention_heads, nkv = cfg_.num_key_value_heads;
+    const float eps = float(cfg_.norm_eps);
+    float* q = grow(q_, T * nh * hd);
+    float* k = grow(k_, T * nkv * hd);
+    float* v = grow(v_, T * nkv * hd);
+    float* o = grow(o_, T * nh * hd);
+    int64_t* pos = positions(n_seq, seq_len);
+    cpu::linear(q, y, lw.q_proj.data(), T, H, nh * hd, n_threads_);
+    cpu::linear(k, y, lw.k_proj.data(), T, H, nkv * hd, n_threads_);
+    cpu::linear(v, y, lw.v_proj.data(), T, H, nkv * hd, n_threads_);
+    cpu::rmsnorm(q, q, lw.q_layernorm.data(), T * nh, hd, eps, n_threads_);
+    cpu::rmsnorm(k, k, lw.k_layernorm.data(), T * nkv, hd, eps, n_threads_);
+    cpu::rope(q, q, pos, inv_freq_.data(), T, nh, hd, n_threads_);
+    cpu::rope(k, k, pos, inv_freq_.data(), T, nkv, hd, n_threads_);
+    const float scale = float(std::pow(double(hd), -0.5));  // HF: head_dim**-0.5, applied in fp32
+    float* scratch = grow(attn_scratch_, cpu::attention_scratch_floats(seq_len, n_threads_));
+    cpu::attention(o, q, k, v, n_seq, seq_len, nh, nkv, hd, scale, scratch, n_threads_);
+    cpu::linear(out, o, lw.out_proj.data(), T, nh * hd, H, n_threads_);
+  }
+
+  // out = out_proj(C * conv(B * x)), HF Lfm2MoeShortConv.
+  void conv_block(const LayerWeights& lw, const float* y, float* out, int64_t n_seq, int64_t seq_len) {
+    const int64_t T = n_seq * seq_len, H = cfg_.hidden_size;
+    float* bcx = grow(q_, T * 3 * H);
+    float* z = grow(o_, T * H);
+    cpu::linear(bcx, y, lw.conv_in_proj.data(), T, H, 3 * H, n_threads_);
+    cpu::short_conv(z, bcx, lw.conv.data(), n_seq, seq_len, H, cfg_.conv_L_cache, n_threads_);
+    cpu::linear(out, z, lw.conv_out_proj.data(), T, H, H, n_threads_);
+  }
+
+  // out = w2(silu(w1 f) * w3 f), HF Lfm2MoeMLP.
+  void dense_block(const LayerWeights& lw, const float* f, float* out, int64_t T) {
+    const int64_t H = cfg_.hidden_size, I = cfg_.intermediate_size;
+    float* g = grow(q_, T * I);
+    float* u = grow(k_, T * I);
+    cpu::linear(g, f, lw.w1.data(), T, H, I, n_threads_);
+    cpu::linear(u, f, lw.w3.data(), T, H, I, n_threads_);
+    cpu::swiglu(g, g, u, T * I, n_threads_);
+    cpu::linear(out, g, lw.w2.data(), T, I, H, n_threads_);
+  }
+
+  // out = routed experts of f, HF Lfm2MoeSparseMoeBlock.
+  void moe_block(const LayerWeights& lw, const float* f, float* out, int64_t T) {
+    const int64_t H = cfg_.hidden_size, E = cfg_.num_experts, Im = cfg_.moe_intermediate_size;
+    const int64_t top_k = cfg_.num_experts_per_tok;
+    float* logits = grow(q_, T * E);
+    cpu::linear(logits, f, lw.gate.data(), T, H, E, n_threads_);
+    std::vector<float>& rw = v_;
+    grow(rw, T * top_k);
+    if (int64_t(picked_.size()) < T * top_k) picked_.resize(size_t(T * top_k));
+    cpu::moe_router(rw.data(), picked_.data(), logits, lw.expert_bias.empty() ? nullptr : lw.expert_bias.data(), T, E,
+                    top_k, cfg_.norm_topk_prob, float(cfg_.routed_scaling_factor), n_threads_);
+    const auto need = cpu::moe_experts_scratch(T, E, Im, top_k, n_threads_);
+    float* fs = grow(moe_scratch_, need.floats);
+    if (int64_t(moe_int_scratch_.size()) < need.ints) moe_int_scratch_.resize(size_t(need.ints));
+    cpu::moe_experts(out, f, lw.experts_w1.data(), lw.experts_w3.data(), lw.experts_w2.data(), picked_.data(),
+                     rw.data(), T, H, E, Im, top_k, fs, moe_int_scratch_.data(), n_threads_);
+  }
+
+  // Positions 0..seq_len-1 of every sequence, row-major (n_seq, seq_len).
+  int64_t* positions(int64_t n_seq, int64_t seq_len) {
+    pos_.resize(size_t(n_seq * seq_len));
+    for (int64_t r = 0; r < n_seq * seq_len; ++r) pos_[size_t(r)] = r % seq_len;
+    return pos_.data();
+  }
+
+  ModelWeights w_;
+  const ModelConfig& cfg_;
+  int n_threads_;
+  std::vector<float> inv_freq_;  // (hd/2)
+  std::vector<std::unique_ptr<float[]>> buffers_;
+  // Scratch, grown on demand and reused by every layer.
+  std::vector<float> y_, mix_, q_, k_, v_, o_, attn_scratch_, moe_scratch_;
+  std::vector<int32_t> picked_, moe_int_scratch_;
+  std::vector<int64_t> pos_;
+};
+
+}  // namespace
+
+std::unique_ptr<StageExecutor> make_cpu_stage(WeightReader& weights, const StageRange& range, int n_threads) {
+  return std::make_unique<CpuStage>(weights, range, n_threads);
+}
+
+}  // namespace lfm2

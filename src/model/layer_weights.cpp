@@ -1,0 +1,108 @@
+// Loading a stage's weights as fp32, driven by the name table: every tensor of the stage's spec
+// list is read once into the member its leaf name maps to; an unknown leaf is an error.
+#include "model/layer_weights.h"
+
+#include <map>
+#include <string>
+
+#include "common/error.h"
+
+namespace lfm2 {
+
+namespace {
+
+int64_t vec_bytes(const std::vector<float>& v) { return int64_t(v.size() * sizeof(float)); }
+
+// The member of LayerWeights that holds a dataset leaf ("self_attn/q_proj", ...).
+std::vector<float>* layer_member(LayerWeights& w, const std::string& leaf) {
+  static const std::map<std::string, std::vector<float> LayerWeights::*> kMembers = {
+      {"operator_norm", &LayerWeights::operator_norm},
+      {"ffn_norm", &LayerWeights::ffn_norm},
+      {"self_attn/q_proj", &LayerWeights::q_proj},
+      {"self_attn/k_proj", &LayerWeights::k_proj},
+      {"self_attn/v_proj", &LayerWeights::v_proj},
+      {"self_attn/out_proj", &LayerWeights::out_proj},
+      {"self_attn/q_layernorm", &LayerWeights::q_layernorm},
+      {"self_attn/k_layernorm", &LayerWeights::k_layernorm},
+      {"conv/conv", &LayerWeights::conv},
+      {"conv/in_proj", &LayerWeights::conv_in_proj},
+      {"conv/out_proj", &LayerWeights::conv_out_proj},
+      {"feed_forward/w1", &LayerWeights::w1},
+      {"feed_forward/w3", &LayerWeights::w3},
+      {"feed_forward/w2", &LayerWeights::w2},
+      {"feed_forward/gate", &LayerWeights::gate},
+      {"feed_forward/expert_bias", &LayerWeights::expert_bias},
+      {"feed_forward/experts/w1", &LayerWeights::experts_w1},
+      {"feed_forward/experts/w3", &LayerWeights::experts_w3},
+      {"feed_forward/experts/w2", &LayerWeights::experts_w2},
+  };
+  auto it = kMembers.find(leaf);
+  LFM2_CHECK(it != kMembers.end(), "layer weights: no member for dataset leaf '", leaf, "'");
+  return &(w.*(it->second));
+}
+
+}  // namespace
+
+int64_t LayerWeights::bytes() const {
+  int64_t n = 0;
+  for (const auto* v : {&operator_norm, &ffn_norm, &q_proj, &k_proj, &v_proj, &out_proj, &q_layernorm, &k_layernorm,
+                        &conv, &conv_in_proj, &conv_out_proj, &w1, &w3, &w2, &gate, &expert_bias, &experts_w1,
+                        &experts_w3, &experts_w2})
+    n += vec_bytes(*v);
+  return n;
+}
+
+LayerWeights load_layer_weights(WeightReader& reader, int il) {
+  const ModelConfig& cfg = reader.config();
+  LayerWeights w;
+  w.il = il;
+  w.is_attention = cfg.is_attention(il);
+  w.is_moe = cfg.is_moe(il);
+  const std::string prefix = layer_path(il, "");
+  for (const TensorSpec& spec : layer_tensor_specs(cfg, il)) {
+    LFM2_CHECK(spec.path.compare(0, prefix.size(), prefix) == 0, "layer weights: ", spec.path, " is not under ",
+               prefix);
+    *layer_member(w, spec.path.substr(prefix.size())) = reader.read_f32(spec);
+  }
+  return w;
+}
+
+const float* ModelWeights::head_matrix() const {
+  const auto& m = config.tie_word_embeddings ? embed_tokens : lm_head;
+  LFM2_CHECK(!m.empty(), "model weights: the LM head is not loaded (not the last stage)");
+  return m.data();
+}
+
+int64_t ModelWeights::bytes() const {
+  int64_t n = vec_bytes(embed_tokens) + vec_bytes(embedding_norm) + vec_bytes(lm_head);
+  for (const auto& l : layers) n += l.bytes();
+  return n;
+}
+
+ModelWeights load_model_weights(WeightReader& reader, int layer_begin, int layer_end, bool is_first, bool is_last) {
+  ModelWeights m;
+  m.config = reader.config();
+  m.layer_begin = layer_begin;
+  m.layer_end = layer_end;
+  m.is_first = is_first;
+  m.is_last = is_last;
+  // stage_tensor_specs() is the list of what this stage reads; walk it so that nothing else is.
+  for (const TensorSpec& spec : stage_tensor_specs(m.config, layer_begin, layer_end, is_first, is_last)) {
+    if (spec.layer >= 0) {
+      if (m.layers.empty() || m.layers.back().il != spec.layer) m.layers.push_back(load_layer_weights(reader, spec.layer));
+    } else if (spec.path == names::kEmbedTokens) {
+      m.embed_tokens = reader.read_f32(spec);
+    } else if (spec.path == names::kEmbeddingNorm) {
+      m.embedding_norm = reader.read_f32(spec);
+    } else if (spec.path == names::kLmHead) {
+      m.lm_head = reader.read_f32(spec);
+    } else {
+      LFM2_FAIL("model weights: unexpected model-level dataset '", spec.path, "'");
+    }
+  }
+  LFM2_CHECK(int(m.layers.size()) == layer_end - layer_begin, reader.path(), ": loaded ", m.layers.size(),
+             " layers for range [", layer_begin, ", ", layer_end, ")");
+  return m;
+}
+
+}  // namespace lfm2
