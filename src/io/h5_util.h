@@ -45,6 +45,12 @@ class H5Handle {
   hid_t get() const { return id_; }
   bool valid() const { return id_ >= 0; }
   void reset();
+  // Gives up ownership without closing (the caller closes, e.g. to check H5Fclose's result).
+  hid_t release() {
+    hid_t id = id_;
+    id_ = -1;
+    return id;
+  }
 
  private:
   hid_t id_ = -1;

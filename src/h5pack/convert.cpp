@@ -1,0 +1,154 @@
+// `h5pack convert`: plan (validate every source tensor), then stream it into a weight file.
+#include "h5pack/convert.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <set>
+#include <vector>
+
+#include "common/log.h"
+#include "io/safetensors.h"
+#include "io/weight_file.h"
+
+namespace lfm2 {
+namespace {
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+std::string replace_all(std::string s, const std::string& from, const std::string& to) {
+  for (size_t p = s.find(from); p != std::string::npos; p = s.find(from, p + to.size())) s.replace(p, from.size(), to);
+  return s;
+}
+
+// Rows [dst_row, dst_row + n_rows) of a dataset come from elements starting at src_elem of a source tensor.
+struct Piece {
+  std::string src;
+  int64_t dst_row = 0, n_rows = 0;
+  uint64_t src_elem = 0;
+};
+
+struct Step {
+  TensorSpec spec;
+  std::vector<Piece> pieces;
+};
+
+class Planner {
+ public:
+  explicit Planner(const SafetensorsCheckpoint& ck) : ck_(ck) {}
+
+  // Checks `name` exists with shape `want` and marks it used.
+  const SafeTensorInfo& take(const std::string& name, const std::vector<int64_t>& want) {
+    LFM2_CHECK(ck_.has(name), ck_.path(), ": tensor '", name, "' is missing (config.json expects it with shape ",
+               shape_str(want), ")");
+    const auto& t = ck_.info(name);
+    LFM2_CHECK(t.shape == want, t.file, ": tensor '", name, "' has shape ", shape_str(t.shape),
+               " but config.json implies ", shape_str(want));
+    LFM2_CHECK(used_.insert(name).second, t.file, ": tensor '", name, "' used twice");
+    return t;
+  }
+
+  Step plan(const TensorSpec& spec) {
+    Step step{spec, {}};
+    const int64_t rows = spec.shape[0];
+    if (spec.hf_name.find("{e}") == std::string::npos) {
+      std::vector<int64_t> want = spec.shape;
+      if (spec.path.size() >= 10 && spec.path.compare(spec.path.size() - 10, 10, "/conv/conv") == 0)
+        want = {spec.shape[0], 1, spec.shape[1]};  // HF (H, 1, L), stored (H, L)
+      take(spec.hf_name, want);
+      step.pieces.push_back({spec.hf_name, 0, rows, 0});
+      return step;
+    }
+    // Stacked experts: (E, Im, H) for w1 / w3, (E, H, Im) for w2.
+    const std::string prefix = spec.hf_name.substr(0, spec.hf_name.find("{e}"));  // "...feed_forward.experts."
+    const std::string leaf = spec.path.substr(spec.path.rfind('/') + 1);           // w1, w2, w3
+    const int64_t E = spec.shape[0], a = spec.shape[1], b = spec.shape[2];
+    const std::string fused = prefix + (leaf == "w2" ? "down_proj" : "gate_up_proj");
+    const bool per_expert = ck_.has(replace_all(spec.hf_name, "{e}", "0"));
+    LFM2_CHECK(!(per_expert && ck_.has(fused)), ck_.info(fused).file, ": both '", fused, "' and per-expert '",
+               replace_all(spec.hf_name, "{e}", "0"), "' are present");
+    if (per_expert || !ck_.has(fused)) {
+      for (int64_t e = 0; e < E; ++e) {
+        const std::string name = replace_all(spec.hf_name, "{e}", std::to_string(e));
+        take(name, {a, b});
+        step.pieces.push_back({name, e, 1, 0});
+      }
+    } else if (leaf == "w2") {
+      take(fused, {E, a, b});
+      step.pieces.push_back({fused, 0, E, 0});
+    } else {
+      // gate_up_proj (E, 2*Im, H): expert e's rows [0, Im) are w1 (gate), [Im, 2*Im) are w3 (up).
+      if (!used_.count(fused)) take(fused, {E, 2 * a, b});
+      const uint64_t half = uint64_t(a * b);
+      for (int64_t e = 0; e < E; ++e)
+        step.pieces.push_back({fused, e, 1, uint64_t(e) * 2 * half + (leaf == "w3" ? half : 0)});
+    }
+    return step;
+  }
+
+  void check_all_used() const {
+    std::vector<std::string> extra;
+    for (const auto& n : ck_.names())
+      if (!used_.count(n)) extra.push_back(n);
+    if (extra.empty()) return;
+    const auto& first = ck_.info(extra[0]);
+    std::string hint;
+    if (extra[0] == "lm_head.weight") hint = " (config.json has tie_word_embeddings = true: the head is the embedding)";
+    LFM2_FAIL(first.file, ": tensor '", extra[0], "' is not part of the model config.json describes", hint,
+              extra.size() > 1 ? cat(" (and ", extra.size() - 1, " more unexpected tensors)") : std::string());
+  }
+
+ private:
+  const SafetensorsCheckpoint& ck_;
+  std::set<std::string> used_;
+};
+
+constexpr uint64_t kBlockBytes = uint64_t(64) << 20;
+
+}  // namespace
+
+void convert_checkpoint(const std::string& dir, const std::string& out, std::optional<DType> dtype, bool progress) {
+  namespace fs = std::filesystem;
+  const std::string config_path = (fs::path(dir) / "config.json").string();
+  LFM2_CHECK(fs::is_directory(dir), dir, ": not a checkpoint directory");
+  LFM2_CHECK(fs::exists(config_path), config_path, ": missing (a checkpoint directory holds config.json)");
+  const ModelConfig cfg = ModelConfig::from_file(config_path);
+  const SafetensorsCheckpoint ck(dir);
+
+  Planner planner(ck);
+  std::vector<Step> steps;
+  for (const auto& spec : model_tensor_specs(cfg)) steps.push_back(planner.plan(spec));
+  planner.check_all_used();
+
+  const DType weight_dtype = dtype ? *dtype : ck.info(embed_spec(cfg).hf_name).dtype;
+  WeightWriter writer(out, cfg, weight_dtype);
+  writer.set_attr("source", cat("h5pack convert ", fs::absolute(dir).lexically_normal().string()));
+  double total = 0;
+  for (const auto& s : steps) total += double(s.spec.numel());
+  Progress prog(cat("convert ", dir, " -> ", out), total, progress);
+
+  std::vector<char> buf;
+  for (const auto& step : steps) {
+    writer.create(step.spec);
+    const uint64_t row = uint64_t(step.spec.numel() / step.spec.shape[0]);
+    for (const auto& piece : step.pieces) {
+      const auto& src = ck.info(piece.src);
+      const uint64_t es = dtype_size(src.dtype);
+      const int64_t block = int64_t(std::max<uint64_t>(1, kBlockBytes / (row * es)));
+      for (int64_t r = 0; r < piece.n_rows; r += block) {
+        const int64_t n = std::min(block, piece.n_rows - r);
+        buf.resize(size_t(uint64_t(n) * row * es));
+        ck.read_elements(piece.src, piece.src_elem + uint64_t(r) * row, uint64_t(n) * row, buf.data());
+        writer.write_rows(step.spec, piece.dst_row + r, n, buf.data(), src.dtype);
+        prog.advance(double(uint64_t(n) * row));
+      }
+    }
+  }
+  writer.commit();
+  prog.finish();
+}
+
+}  // namespace lfm2

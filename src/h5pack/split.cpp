@@ -1,0 +1,86 @@
+// `h5pack split`: copies each stage's datasets, in row blocks, into its own weight file.
+#include "h5pack/split.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+
+#include "common/log.h"
+#include "io/weight_file.h"
+#include "rank/stage_plan.h"
+
+namespace lfm2 {
+
+std::string stage_path(const std::string& pattern, int stage) {
+  const size_t p = pattern.find("%d");
+  LFM2_CHECK(p != std::string::npos && pattern.find('%', p + 2) == std::string::npos &&
+                 pattern.find('%') == p,
+             pattern, ": output pattern needs exactly one %d (e.g. stage-%d.h5) and no other '%'");
+  return pattern.substr(0, p) + std::to_string(stage) + pattern.substr(p + 2);
+}
+
+std::vector<std::string> split_weights(const std::string& in, int n_stages, const std::string& pattern,
+                                       const std::string& layers, bool progress) {
+  stage_path(pattern, 0);  // validate before any work
+  WeightReader reader(in);
+  LFM2_CHECK(!reader.is_stage_file(), in, ": is already a stage file (stage ", reader.stage().stage, " of ",
+             reader.stage().n_stages, "); split the whole-model file");
+  const ModelConfig& cfg = reader.config();
+  LFM2_CHECK(n_stages >= 1 && n_stages <= cfg.num_hidden_layers, in, ": cannot split ", cfg.num_hidden_layers,
+             " layers into ", n_stages, " stages");
+  const auto plans = layers.empty() ? default_stage_plans(cfg, n_stages)
+                                    : make_stage_plans(parse_layer_counts(layers, int(cfg.num_hidden_layers), n_stages));
+  std::vector<std::string> outs;
+  for (const auto& p : plans) outs.push_back(stage_path(pattern, p.rank));
+  for (size_t i = 0; i < outs.size(); ++i)
+    LFM2_CHECK(std::filesystem::absolute(outs[i]) != std::filesystem::absolute(in), outs[i],
+               ": output would overwrite the input");
+
+  std::vector<std::unique_ptr<WeightWriter>> writers;
+  std::vector<char> buf;
+  for (const auto& plan : plans) {
+    const std::string& out = outs[size_t(plan.rank)];
+    writers.push_back(std::make_unique<WeightWriter>(out, cfg, reader.weight_dtype()));
+    WeightWriter& w = *writers.back();
+    w.set_stage({plan.rank, plan.n_ranks, plan.layer_begin, plan.layer_end});
+    w.set_attr("source", cat("h5pack split ", in));
+    const auto specs = stage_tensor_specs(cfg, plan.layer_begin, plan.layer_end, plan.is_first(), plan.is_last());
+    double total = 0;
+    for (const auto& s : specs) total += double(s.numel());
+    Progress prog(cat("split: stage ", plan.rank, " (layers ", plan.layer_begin, "..", plan.layer_end - 1, ") -> ",
+                      out),
+                  total, progress);
+    for (const auto& spec : specs) {
+      LFM2_CHECK(reader.has(spec.path), in, ": dataset '", spec.path, "' is missing");
+      LFM2_CHECK(reader.shape(spec.path) == spec.shape, in, ": dataset '", spec.path,
+                 "' does not have the shape config_json implies");
+      const DType stored = reader.dtype(spec.path);
+      LFM2_CHECK(stored == w.stored_dtype(spec), in, ": dataset '", spec.path, "' is ", dtype_name(stored),
+                 ", expected ", dtype_name(w.stored_dtype(spec)));
+      w.create(spec);
+      const uint64_t row_bytes = uint64_t(spec.numel() / spec.shape[0]) * dtype_size(stored);
+      const int64_t block = int64_t(std::max<uint64_t>(1, (uint64_t(64) << 20) / row_bytes));
+      for (int64_t r = 0; r < spec.shape[0]; r += block) {
+        const int64_t n = std::min(block, spec.shape[0] - r);
+        buf.resize(size_t(uint64_t(n) * row_bytes));
+        reader.read_rows_raw(spec.path, r, n, buf.data());
+        w.write_rows(spec, r, n, buf.data(), stored);
+        prog.advance(double(spec.numel() / spec.shape[0] * n));
+      }
+    }
+    prog.finish();
+  }
+  // Every file is complete: rename all into place; if one rename fails, take back the ones done.
+  for (size_t i = 0; i < writers.size(); ++i) {
+    try {
+      writers[i]->commit();
+    } catch (...) {
+      for (size_t k = 0; k < i; ++k) std::remove(outs[k].c_str());
+      throw;
+    }
+  }
+  return outs;
+}
+
+}  // namespace lfm2
