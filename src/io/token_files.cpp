@@ -1,0 +1,200 @@
+#include "io/token_files.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include "io/h5_util.h"
+
+namespace lfm2 {
+namespace {
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string out = "(";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + (s.size() == 1 ? ",)" : ")");
+}
+
+H5Handle open_read(const std::string& path, const char* kind) {
+  h5_quiet();
+  LFM2_CHECK(!path.empty(), "no ", kind, " file given");
+  LFM2_CHECK(std::filesystem::exists(path), path, ": no such ", kind, " file");
+  LFM2_CHECK(H5Fis_hdf5(path.c_str()) > 0, path, ": not an HDF5 file (or truncated)");
+  H5Handle f(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+  H5_CHECK(f.get(), path, ": cannot open");
+  return f;
+}
+
+// Opens `name`, checks its type class and rank, returns the dataset and its shape.
+H5Handle open_dataset(hid_t file, const std::string& path, const std::string& name, H5T_class_t cls, int rank,
+                      std::vector<int64_t>* shape) {
+  LFM2_CHECK(h5_exists(file, name), path, ": no dataset '", name, "'");
+  H5Handle d(H5Dopen2(file, name.c_str(), H5P_DEFAULT));
+  H5_CHECK(d.get(), path, ": opening ", name);
+  H5Handle type(H5Dget_type(d.get()));
+  LFM2_CHECK(H5Tget_class(type.get()) == cls, path, ": dataset '", name, "' has the wrong type (expected ",
+             cls == H5T_INTEGER ? "integers" : "floats", ")");
+  *shape = h5_dataset_shape(d.get());
+  LFM2_CHECK(int(shape->size()) == rank, path, ": dataset '", name, "' has shape ", shape_str(*shape),
+             ", expected rank ", rank);
+  return d;
+}
+
+template <typename T>
+void read_all(hid_t dset, hid_t mem_type, std::vector<T>* out, int64_t n, const std::string& what) {
+  out->resize(size_t(n));
+  if (n == 0) return;
+  H5_CHECK(H5Dread(dset, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out->data()), what);
+}
+
+// An output file under a temporary name that becomes `path` on commit().
+class AtomicFile {
+ public:
+  explicit AtomicFile(const std::string& path)
+      : path_(path), tmp_(path + ".tmp." + std::to_string(::getpid())) {
+    h5_quiet();
+    file_ = H5Fcreate(tmp_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    H5_CHECK(file_, path_, ": cannot create file");
+  }
+  ~AtomicFile() {
+    if (committed_) return;
+    if (file_ >= 0) H5Fclose(file_);
+    std::remove(tmp_.c_str());
+  }
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+  hid_t get() const { return file_; }
+
+  void write(const std::string& name, hid_t file_type, hid_t mem_type, const std::vector<int64_t>& shape,
+             const void* data) {
+    std::vector<hsize_t> dims(shape.begin(), shape.end());
+    H5Handle space(H5Screate_simple(int(dims.size()), dims.data(), nullptr));
+    H5Handle d(H5Dcreate2(file_, name.c_str(), file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+    H5_CHECK(d.get(), path_, ": creating ", name);
+    H5_CHECK(H5Dwrite(d.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), path_, ": writing ", name);
+  }
+
+  void commit() {
+    const hid_t id = file_;
+    file_ = -1;
+    H5_CHECK(H5Fclose(id), path_, ": closing");
+    std::error_code ec;
+    std::filesystem::rename(tmp_, path_, ec);
+    LFM2_CHECK(!ec, path_, ": cannot rename ", tmp_, " into place: ", ec.message());
+    committed_ = true;
+  }
+
+ private:
+  std::string path_, tmp_;
+  hid_t file_ = -1;  // closed by hand in commit() to see the error
+  bool committed_ = false;
+};
+
+}  // namespace
+
+TokenInputs read_inputs(const std::string& path) {
+  H5Handle f = open_read(path, "inputs");
+  std::vector<int64_t> shape;
+  H5Handle d = open_dataset(f.get(), path, "input_ids", H5T_INTEGER, 2, &shape);
+  TokenInputs in;
+  in.n_seq = shape[0];
+  in.seq_len = shape[1];
+  LFM2_CHECK(in.n_seq > 0, path, ": input_ids ", shape_str(shape), " holds no sequences");
+  LFM2_CHECK(in.seq_len > 0, path, ": input_ids ", shape_str(shape), " holds empty sequences");
+  read_all(d.get(), H5T_NATIVE_INT32, &in.ids, in.n_seq * in.seq_len, path + ": reading input_ids");
+  return in;
+}
+
+void check_inputs(const TokenInputs& in, int64_t vocab, int64_t max_positions, const std::string& path) {
+  LFM2_CHECK(in.seq_len <= max_positions, path, ": sequences of ", in.seq_len,
+             " tokens are longer than the model's max_position_embeddings ", max_positions);
+  for (size_t i = 0; i < in.ids.size(); ++i) {
+    int32_t t = in.ids[i];
+    LFM2_CHECK(t >= 0 && t < vocab, path, ": input_ids[", int64_t(i) / in.seq_len, ", ", int64_t(i) % in.seq_len,
+               "] = ", t, " is outside the vocabulary [0, ", vocab, ")");
+  }
+}
+
+TokenAnswers read_answers(const std::string& path) {
+  H5Handle f = open_read(path, "answers");
+  TokenAnswers a;
+  std::vector<int64_t> shape;
+  H5Handle d = open_dataset(f.get(), path, "next_token", H5T_INTEGER, 1, &shape);
+  a.n_seq = shape[0];
+  read_all(d.get(), H5T_NATIVE_INT32, &a.next_token, a.n_seq, path + ": reading next_token");
+  if (h5_exists(f.get(), "logits")) {
+    H5Handle l = open_dataset(f.get(), path, "logits", H5T_FLOAT, 2, &shape);
+    LFM2_CHECK(shape[0] == a.n_seq, path, ": logits ", shape_str(shape), " does not match next_token (", a.n_seq,
+               ",)");
+    a.vocab = shape[1];
+    read_all(l.get(), H5T_NATIVE_FLOAT, &a.logits, shape[0] * shape[1], path + ": reading logits");
+  }
+  return a;
+}
+
+void check_answers(const TokenAnswers& ans, int64_t n_seq, int64_t vocab, const std::string& path) {
+  LFM2_CHECK(ans.n_seq == n_seq, path, ": next_token has ", ans.n_seq, " entries, the inputs have ", n_seq,
+             " sequences");
+  LFM2_CHECK(!ans.has_logits() || ans.vocab == vocab, path, ": logits (", ans.n_seq, ", ", ans.vocab,
+             ") do not match the model's vocabulary of ", vocab);
+  for (int64_t i = 0; i < ans.n_seq; ++i)
+    LFM2_CHECK(ans.next_token[i] >= 0 && ans.next_token[i] < vocab, path, ": next_token[", i, "] = ",
+               ans.next_token[i], " is outside the vocabulary [0, ", vocab, ")");
+}
+
+void write_outputs(const std::string& path, const TokenOutputs& out, const nlohmann::json& metadata) {
+  LFM2_CHECK(int64_t(out.next_token.size()) == out.n_seq, path, ": next_token size mismatch");
+  LFM2_CHECK(out.logits.empty() || int64_t(out.logits.size()) == out.n_seq * out.vocab, path,
+             ": logits size mismatch");
+  LFM2_CHECK(out.all_logits.empty() || int64_t(out.all_logits.size()) == out.n_seq * out.seq_len * out.vocab, path,
+             ": all_logits size mismatch");
+  AtomicFile f(path);
+  f.write("next_token", H5T_STD_I32LE, H5T_NATIVE_INT32, {out.n_seq}, out.next_token.data());
+  if (!out.logits.empty())
+    f.write("logits", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, {out.n_seq, out.vocab}, out.logits.data());
+  if (!out.all_logits.empty())
+    f.write("all_logits", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, {out.n_seq, out.seq_len, out.vocab},
+            out.all_logits.data());
+  for (auto it = metadata.begin(); it != metadata.end(); ++it) {
+    const auto& v = it.value();
+    if (v.is_string())
+      h5_write_attr(f.get(), it.key(), v.get<std::string>());
+    else if (v.is_boolean())
+      h5_write_attr(f.get(), it.key(), int64_t(v.get<bool>()));
+    else if (v.is_number_integer())
+      h5_write_attr(f.get(), it.key(), v.get<int64_t>());
+    else if (v.is_number())
+      h5_write_attr(f.get(), it.key(), v.get<double>());
+    else
+      h5_write_attr(f.get(), it.key(), v.dump());
+  }
+  f.commit();
+}
+
+void write_inputs(const std::string& path, const TokenInputs& in) {
+  LFM2_CHECK(int64_t(in.ids.size()) == in.n_seq * in.seq_len, path, ": input_ids size mismatch");
+  AtomicFile f(path);
+  f.write("input_ids", H5T_STD_I32LE, H5T_NATIVE_INT32, {in.n_seq, in.seq_len}, in.ids.data());
+  f.commit();
+}
+
+TokenOutputs read_outputs(const std::string& path) {
+  TokenAnswers a = read_answers(path);
+  TokenOutputs out;
+  out.n_seq = a.n_seq;
+  out.vocab = a.vocab;
+  out.next_token = std::move(a.next_token);
+  out.logits = std::move(a.logits);
+  H5Handle f = open_read(path, "outputs");
+  if (h5_exists(f.get(), "all_logits")) {
+    std::vector<int64_t> shape;
+    H5Handle d = open_dataset(f.get(), path, "all_logits", H5T_FLOAT, 3, &shape);
+    out.seq_len = shape[1];
+    out.vocab = shape[2];
+    read_all(d.get(), H5T_NATIVE_FLOAT, &out.all_logits, shape[0] * shape[1] * shape[2], path + ": all_logits");
+  }
+  return out;
+}
+
+}  // namespace lfm2

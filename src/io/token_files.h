@@ -1,0 +1,60 @@
+// Token files of lfm2-rank: inputs, answers and outputs (HDF5, SPEC §2).
+//
+//   inputs   input_ids   int32 (N, S)     token ids, N sequences of S tokens
+//   answers  next_token  int32 (N)        top-1 of the last position
+//            logits      float32 (N, V)   last-position logits (optional)
+//   outputs  the answers' datasets, plus all_logits float32 (N, S, V) with --all-logits, plus run
+//            metadata as root attributes; written under a temporary name and renamed into place.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace lfm2 {
+
+struct TokenInputs {
+  int64_t n_seq = 0, seq_len = 0;
+  std::vector<int32_t> ids;  // (N, S), row-major
+};
+
+struct TokenAnswers {
+  int64_t n_seq = 0, vocab = 0;  // vocab 0 when there are no logits
+  std::vector<int32_t> next_token;  // (N)
+  std::vector<float> logits;        // (N, V) or empty
+  bool has_logits() const { return !logits.empty(); }
+};
+
+// Reads input_ids (any integer type, converted to int32). Throws a one-line error for a missing or
+// unreadable file, a missing dataset, a non-integer type, a rank other than 2, or an empty shape.
+TokenInputs read_inputs(const std::string& path);
+
+// Checks every id is in [0, vocab) and S <= max_positions; throws naming the first offender.
+void check_inputs(const TokenInputs& in, int64_t vocab, int64_t max_positions, const std::string& path);
+
+// Reads next_token and, when present, logits.
+TokenAnswers read_answers(const std::string& path);
+
+// Checks the answers fit inputs of n_seq sequences and a vocabulary of `vocab`.
+void check_answers(const TokenAnswers& ans, int64_t n_seq, int64_t vocab, const std::string& path);
+
+struct TokenOutputs {
+  int64_t n_seq = 0, seq_len = 0, vocab = 0;
+  std::vector<int32_t> next_token;  // (N)
+  std::vector<float> logits;        // (N, V) last position
+  std::vector<float> all_logits;    // (N, S, V) or empty
+};
+
+// Writes outputs atomically (path + ".tmp.<pid>", then rename); `metadata` (a JSON object of
+// strings, integers, floats and booleans) becomes root attributes.
+void write_outputs(const std::string& path, const TokenOutputs& out, const nlohmann::json& metadata);
+
+// Writes an inputs file (tests and tools; atomic as above).
+void write_inputs(const std::string& path, const TokenInputs& in);
+
+// Reads an outputs file back (next_token, logits and all_logits when present).
+TokenOutputs read_outputs(const std::string& path);
+
+}  // namespace lfm2

@@ -1,0 +1,97 @@
+#include "rank/benchmark.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "rank/transport.h"
+
+namespace lfm2 {
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+void barrier(const WorldConfig& world, double timeout_s) {
+  MPI_Request req;
+  MPI_CHECK(MPI_Ibarrier(world.comm, &req), "benchmark barrier");
+  wait_mpi_request(&req, timeout_s, "the benchmark barrier");
+}
+
+}  // namespace
+
+double BenchmarkSummary::measured_bubble() const {
+  double sum = 0;
+  for (double b : busy_s) sum += b;
+  return 1.0 - sum / (double(n_ranks) * wall_mean_s);
+}
+
+double BenchmarkSummary::gpipe_bubble() const { return lfm2::gpipe_bubble(n_ranks, n_micro); }
+
+std::vector<std::string> BenchmarkSummary::report() const {
+  std::vector<std::string> lines;
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "benchmark: %d ranks, %lld x %lld tokens in %lld microbatches of %lld, %d repetitions: "
+                "%.4f s mean, %.4f s best",
+                n_ranks, (long long)n_seq, (long long)seq_len, (long long)n_micro, (long long)microbatch, repeat,
+                wall_mean_s, wall_min_s);
+  lines.push_back(buf);
+  std::snprintf(buf, sizeof buf, "benchmark: %.1f samples/s, %.1f tokens/s", samples_per_s(), tokens_per_s());
+  lines.push_back(buf);
+  for (int r = 0; r < n_ranks; ++r) {
+    const StagePlan& p = plans[size_t(r)];
+    std::snprintf(buf, sizeof buf, "benchmark: stage %d (layers %d-%d): busy %.4f s, %.1f%% of the wall time", r,
+                  p.layer_begin, p.layer_end - 1, busy_s[size_t(r)], 100.0 * busy_s[size_t(r)] / wall_mean_s);
+    lines.push_back(buf);
+  }
+  std::snprintf(buf, sizeof buf, "benchmark: bubble %.1f%% measured (1 - sum busy / (P * wall)), GPipe (P-1)/(M+P-1) = %.1f%%",
+                100.0 * measured_bubble(), 100.0 * gpipe_bubble());
+  lines.push_back(buf);
+  return lines;
+}
+
+BenchmarkSummary run_benchmark(const WorldConfig& world, Pipeline& pipeline, const std::vector<StagePlan>& plans,
+                               const int32_t* ids, PipelineResult* result, int warmup, int repeat,
+                               double timeout_s) {
+  LFM2_CHECK(repeat >= 1, "--repeat must be at least 1");
+  BenchmarkSummary s;
+  s.n_ranks = world.size;
+  s.n_seq = pipeline.shape().n_seq;
+  s.seq_len = pipeline.shape().seq_len;
+  s.n_micro = pipeline.shape().n_micro();
+  s.microbatch = pipeline.shape().microbatch;
+  s.repeat = repeat;
+  s.plans = plans;
+  for (int i = 0; i < warmup; ++i) {
+    if (world.is_first()) log_info(cat("benchmark: warm-up ", i + 1, "/", warmup));
+    barrier(world, timeout_s);
+    pipeline.run(ids, result);
+  }
+  double busy = 0, wall_sum = 0, wall_min = 1e300;
+  for (int i = 0; i < repeat; ++i) {
+    barrier(world, timeout_s);
+    const double t0 = now_s();
+    busy += pipeline.run(ids, result).busy_s;
+    barrier(world, timeout_s);
+    const double wall = now_s() - t0;
+    wall_sum += wall;
+    wall_min = std::min(wall_min, wall);
+    if (world.is_first()) log_info(cat("benchmark: repetition ", i + 1, "/", repeat, ": ", wall, " s"));
+  }
+  // Rank 0's wall time spans both barriers, so it covers every rank's work.
+  s.wall_mean_s = wall_sum / repeat;
+  s.wall_min_s = wall_min;
+  double mine = busy / repeat;
+  s.busy_s.assign(size_t(world.size), 0.0);
+  MPI_Request req;
+  MPI_CHECK(MPI_Igather(&mine, 1, MPI_DOUBLE, s.busy_s.data(), 1, MPI_DOUBLE, 0, world.comm, &req),
+            "gathering stage times");
+  wait_mpi_request(&req, timeout_s, "gathering stage times");
+  return s;
+}
+
+}  // namespace lfm2

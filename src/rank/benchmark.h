@@ -1,0 +1,39 @@
+// Benchmark mode: warm-up, timed repetitions of the whole pipeline, throughput and the bubble.
+//
+// Each repetition starts at a barrier and ends when every rank is done (a second barrier). Each
+// stage's busy time (inside embed / forward / head) is gathered to rank 0, which prints samples/s,
+// tokens/s, every stage's busy share and the measured bubble 1 - Σbusy / (P · wall) beside GPipe's
+// (P-1)/(M+P-1).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "rank/pipeline.h"
+#include "rank/stage_plan.h"
+
+namespace lfm2 {
+
+struct BenchmarkSummary {
+  int n_ranks = 1;
+  int64_t n_seq = 0, seq_len = 0, n_micro = 0, microbatch = 0;
+  int repeat = 0;
+  double wall_mean_s = 0, wall_min_s = 0;
+  std::vector<double> busy_s;  // per rank, mean over repetitions
+  std::vector<StagePlan> plans;
+
+  double samples_per_s() const { return double(n_seq) / wall_mean_s; }
+  double tokens_per_s() const { return double(n_seq * seq_len) / wall_mean_s; }
+  double measured_bubble() const;
+  double gpipe_bubble() const;
+  std::vector<std::string> report() const;  // the lines rank 0 prints
+};
+
+// Runs `warmup` untimed and `repeat` timed repetitions on every rank; the summary is complete on
+// rank 0. `result` (last rank) receives the last repetition's outputs.
+BenchmarkSummary run_benchmark(const WorldConfig& world, Pipeline& pipeline, const std::vector<StagePlan>& plans,
+                               const int32_t* ids, PipelineResult* result, int warmup, int repeat,
+                               double timeout_s);
+
+}  // namespace lfm2

@@ -1,0 +1,63 @@
+// lfm2-rank: LFM2-MoE inference as a pipeline over MPI ranks (one stage per rank).
+//
+//   mpirun -np 4 lfm2-rank --model model.h5 --inputs inputs.h5 --answers answers.h5 --output out.h5
+//
+// With no arguments it runs and validates the shipped default under data/default (docs/pipeline.md).
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "rank/fatal.h"
+#include "rank/options.h"
+#include "rank/world.h"
+
+int main(int argc, char** argv) {
+  using namespace lfm2;
+  std::unique_ptr<MpiSession> mpi;
+  WorldConfig world;
+  try {
+    mpi = std::make_unique<MpiSession>(&argc, &argv);
+    world = query_world();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "lfm2-rank: error: %s\n", e.what());
+    return kExitError;
+  }
+  set_log_prefix(cat("[rank ", world.rank, "] "));
+
+  RankOptions opt;
+  CLI::App app{"lfm2-rank: LFM2-MoE inference as a pipeline over MPI ranks (mpirun -np P lfm2-rank ...).\n"
+               "With no arguments: runs and validates the shipped default under data/default."};
+  app.add_option("--model", opt.model, "weight file (h5pack), or a per-stage pattern such as 'stage-%d.h5'");
+  app.add_option("--inputs", opt.inputs, "HDF5 file with input_ids int32 [N, S]");
+  app.add_option("--answers", opt.answers, "HDF5 file with next_token [N] (and logits [N, V]) to validate against");
+  app.add_option("--output", opt.output, "write next_token, logits (and all_logits) here, atomically");
+  app.add_option("--microbatch", opt.microbatch, "sequences per microbatch (default: about 4 microbatches per rank)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--dtype", opt.dtype, "activation / compute dtype")->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  app.add_option("--device", opt.device, "backend")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  app.add_flag("--all-logits", opt.all_logits, "also write the logits of every position (all_logits [N, S, V])");
+  auto* bench = app.add_flag("--benchmark", opt.benchmark, "warm-up, timed repetitions, throughput and bubble");
+  app.add_option("--repeat", opt.repeat, "timed repetitions in benchmark mode")->needs(bench)->check(CLI::PositiveNumber);
+  app.add_option("--warmup", opt.warmup, "untimed repetitions before them")->needs(bench)->check(CLI::NonNegativeNumber);
+  app.add_option("--layers", opt.layers, "layers per rank, e.g. 6,6,6,6 (default: balanced by cost)");
+  app.add_option("--threads", opt.threads, "CPU threads per rank (default: the node's cores / ranks on the node)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--timeout", opt.timeout_s, "seconds any wait for another rank may take before the job aborts")
+      ->check(CLI::PositiveNumber);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // Every rank parses the same line; rank 0 speaks for all of them.
+    if (world.rank == 0) {
+      if (e.get_exit_code() == 0)
+        app.exit(e);
+      else
+        log_error(e.what());
+    }
+    return e.get_exit_code() == 0 ? kExitOk : kExitError;
+  }
+  opt.use_default = opt.model.empty() && opt.inputs.empty();
+  return run_rank(world, opt);
+}

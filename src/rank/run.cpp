@@ -1,0 +1,338 @@
+// One lfm2-rank process from start-up to exit code.
+//
+// Start-up runs in two agreed phases so that a rank's failure stops every rank before any hidden
+// state moves: (A) open this rank's weight file, rank 0 reads and checks the inputs; all agree and
+// learn (N, S). (B) the plan, the stage-file check, loading the stage, the last rank's answers, the
+// buffers; all agree again. Then (C) the exchange, where any error aborts the job.
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "io/token_files.h"
+#include "io/weight_file.h"
+#include "model/stage_executor.h"
+#include "rank/benchmark.h"
+#include "rank/fatal.h"
+#include "rank/options.h"
+#include "rank/pipeline.h"
+#include "rank/stage_plan.h"
+#include "rank/transport.h"
+#include "rank/validate.h"
+
+namespace lfm2 {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int kReportTag = 32767;
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+std::string mib(int64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f MiB", double(bytes) / (1 << 20));
+  return buf;
+}
+
+std::string gib(int64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f GiB", double(bytes) / (1 << 30));
+  return buf;
+}
+
+// Where the shipped default lives: ./data/default, else the source tree's.
+std::string default_dir() {
+  if (fs::exists("data/default/recipe.json")) return "data/default";
+  return std::string(LFM2_SOURCE_DIR) + "/data/default";
+}
+
+// Fills in the default's paths and, when its model is missing, fails with how to create it.
+void resolve_default(RankOptions& opt) {
+  const std::string dir = default_dir();
+  const std::string recipe_path = dir + "/recipe.json";
+  std::ifstream in(recipe_path);
+  LFM2_CHECK(in.good(), recipe_path, ": the shipped default's recipe is missing; give --model and --inputs");
+  nlohmann::json r;
+  try {
+    r = nlohmann::json::parse(in);
+  } catch (const std::exception& e) {
+    LFM2_FAIL(recipe_path, ": ", e.what());
+  }
+  opt.model = dir + "/" + r.at("model").get<std::string>();
+  opt.inputs = dir + "/" + r.at("inputs").get<std::string>();
+  if (opt.answers.empty()) opt.answers = dir + "/" + r.at("answers").get<std::string>();
+  LFM2_CHECK(fs::exists(opt.model), opt.model, " is missing: create it with `h5pack synth ", opt.model, " --preset ",
+             r.at("preset").get<std::string>(), " --seed ", r.at("seed").get<int64_t>(), " --dtype ",
+             r.at("dtype").get<std::string>(), "` (build/src/h5pack/h5pack)");
+}
+
+void check_backend(const RankOptions& opt) {
+#ifndef LFM2_HAVE_CUDA
+  LFM2_CHECK(opt.device != "cuda", "--device cuda: this build has no CUDA backend (configure with nvcc present)");
+  LFM2_CHECK(opt.dtype == "fp32", "--dtype ", opt.dtype, ": the CPU backend computes in fp32 only (",
+             opt.dtype, " comes with the CUDA backend)");
+#else
+  LFM2_CHECK(opt.device != "cuda", "--device cuda: the CUDA pipeline is not wired into lfm2-rank yet");
+  LFM2_CHECK(opt.dtype == "fp32", "--dtype ", opt.dtype, ": the CPU backend computes in fp32 only");
+#endif
+}
+
+// "stage-%d.h5" -> "stage-2.h5" for rank 2; any other path is the whole-model file.
+std::string weight_path_for(const std::string& model, int rank) {
+  const size_t pos = model.find("%d");
+  if (pos == std::string::npos) return model;
+  LFM2_CHECK(model.find("%d", pos + 2) == std::string::npos, "--model '", model, "' has more than one %d");
+  return model.substr(0, pos) + std::to_string(rank) + model.substr(pos + 2);
+}
+
+int64_t free_host_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  int64_t kb = 0;
+  std::string unit;
+  while (in >> key >> kb >> unit)
+    if (key == "MemAvailable:") return kb * 1024;
+  return -1;
+}
+
+std::string join(const std::vector<int>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
+  return s;
+}
+
+// The test hook LFM2_TEST_KILL="rank:microbatch": that rank raises SIGKILL after that microbatch.
+int64_t kill_after_for(int rank) {
+  const char* env = std::getenv("LFM2_TEST_KILL");
+  int r = -1;
+  long long m = -1;
+  if (env && std::sscanf(env, "%d:%lld", &r, &m) == 2 && r == rank) return m;
+  return -1;
+}
+
+// Per-rank facts gathered to rank 0 for the plan.
+struct RankFacts {
+  int64_t layer_begin, layer_end, weight_bytes, bytes_read, free_host, local_rank;
+};
+
+std::vector<RankFacts> gather_facts(const WorldConfig& world, const RankFacts& mine, double timeout_s) {
+  std::vector<RankFacts> all(size_t(world.size));
+  constexpr int kN = sizeof(RankFacts) / sizeof(int64_t);
+  MPI_Request req;
+  MPI_CHECK(MPI_Igather(&mine, kN, MPI_INT64_T, all.data(), kN, MPI_INT64_T, 0, world.comm, &req), "gathering the plan");
+  wait_mpi_request(&req, timeout_s, "gathering the plan");
+  return all;
+}
+
+// The last rank's report lines reach rank 0, which prints them.
+void deliver_report(const WorldConfig& world, const std::vector<std::string>& lines, double timeout_s) {
+  if (world.size == 1) {
+    for (const auto& l : lines) log_info(l);
+    return;
+  }
+  if (world.is_last()) {
+    const std::string text = nlohmann::json(lines).dump();
+    MPI_Request req;
+    MPI_CHECK(MPI_Isend(text.data(), int(text.size()), MPI_CHAR, 0, kReportTag, world.comm, &req), "sending the report");
+    wait_mpi_request(&req, timeout_s, "sending the report to rank 0");
+  } else if (world.is_first()) {
+    MPI_Status st;
+    int flag = 0;
+    auto arrived = [&] {
+      MPI_CHECK(MPI_Iprobe(world.size - 1, kReportTag, world.comm, &flag, &st), "waiting for the report");
+      return flag != 0;
+    };
+    if (!poll_until(arrived, timeout_s))
+      LFM2_FAIL("timed out after ", timeout_s, " s waiting for the last rank's report (see --timeout)");
+    int n = 0;
+    MPI_Get_count(&st, MPI_CHAR, &n);
+    std::string text(size_t(n), '\0');
+    MPI_CHECK(MPI_Recv(text.data(), n, MPI_CHAR, world.size - 1, kReportTag, world.comm, MPI_STATUS_IGNORE),
+              "receiving the report");
+    for (const auto& l : nlohmann::json::parse(text)) log_info(l.get<std::string>());
+  }
+}
+
+std::string utc_now() {
+  std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+}  // namespace
+
+int run_rank(const WorldConfig& world, RankOptions opt) {
+  const bool r0 = world.is_first(), last = world.is_last();
+  const int P = world.size;
+
+  // ---- phase A: options, this rank's weight file, the inputs (rank 0).
+  bool ok = startup_step([&] { check_backend(opt); }, r0);
+  if (ok && opt.use_default) ok = startup_step([&] { resolve_default(opt); }, r0);
+  if (ok && (opt.model.empty() || opt.inputs.empty()))
+    ok = startup_step([&] { LFM2_FAIL("give both --model and --inputs (or neither, for the shipped default)"); }, r0);
+  std::string weight_path;
+  std::unique_ptr<WeightReader> weights;
+  TokenInputs inputs;
+  if (ok)
+    ok = startup_step([&] {
+      weight_path = weight_path_for(opt.model, world.rank);
+      weights = std::make_unique<WeightReader>(weight_path);
+    });
+  if (ok && r0)
+    ok = startup_step([&] {
+      inputs = read_inputs(opt.inputs);
+      const ModelConfig& cfg = weights->config();
+      check_inputs(inputs, cfg.vocab_size, cfg.max_position_embeddings, opt.inputs);
+    });
+  const auto agreed = allreduce_max(world, {ok ? 0 : 1, inputs.n_seq, inputs.seq_len}, opt.timeout_s,
+                                    "the start-up agreement");
+  if (agreed[0] != 0) return kExitError;
+  const int64_t N = agreed[1], S = agreed[2];
+
+  // ---- phase B: the plan, this rank's stage, the answers (last rank), the buffers.
+  const ModelConfig& cfg = weights->config();
+  std::vector<StagePlan> plans;
+  ok = startup_step(
+      [&] {
+        const int L = int(cfg.num_hidden_layers);
+        LFM2_CHECK(P <= L, "cannot run ", P, " ranks: the model has ", L, " layers (one rank needs at least one)");
+        plans = opt.layers.empty() ? default_stage_plans(cfg, P, S, opt.all_logits)
+                                   : make_stage_plans(parse_layer_counts(opt.layers, L, P));
+      },
+      r0);
+  const int n_threads =
+      opt.threads > 0 ? opt.threads
+                      : std::max(1, int(std::thread::hardware_concurrency()) / std::max(1, world.local_size));
+  const int64_t microbatch = opt.microbatch > 0 ? std::min(opt.microbatch, N)
+                                                : std::max<int64_t>(1, (N + 4 * P - 1) / (4 * P));
+  std::unique_ptr<StageExecutor> exec;
+  std::unique_ptr<Transport> transport;
+  std::unique_ptr<Pipeline> pipeline;
+  TokenAnswers answers;
+  RankFacts facts{};
+  if (ok)
+    ok = startup_step([&] {
+      const StagePlan& plan = plans[size_t(world.rank)];
+      if (weights->is_stage_file()) {
+        const StageInfo s = weights->stage();
+        LFM2_CHECK(s.stage == world.rank && s.n_stages == P && s.layer_begin == plan.layer_begin &&
+                       s.layer_end == plan.layer_end,
+                   weight_path, ": stage file for stage ", s.stage, "/", s.n_stages, " layers [", s.layer_begin, ", ",
+                   s.layer_end, "), but rank ", world.rank, "/", P, " runs layers [", plan.layer_begin, ", ",
+                   plan.layer_end, ")", opt.layers.empty() ? "" : " (--layers)");
+      }
+      facts.layer_begin = plan.layer_begin;
+      facts.layer_end = plan.layer_end;
+      for (const auto& spec :
+           stage_tensor_specs(cfg, plan.layer_begin, plan.layer_end, plan.is_first(), plan.is_last()))
+        facts.weight_bytes += weights->has(spec.path) ? weights->storage_bytes(spec.path) : 0;
+      facts.free_host = free_host_bytes();
+      facts.local_rank = world.local_rank;
+      const double t0 = now_s();
+      exec = make_cpu_stage(*weights, StageRange{plan.layer_begin, plan.layer_end, plan.is_first(), plan.is_last()},
+                            n_threads);
+      facts.bytes_read = weights->bytes_read();
+      log_info(cat("read ", mib(facts.bytes_read), " of weights (layers ", plan.layer_begin, "-", plan.layer_end - 1,
+                   ") from ", weight_path, " in ", int64_t((now_s() - t0) * 1000), " ms"));
+      if (last && !opt.answers.empty()) {
+        answers = read_answers(opt.answers);
+        check_answers(answers, N, cfg.vocab_size, opt.answers);
+      }
+      transport = make_mpi_transport(world, opt.timeout_s);
+      PipelineShape shape{N, S, microbatch, cfg.hidden_size, cfg.vocab_size, opt.all_logits};
+      pipeline = std::make_unique<Pipeline>(world, *exec, *transport, shape);
+      pipeline->set_kill_after(kill_after_for(world.rank));
+    });
+  if (!all_ready(world, ok, opt.timeout_s, "the ready agreement")) return kExitError;
+
+  // ---- phase C: the exchange. From here on an error ends the whole job.
+  try {
+    const auto all = gather_facts(world, facts, opt.timeout_s);
+    const int64_t M = pipeline->shape().n_micro();
+    if (r0) {
+      log_info(cat("plan: ", P, " ranks over ", cfg.num_hidden_layers, " layers (",
+                   opt.layers.empty() ? "balanced by cost" : "--layers " + opt.layers, "); ", N, " x ", S,
+                   " tokens in ", M, " microbatches of ", microbatch, "; cpu fp32, ", n_threads,
+                   " threads per rank, transport ", transport->name()));
+      for (int r = 0; r < P; ++r) {
+        const RankFacts& f = all[size_t(r)];
+        log_info(cat("plan: rank ", r, " (local ", f.local_rank, "): layers ", f.layer_begin, "-", f.layer_end - 1, " (",
+                     f.layer_end - f.layer_begin, "), weights ", mib(f.weight_bytes), ", read ", mib(f.bytes_read),
+                     ", free host memory ", f.free_host < 0 ? std::string("?") : gib(f.free_host)));
+      }
+      if (M < P)
+        log_info(cat("warning: ", M, " microbatches for ", P,
+                     " ranks: some ranks will idle (bubble ", int(100 * gpipe_bubble(P, M)),
+                     "%); use a smaller --microbatch"));
+    }
+
+    PipelineResult result;
+    const int32_t* ids = r0 ? inputs.ids.data() : nullptr;
+    const double t0 = now_s();
+    std::vector<std::string> bench_lines;
+    if (opt.benchmark) {
+      BenchmarkSummary b = run_benchmark(world, *pipeline, plans, ids, &result, opt.warmup, opt.repeat, opt.timeout_s);
+      if (r0) bench_lines = b.report();
+    } else {
+      pipeline->run(ids, &result);
+    }
+    const double run_s = now_s() - t0;
+    for (const auto& l : bench_lines) log_info(l);
+
+    int code = kExitOk;
+    std::vector<std::string> lines;
+    if (last) {
+      std::string head = "results: next_token =";
+      for (int64_t i = 0; i < std::min<int64_t>(N, 8); ++i) head += cat(" ", result.next_token[size_t(i)]);
+      lines.push_back(head + (N > 8 ? " ..." : ""));
+      nlohmann::json meta = {{"format", "lfm2-rank-outputs"}, {"model", opt.model},       {"inputs", opt.inputs},
+                             {"n_ranks", P},                  {"microbatch", microbatch}, {"n_microbatches", M},
+                             {"layers", join([&] {
+                                std::vector<int> c;
+                                for (const auto& p : plans) c.push_back(p.n_layers());
+                                return c;
+                              }())},
+                             {"dtype", "fp32"},               {"device", "cpu"},          {"all_logits", opt.all_logits},
+                             {"created", utc_now()}};
+      if (!opt.answers.empty()) {
+        const ValidationResult v =
+            validate_outputs(result.next_token, result.logits, cfg.vocab_size, answers, tolerance_for(DType::F32));
+        for (const auto& l : v.report(DType::F32)) lines.push_back(l);
+        meta["validation"] = v.passed ? "PASS" : "FAIL";
+        meta["top1_agree"] = v.agree;
+        meta["max_abs_dlogit"] = v.max_abs_dlogit;
+        code = v.passed ? kExitOk : kExitValidationFailed;
+      }
+      if (!opt.output.empty()) {
+        TokenOutputs out{N, S, cfg.vocab_size, result.next_token, result.logits, result.all_logits};
+        write_outputs(opt.output, out, meta);
+        lines.push_back("wrote " + opt.output);
+      }
+    }
+    deliver_report(world, lines, opt.timeout_s);
+    code = int(allreduce_max(world, {code}, opt.timeout_s, "the exit agreement")[0]);
+    if (r0 && !opt.benchmark) {
+      char buf[160];
+      std::snprintf(buf, sizeof buf, "done: %lld sequences x %lld tokens in %.3f s (%.1f samples/s), exit %d",
+                    (long long)N, (long long)S, run_s, double(N) / run_s, code);
+      log_info(buf);
+    }
+    return code;
+  } catch (const std::exception& e) {
+    abort_job(world, e.what());
+  }
+}
+
+}  // namespace lfm2

@@ -1,0 +1,83 @@
+#include "rank/validate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "common/error.h"
+
+namespace lfm2 {
+
+Tolerance tolerance_for(DType t) {
+  switch (t) {
+    case DType::F32:
+      return {1e-3, 1e-4, 1.0};
+    case DType::F16:
+      return {5e-2, 1e-2, 0.95};
+    case DType::BF16:
+      return {1e-1, 3e-2, 0.90};
+  }
+  return {};
+}
+
+int32_t argmax(const float* v, int64_t n) {
+  int64_t best = 0;
+  for (int64_t i = 1; i < n; ++i)
+    if (v[i] > v[best]) best = i;
+  return int32_t(best);
+}
+
+ValidationResult validate_outputs(const std::vector<int32_t>& next_token, const std::vector<float>& logits,
+                                  int64_t vocab, const TokenAnswers& answers, const Tolerance& tol) {
+  ValidationResult r;
+  r.n_seq = int64_t(next_token.size());
+  LFM2_CHECK(answers.n_seq == r.n_seq, "validation: ", r.n_seq, " results for ", answers.n_seq, " answers");
+  r.compared_logits = answers.has_logits() && !logits.empty();
+  if (r.compared_logits) {
+    LFM2_CHECK(answers.vocab == vocab && int64_t(logits.size()) == r.n_seq * vocab,
+               "validation: logits shapes differ");
+    for (float x : answers.logits) r.max_abs_ref = std::max(r.max_abs_ref, double(std::fabs(x)));
+    r.tol = tol.atol + tol.rtol * r.max_abs_ref;
+    for (int64_t i = 0; i < r.n_seq * vocab; ++i) {
+      double d = std::fabs(double(logits[i]) - double(answers.logits[i]));
+      if (!(d <= r.max_abs_dlogit)) {  // also catches NaN
+        r.max_abs_dlogit = std::isnan(d) ? INFINITY : d;
+        r.worst_seq = i / vocab;
+      }
+    }
+  }
+  for (int64_t s = 0; s < r.n_seq; ++s) {
+    const int32_t ours = next_token[s], ref = answers.next_token[s];
+    if (ours == ref) {
+      ++r.agree;
+    } else if (r.compared_logits && ours >= 0 && ours < vocab) {
+      const float* row = answers.logits.data() + s * vocab;
+      if (double(row[ref]) - double(row[ours]) <= r.tol) ++r.near_ties;
+    }
+  }
+  const bool logits_ok = !r.compared_logits || r.max_abs_dlogit <= r.tol;
+  const bool top1_ok = double(r.agree + r.near_ties) >= tol.min_agreement * double(r.n_seq) - 1e-9;
+  r.passed = logits_ok && top1_ok;
+  return r;
+}
+
+std::vector<std::string> ValidationResult::report(DType act_dtype) const {
+  std::vector<std::string> lines;
+  char buf[256];
+  const Tolerance t = tolerance_for(act_dtype);
+  std::snprintf(buf, sizeof buf, "validation (%s): top-1 agreement %lld/%lld (%.2f%%), near-ties %lld, need %.0f%%",
+                dtype_name(act_dtype), (long long)agree, (long long)n_seq, agree_pct(), (long long)near_ties,
+                100.0 * t.min_agreement);
+  lines.push_back(buf);
+  if (compared_logits) {
+    std::snprintf(buf, sizeof buf, "validation: max |dlogit| %.3g (sequence %lld), tolerance %.3g = %.0e + %.0e * max|logit| %.3g",
+                  max_abs_dlogit, (long long)worst_seq, tol, t.atol, t.rtol, max_abs_ref);
+  } else {
+    std::snprintf(buf, sizeof buf, "validation: answers hold no logits; top-1 only");
+  }
+  lines.push_back(buf);
+  lines.push_back(passed ? "validation: PASS" : "validation: FAIL");
+  return lines;
+}
+
+}  // namespace lfm2

@@ -1,0 +1,48 @@
+// Validation of lfm2-rank's results against answers: top-1 agreement, max |Δlogit|, pass/fail.
+//
+// The tolerance on logits is atol + rtol * max|reference logit|, per dtype. A top-1 disagreement is
+// forgiven as a near-tie when the reference logit of our token is within that tolerance of the
+// reference maximum (two candidates the dtype cannot tell apart). The run passes when the logits are
+// within tolerance (if the answers have logits) and agreement, near-ties included, reaches the
+// dtype's minimum fraction.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/dtype.h"
+#include "io/token_files.h"
+
+namespace lfm2 {
+
+struct Tolerance {
+  double atol = 0, rtol = 0;
+  double min_agreement = 1.0;  // fraction of sequences whose top-1 must agree (near-ties count)
+};
+
+// fp32: 1e-3 + 1e-4·scale, all agree; fp16: 5e-2 + 1e-2·scale, 95 %; bf16: 1e-1 + 3e-2·scale, 90 %.
+Tolerance tolerance_for(DType act_dtype);
+
+struct ValidationResult {
+  int64_t n_seq = 0;
+  int64_t agree = 0;       // exact top-1 matches
+  int64_t near_ties = 0;   // disagreements within tolerance
+  bool compared_logits = false;
+  double max_abs_dlogit = 0, max_abs_ref = 0, tol = 0;
+  int64_t worst_seq = -1;  // sequence with the largest |Δlogit|
+  bool passed = false;
+
+  double agree_pct() const { return n_seq ? 100.0 * double(agree) / double(n_seq) : 0.0; }
+  // A few lines for the console: agreement, logit error vs tolerance, PASS/FAIL.
+  std::vector<std::string> report(DType act_dtype) const;
+};
+
+// next_token (N) and logits (N, V, may be empty) of this run against the answers.
+ValidationResult validate_outputs(const std::vector<int32_t>& next_token, const std::vector<float>& logits,
+                                  int64_t vocab, const TokenAnswers& answers, const Tolerance& tol);
+
+// The index of the largest value (the first one on ties), as every top-1 in the project is taken.
+int32_t argmax(const float* v, int64_t n);
+
+}  // namespace lfm2

@@ -1,0 +1,53 @@
+// WorldConfig: where this process sits in the MPI job, asked once at start-up.
+//
+// rank / size come from MPI_COMM_WORLD; local_rank / local_size from MPI_Comm_split_type
+// (MPI_COMM_TYPE_SHARED), i.e. the ranks on this node, which is what picks a GPU. Everything else
+// (the pipeline, the transport, logging) asks this struct instead of calling MPI again.
+#pragma once
+
+#include <mpi.h>
+
+#include <string>
+
+#include "rank/stage_plan.h"
+
+namespace lfm2 {
+
+struct WorldConfig {
+  int rank = 0, size = 1;              // in MPI_COMM_WORLD
+  int local_rank = 0, local_size = 1;  // on this node
+  std::string host;                    // processor name
+  MPI_Comm comm = MPI_COMM_WORLD;      // the pipeline's communicator (not owned)
+
+  bool is_first() const { return rank == 0; }
+  bool is_last() const { return rank == size - 1; }
+  int prev() const { return rank - 1; }  // upstream stage (valid unless is_first)
+  int next() const { return rank + 1; }  // downstream stage (valid unless is_last)
+};
+
+// Reads the world from an initialised MPI (one MPI_Comm_split_type, freed again).
+WorldConfig query_world();
+
+// Owns MPI_Init_thread / MPI_Finalize for main(); errors on the communicator are returned, not
+// fatal, so that our checks can report them in one line.
+class MpiSession {
+ public:
+  MpiSession(int* argc, char*** argv);
+  ~MpiSession();
+  MpiSession(const MpiSession&) = delete;
+  MpiSession& operator=(const MpiSession&) = delete;
+};
+
+// "MPI_Isend: MPI_ERR_RANK: invalid rank" from an MPI return code.
+std::string mpi_error_string(int code);
+
+}  // namespace lfm2
+
+// `expr` returns an MPI error code; on failure throws lfm2::Error naming the call and MPI's text.
+#define MPI_CHECK(expr, ...)                                                                        \
+  do {                                                                                              \
+    int mpi_check_rc_ = (expr);                                                                     \
+    if (mpi_check_rc_ != MPI_SUCCESS)                                                               \
+      ::lfm2::throw_error(__FILE__, __LINE__, #expr,                                                \
+                          ::lfm2::cat(__VA_ARGS__, ": ", ::lfm2::mpi_error_string(mpi_check_rc_))); \
+  } while (0)
