@@ -1,0 +1,161 @@
+// The short-conv mixer and the MoE router/experts on the CPU against direct double references:
+// conv at the sequence start, router options and top-k tie-breaking, the weighted expert sum.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "kernels/moe_experts.h"
+#include "kernels/moe_router.h"
+#include "kernels/short_conv.h"
+#include "test_util.h"
+
+namespace lfm2 {
+namespace {
+
+using test::randn;
+using test::rel_err;
+
+TEST(ShortConv, MatchesZeroPaddedConvolution) {
+  for (auto [n_seq, S, H, L] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{1, 1, 5, 3}, {3, 2, 7, 3},
+                                {2, 10, 16, 3}, {2, 9, 33, 4}, {4, 70, 8, 2}}) {
+    const int64_t T = n_seq * S;
+    auto bcx = randn(T * 3 * H, 20), w = randn(H * L, 21);
+    std::vector<double> ref(size_t(T * H));
+    for (int64_t s = 0; s < n_seq; ++s)
+      for (int64_t t = 0; t < S; ++t)
+        for (int64_t c = 0; c < H; ++c) {
+          double z = 0;
+          for (int64_t j = 0; j < L; ++j) {
+            const int64_t tt = t - (L - 1) + j;  // zero padding before the sequence start
+            if (tt < 0) continue;
+            const float* row = bcx.data() + (s * S + tt) * 3 * H;
+            z += double(w[c * L + j]) * double(row[c]) * double(row[2 * H + c]);
+          }
+          ref[(s * S + t) * H + c] = double(bcx[(s * S + t) * 3 * H + H + c]) * z;
+        }
+    std::vector<float> out1(ref.size()), out4(ref.size());
+    cpu::short_conv(out1.data(), bcx.data(), w.data(), n_seq, S, H, L, 1);
+    cpu::short_conv(out4.data(), bcx.data(), w.data(), n_seq, S, H, L, 4);
+    EXPECT_LE(rel_err(out1, ref), 1e-6) << n_seq << "x" << S << " H " << H << " L " << L;
+    EXPECT_EQ(out1, out4);
+    // at t = 0 only the last tap sees data: out = C * w[L-1] * B * x (two fp32 roundings)
+    for (int64_t c = 0; c < H; ++c) {
+      const float* row = bcx.data();
+      EXPECT_EQ(out1[c], row[H + c] * (w[c * L + L - 1] * (row[c] * row[2 * H + c])));
+    }
+  }
+}
+
+// Reference router: stable sort by score (ties: lower index first), weights in double.
+void ref_router(const std::vector<float>& logits, const std::vector<float>* bias, int64_t T, int64_t E, int64_t k,
+                bool norm, double scale, std::vector<int32_t>* idx, std::vector<double>* wts) {
+  idx->assign(size_t(T * k), 0);
+  wts->assign(size_t(T * k), 0);
+  for (int64_t t = 0; t < T; ++t) {
+    std::vector<double> p(static_cast<size_t>(E)), s(static_cast<size_t>(E));
+    for (int64_t e = 0; e < E; ++e) {
+      p[e] = 1.0 / (1.0 + std::exp(-double(logits[t * E + e])));
+      s[e] = bias ? double(float(p[e]) + (*bias)[e]) : p[e];
+    }
+    std::vector<int32_t> order(static_cast<size_t>(E));
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return s[a] > s[b]; });
+    double sum = 0;
+    for (int64_t j = 0; j < k; ++j) sum += p[order[j]];
+    for (int64_t j = 0; j < k; ++j) {
+      (*idx)[t * k + j] = order[j];
+      (*wts)[t * k + j] = (norm ? p[order[j]] / (sum + 1e-6) : p[order[j]]) * scale;
+    }
+  }
+}
+
+TEST(MoeRouter, MatchesReferenceForEveryOption) {
+  const int64_t T = 61, E = 9;
+  auto logits = randn(T * E, 22, 2.0f), bias = randn(E, 23, 0.3f);
+  for (int64_t k : {1, 2, 4, 9})
+    for (bool norm : {false, true})
+      for (bool use_bias : {false, true})
+        for (float scale : {1.0f, 2.5f}) {
+          std::vector<int32_t> idx1(size_t(T * k)), idx4(size_t(T * k)), ridx;
+          std::vector<float> w1(size_t(T * k)), w4(size_t(T * k));
+          std::vector<double> rw;
+          const float* b = use_bias ? bias.data() : nullptr;
+          cpu::moe_router(w1.data(), idx1.data(), logits.data(), b, T, E, k, norm, scale, 1);
+          cpu::moe_router(w4.data(), idx4.data(), logits.data(), b, T, E, k, norm, scale, 4);
+          ref_router(logits, use_bias ? &bias : nullptr, T, E, k, norm, scale, &ridx, &rw);
+          EXPECT_EQ(idx1, ridx) << "k " << k << " norm " << norm << " bias " << use_bias;
+          EXPECT_LE(rel_err(w1, rw), 1e-6);
+          EXPECT_EQ(idx1, idx4);
+          EXPECT_EQ(w1, w4);
+        }
+}
+
+TEST(MoeRouter, BiasSelectsButDoesNotWeight) {
+  // expert 2 has the lowest sigmoid but a large bias: it is picked, with its unbiased weight.
+  std::vector<float> logits = {1.0f, 0.5f, -2.0f, 0.0f}, bias = {0, 0, 10.0f, 0};
+  std::vector<int32_t> idx(2);
+  std::vector<float> w(2);
+  cpu::moe_router(w.data(), idx.data(), logits.data(), bias.data(), 1, 4, 2, false, 1.0f);
+  EXPECT_EQ(idx, (std::vector<int32_t>{2, 0}));
+  EXPECT_FLOAT_EQ(w[0], 1.0f / (1.0f + std::exp(2.0f)));
+  EXPECT_FLOAT_EQ(w[1], 1.0f / (1.0f + std::exp(-1.0f)));
+}
+
+TEST(MoeRouter, TiesGoToTheLowerIndex) {
+  // Row 0: all equal. Row 1: experts 1, 3, 5 tie for first. Row 2: saturated sigmoids (== 1.0f).
+  const int64_t E = 6, k = 2;
+  std::vector<float> logits = {0, 0, 0, 0, 0, 0,  //
+                               -1, 2, 0, 2, -3, 2,  //
+                               -50, 40, 30, 50, 0, 0};
+  std::vector<int32_t> idx(3 * k);
+  std::vector<float> w(3 * k);
+  cpu::moe_router(w.data(), idx.data(), logits.data(), nullptr, 3, E, k, true, 1.0f);
+  EXPECT_EQ(idx, (std::vector<int32_t>{0, 1, 1, 3, 1, 2}));
+  EXPECT_FLOAT_EQ(w[0], 0.5f / (1.0f + 1e-6f));
+}
+
+TEST(MoeExperts, MatchesWeightedSumOfSwiGluMlps) {
+  for (auto [T, H, E, Im, k] : {std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>{1, 8, 4, 4, 1},
+                                {50, 24, 6, 12, 2}, {37, 17, 5, 9, 5}}) {
+    auto x = randn(T * H, 24), w1 = randn(E * Im * H, 25, 0.3f), w3 = randn(E * Im * H, 26, 0.3f),
+         w2 = randn(E * H * Im, 27, 0.3f), logits = randn(T * E, 28);
+    std::vector<int32_t> idx(size_t(T * k));
+    std::vector<float> wts(size_t(T * k));
+    cpu::moe_router(wts.data(), idx.data(), logits.data(), nullptr, T, E, k, true, 1.5f);
+
+    std::vector<double> ref(size_t(T * H), 0.0);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t j = 0; j < k; ++j) {
+        const int64_t e = idx[t * k + j];
+        std::vector<double> h(static_cast<size_t>(Im));
+        for (int64_t r = 0; r < Im; ++r) {
+          double g = 0, u = 0;
+          for (int64_t c = 0; c < H; ++c) {
+            g += double(x[t * H + c]) * w1[(e * Im + r) * H + c];
+            u += double(x[t * H + c]) * w3[(e * Im + r) * H + c];
+          }
+          h[r] = g / (1.0 + std::exp(-g)) * u;
+        }
+        for (int64_t c = 0; c < H; ++c) {
+          double y = 0;
+          for (int64_t r = 0; r < Im; ++r) y += h[r] * w2[(e * H + c) * Im + r];
+          ref[t * H + c] += wts[t * k + j] * y;
+        }
+      }
+    std::vector<float> out1(ref.size()), out4(ref.size());
+    for (int threads : {1, 4}) {
+      const auto need = cpu::moe_experts_scratch(T, E, Im, k, threads);
+      std::vector<float> fs(size_t(need.floats));
+      std::vector<int32_t> is(size_t(need.ints));
+      cpu::moe_experts(threads == 1 ? out1.data() : out4.data(), x.data(), w1.data(), w3.data(), w2.data(),
+                       idx.data(), wts.data(), T, H, E, Im, k, fs.data(), is.data(), threads);
+    }
+    EXPECT_LE(rel_err(out1, ref), 2e-6) << "T " << T << " E " << E << " k " << k;
+    EXPECT_EQ(out1, out4);
+  }
+}
+
+}  // namespace
+}  // namespace lfm2
