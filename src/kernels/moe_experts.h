@@ -1,8 +1,8 @@
 // The routed experts of an MoE layer (HF Lfm2MoeExperts), stacked weights:
 //   out[t] = sum over t's picked experts e, in ascending e: weight * W2_e (silu(W1_e x[t]) * (W3_e x[t]))
 // Ascending expert order starting from zero is HF's index_add_ order, so the fp32 sums match.
-// Tokens are grouped by expert (a counting sort in the caller's scratch) so each expert's weights
-// are read once per chunk of tokens.
+// Tokens are grouped by expert (a counting sort in the caller's scratch); each chunk of an expert's
+// tokens is gathered and multiplied with kernels/linear.h, so every product is dot()'s arithmetic.
 #pragma once
 
 #include <cstdint>
@@ -14,8 +14,8 @@ struct MoeScratchSize {
 };
 
 // Scratch moe_experts() needs for n_tokens and n_threads (0: hardware concurrency).
-MoeScratchSize moe_experts_scratch(int64_t n_tokens, int64_t n_experts, int64_t inter, int64_t top_k,
-                                   int n_threads);
+MoeScratchSize moe_experts_scratch(int64_t n_tokens, int64_t hidden, int64_t n_experts, int64_t inter,
+                                   int64_t top_k, int n_threads);
 
 // out, in (n_tokens, hidden); w1, w3 (n_experts, inter, hidden); w2 (n_experts, hidden, inter);
 // experts, weights (n_tokens, top_k) from moe_router(); scratch sized by moe_experts_scratch().

@@ -1,12 +1,13 @@
 // MoE experts on the CPU: experts in ascending order; within one expert, its tokens split across
-// threads in chunks (distinct tokens, so no two threads touch one output row).
+// threads in chunks of kChunk (distinct tokens, so no two threads touch one output row).
 #include "kernels/moe_experts.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "common/error.h"
 #include "common/parallel.h"
-#include "kernels/dot.h"
+#include "kernels/linear.h"
 #include "kernels/swiglu.h"
 
 namespace lfm2::cpu {
@@ -15,11 +16,12 @@ namespace {
 constexpr int64_t kChunk = 16;  // tokens per work item
 }
 
-MoeScratchSize moe_experts_scratch(int64_t n_tokens, int64_t n_experts, int64_t inter, int64_t top_k,
-                                   int n_threads) {
+MoeScratchSize moe_experts_scratch(int64_t n_tokens, int64_t hidden, int64_t n_experts, int64_t inter,
+                                   int64_t top_k, int n_threads) {
   MoeScratchSize s;
-  // per thread: gate and up rows for a chunk; shared: the slot weight of each (expert, token) entry
-  s.floats = int64_t(resolve_threads(n_threads)) * 2 * kChunk * inter + n_tokens * top_k;
+  // per thread: a chunk's gathered inputs and outputs (kChunk, hidden), gate and up (kChunk, inter);
+  // shared: the routing weight of each (expert, token) entry
+  s.floats = int64_t(resolve_threads(n_threads)) * 2 * kChunk * (hidden + inter) + n_tokens * top_k;
   // offsets (n_experts + 1), cursor (n_experts), token of each entry (n_tokens * top_k)
   s.ints = 2 * n_experts + 1 + n_tokens * top_k;
   return s;
@@ -29,11 +31,12 @@ void moe_experts(float* out, const float* in, const float* w1, const float* w3, 
                  const int32_t* experts, const float* weights, int64_t n_tokens, int64_t hidden, int64_t n_experts,
                  int64_t inter, int64_t top_k, float* scratch, int32_t* int_scratch, int n_threads) {
   const int n_workers = resolve_threads(n_threads);
-  int32_t* offsets = int_scratch;              // (n_experts + 1)
-  int32_t* cursor = offsets + n_experts + 1;   // (n_experts)
-  int32_t* entry_token = cursor + n_experts;   // (n_tokens * top_k), grouped by expert
-  float* entry_weight = scratch;               // (n_tokens * top_k)
-  float* gate_up = scratch + n_tokens * top_k; // per worker: gate (kChunk, inter), up (kChunk, inter)
+  int32_t* offsets = int_scratch;               // (n_experts + 1)
+  int32_t* cursor = offsets + n_experts + 1;    // (n_experts)
+  int32_t* entry_token = cursor + n_experts;    // (n_tokens * top_k), grouped by expert
+  float* entry_weight = scratch;                // (n_tokens * top_k)
+  float* per_worker = scratch + n_tokens * top_k;
+  const int64_t worker_floats = 2 * kChunk * (hidden + inter);
 
   std::fill(offsets, offsets + n_experts + 1, 0);
   for (int64_t i = 0; i < n_tokens * top_k; ++i) {
@@ -60,22 +63,23 @@ void moe_experts(float* out, const float* in, const float* w1, const float* w3, 
     const float* e_w2 = w2 + x * hidden * inter;
     const int64_t n_chunks = (count + kChunk - 1) / kChunk;
     parallel_for(n_chunks, n_workers, [&](int64_t cb, int64_t ce, int worker) {
-      float* g = gate_up + int64_t(worker) * 2 * kChunk * inter;
-      float* u = g + kChunk * inter;
+      float* xs = per_worker + int64_t(worker) * worker_floats;  // (kChunk, hidden)
+      float* ys = xs + kChunk * hidden;                          // (kChunk, hidden)
+      float* g = ys + kChunk * hidden;                           // (kChunk, inter)
+      float* u = g + kChunk * inter;                             // (kChunk, inter)
       for (int64_t c = cb; c < ce; ++c) {
-        const int64_t e0 = begin + c * kChunk, e1 = std::min(begin + count, e0 + kChunk);
-        for (int64_t r = 0; r < inter; ++r)  // weight row outer: each row read once per chunk
-          for (int64_t i = e0; i < e1; ++i) {
-            const float* xr = in + int64_t(entry_token[i]) * hidden;
-            g[(i - e0) * inter + r] = dot(xr, e_w1 + r * hidden, hidden);
-            u[(i - e0) * inter + r] = dot(xr, e_w3 + r * hidden, hidden);
-          }
-        for (int64_t i = 0; i < (e1 - e0) * inter; ++i) g[i] = silu(g[i]) * u[i];
-        for (int64_t j = 0; j < hidden; ++j)
-          for (int64_t i = e0; i < e1; ++i) {
-            float* y = out + int64_t(entry_token[i]) * hidden;
-            y[j] += dot(g + (i - e0) * inter, e_w2 + j * inter, inter) * entry_weight[i];
-          }
+        const int64_t e0 = begin + c * kChunk, n = std::min(begin + count, e0 + kChunk) - e0;
+        for (int64_t i = 0; i < n; ++i)
+          std::memcpy(xs + i * hidden, in + int64_t(entry_token[e0 + i]) * hidden, size_t(hidden) * sizeof(float));
+        linear(g, xs, e_w1, n, hidden, inter, 1);
+        linear(u, xs, e_w3, n, hidden, inter, 1);
+        for (int64_t i = 0; i < n * inter; ++i) g[i] = silu(g[i]) * u[i];
+        linear(ys, g, e_w2, n, inter, hidden, 1);
+        for (int64_t i = 0; i < n; ++i) {  // HF: out.index_add_(y * weight)
+          float* o = out + int64_t(entry_token[e0 + i]) * hidden;
+          const float w = entry_weight[e0 + i];
+          for (int64_t j = 0; j < hidden; ++j) o[j] += ys[i * hidden + j] * w;
+        }
       }
     });
   }

@@ -153,7 +153,7 @@ class CpuStage final : public StageExecutor {
     if (int64_t(picked_.size()) < T * top_k) picked_.resize(size_t(T * top_k));
     cpu::moe_router(rw.data(), picked_.data(), logits, lw.expert_bias.empty() ? nullptr : lw.expert_bias.data(), T, E,
                     top_k, cfg_.norm_topk_prob, float(cfg_.routed_scaling_factor), n_threads_);
-    const auto need = cpu::moe_experts_scratch(T, E, Im, top_k, n_threads_);
+    const auto need = cpu::moe_experts_scratch(T, H, E, Im, top_k, n_threads_);
     float* fs = grow(moe_scratch_, need.floats);
     if (int64_t(moe_int_scratch_.size()) < need.ints) moe_int_scratch_.resize(size_t(need.ints));
     cpu::moe_experts(out, f, lw.experts_w1.data(), lw.experts_w3.data(), lw.experts_w2.data(), picked_.data(),

@@ -146,7 +146,7 @@ TEST(MoeExperts, MatchesWeightedSumOfSwiGluMlps) {
       }
     std::vector<float> out1(ref.size()), out4(ref.size());
     for (int threads : {1, 4}) {
-      const auto need = cpu::moe_experts_scratch(T, E, Im, k, threads);
+      const auto need = cpu::moe_experts_scratch(T, H, E, Im, k, threads);
       std::vector<float> fs(size_t(need.floats));
       std::vector<int32_t> is(size_t(need.ints));
       cpu::moe_experts(threads == 1 ? out1.data() : out4.data(), x.data(), w1.data(), w3.data(), w2.data(),
