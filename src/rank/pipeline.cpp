@@ -107,7 +107,7 @@ StageTiming Pipeline::run(const int32_t* ids, PipelineResult* result) {
     } else {
       send_h[b] = transport_.isend(buf_[b], micro_bytes(m), world_.next(), tag_of(m));
     }
-    if (m == kill_after_) std::raise(SIGKILL);
+    if (m == kill_after_) std::raise(kill_signal_);
   }
   for (int b = 0; b < 2; ++b) free_buffer(b, M - 2 + ((M % 2) == b ? 0 : 1));
   t.wall_s = t_start < 0 ? 0 : now_s() - t_start;

@@ -52,8 +52,12 @@ class Pipeline {
   // last rank. Transport errors and timeouts throw.
   StageTiming run(const int32_t* ids, PipelineResult* result);
 
-  // Test hook: this rank raises SIGKILL after finishing microbatch `m` (-1: never).
-  void set_kill_after(int64_t m) { kill_after_ = m; }
+  // Test hook: this rank raises `signal` (SIGKILL: dies; SIGSTOP: stalls) after finishing
+  // microbatch `m` (-1: never).
+  void set_kill_after(int64_t m, int signal) {
+    kill_after_ = m;
+    kill_signal_ = signal;
+  }
 
   const PipelineShape& shape() const { return shape_; }
 
@@ -67,6 +71,7 @@ class Pipeline {
   void* buf_[2] = {nullptr, nullptr};  // double buffers of microbatch * seq_len tokens
   std::vector<float> head_out_;        // (microbatch, V) or (microbatch * S, V)
   int64_t kill_after_ = -1;
+  int kill_signal_ = 0;
 };
 
 // The GPipe bubble fraction (P-1)/(M+P-1).

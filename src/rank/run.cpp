@@ -5,6 +5,7 @@
 // learn (N, S). (B) the plan, the stage-file check, loading the stage, the last rank's answers, the
 // buffers; all agree again. Then (C) the exchange, where any error aborts the job.
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -112,13 +113,15 @@ std::string join(const std::vector<int>& v) {
   return s;
 }
 
-// The test hook LFM2_TEST_KILL="rank:microbatch": that rank raises SIGKILL after that microbatch.
-int64_t kill_after_for(int rank) {
+// The test hook LFM2_TEST_KILL="rank:microbatch[:stop]": that rank raises SIGKILL (or SIGSTOP, to
+// stall without dying) after that microbatch. Used by tests/rank to prove no rank waits forever.
+void install_kill_hook(Pipeline& pipeline, int rank) {
   const char* env = std::getenv("LFM2_TEST_KILL");
   int r = -1;
   long long m = -1;
-  if (env && std::sscanf(env, "%d:%lld", &r, &m) == 2 && r == rank) return m;
-  return -1;
+  char how[8] = "";
+  if (!env || std::sscanf(env, "%d:%lld:%7s", &r, &m, how) < 2 || r != rank) return;
+  pipeline.set_kill_after(m, std::string(how) == "stop" ? SIGSTOP : SIGKILL);
 }
 
 // Per-rank facts gathered to rank 0 for the plan.
@@ -253,7 +256,7 @@ int run_rank(const WorldConfig& world, RankOptions opt) {
       transport = make_mpi_transport(world, opt.timeout_s);
       PipelineShape shape{N, S, microbatch, cfg.hidden_size, cfg.vocab_size, opt.all_logits};
       pipeline = std::make_unique<Pipeline>(world, *exec, *transport, shape);
-      pipeline->set_kill_after(kill_after_for(world.rank));
+      install_kill_hook(*pipeline, world.rank);
     });
   if (!all_ready(world, ok, opt.timeout_s, "the ready agreement")) return kExitError;
 

@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+"""Answers for lfm2-rank from Hugging Face transformers, run on the same weights.
+
+Reads OUR HDF5 weight file (h5pack's format, docs/weight-format.md) with h5py, builds Lfm2MoeConfig
+from its `config_json` root attribute and a Lfm2MoeForCausalLM, loads every tensor (stacked experts
+w1/w3 (E, Im, H) become transformers-5's fused experts.gate_up_proj (E, 2*Im, H) = cat(w1, w3, dim 1),
+gate rows first; w2 (E, H, Im) is experts.down_proj; conv (H, L) becomes conv.conv.weight (H, 1, L)),
+runs fp32 with eager attention and the eager expert loop, and writes an answers file:
+next_token int32 (N) and the last position's logits float32 (N, V).
+
+  python3 tools/hf_answers.py MODEL.h5 INPUTS.h5 ANSWERS.h5
+  python3 tools/hf_answers.py MODEL.h5 INPUTS.h5 ANSWERS.h5 --make-inputs 16x32 --seed 7
+
+With --make-inputs NxS it first writes INPUTS.h5 (input_ids int32 (N, S), uniform over the
+vocabulary, numpy seed --seed). bf16/fp16 weights are read as floats (HDF5 converts the custom
+16-bit types); the model still runs in fp32. Dependencies: tools/requirements.txt.
+"""
+import argparse
+import json
+import os
+import sys
+
+import h5py
+import numpy as np
+import torch
+
+
+def hf_name(path):
+    """Our dataset path -> the HF state-dict key (see src/io/weight_names.h)."""
+    if path == "lm_head":
+        return "lm_head.weight"
+    key = "model." + path.replace("/", ".")
+    return key if key.endswith("expert_bias") else key + ".weight"
+
+
+def read_f32(ds):
+    return torch.from_numpy(np.ascontiguousarray(ds.astype("f4")[()]))
+
+
+def load_model(path):
+    from transformers import Lfm2MoeConfig, Lfm2MoeForCausalLM
+
+    with h5py.File(path, "r") as f:
+        if f.attrs.get("format") != "lfm2-rank-weights":
+            sys.exit(f"hf_answers: {path}: not an lfm2-rank weight file")
+        if "stage" in f.attrs:
+            sys.exit(f"hf_answers: {path}: a stage file; give the whole-model file")
+        cfg_dict = json.loads(f.attrs["config_json"])
+        cfg = Lfm2MoeConfig(**cfg_dict, attn_implementation="eager", experts_implementation="eager")
+        torch.manual_seed(0)
+        model = Lfm2MoeForCausalLM(cfg).eval().to(torch.float32)
+        state = {}
+        datasets = []
+        f.visititems(lambda name, obj: datasets.append(name) if isinstance(obj, h5py.Dataset) else None)
+        experts = {}
+        for name in datasets:
+            t = read_f32(f[name])
+            if "/feed_forward/experts/" in name:
+                il = name.split("/")[1]
+                experts.setdefault(il, {})[name.rsplit("/", 1)[1]] = t
+                continue
+            if name.endswith("/conv/conv"):
+                t = t.unsqueeze(1)  # (H, L) -> (H, 1, L)
+            state[hf_name(name)] = t
+        for il, w in experts.items():
+            pre = f"model.layers.{il}.feed_forward.experts."
+            state[pre + "gate_up_proj"] = torch.cat([w["w1"], w["w3"]], dim=1).contiguous()
+            state[pre + "down_proj"] = w["w2"].contiguous()
+    want = model.state_dict()
+    missing = [k for k in want if k not in state and not (k == "lm_head.weight" and cfg.tie_word_embeddings)]
+    extra = [k for k in state if k not in want]
+    if missing or extra:
+        sys.exit(f"hf_answers: {path}: tensors do not match transformers' model: missing {missing[:5]}, "
+                 f"unexpected {extra[:5]}")
+    for k, t in state.items():
+        if tuple(want[k].shape) != tuple(t.shape):
+            sys.exit(f"hf_answers: {path}: {k} has shape {tuple(t.shape)}, transformers wants {tuple(want[k].shape)}")
+    model.load_state_dict(state, strict=False)
+    if cfg.tie_word_embeddings:
+        model.tie_weights()
+    return model, cfg
+
+
+def write_h5(path, datasets, attrs):
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with h5py.File(tmp, "w") as f:
+        for k, v in datasets.items():
+            f.create_dataset(k, data=v)
+        for k, v in attrs.items():
+            f.attrs[k] = v
+    os.replace(tmp, path)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("model")
+    ap.add_argument("inputs")
+    ap.add_argument("answers")
+    ap.add_argument("--make-inputs", metavar="NxS", help="first write INPUTS with N random sequences of S tokens")
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--batch", type=int, default=16, help="sequences per forward call")
+    args = ap.parse_args()
+
+    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    model, cfg = load_model(args.model)
+    if args.make_inputs:
+        n, s = (int(x) for x in args.make_inputs.lower().split("x"))
+        ids = np.random.default_rng(args.seed).integers(0, cfg.vocab_size, size=(n, s), dtype=np.int64)
+        write_h5(args.inputs, {"input_ids": ids.astype(np.int32)}, {"seed": args.seed})
+    with h5py.File(args.inputs, "r") as f:
+        ids = torch.from_numpy(f["input_ids"][()].astype(np.int64))
+    logits = []
+    with torch.no_grad():
+        for b in range(0, ids.shape[0], args.batch):
+            out = model(input_ids=ids[b:b + args.batch], use_cache=False)
+            logits.append(out.logits[:, -1, :].float())
+    logits = torch.cat(logits).numpy().astype(np.float32)
+    top = logits.argmax(axis=-1).astype(np.int32)
+    sorted_ = np.sort(logits, axis=-1)
+    gap = float((sorted_[:, -1] - sorted_[:, -2]).min())
+    import transformers
+    write_h5(args.answers, {"next_token": top, "logits": logits},
+             {"source": "transformers Lfm2MoeForCausalLM fp32 eager", "transformers_version": str(transformers.__version__),
+              "torch_version": str(torch.__version__), "model": os.path.basename(args.model)})
+    print(f"hf_answers: wrote {args.answers}: {ids.shape[0]} x {ids.shape[1]} tokens, vocab {logits.shape[1]}, "
+          f"smallest top-1/top-2 gap {gap:.3g}")
+
+
+if __name__ == "__main__":
+    main()
