@@ -1,5 +1,7 @@
 // Rotary position embedding, split-half ("rotate_half", NeoX style), as HF Lfm2Moe:
-//   inv_freq[i] = 1 / theta^(2i/d)  (i < d/2), computed in fp32 as HF does;
+//   inv_freq[i] = 1 / theta^(2i/d)  (i < d/2), computed in fp32 as HF does (libm powf: equal to
+//   torch's bits for head_dim <= 64 at theta 1e4..1e6; 1 ulp off in 5 of 1270 entries checked up
+//   to head_dim 256);
 //   a = pos * inv_freq[i];  out[i] = x[i] cos a - x[i+d/2] sin a;  out[i+d/2] = x[i+d/2] cos a + x[i] sin a.
 // Precision: HF forms a = float(pos) * inv_freq in fp32, which loses up to pos * 2^-24 rad at large
 // positions. Here a, cos a and sin a are computed in double from the same fp32 inv_freq and rounded
