@@ -79,33 +79,47 @@ void short_conv(T* out, const T* bcx, const float* conv_w, int64_t n_seq, int64_
 template <typename T>
 void swiglu(T* out, const T* gate_up, int64_t n_rows, int64_t inter, cudaStream_t stream);
 
-// --- moe_route.cu: router. logits (n_tokens, n_expert) fp32 = f Wg^T; per token: s = sigmoid(logits),
-// pick the top_k of s + expert_bias (bias may be null; ties: the lower expert index), weights s[picked],
-// renormalised by (sum + 1e-6) when norm_topk, times scaling. topk_ids / topk_w (n_tokens, top_k),
-// in the order picked (descending biased score).
-void moe_route(int32_t* topk_ids, float* topk_w, const float* logits, const float* expert_bias, int64_t n_tokens,
-               int64_t n_expert, int64_t top_k, bool norm_topk, float scaling, cudaStream_t stream);
+// --- moe_router.cu: cpu::moe_router on the GPU. weights, experts (n_tokens, top_k); logits
+// (n_tokens, n_experts) fp32; expert_bias (n_experts) or null. Ties: the lower expert index.
+// n_experts <= 1024, top_k <= 32.
+void moe_router(float* weights, int32_t* experts, const float* logits, const float* expert_bias, int64_t n_tokens,
+                int64_t n_experts, int64_t top_k, bool norm_topk_prob, float routed_scaling_factor,
+                cudaStream_t stream);
 
 // --- moe_permute.cu: the (token, slot) pairs sorted by expert, stably (token order within an expert),
-// all on the device in one block: offsets (n_expert + 1) row offsets of each expert's group;
-// src_token (n_tokens * top_k): the token each permuted row comes from; dest_row (n_tokens * top_k):
-// the permuted row of (token, slot). n_expert <= 1024.
-void moe_permute(int32_t* offsets, int32_t* src_token, int32_t* dest_row, const int32_t* topk_ids, int64_t n_tokens,
-                 int64_t n_expert, int64_t top_k, cudaStream_t stream);
+// on the device: offsets (n_experts + 1), the first permuted row of each expert's group;
+// src_token (n_tokens * top_k), the token each permuted row comes from; dest_row (n_tokens * top_k),
+// the permuted row of (token, slot). scratch: moe_permute_scratch_ints() ints. n_experts <= 1024.
+int64_t moe_permute_scratch_ints(int64_t n_tokens, int64_t n_experts, int64_t top_k);
+void moe_permute(int32_t* offsets, int32_t* src_token, int32_t* dest_row, const int32_t* experts, int64_t n_tokens,
+                 int64_t n_experts, int64_t top_k, int32_t* scratch, cudaStream_t stream);
 
 // --- moe_grouped_matmul.cu: for each expert e and each row r in [offsets[e], offsets[e+1]):
-// out[r] = in[gather ? gather[r] : r] W_e^T, W (n_expert, n_out, n_in). The row counts stay on the
-// device: the grid covers the worst case (max_rows rows) and tiles past an expert's rows exit.
-// bf16/fp16: tensor cores (wmma, fp32 accumulation); fp32: a tiled SIMT kernel (exact fp32).
+// out[r] = in[gather ? gather[r] : r] W_e^T; out (max_rows, n_out); W (n_experts, n_out, n_in).
+// The row counts stay on the device: the grid covers the worst case (max_rows rows in all) and
+// tiles past an expert's rows exit. bf16/fp16: tensor cores (wmma, fp32 accumulation); fp32: a tiled
+// SIMT kernel (exact fp32).
 template <typename T>
 void moe_grouped_matmul(T* out, const T* in, const int32_t* gather, const T* weight, const int32_t* offsets,
-                        int64_t max_rows, int64_t n_expert, int64_t n_in, int64_t n_out, cudaStream_t stream);
+                        int64_t max_rows, int64_t n_experts, int64_t n_in, int64_t n_out, cudaStream_t stream);
 
 // --- moe_combine.cu: weighted un-permutation fused with the residual add:
-// x[t] += sum_{k in order} topk_w[t, k] * expert_out[dest_row[t, k]] (fp32, fixed order, no atomics).
+// x[t] += sum over t's experts in ascending order of weights[t, k] * expert_out[dest_row[t, k]]
+// (fp32, fixed order, no atomics). top_k <= 32.
 template <typename T>
-void moe_combine(float* x, const T* expert_out, const int32_t* dest_row, const float* topk_w, int64_t n_tokens,
+void moe_combine(float* x, const T* expert_out, const int32_t* dest_row, const float* weights, int64_t n_tokens,
                  int64_t top_k, int64_t hidden, cudaStream_t stream);
+
+// --- moe_experts.cu: cpu::moe_experts followed by cpu::add into the residual, composed from the
+// kernels above: x (n_tokens, hidden) fp32 += experts(in). in (n_tokens, hidden);
+// w13 (n_experts, 2 * inter, hidden), each expert's w1 rows then its w3 rows; w2 (n_experts, hidden,
+// inter); experts, weights (n_tokens, top_k) from moe_router(); scratch of moe_experts_scratch_bytes().
+int64_t moe_experts_scratch_bytes(int64_t n_tokens, int64_t hidden, int64_t n_experts, int64_t inter, int64_t top_k,
+                                  int64_t elem_bytes);
+template <typename T>
+void moe_experts(float* x, const T* in, const T* w13, const T* w2, const int32_t* experts, const float* weights,
+                 int64_t n_tokens, int64_t hidden, int64_t n_experts, int64_t inter, int64_t top_k, void* scratch,
+                 cudaStream_t stream);
 
 // --- add.cu: fp32 -> T on the device (n elements).
 template <typename T>

@@ -1,0 +1,266 @@
+// Grouped GEMM over the experts of an MoE layer, with the per-expert row counts read on the
+// device (no host round trip): out[r] = in[gather ? gather[r] : r] W_e^T for r in expert e's rows.
+//
+// The grid covers the worst case: gridDim.y = ceil(max_rows / BM) + n_experts tiles of BM rows;
+// a block finds its (expert, row tile) by walking the group offsets and exits when past the last
+// tile. The gather of the input rows (the permutation) is fused into the tile loads.
+//  - bf16 / fp16: 128x128x32 tiles, 8 warps of 64x32, wmma 16x16x16 tensor-core products with fp32
+//    accumulation, tiles double-buffered in shared memory through cp.async (zero-fill past edges).
+//  - fp32: 64x64x16 tiles, 256 threads of 4x4 outputs, plain fp32 FMAs (no TF32).
+// Each output element is one dot product in a fixed k order, so results do not depend on where a
+// row lands in a tile: bit-identical run to run.
+#include <mma.h>
+
+#include "common/cuda_check.h"
+#include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/ops.h"
+
+namespace lfm2::cuda {
+namespace {
+
+// Finds the block's (expert, first row, end row) from the offsets; e = -1 when past the last tile.
+template <int BM>
+__device__ __forceinline__ void find_tile(const int32_t* offsets, int n_experts, int* s_info) {
+  if (threadIdx.x == 0) {
+    int t = blockIdx.y, e = -1, row0 = 0, end = 0;
+    for (int x = 0; x < n_experts; ++x) {
+      const int b = offsets[x], c = offsets[x + 1] - b, nt = (c + BM - 1) / BM;
+      if (t < nt) {
+        e = x;
+        row0 = b + t * BM;
+        end = b + c;
+        break;
+      }
+      t -= nt;
+    }
+    s_info[0] = e;
+    s_info[1] = row0;
+    s_info[2] = end;
+  }
+  __syncthreads();
+}
+
+// ---------------------------------------------------------------- tensor cores (bf16 / fp16)
+namespace mma_cfg {
+constexpr int BM = 128, BN = 128, BK = 32, LDS = BK + 8, kThreads = 256;
+}
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  const int n = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+template <typename T, bool kVec>
+__global__ void __launch_bounds__(mma_cfg::kThreads)
+    grouped_mma_kernel(T* out, const T* in, const int32_t* gather, const T* weight, const int32_t* offsets,
+                       int n_experts, int N, int K) {
+  using namespace mma_cfg;
+  using namespace nvcuda;
+  __shared__ __align__(128) T sa[2][BM * LDS];
+  __shared__ __align__(128) T sb[2][BN * LDS];
+  __shared__ int s_info[3];
+  __shared__ int s_src[BM];
+
+  find_tile<BM>(offsets, n_experts, s_info);
+  const int e = s_info[0];
+  if (e < 0) return;
+  const int row0 = s_info[1], row_end = s_info[2];
+  const int n0 = blockIdx.x * BN;
+  const int tid = threadIdx.x;
+  for (int r = tid; r < BM; r += kThreads) {
+    const int row = row0 + r;
+    s_src[r] = row < row_end ? (gather ? gather[row] : row) : -1;
+  }
+  __syncthreads();
+  const T* w = weight + int64_t(e) * N * K;
+
+  auto load = [&](int stage, int k0) {
+    if constexpr (kVec) {
+#pragma unroll
+      for (int j = 0; j < (BM * BK / 8) / kThreads; ++j) {
+        const int c = tid + j * kThreads, r = c >> 2, kc = (c & 3) * 8;
+        const int src = s_src[r];
+        const bool ok = src >= 0 && k0 + kc < K;
+        cp_async16(&sa[stage][r * LDS + kc], ok ? in + int64_t(src) * K + k0 + kc : in, ok);
+      }
+#pragma unroll
+      for (int j = 0; j < (BN * BK / 8) / kThreads; ++j) {
+        const int c = tid + j * kThreads, r = c >> 2, kc = (c & 3) * 8;
+        const bool ok = n0 + r < N && k0 + kc < K;
+        cp_async16(&sb[stage][r * LDS + kc], ok ? w + int64_t(n0 + r) * K + k0 + kc : w, ok);
+      }
+    } else {
+      for (int c = tid; c < BM * BK; c += kThreads) {
+        const int r = c / BK, kc = c % BK, src = s_src[r];
+        sa[stage][r * LDS + kc] = (src >= 0 && k0 + kc < K) ? in[int64_t(src) * K + k0 + kc] : from_f32<T>(0.f);
+      }
+      for (int c = tid; c < BN * BK; c += kThreads) {
+        const int r = c / BK, kc = c % BK;
+        sb[stage][r * LDS + kc] = (n0 + r < N && k0 + kc < K) ? w[int64_t(n0 + r) * K + k0 + kc] : from_f32<T>(0.f);
+      }
+    }
+  };
+
+  const int warp = tid >> 5, lane = tid & 31;
+  const int wm = (warp >> 2) * 64, wn = (warp & 3) * 32;  // 2 x 4 warps of 64 x 32
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[4][2];
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) wmma::fill_fragment(acc[i][j], 0.f);
+
+  const int nk = (K + BK - 1) / BK;
+  load(0, 0);
+  if constexpr (kVec) cp_async_commit();
+  for (int kt = 0; kt < nk; ++kt) {
+    const int st = kt & 1;
+    if (kt + 1 < nk) {
+      load(st ^ 1, (kt + 1) * BK);
+      if constexpr (kVec) {
+        cp_async_commit();
+        cp_async_wait<1>();
+      }
+    } else if constexpr (kVec) {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < BK; kk += 16) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa[4];
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> fb[2];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) wmma::load_matrix_sync(fa[i], &sa[st][(wm + i * 16) * LDS + kk], LDS);
+#pragma unroll
+      for (int j = 0; j < 2; ++j) wmma::load_matrix_sync(fb[j], &sb[st][(wn + j * 16) * LDS + kk], LDS);
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 2; ++j) wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
+    }
+    __syncthreads();  // this stage is refilled next iteration
+  }
+
+  // Epilogue through a per-warp 16x16 fp32 staging tile (in the now idle A buffers).
+  float* stage = reinterpret_cast<float*>(&sa[0][0]) + warp * 256;
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      wmma::store_matrix_sync(stage, acc[i][j], 16, wmma::mem_row_major);
+      __syncwarp();
+      for (int idx = lane; idx < 256; idx += 32) {
+        const int r = row0 + wm + i * 16 + (idx >> 4), c = n0 + wn + j * 16 + (idx & 15);
+        if (r < row_end && c < N) out[int64_t(r) * N + c] = from_f32<T>(stage[idx]);
+      }
+      __syncwarp();
+    }
+}
+
+// ---------------------------------------------------------------- SIMT fp32
+namespace simt_cfg {
+constexpr int BM = 64, BN = 64, BK = 16, kThreads = 256;
+}
+
+__global__ void __launch_bounds__(simt_cfg::kThreads)
+    grouped_simt_kernel(float* out, const float* in, const int32_t* gather, const float* weight,
+                        const int32_t* offsets, int n_experts, int N, int K) {
+  using namespace simt_cfg;
+  __shared__ float sa[BK][BM + 4];
+  __shared__ float sb[BK][BN + 4];
+  __shared__ int s_info[3];
+  __shared__ int s_src[BM];
+
+  find_tile<BM>(offsets, n_experts, s_info);
+  const int e = s_info[0];
+  if (e < 0) return;
+  const int row0 = s_info[1], row_end = s_info[2];
+  const int n0 = blockIdx.x * BN;
+  const int tid = threadIdx.x;
+  for (int r = tid; r < BM; r += kThreads) {
+    const int row = row0 + r;
+    s_src[r] = row < row_end ? (gather ? gather[row] : row) : -1;
+  }
+  __syncthreads();
+  const float* w = weight + int64_t(e) * N * K;
+  const int ty = tid >> 4, tx = tid & 15;  // rows ty + 16 i, columns tx + 16 j
+  float acc[4][4] = {};
+  for (int k0 = 0; k0 < K; k0 += BK) {
+    for (int c = tid; c < BM * BK; c += kThreads) {
+      const int r = c / BK, kc = c % BK, src = s_src[r];
+      sa[kc][r] = (src >= 0 && k0 + kc < K) ? in[int64_t(src) * K + k0 + kc] : 0.f;
+    }
+    for (int c = tid; c < BN * BK; c += kThreads) {
+      const int r = c / BK, kc = c % BK;
+      sb[kc][r] = (n0 + r < N && k0 + kc < K) ? w[int64_t(n0 + r) * K + k0 + kc] : 0.f;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int kc = 0; kc < BK; ++kc) {
+      float a[4], b[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) a[i] = sa[kc][ty + 16 * i];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) b[j] = sb[kc][tx + 16 * j];
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int r = row0 + ty + 16 * i, c = n0 + tx + 16 * j;
+      if (r < row_end && c < N) out[int64_t(r) * N + c] = acc[i][j];
+    }
+}
+
+template <int BM>
+unsigned tiles_y(int64_t max_rows, int64_t n_experts) {
+  const int64_t t = (max_rows + BM - 1) / BM + n_experts;
+  LFM2_CHECK(t < 65536, "moe_grouped_matmul: ", t, " row tiles exceed one launch");
+  return unsigned(t);
+}
+
+}  // namespace
+
+template <typename T>
+void moe_grouped_matmul(T* out, const T* in, const int32_t* gather, const T* weight, const int32_t* offsets,
+                        int64_t max_rows, int64_t n_expert, int64_t n_in, int64_t n_out, cudaStream_t stream) {
+  if (max_rows == 0 || n_out == 0) return;
+  LFM2_CHECK(n_expert * n_out * n_in < (int64_t(1) << 62) && n_in < (int64_t(1) << 31) && n_out < (int64_t(1) << 31),
+             "moe_grouped_matmul: sizes");
+  if constexpr (std::is_same<T, float>::value) {
+    using namespace simt_cfg;
+    const dim3 grid(unsigned((n_out + BN - 1) / BN), tiles_y<BM>(max_rows, n_expert));
+    grouped_simt_kernel<<<grid, kThreads, 0, stream>>>(out, in, gather, weight, offsets, int(n_expert), int(n_out),
+                                                       int(n_in));
+    CUDA_CHECK_LAUNCH("grouped_simt_kernel");
+  } else {
+    using namespace mma_cfg;
+    const dim3 grid(unsigned((n_out + BN - 1) / BN), tiles_y<BM>(max_rows, n_expert));
+    const bool vec = n_in % 8 == 0 && reinterpret_cast<uintptr_t>(in) % 16 == 0 &&
+                     reinterpret_cast<uintptr_t>(weight) % 16 == 0;
+    if (vec)
+      grouped_mma_kernel<T, true><<<grid, kThreads, 0, stream>>>(out, in, gather, weight, offsets, int(n_expert),
+                                                                 int(n_out), int(n_in));
+    else
+      grouped_mma_kernel<T, false><<<grid, kThreads, 0, stream>>>(out, in, gather, weight, offsets, int(n_expert),
+                                                                  int(n_out), int(n_in));
+    CUDA_CHECK_LAUNCH("grouped_mma_kernel");
+  }
+}
+
+#define INST(T)                                                                                            \
+  template void moe_grouped_matmul<T>(T*, const T*, const int32_t*, const T*, const int32_t*, int64_t, int64_t, \
+                                      int64_t, int64_t, cudaStream_t);
+LFM2_FOR_EACH_T(INST)
+#undef INST
+
+}  // namespace lfm2::cuda
