@@ -55,8 +55,11 @@ int main(int argc, char** argv) {
 
   try {
     app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
+  } catch (const CLI::Success& e) {
     return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    log_error(cat(e.what(), " (see h5pack --help)"));
+    return 1;
   }
   try {
     std::optional<DType> dtype;

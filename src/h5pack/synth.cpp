@@ -117,6 +117,7 @@ void synth_weights(const ModelConfig& cfg, const std::string& out, const SynthOp
       synth_fill(buf.data(), stored, opt.seed, spec, init, uint64_t(r) * row, n, threads);
       if (pending.valid()) pending.get();
       pending = std::async(std::launch::async, [&writer, &spec, r, n_rows, &buf, stored] {
+        h5_quiet();
         writer.write_rows(spec, r, n_rows, buf.data(), stored);
       });
       cur ^= 1;

@@ -19,8 +19,10 @@ std::string h5_error_message() {
 }
 
 void h5_quiet() {
-  static std::once_flag once;
-  std::call_once(once, [] { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); });
+  // Per thread: a thread-safe HDF5 build keeps one error stack (and its printing) per thread.
+  thread_local bool done = false;
+  if (!done) H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  done = true;
 }
 
 H5Handle& H5Handle::operator=(H5Handle&& o) noexcept {

@@ -17,7 +17,8 @@ namespace lfm2 {
 // The innermost description on HDF5's error stack (e.g. "file signature not found"), then clears it.
 std::string h5_error_message();
 
-// Silences HDF5's automatic error printing (once per process; idempotent).
+// Silences HDF5's automatic error printing in the calling thread (idempotent; call it in every
+// thread that makes HDF5 calls).
 void h5_quiet();
 
 }  // namespace lfm2

@@ -1,0 +1,92 @@
+// The h5pack executable: exit codes, one-line errors "h5pack: error: <file>: <problem>", and the
+// happy path of each subcommand.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "io_test_util.h"
+
+namespace lfm2 {
+namespace {
+
+struct Result {
+  int code = -1;
+  std::string out, err;
+};
+
+Result run(const test::ScratchDir& dir, const std::string& args) {
+  const std::string cmd =
+      std::string(H5PACK_EXE) + " " + args + " >" + dir.file("stdout.txt") + " 2>" + dir.file("stderr.txt");
+  const int status = std::system(cmd.c_str());
+  Result r;
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  auto slurp = [](const std::string& p) {
+    std::ifstream f(p);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+  };
+  r.out = slurp(dir.file("stdout.txt"));
+  r.err = slurp(dir.file("stderr.txt"));
+  std::remove(dir.file("stdout.txt").c_str());
+  std::remove(dir.file("stderr.txt").c_str());
+  return r;
+}
+
+void expect_one_line_error(const Result& r, const std::string& file, const std::string& problem) {
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.err.rfind("h5pack: error: " + file, 0), 0u) << r.err;
+  EXPECT_NE(r.err.find(problem), std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+}
+
+TEST(H5packCli, SubcommandsEndToEnd) {
+  test::ScratchDir dir;
+  Result r = run(dir, "synth " + dir.file("m.h5") + " --preset lfm2-tiny --seed 3 --dtype fp16");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("100%"), std::string::npos);  // progress
+  r = run(dir, "inspect " + dir.file("m.h5") + " --stages 2");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("weights fp16"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("parameters: 372.38 K (372384)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("stage 1: layers "), std::string::npos) << r.out;
+  r = run(dir, "-q split " + dir.file("m.h5") + " --stages 2 " + dir.file("s-%d.h5"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "h5pack: wrote " + dir.file("s-0.h5") + "\nh5pack: wrote " + dir.file("s-1.h5") + "\n");
+  test::CheckpointOptions opt;
+  test::write_checkpoint(dir.file("ckpt"), test::small_config(), opt);
+  r = run(dir, "-q convert " + dir.file("ckpt") + " " + dir.file("c.h5") + " --dtype fp32");
+  ASSERT_EQ(r.code, 0) << r.err;
+  r = run(dir, "inspect --brief " + dir.file("c.h5"));
+  EXPECT_NE(r.out.find("weights fp32"), std::string::npos) << r.out;
+}
+
+TEST(H5packCli, ErrorsAreOneLine) {
+  test::ScratchDir dir;
+  expect_one_line_error(run(dir, "synth " + dir.file("x.h5") + " --preset nope"), "", "unknown preset 'nope'");
+  expect_one_line_error(run(dir, "inspect " + dir.file("none.h5")), dir.file("none.h5"), "no such file");
+  expect_one_line_error(run(dir, "convert " + dir.file("none") + " " + dir.file("x.h5")), dir.file("none"),
+                        "not a checkpoint directory");
+  test::CheckpointOptions opt;
+  test::write_checkpoint(dir.file("ckpt"), test::small_config(), opt);
+  std::ofstream(dir.file("ckpt/model.safetensors"), std::ios::app) << "x";  // trailing byte is harmless
+  std::filesystem::resize_file(dir.file("ckpt/model.safetensors"), 2000);
+  expect_one_line_error(run(dir, "convert " + dir.file("ckpt") + " " + dir.file("x.h5")),
+                        dir.file("ckpt/model.safetensors"), "truncated");
+  expect_one_line_error(run(dir, "convert " + dir.file("ckpt") + " " + dir.file("x.h5") + " --dtype int4"), "",
+                        "unknown dtype 'int4'");
+  expect_one_line_error(run(dir, "frobnicate"), "", "see h5pack --help");
+  expect_one_line_error(run(dir, "split " + dir.file("x.h5") + " " + dir.file("s%d.h5")), "", "--stages is required");
+  EXPECT_EQ(run(dir, "--help").code, 0);
+  std::vector<std::string> left = dir.entries();
+  EXPECT_EQ(left, std::vector<std::string>{"ckpt"});
+}
+
+}  // namespace
+}  // namespace lfm2
