@@ -1,0 +1,423 @@
+// Every CUDA op against its CPU twin (or the composition of CPU ops a fused kernel replaces), on
+// seeded random data, several shapes including odd ones, in fp32, bf16 and fp16. Inputs are rounded
+// to the element type first, so the CPU sees exactly what the GPU sees; tolerances are per dtype
+// (cuda_test_util.h). Skips without a GPU.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <tuple>
+
+#include "cuda_test_util.h"
+#include "kernels/add.h"
+#include "kernels/attention.h"
+#include "kernels/cuda/ops.h"
+#include "kernels/embedding.h"
+#include "kernels/linear.h"
+#include "kernels/moe_experts.h"
+#include "kernels/moe_router.h"
+#include "kernels/rmsnorm.h"
+#include "kernels/rope.h"
+#include "kernels/short_conv.h"
+#include "kernels/swiglu.h"
+
+namespace lfm2 {
+namespace {
+
+using namespace test;
+
+template <typename T>
+class CudaOps : public CudaTest {};
+TYPED_TEST_SUITE(CudaOps, ElemTypes, ElemNames);
+
+TYPED_TEST(CudaOps, Embedding) {
+  using T = TypeParam;
+  for (auto [n_tokens, vocab, hidden] : {std::tuple<int64_t, int64_t, int64_t>{1, 10, 16}, {37, 100, 33}, {256, 512, 2048}}) {
+    auto table = rand_vec(static_cast<size_t>(vocab * hidden), 1);
+    auto raw = round_to<T>(table);
+    std::vector<int32_t> ids(static_cast<size_t>(n_tokens));
+    for (int64_t t = 0; t < n_tokens; ++t) ids[t] = int32_t((t * 7919 + 3) % vocab);
+    std::vector<float> ref(static_cast<size_t>(n_tokens * hidden));
+    cpu::embedding(ref.data(), ids.data(), table.data(), n_tokens, vocab, hidden);
+    DevBuf<T> d_table(raw.size());
+    DevBuf<int32_t> d_ids(ids.size());
+    DevBuf<float> d_out(ref.size());
+    upload(d_table, raw);
+    upload(d_ids, ids);
+    cuda::embedding(d_out.get(), d_ids.get(), d_table.get(), n_tokens, vocab, hidden, this->stream_);
+    this->sync();
+    EXPECT_EQ(download(d_out.get(), ref.size()), ref);
+  }
+}
+
+TYPED_TEST(CudaOps, RmsnormAndFusedAdd) {
+  using T = TypeParam;
+  const float eps = 1e-5f;
+  for (auto [n, dim] : {std::pair<int64_t, int64_t>{1, 2048}, {7, 33}, {64, 100}, {3, 1000}}) {
+    auto x = rand_vec(static_cast<size_t>(n * dim), 2, 3.f);
+    auto w = rand_vec(static_cast<size_t>(dim), 3);
+    auto delta = rand_vec(static_cast<size_t>(n * dim), 4);
+    auto delta_raw = round_to<T>(delta);
+    DevBuf<float> d_x(x.size()), d_w(w.size());
+    DevBuf<T> d_out(x.size()), d_delta(x.size()), d_last(static_cast<size_t>(dim));
+    upload(d_x, x);
+    upload(d_w, w);
+    upload(d_delta, delta_raw);
+
+    std::vector<float> ref(x.size());
+    cpu::rmsnorm(ref.data(), x.data(), w.data(), n, dim, eps);
+    cuda::rmsnorm(d_out.get(), d_x.get(), d_w.get(), n, dim, eps, this->stream_);
+    this->sync();
+    EXPECT_TRUE(close_t<T>(download(d_out.get(), ref.size()), ref)) << "rmsnorm " << n << "x" << dim;
+
+    // the last row as the last token of one sequence of n tokens
+    cuda::rmsnorm_last(d_last.get(), d_x.get(), d_w.get(), 1, n, dim, eps, this->stream_);
+    this->sync();
+    EXPECT_TRUE(close_t<T>(download(d_last.get(), static_cast<size_t>(dim)),
+                           std::vector<float>(ref.end() - dim, ref.end())));
+
+    std::vector<float> x2(x.size()), ref2(x.size());
+    cpu::add(x2.data(), x.data(), delta.data(), int64_t(x.size()));
+    cpu::rmsnorm(ref2.data(), x2.data(), w.data(), n, dim, eps);
+    cuda::add_rmsnorm(d_out.get(), d_x.get(), d_delta.get(), d_w.get(), n, dim, eps, this->stream_);
+    this->sync();
+    EXPECT_EQ(download(d_x.get(), x.size()), x2) << "residual after add";
+    EXPECT_TRUE(close_t<T>(download(d_out.get(), ref.size()), ref2)) << "add_rmsnorm " << n << "x" << dim;
+
+    // plain add
+    upload(d_x, x);
+    cuda::add(d_x.get(), d_x.get(), d_delta.get(), int64_t(x.size()), this->stream_);
+    this->sync();
+    EXPECT_EQ(download(d_x.get(), x.size()), x2);
+  }
+}
+
+TYPED_TEST(CudaOps, Linear) {
+  using T = TypeParam;
+  for (auto [n, k, m] : {std::tuple<int64_t, int64_t, int64_t>{1, 64, 64}, {33, 70, 45}, {128, 256, 192},
+                         {5, 2048, 96}, {300, 96, 7}}) {
+    auto in = rand_vec(static_cast<size_t>(n * k), 5);
+    auto w = rand_vec(static_cast<size_t>(m * k), 6, float(1.0 / std::sqrt(double(k))));
+    auto in_raw = round_to<T>(in);
+    auto w_raw = round_to<T>(w);
+    std::vector<float> ref(static_cast<size_t>(n * m));
+    cpu::linear(ref.data(), in.data(), w.data(), n, k, m);
+    DevBuf<T> d_in(in.size()), d_w(w.size()), d_out(ref.size());
+    DevBuf<float> d_out32(ref.size());
+    upload(d_in, in_raw);
+    upload(d_w, w_raw);
+    cuda::linear(d_out.get(), d_in.get(), d_w.get(), n, k, m, this->stream_);
+    cuda::linear_f32out(d_out32.get(), d_in.get(), d_w.get(), n, k, m, this->stream_);
+    this->sync();
+    EXPECT_TRUE(close_t<T>(download(d_out.get(), ref.size()), ref)) << n << "x" << k << "x" << m;
+    // fp32 output: only the accumulation differs from the CPU
+    EXPECT_TRUE(close(download(d_out32.get(), ref.size()), ref, 1e-5, 1e-4)) << n << "x" << k << "x" << m;
+  }
+}
+
+TYPED_TEST(CudaOps, QkNormRope) {
+  using T = TypeParam;
+  const float eps = 1e-5f;
+  for (auto [n_seq, S, nh, nkv, hd, theta] :
+       {std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, double>{2, 5, 4, 2, 16, 1e6},
+        {1, 37, 8, 8, 64, 1e6}, {3, 70, 6, 2, 32, 1e4}, {1, 3000, 2, 1, 64, 1e6}, {1, 3, 2, 1, 128, 5e5}}) {
+    const int64_t T_ = n_seq * S, width = (nh + 2 * nkv) * hd;
+    auto qkv = rand_vec(static_cast<size_t>(T_ * width), 7, 2.f);
+    auto raw = round_to<T>(qkv);
+    auto qn = rand_vec(static_cast<size_t>(hd), 8), kn = rand_vec(static_cast<size_t>(hd), 9);
+    std::vector<float> inv_freq(static_cast<size_t>(hd / 2));
+    cpu::rope_inv_freq(inv_freq.data(), hd, theta);
+    std::vector<int64_t> pos(static_cast<size_t>(T_));
+    for (int64_t r = 0; r < T_; ++r) pos[r] = r % S;
+    // CPU: split, per-head rmsnorm, rope, then reassemble
+    std::vector<float> q(static_cast<size_t>(T_ * nh * hd)), k(static_cast<size_t>(T_ * nkv * hd));
+    for (int64_t r = 0; r < T_; ++r) {
+      std::copy_n(qkv.begin() + r * width, nh * hd, q.begin() + r * nh * hd);
+      std::copy_n(qkv.begin() + r * width + nh * hd, nkv * hd, k.begin() + r * nkv * hd);
+    }
+    cpu::rmsnorm(q.data(), q.data(), qn.data(), T_ * nh, hd, eps);
+    cpu::rmsnorm(k.data(), k.data(), kn.data(), T_ * nkv, hd, eps);
+    cpu::rope(q.data(), q.data(), pos.data(), inv_freq.data(), T_, nh, hd);
+    cpu::rope(k.data(), k.data(), pos.data(), inv_freq.data(), T_, nkv, hd);
+    std::vector<float> ref = qkv;
+    for (int64_t r = 0; r < T_; ++r) {
+      std::copy_n(q.begin() + r * nh * hd, nh * hd, ref.begin() + r * width);
+      std::copy_n(k.begin() + r * nkv * hd, nkv * hd, ref.begin() + r * width + nh * hd);
+    }
+    DevBuf<T> d_qkv(raw.size());
+    DevBuf<float> d_qn(qn.size()), d_kn(kn.size()), d_if(inv_freq.size());
+    upload(d_qkv, raw);
+    upload(d_qn, qn);
+    upload(d_kn, kn);
+    upload(d_if, inv_freq);
+    cuda::qk_norm_rope(d_qkv.get(), d_qn.get(), d_kn.get(), d_if.get(), n_seq, S, nh, nkv, hd, eps, this->stream_);
+    this->sync();
+    EXPECT_TRUE(close_t<T>(download(d_qkv.get(), ref.size()), ref)) << n_seq << "x" << S << " hd " << hd;
+  }
+}
+
+TYPED_TEST(CudaOps, Attention) {
+  using T = TypeParam;
+  for (auto [n_seq, S, nh, nkv, hd] :
+       {std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>{1, 1, 2, 1, 16}, {2, 33, 4, 2, 32},
+        {1, 100, 8, 2, 64}, {3, 65, 4, 4, 128}, {2, 130, 4, 1, 64}, {1, 8192, 1, 1, 64}}) {
+    const int64_t T_ = n_seq * S;
+    auto q = rand_vec(static_cast<size_t>(T_ * nh * hd), 10, 2.f), k = rand_vec(static_cast<size_t>(T_ * nkv * hd), 11, 2.f),
+         v = rand_vec(static_cast<size_t>(T_ * nkv * hd), 12);
+    auto qr = round_to<T>(q), kr = round_to<T>(k), vr = round_to<T>(v);
+    const float scale = float(std::pow(double(hd), -0.5));
+    std::vector<float> ref(q.size()), scratch(static_cast<size_t>(cpu::attention_scratch_floats(S, 0)));
+    cpu::attention(ref.data(), q.data(), k.data(), v.data(), n_seq, S, nh, nkv, hd, scale, scratch.data(), 0);
+    DevBuf<T> dq(q.size()), dk(k.size()), dv(v.size()), dout(q.size());
+    upload(dq, qr);
+    upload(dk, kr);
+    upload(dv, vr);
+    cuda::attention(dout.get(), dq.get(), dk.get(), dv.get(), n_seq, S, nh, nkv, hd, scale, this->stream_);
+    this->sync();
+    EXPECT_TRUE(close_t<T>(download(dout.get(), ref.size()), ref)) << n_seq << "x" << S << " " << nh << "/" << nkv
+                                                                   << " hd " << hd;
+  }
+  // strided: q, k, v inside one [q | k | v] row, as the stage calls it
+  const int64_t n_seq = 2, S = 45, nh = 4, nkv = 2, hd = 64, width = (nh + 2 * nkv) * hd;
+  auto qkv = rand_vec(static_cast<size_t>(n_seq * S * width), 13, 2.f);
+  auto raw = round_to<T>(qkv);
+  std::vector<float> q, k, v;
+  for (int64_t r = 0; r < n_seq * S; ++r) {
+    q.insert(q.end(), qkv.begin() + r * width, qkv.begin() + r * width + nh * hd);
+    k.insert(k.end(), qkv.begin() + r * width + nh * hd, qkv.begin() + r * width + (nh + nkv) * hd);
+    v.insert(v.end(), qkv.begin() + r * width + (nh + nkv) * hd, qkv.begin() + (r + 1) * width);
+  }
+  std::vector<float> ref(q.size()), scratch(static_cast<size_t>(cpu::attention_scratch_floats(S, 1)));
+  cpu::attention(ref.data(), q.data(), k.data(), v.data(), n_seq, S, nh, nkv, hd, 0.125f, scratch.data(), 1);
+  DevBuf<T> d_qkv(raw.size()), dout(q.size());
+  upload(d_qkv, raw);
+  cuda::attention(dout.get(), d_qkv.get(), d_qkv.get() + nh * hd, d_qkv.get() + (nh + nkv) * hd, n_seq, S, nh, nkv,
+                  hd, 0.125f, this->stream_, width, width);
+  this->sync();
+  EXPECT_TRUE(close_t<T>(download(dout.get(), ref.size()), ref)) << "strided";
+}
+
+TYPED_TEST(CudaOps, ShortConv) {
+  using T = TypeParam;
+  for (auto [n_seq, S, H, L] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{2, 9, 64, 3}, {1, 1, 33, 3},
+                                {3, 40, 100, 4}, {4, 32, 2048, 3}}) {
+    const int64_t T_ = n_seq * S;
+    auto bcx = rand_vec(static_cast<size_t>(T_ * 3 * H), 14, 2.f), w = rand_vec(static_cast<size_t>(H * L), 15);
+    auto raw = round_to<T>(bcx);
+    std::vector<float> ref(static_cast<size_t>(T_ * H));
+    cpu::short_conv(ref.data(), bcx.data(), w.data(), n_seq, S, H, L);
+    DevBuf<T> d_bcx(raw.size()), d_out(ref.size());
+    DevBuf<float> d_w(w.size());
+    upload(d_bcx, raw);
+    upload(d_w, w);
+    cuda::short_conv(d_out.get(), d_bcx.get(), d_w.get(), n_seq, S, H, L, this->stream_);
+    this->sync();
+    EXPECT_TRUE(close_t<T>(download(d_out.get(), ref.size()), ref)) << n_seq << "x" << S << " H " << H;
+  }
+}
+
+TYPED_TEST(CudaOps, Swiglu) {
+  using T = TypeParam;
+  for (auto [n, inter] : {std::pair<int64_t, int64_t>{7, 33}, {64, 1792}, {1, 1}}) {
+    auto gu = rand_vec(static_cast<size_t>(n * 2 * inter), 16, 6.f);
+    auto raw = round_to<T>(gu);
+    std::vector<float> ref(static_cast<size_t>(n * inter));
+    for (int64_t r = 0; r < n; ++r)
+      cpu::swiglu(ref.data() + r * inter, gu.data() + r * 2 * inter, gu.data() + r * 2 * inter + inter, inter);
+    DevBuf<T> d_gu(raw.size()), d_out(ref.size());
+    upload(d_gu, raw);
+    cuda::swiglu(d_out.get(), d_gu.get(), n, inter, this->stream_);
+    this->sync();
+    EXPECT_TRUE(close_t<T>(download(d_out.get(), ref.size()), ref)) << n << "x" << inter;
+  }
+}
+
+// Routed experts of random routing (distinct experts per token), composed on the GPU.
+TYPED_TEST(CudaOps, MoeExperts) {
+  using T = TypeParam;
+  for (auto [n, H, E, I, k] : {std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>{37, 64, 8, 48, 2},
+                               {200, 128, 32, 96, 4}, {5, 64, 4, 40, 4}, {300, 36, 6, 20, 1}, {1, 256, 32, 64, 4}}) {
+    auto in = rand_vec(static_cast<size_t>(n * H), 17);
+    auto w1 = rand_vec(static_cast<size_t>(E * I * H), 18, float(1 / std::sqrt(double(H))));
+    auto w3 = rand_vec(static_cast<size_t>(E * I * H), 19, float(1 / std::sqrt(double(H))));
+    auto w2 = rand_vec(static_cast<size_t>(E * H * I), 20, float(1 / std::sqrt(double(I))));
+    auto x = rand_vec(static_cast<size_t>(n * H), 21);
+    auto in_raw = round_to<T>(in);
+    round_to<T>(w1), round_to<T>(w3), round_to<T>(w2);
+    std::vector<int32_t> experts(static_cast<size_t>(n * k));
+    std::vector<float> weights(static_cast<size_t>(n * k));
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t j = 0; j < k; ++j) {
+        experts[t * k + j] = int32_t((t * 5 + j * (E / k + 1) + (t % 3)) % E);  // distinct for j < k
+        weights[t * k + j] = 0.1f + 0.2f * float((t + j) % 5);
+      }
+    // w13 (E, 2I, H): each expert's w1 rows then its w3 rows
+    std::vector<float> w13(static_cast<size_t>(E * 2 * I * H));
+    for (int64_t e = 0; e < E; ++e) {
+      std::copy_n(w1.begin() + e * I * H, I * H, w13.begin() + e * 2 * I * H);
+      std::copy_n(w3.begin() + e * I * H, I * H, w13.begin() + e * 2 * I * H + I * H);
+    }
+    auto w13_raw = round_to<T>(w13);
+    auto w2_raw = round_to<T>(w2);
+
+    const auto need = cpu::moe_experts_scratch(n, H, E, I, k, 1);
+    std::vector<float> fs(static_cast<size_t>(need.floats)), moe(static_cast<size_t>(n * H)), ref(static_cast<size_t>(n * H));
+    std::vector<int32_t> is(static_cast<size_t>(need.ints));
+    cpu::moe_experts(moe.data(), in.data(), w1.data(), w3.data(), w2.data(), experts.data(), weights.data(), n, H, E,
+                     I, k, fs.data(), is.data(), 1);
+    cpu::add(ref.data(), x.data(), moe.data(), n * H);
+
+    DevBuf<T> d_in(in.size()), d_w13(w13.size()), d_w2(w2.size());
+    DevBuf<float> d_x(x.size()), d_w(weights.size());
+    DevBuf<int32_t> d_e(experts.size());
+    DevBuf<char> d_scratch(static_cast<size_t>(cuda::moe_experts_scratch_bytes(n, H, E, I, k, sizeof(T))));
+    upload(d_in, in_raw);
+    upload(d_w13, w13_raw);
+    upload(d_w2, w2_raw);
+    upload(d_x, x);
+    upload(d_w, weights);
+    upload(d_e, experts);
+    cuda::moe_experts(d_x.get(), d_in.get(), d_w13.get(), d_w2.get(), d_e.get(), d_w.get(), n, H, E, I, k,
+                      d_scratch.get(), this->stream_);
+    this->sync();
+    // bf16/fp16 round gate/up, the activation and the expert outputs: three roundings
+    EXPECT_TRUE(close_t<T>(download(d_x.get(), ref.size()), ref, 3)) << n << " tokens, H " << H << ", " << E
+                                                                      << " experts, I " << I << ", top " << k;
+  }
+}
+
+// ---------------------------------------------------------------- dtype-free ops
+
+class CudaMoe : public CudaTest {};
+
+TEST_F(CudaMoe, RouterMatchesCpu) {
+  for (auto [n, E, k, norm, scale, bias] :
+       {std::tuple<int64_t, int64_t, int64_t, bool, float, bool>{37, 32, 4, true, 1.f, true},
+        {100, 8, 1, false, 2.5f, false}, {5, 64, 8, true, 1.f, true}, {50, 1024, 4, true, 1.f, true},
+        {3, 33, 33, false, 1.f, true}, {1000, 32, 4, true, 1.f, true}}) {
+    auto logits = rand_vec(static_cast<size_t>(n * E), 22, 4.f);
+    auto b = rand_vec(static_cast<size_t>(E), 23, 0.5f);
+    // exact ties: in every 8th token, copy a logit onto its neighbour
+    for (int64_t t = 0; t < n; t += 8)
+      if (E > 1) logits[t * E + 1] = logits[t * E];
+    if (bias) b[1] = b[0];
+    std::vector<float> w(static_cast<size_t>(n * k));
+    std::vector<int32_t> ids(static_cast<size_t>(n * k));
+    cpu::moe_router(w.data(), ids.data(), logits.data(), bias ? b.data() : nullptr, n, E, k, norm, scale);
+    DevBuf<float> d_logits(logits.size()), d_b(b.size()), d_w(w.size());
+    DevBuf<int32_t> d_ids(ids.size());
+    upload(d_logits, logits);
+    upload(d_b, b);
+    cuda::moe_router(d_w.get(), d_ids.get(), d_logits.get(), bias ? d_b.get() : nullptr, n, E, k, norm, scale,
+                     stream_);
+    sync();
+    std::vector<int32_t> got_ids(ids.size());
+    CUDA_CHECK(cudaMemcpy(got_ids.data(), d_ids.get(), ids.size() * 4, cudaMemcpyDeviceToHost));
+    EXPECT_EQ(got_ids, ids) << n << " tokens, " << E << " experts, top " << k;
+    EXPECT_TRUE(close(download(d_w.get(), w.size()), w, 1e-7, 1e-6));
+  }
+}
+
+// The permutation against a host counting sort: stable by (token, slot) within each expert.
+TEST_F(CudaMoe, PermuteIsStableCountingSort) {
+  for (auto [n, E, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 4, 1}, {37, 32, 4}, {1000, 32, 4},
+                         {3000, 256, 8}, {10, 1024, 2}, {4096, 32, 4}}) {
+    const int64_t P = n * k;
+    std::vector<int32_t> ex(static_cast<size_t>(P));
+    CounterRng rng(7, uint64_t(n * 131 + E));
+    for (int64_t i = 0; i < P; ++i) ex[i] = int32_t(rng.bits(uint64_t(i)) % uint64_t(E / 2 + 1));  // skewed, some empty
+    std::vector<int32_t> off(static_cast<size_t>(E + 1), 0), src(static_cast<size_t>(P)), dest(static_cast<size_t>(P));
+    for (int64_t i = 0; i < P; ++i) ++off[ex[i] + 1];
+    for (int64_t e = 0; e < E; ++e) off[e + 1] += off[e];
+    std::vector<int32_t> cur(off.begin(), off.end() - 1);
+    for (int64_t i = 0; i < P; ++i) {
+      const int32_t row = cur[ex[i]]++;
+      src[row] = int32_t(i / k);
+      dest[i] = row;
+    }
+    DevBuf<int32_t> d_ex(ex.size()), d_off(off.size()), d_src(src.size()), d_dest(dest.size()),
+        d_scratch(static_cast<size_t>(cuda::moe_permute_scratch_ints(n, E, k)));
+    upload(d_ex, ex);
+    cuda::moe_permute(d_off.get(), d_src.get(), d_dest.get(), d_ex.get(), n, E, k, d_scratch.get(), stream_);
+    sync();
+    auto get = [](const DevBuf<int32_t>& d) {
+      std::vector<int32_t> h(d.size());
+      CUDA_CHECK(cudaMemcpy(h.data(), d.get(), h.size() * 4, cudaMemcpyDeviceToHost));
+      return h;
+    };
+    EXPECT_EQ(get(d_off), off) << n << " tokens, " << E << " experts, top " << k;
+    EXPECT_EQ(get(d_src), src);
+    EXPECT_EQ(get(d_dest), dest);
+  }
+}
+
+template <typename T>
+class CudaGrouped : public CudaTest {};
+TYPED_TEST_SUITE(CudaGrouped, ElemTypes, ElemNames);
+
+// Grouped GEMM with a gather, ragged groups (some empty), odd and unaligned K, against cpu::linear
+// row by row.
+TYPED_TEST(CudaGrouped, MatchesLinearPerExpert) {
+  using T = TypeParam;
+  for (auto [rows, E, K, N] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{200, 8, 64, 96}, {37, 5, 40, 33},
+                               {300, 4, 37, 50}, {1000, 32, 256, 384}, {129, 1, 2048, 130}}) {
+    auto in = rand_vec(static_cast<size_t>(rows * K), 24);
+    auto w = rand_vec(static_cast<size_t>(E * N * K), 25, float(1 / std::sqrt(double(K))));
+    auto in_raw = round_to<T>(in);
+    auto w_raw = round_to<T>(w);
+    std::vector<int32_t> off(static_cast<size_t>(E + 1), 0), gather(static_cast<size_t>(rows));
+    for (int64_t e = 0; e < E; ++e) off[e + 1] = int32_t(std::min<int64_t>(rows, (e % 3 == 1) ? off[e] : off[e] + rows * (e + 1) / (E * 2) + 3));
+    off[E] = int32_t(rows);
+    for (int64_t r = 0; r < rows; ++r) gather[r] = int32_t((r * 37 + 11) % rows);
+    std::vector<float> ref(static_cast<size_t>(rows * N));
+    for (int64_t e = 0; e < E; ++e)
+      for (int64_t r = off[e]; r < off[e + 1]; ++r)
+        cpu::linear(ref.data() + r * N, in.data() + int64_t(gather[r]) * K, w.data() + e * N * K, 1, K, N);
+    DevBuf<T> d_in(in.size()), d_w(w.size()), d_out(ref.size());
+    DevBuf<int32_t> d_off(off.size()), d_g(gather.size());
+    upload(d_in, in_raw);
+    upload(d_w, w_raw);
+    upload(d_off, off);
+    upload(d_g, gather);
+    cuda::moe_grouped_matmul(d_out.get(), d_in.get(), d_g.get(), d_w.get(), d_off.get(), rows, E, K, N,
+                             this->stream_);
+    this->sync();
+    EXPECT_TRUE(close_t<T>(download(d_out.get(), ref.size()), ref)) << rows << " rows, " << E << " experts, K " << K
+                                                                    << ", N " << N;
+  }
+}
+
+TYPED_TEST(CudaGrouped, CombineSumsInExpertOrder) {
+  using T = TypeParam;
+  const int64_t n = 50, k = 4, H = 72, P = n * k;
+  auto y = rand_vec(static_cast<size_t>(P * H), 26);
+  auto y_raw = round_to<T>(y);
+  auto x = rand_vec(static_cast<size_t>(n * H), 27);
+  auto w = rand_vec(static_cast<size_t>(P), 28);
+  std::vector<int32_t> dest(static_cast<size_t>(P));
+  std::iota(dest.begin(), dest.end(), 0);
+  for (int64_t i = 0; i < P; ++i) std::swap(dest[i], dest[(i * 7919) % P]);  // a permutation
+  std::vector<float> ref = x;
+  for (int64_t t = 0; t < n; ++t) {
+    std::vector<std::pair<int32_t, float>> s;
+    for (int64_t j = 0; j < k; ++j) s.push_back({dest[t * k + j], w[t * k + j]});
+    std::sort(s.begin(), s.end());
+    for (int64_t c = 0; c < H; ++c) {
+      float acc = 0;
+      for (auto [row, wt] : s) acc += y[int64_t(row) * H + c] * wt;
+      ref[t * H + c] += acc;
+    }
+  }
+  DevBuf<T> d_y(y.size());
+  DevBuf<float> d_x(x.size()), d_w(w.size());
+  DevBuf<int32_t> d_dest(dest.size());
+  upload(d_y, y_raw);
+  upload(d_x, x);
+  upload(d_w, w);
+  upload(d_dest, dest);
+  cuda::moe_combine(d_x.get(), d_y.get(), d_dest.get(), d_w.get(), n, k, H, this->stream_);
+  this->sync();
+  EXPECT_TRUE(close(download(d_x.get(), x.size()), ref, 1e-6, 1e-6));
+}
+
+}  // namespace
+}  // namespace lfm2
