@@ -17,6 +17,12 @@ Guards against false failures: every router's k-th vs (k+1)-th selection score a
 logit must be separated by a margin (otherwise the case is re-drawn with the next seed), because a
 1-ulp difference could legitimately flip a near-tie.
 
+expert_bias: HF creates it as a float32 buffer; from_pretrained keeps it float32 even with
+dtype=bfloat16 (bf16 file values are widened), but model.to(bfloat16) casts it and save_pretrained
+then writes it as BF16, as in the bf16 case here. h5pack stores it fp32 either way.
+torch.topk on the CPU does not order equal values by index (e.g. topk([0, 0, 0, 0], 2) gives
+[2, 3]), so exact ties cannot be matched and are excluded by the router margin above.
+
 Usage: python3 tools/make_goldens.py [--out tests/golden/data] [--only CASE ...]
 """
 import argparse
