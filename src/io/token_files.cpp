@@ -72,7 +72,9 @@ class AtomicFile {
     H5Handle space(H5Screate_simple(int(dims.size()), dims.data(), nullptr));
     H5Handle d(H5Dcreate2(file_, name.c_str(), file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
     H5_CHECK(d.get(), path_, ": creating ", name);
-    H5_CHECK(H5Dwrite(d.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), path_, ": writing ", name);
+    int64_t n = 1;
+    for (int64_t x : shape) n *= x;
+    if (n > 0) H5_CHECK(H5Dwrite(d.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), path_, ": writing ", name);
   }
 
   void commit() {

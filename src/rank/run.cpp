@@ -211,8 +211,14 @@ int run_rank(const WorldConfig& world, RankOptions opt) {
       [&] {
         const int L = int(cfg.num_hidden_layers);
         LFM2_CHECK(P <= L, "cannot run ", P, " ranks: the model has ", L, " layers (one rank needs at least one)");
-        plans = opt.layers.empty() ? default_stage_plans(cfg, P, S, opt.all_logits)
-                                   : make_stage_plans(parse_layer_counts(opt.layers, L, P));
+        // Stage files were cut by `h5pack split` with the default plan (seq_len 32, last-position
+        // head); a whole-model file lets the split balance this run's own sequence length.
+        if (!opt.layers.empty())
+          plans = make_stage_plans(parse_layer_counts(opt.layers, L, P));
+        else if (weights->is_stage_file())
+          plans = default_stage_plans(cfg, P);
+        else
+          plans = default_stage_plans(cfg, P, S, opt.all_logits);
       },
       r0);
   const int n_threads =
@@ -234,7 +240,7 @@ int run_rank(const WorldConfig& world, RankOptions opt) {
                        s.layer_end == plan.layer_end,
                    weight_path, ": stage file for stage ", s.stage, "/", s.n_stages, " layers [", s.layer_begin, ", ",
                    s.layer_end, "), but rank ", world.rank, "/", P, " runs layers [", plan.layer_begin, ", ",
-                   plan.layer_end, ")", opt.layers.empty() ? "" : " (--layers)");
+                   plan.layer_end, ")", opt.layers.empty() ? " (split it for this plan, or pass its split as --layers)" : " (--layers)");
       }
       facts.layer_begin = plan.layer_begin;
       facts.layer_end = plan.layer_end;

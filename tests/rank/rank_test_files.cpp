@@ -1,0 +1,123 @@
+// Fixture tool of the MPI tests (tests/rank/CMakeLists.txt): writes their token files and compares
+// outputs bit for bit.
+//   rank_test_files make DIR MODEL.h5      inputs.h5 and the malformed files next to it
+//   rank_test_files isolate PATTERN P      moves each stage file into DIR/<stage>/ alone
+//   rank_test_files perturb IN.h5 OUT.h5   answers with one wrong top-1 and logits off by 1
+//   rank_test_files same A.h5 B.h5 ...     every file's datasets equal A's, bit for bit
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "common/error.h"
+#include "io/token_files.h"
+#include "io/weight_file.h"
+
+namespace fs = std::filesystem;
+using namespace lfm2;
+
+namespace {
+
+// A portable seeded generator (the same ids on every machine).
+uint32_t lcg(uint64_t& s) {
+  s = s * 6364136223846793005ull + 1442695040888963407ull;
+  return uint32_t(s >> 33);
+}
+
+void make(const std::string& dir, const std::string& model) {
+  const ModelConfig cfg = WeightReader(model).config();
+  uint64_t seed = 2024;
+  TokenInputs in{12, 9, {}};
+  for (int i = 0; i < 12 * 9; ++i) in.ids.push_back(int32_t(lcg(seed) % uint32_t(cfg.vocab_size)));
+  write_inputs(dir + "/inputs.h5", in);
+  TokenInputs bad = in;
+  bad.ids[5 * 9 + 4] = int32_t(cfg.vocab_size);
+  write_inputs(dir + "/bad_token.h5", bad);
+  write_inputs(dir + "/empty_seq.h5", TokenInputs{2, 0, {}});
+  TokenInputs longer{1, cfg.max_position_embeddings + 1, {}};
+  longer.ids.assign(size_t(longer.seq_len), 1);
+  write_inputs(dir + "/too_long.h5", longer);
+  TokenOutputs short_answers;
+  short_answers.n_seq = 11;
+  short_answers.next_token.assign(11, 0);
+  write_outputs(dir + "/answers_short.h5", short_answers, nlohmann::json::object());
+  // A weight file cut short, as an interrupted copy leaves it.
+  std::ifstream src(model, std::ios::binary);
+  std::vector<char> head(size_t(fs::file_size(model) / 2));
+  src.read(head.data(), std::streamsize(head.size()));
+  std::ofstream(dir + "/corrupt.h5", std::ios::binary).write(head.data(), std::streamsize(head.size()));
+}
+
+void isolate(const std::string& pattern, int n_stages) {
+  const size_t pos = pattern.find("%d");
+  LFM2_CHECK(pos != std::string::npos, pattern, ": needs %d");
+  for (int s = 0; s < n_stages; ++s) {
+    const fs::path file = pattern.substr(0, pos) + std::to_string(s) + pattern.substr(pos + 2);
+    const fs::path dir = file.parent_path() / std::to_string(s);
+    fs::create_directories(dir);
+    fs::rename(file, dir / file.filename());
+  }
+}
+
+void perturb(const std::string& in, const std::string& out) {
+  TokenOutputs o = read_outputs(in);
+  o.all_logits.clear();
+  o.next_token[0] = int32_t((o.next_token[0] + 1) % o.vocab);
+  for (int64_t v = 0; v < o.vocab; ++v) o.logits[size_t(v)] += 1.0f;
+  write_outputs(out, o, nlohmann::json::object());
+}
+
+template <typename T>
+bool bits_equal(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
+}
+
+int same(const std::vector<std::string>& files) {
+  const TokenOutputs ref = read_outputs(files[0]);
+  LFM2_CHECK(!ref.next_token.empty() && !ref.logits.empty(), files[0], ": no results");
+  int bad = 0;
+  for (size_t i = 1; i < files.size(); ++i) {
+    const TokenOutputs o = read_outputs(files[i]);
+    const bool ok = bits_equal(o.next_token, ref.next_token) && bits_equal(o.logits, ref.logits) &&
+                    (o.all_logits.empty() || ref.all_logits.empty() || bits_equal(o.all_logits, ref.all_logits));
+    std::printf("%s %s: %s\n", ok ? "same" : "DIFFERENT", files[i].c_str(),
+                o.all_logits.empty() ? "next_token, logits" : "next_token, logits, all_logits");
+    bad += ok ? 0 : 1;
+  }
+  std::printf("%zu files compared with %s: %d differ\n", files.size() - 1, files[0].c_str(), bad);
+  return bad ? 1 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"fixture tool of the lfm2-rank MPI tests"};
+  app.require_subcommand(1);
+  std::string dir, model, a, b;
+  int n = 0;
+  std::vector<std::string> files;
+  auto* mk = app.add_subcommand("make", "write the test token files");
+  mk->add_option("dir", dir)->required();
+  mk->add_option("model", model)->required();
+  auto* iso = app.add_subcommand("isolate", "move stage files into one directory each");
+  iso->add_option("pattern", a)->required();
+  iso->add_option("stages", n)->required();
+  auto* per = app.add_subcommand("perturb", "answers that must fail validation");
+  per->add_option("in", a)->required();
+  per->add_option("out", b)->required();
+  auto* sm = app.add_subcommand("same", "outputs bit-identical to the first");
+  sm->add_option("files", files)->required()->expected(2, 100);
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (*mk) make(dir, model);
+    if (*iso) isolate(a, n);
+    if (*per) perturb(a, b);
+    if (*sm) return same(files);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rank_test_files: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,139 @@
+// The layer partition: balanced costs, the LFM2-8B-A1B split, optimality, --layers parsing, errors.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <numeric>
+
+#include "common/error.h"
+#include "h5pack/presets.h"
+#include "rank/stage_plan.h"
+
+namespace lfm2 {
+namespace {
+
+double max_stage_cost(const std::vector<double>& costs, const std::vector<int>& counts) {
+  double worst = 0;
+  size_t i = 0;
+  for (int c : counts) {
+    double sum = 0;
+    for (int k = 0; k < c; ++k) sum += costs[i++];
+    worst = std::max(worst, sum);
+  }
+  return worst;
+}
+
+// The smallest possible maximum stage cost, by trying every set of cut points.
+double brute_force_best(const std::vector<double>& costs, int n_ranks) {
+  const int L = int(costs.size());
+  double best = 1e300;
+  std::vector<int> counts;
+  std::function<void(int, int)> rec = [&](int start, int left) {
+    if (left == 1) {
+      counts.push_back(L - start);
+      best = std::min(best, max_stage_cost(costs, counts));
+      counts.pop_back();
+      return;
+    }
+    for (int c = 1; start + c <= L - (left - 1); ++c) {
+      counts.push_back(c);
+      rec(start + c, left - 1);
+      counts.pop_back();
+    }
+  };
+  rec(0, n_ranks);
+  return best;
+}
+
+TEST(Partition, FullModelFourRanksIsSixEach) {
+  const ModelConfig cfg = synth_preset("lfm2-8b-a1b");
+  const auto plans = default_stage_plans(cfg, 4);
+  ASSERT_EQ(plans.size(), 4u);
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(plans[r].layer_begin, 6 * r);
+    EXPECT_EQ(plans[r].n_layers(), 6);
+    EXPECT_EQ(plans[r].is_first(), r == 0);
+    EXPECT_EQ(plans[r].is_last(), r == 3);
+  }
+}
+
+TEST(Partition, EveryRankCountCoversAllLayersContiguously) {
+  const ModelConfig cfg = synth_preset("lfm2-8b-a1b");
+  const auto costs = layer_costs(cfg, 32);
+  const double total = std::accumulate(costs.begin(), costs.end(), 0.0);
+  const double biggest = *std::max_element(costs.begin(), costs.end());
+  for (int P = 1; P <= 24; ++P) {
+    const auto plans = default_stage_plans(cfg, P);
+    ASSERT_EQ(int(plans.size()), P);
+    int next = 0;
+    std::vector<int> counts;
+    for (const auto& p : plans) {
+      EXPECT_EQ(p.layer_begin, next) << "P=" << P;
+      EXPECT_GE(p.n_layers(), 1) << "P=" << P;
+      next = p.layer_end;
+      counts.push_back(p.n_layers());
+    }
+    EXPECT_EQ(next, 24) << "P=" << P;
+    // The head only adds to the last stage; without it the split is within one layer of ideal.
+    const auto plain = partition_layers(costs, P);
+    EXPECT_LE(max_stage_cost(costs, plain), total / P + biggest) << "P=" << P;
+  }
+  EXPECT_EQ(default_stage_plans(cfg, 24).back().n_layers(), 1);
+}
+
+TEST(Partition, MatchesBruteForceOnRandomCosts) {
+  uint64_t state = 12345;
+  auto next = [&] {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return double((state >> 33) % 1000 + 1);
+  };
+  for (int trial = 0; trial < 40; ++trial) {
+    const int L = 2 + trial % 8;
+    std::vector<double> costs(L);
+    for (auto& c : costs) c = next();
+    for (int P = 1; P <= L; ++P) {
+      const auto counts = partition_layers(costs, P);
+      ASSERT_EQ(int(counts.size()), P);
+      EXPECT_EQ(std::accumulate(counts.begin(), counts.end(), 0), L);
+      EXPECT_DOUBLE_EQ(max_stage_cost(costs, counts), brute_force_best(costs, P)) << "trial " << trial << " P=" << P;
+    }
+  }
+}
+
+TEST(Partition, EqualCostsSplitEvenly) {
+  const std::vector<double> costs(12, 1.0);
+  EXPECT_EQ(partition_layers(costs, 4), (std::vector<int>{3, 3, 3, 3}));
+  EXPECT_EQ(partition_layers(costs, 5), (std::vector<int>{2, 2, 2, 3, 3}));
+  // A heavy last stage (the LM head) takes fewer layers.
+  EXPECT_EQ(partition_layers(costs, 2, 0.0, 2.0), (std::vector<int>{7, 5}));
+}
+
+TEST(Partition, RankCountsOutOfRangeThrow) {
+  const std::vector<double> costs(6, 1.0);
+  EXPECT_THROW(partition_layers(costs, 0), Error);
+  EXPECT_THROW(partition_layers(costs, 7), Error);
+  EXPECT_THROW(default_stage_plans(synth_preset("lfm2-8b-a1b"), 25), Error);
+}
+
+TEST(ParseLayerCounts, AcceptsAnExactCover) {
+  EXPECT_EQ(parse_layer_counts("6,6,6,6", 24, 4), (std::vector<int>{6, 6, 6, 6}));
+  EXPECT_EQ(parse_layer_counts("5,7,7,5", 24, 4), (std::vector<int>{5, 7, 7, 5}));
+  EXPECT_EQ(parse_layer_counts("24", 24, 1), (std::vector<int>{24}));
+  const auto plans = make_stage_plans(parse_layer_counts("1,5", 6, 2));
+  EXPECT_EQ(plans[1].layer_begin, 1);
+  EXPECT_EQ(plans[1].layer_end, 6);
+}
+
+TEST(ParseLayerCounts, RejectsBadSplits) {
+  EXPECT_THROW(parse_layer_counts("6,6,6", 24, 4), Error);     // too few parts
+  EXPECT_THROW(parse_layer_counts("6,6,6,5", 24, 4), Error);   // does not cover
+  EXPECT_THROW(parse_layer_counts("6,6,6,7", 24, 4), Error);   // too many layers
+  EXPECT_THROW(parse_layer_counts("6,x,6,6", 24, 4), Error);   // not a number
+  EXPECT_THROW(parse_layer_counts("0,8,8,8", 24, 4), Error);   // empty stage
+  EXPECT_THROW(parse_layer_counts("6,,6,6", 24, 4), Error);    // empty part
+  EXPECT_THROW(parse_layer_counts("", 24, 1), Error);
+}
+
+}  // namespace
+}  // namespace lfm2
