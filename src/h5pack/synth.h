@@ -21,9 +21,9 @@ struct SynthOptions {
   bool progress = true;       // progress lines on stdout
 };
 
-// Uniform U(offset - scale, offset + scale) of one tensor, chosen so activations stay O(1) through
-// the layers: linear weights std 1/sqrt(fan_in), output projections (out_proj, w2) a further
-// 1/sqrt(2 * n_layers), norms 1 +- 0.1, expert_bias +- 0.05, the embedding std 1.
+// Uniform U(offset - scale, offset + scale) of one tensor, chosen so activations stay sane through
+// the layers: linear weights (router and output projections included) std 1/sqrt(fan_in), the
+// embedding (and an untied head's fan-in rule) std 1, norms 1 +- 0.1, expert_bias +- 0.05.
 struct SynthInit {
   double offset = 0;
   double scale = 0;

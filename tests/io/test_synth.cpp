@@ -136,9 +136,7 @@ TEST(Synth, ScalesAreSane) {
     } else if (spec.path.find("expert_bias") != std::string::npos) {
       EXPECT_LT(sd, 0.05) << spec.path;
     } else {
-      double want = 1.0 / std::sqrt(double(spec.shape.back()));
-      if (spec.path.find("out_proj") != std::string::npos || spec.path.find("/w2") != std::string::npos)
-        want /= std::sqrt(48.0);
+      const double want = 1.0 / std::sqrt(double(spec.shape.back()));
       EXPECT_NEAR(sd / want, 1.0, 0.05) << spec.path;
       EXPECT_NEAR(mean, 0.0, 0.1 * want) << spec.path;
     }
