@@ -1,0 +1,441 @@
+// The CUDA StageExecutor (see cuda_stage.h): the layer loop of SPEC §1 over the CUDA kernels, with
+// the residual adds fused into the following norm and the MoE combine.
+//
+// Per layer (x: fp32 residual; y, big, mid, delta: compute dtype T):
+//   y = rmsnorm(x [+= pending delta])          add_rmsnorm
+//   attention: big = y Wqkv^T; qk_norm_rope(big); mid = attention(big); delta = mid Wo^T
+//   conv:      big = y Win^T;  mid = short_conv(big);                   delta = mid Wout^T
+//   y = rmsnorm(x += delta)                    add_rmsnorm
+//   dense: big = y W13^T; mid = swiglu(big); delta = mid W2^T (added by the next norm or at the end)
+//   MoE:   logits = y Wg^T (fp32); route; x += experts(y) (moe_experts, combine adds into x)
+#include "model/cuda_stage.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#include "common/cuda_check.h"
+#include "common/error.h"
+#include "kernels/cuda/cublas_ctx.h"
+#include "kernels/cuda/ops.h"
+#include "kernels/rope.h"
+#include "model/layer_weights.h"
+
+namespace lfm2 {
+namespace {
+
+constexpr int64_t kAlign = 256;
+constexpr int64_t kHeadRows = 256;  // LM-head rows per GEMM chunk (bounds the logits buffer)
+
+int64_t align_up(int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+// cudaMalloc that names what it was allocating and the free memory when it fails.
+void* device_alloc(int64_t bytes, const std::string& what, int device) {
+  void* p = nullptr;
+  const cudaError_t err = cudaMalloc(&p, size_t(std::max<int64_t>(bytes, 1)));
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    LFM2_FAIL("out of GPU memory allocating ", what, " (", bytes >> 20, " MiB) on device ", device, ": ",
+              free_b >> 20, " MiB free of ", total_b >> 20, " MiB (", cudaGetErrorString(err), ")");
+  }
+  return p;
+}
+
+template <typename T>
+DType dtype_of();
+template <>
+DType dtype_of<float>() { return DType::F32; }
+template <>
+DType dtype_of<__nv_bfloat16>() { return DType::BF16; }
+template <>
+DType dtype_of<__half>() { return DType::F16; }
+
+// Device pointers of one layer's weights (null where the layer kind has none).
+template <typename T>
+struct DevLayer {
+  bool is_attention = false, is_moe = false;
+  const float *operator_norm = nullptr, *ffn_norm = nullptr;
+  const T* wqkv = nullptr;       // ((nh + 2 nkv) hd, H): q_proj; k_proj; v_proj
+  const float *q_norm = nullptr, *k_norm = nullptr;  // (hd)
+  const T* attn_out = nullptr;   // (H, nh hd)
+  const float* conv_w = nullptr; // (H, L)
+  const T* conv_in = nullptr;    // (3H, H)
+  const T* conv_out = nullptr;   // (H, H)
+  const T* w13 = nullptr;        // dense (2I, H): w1; w3    MoE (E, 2Im, H): per expert w1; w3
+  const T* w2 = nullptr;         // dense (H, I)              MoE (E, H, Im)
+  const T* gate = nullptr;       // (E, H)
+  const float* expert_bias = nullptr;  // (E) or null
+};
+
+// Places host tensors into one device allocation: plan() reserves, then upload() converts and
+// copies each one to the offset it reserved.
+class WeightArena {
+ public:
+  int64_t reserve(int64_t bytes) {
+    const int64_t off = total_;
+    total_ += align_up(bytes);
+    return off;
+  }
+  int64_t total() const { return total_; }
+  void allocate(int device) { base_ = static_cast<char*>(device_alloc(total_, "the stage's weights", device)); }
+  char* base() const { return base_; }
+  void release() {
+    if (base_) cudaFree(base_);
+    base_ = nullptr;
+  }
+
+ private:
+  int64_t total_ = 0;
+  char* base_ = nullptr;
+};
+
+template <typename T>
+class CudaStage final : public CudaStageExecutor {
+ public:
+  CudaStage(WeightReader& reader, const StageRange& range, int device, bool tf32)
+      : cfg_(reader.config()), range_(range), device_(device), tf32_(tf32) {
+    int n_dev = 0;
+    CUDA_CHECK(cudaGetDeviceCount(&n_dev));
+    LFM2_CHECK(device >= 0 && device < n_dev, "cuda stage: device ", device, " does not exist (", n_dev,
+               " visible)");
+    CUDA_CHECK(cudaSetDevice(device_));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    cuda::cublas_prepare();
+    upload_weights(reader);
+  }
+
+  ~CudaStage() override {
+    cudaSetDevice(device_);
+    if (stream_) cudaStreamSynchronize(stream_);
+    for (void* p : hidden_) cudaFree(p);
+    free_scratch();
+    arena_.release();
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+
+  DType act_dtype() const override { return DType::F32; }
+  bool on_device() const override { return true; }
+  int64_t weight_bytes() const override { return arena_.total(); }
+  int device() const override { return device_; }
+  CUstream_st* stream() const override { return stream_; }
+  DType compute_dtype() const override { return dtype_of<T>(); }
+  void wait_event(CUevent_st* event) override { CUDA_CHECK(cudaStreamWaitEvent(stream_, event, 0)); }
+  void record_event(CUevent_st* event) override { CUDA_CHECK(cudaEventRecord(event, stream_)); }
+
+  void* alloc_hidden(int64_t max_tokens) override {
+    LFM2_CHECK(max_tokens > 0, "cuda stage: alloc_hidden(", max_tokens, ")");
+    CUDA_CHECK(cudaSetDevice(device_));
+    ensure_scratch(max_tokens);
+    hidden_.push_back(device_alloc(max_tokens * cfg_.hidden_size * int64_t(sizeof(float)),
+                                   cat("a hidden-state buffer of ", max_tokens, " tokens"), device_));
+    return hidden_.back();
+  }
+
+  void embed(const int32_t* ids, int64_t n_seq, int64_t seq_len, void* x) override {
+    LFM2_CHECK(range_.is_first, "cuda stage: embed() on a stage that is not first");
+    const int64_t n = n_seq * seq_len;
+    check_capacity(n, "embed");
+    CUDA_CHECK(cudaSetDevice(device_));
+    CUDA_CHECK(cudaMemcpyAsync(ids_, ids, size_t(n) * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+    cuda::embedding(static_cast<float*>(x), ids_, embed_, n, cfg_.vocab_size, cfg_.hidden_size, stream_);
+  }
+
+  void forward(void* xv, int64_t n_seq, int64_t seq_len) override {
+    const int64_t n = n_seq * seq_len;
+    check_capacity(n, "forward");
+    CUDA_CHECK(cudaSetDevice(device_));
+    float* x = static_cast<float*>(xv);
+    const int64_t H = cfg_.hidden_size;
+    const float eps = float(cfg_.norm_eps);
+    const T* pending = nullptr;  // a delta not yet added into x
+    for (const DevLayer<T>& L : layers_) {
+      if (pending)
+        cuda::add_rmsnorm(y_, x, pending, L.operator_norm, n, H, eps, stream_);
+      else
+        cuda::rmsnorm(y_, x, L.operator_norm, n, H, eps, stream_);
+      if (L.is_attention)
+        attention_block(L, n_seq, seq_len);
+      else
+        conv_block(L, n_seq, seq_len);
+      cuda::add_rmsnorm(y_, x, delta_, L.ffn_norm, n, H, eps, stream_);
+      if (L.is_moe) {
+        moe_block(L, x, n);
+        pending = nullptr;
+      } else {
+        dense_block(L, n);
+        pending = delta_;
+      }
+    }
+    if (pending) cuda::add(x, x, pending, n * H, stream_);
+  }
+
+  void head(const void* xv, int64_t n_seq, int64_t seq_len, bool all_positions, float* logits) override {
+    LFM2_CHECK(range_.is_last, "cuda stage: head() on a stage that is not last");
+    check_capacity(n_seq * seq_len, "head");
+    CUDA_CHECK(cudaSetDevice(device_));
+    const float* x = static_cast<const float*>(xv);
+    const int64_t H = cfg_.hidden_size, V = cfg_.vocab_size;
+    const float eps = float(cfg_.norm_eps);
+    const int64_t n_rows = all_positions ? n_seq * seq_len : n_seq;
+    for (int64_t r0 = 0; r0 < n_rows; r0 += kHeadRows) {
+      const int64_t rows = std::min(kHeadRows, n_rows - r0);
+      if (all_positions)
+        cuda::rmsnorm(y_, x + r0 * H, final_norm_, rows, H, eps, stream_);
+      else
+        cuda::rmsnorm_last(y_, x + r0 * seq_len * H, final_norm_, rows, seq_len, H, eps, stream_);
+      cuda::linear_f32out(head_logits_, y_, head_w_, rows, H, V, stream_, tf32_);
+      CUDA_CHECK(cudaMemcpyAsync(logits + r0 * V, head_logits_, size_t(rows * V) * sizeof(float),
+                                 cudaMemcpyDeviceToHost, stream_));
+    }
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+
+  void synchronize() override {
+    CUDA_CHECK(cudaSetDevice(device_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+
+ private:
+  void attention_block(const DevLayer<T>& L, int64_t n_seq, int64_t seq_len) {
+    const int64_t n = n_seq * seq_len, H = cfg_.hidden_size, hd = cfg_.head_dim();
+    const int64_t nh = cfg_.num_attention_heads, nkv = cfg_.num_key_value_heads, width = (nh + 2 * nkv) * hd;
+    cuda::linear(big_, y_, L.wqkv, n, H, width, stream_, tf32_);
+    cuda::qk_norm_rope(big_, L.q_norm, L.k_norm, inv_freq_, n_seq, seq_len, nh, nkv, hd, float(cfg_.norm_eps),
+                       stream_);
+    const float scale = float(std::pow(double(hd), -0.5));
+    cuda::attention(mid_, big_, big_ + nh * hd, big_ + (nh + nkv) * hd, n_seq, seq_len, nh, nkv, hd, scale, stream_,
+                    width, width);
+    cuda::linear(delta_, mid_, L.attn_out, n, nh * hd, H, stream_, tf32_);
+  }
+
+  void conv_block(const DevLayer<T>& L, int64_t n_seq, int64_t seq_len) {
+    const int64_t n = n_seq * seq_len, H = cfg_.hidden_size;
+    cuda::linear(big_, y_, L.conv_in, n, H, 3 * H, stream_, tf32_);
+    cuda::short_conv(mid_, big_, L.conv_w, n_seq, seq_len, H, cfg_.conv_L_cache, stream_);
+    cuda::linear(delta_, mid_, L.conv_out, n, H, H, stream_, tf32_);
+  }
+
+  void dense_block(const DevLayer<T>& L, int64_t n) {
+    const int64_t H = cfg_.hidden_size, I = cfg_.intermediate_size;
+    cuda::linear(big_, y_, L.w13, n, H, 2 * I, stream_, tf32_);
+    cuda::swiglu(mid_, big_, n, I, stream_);
+    cuda::linear(delta_, mid_, L.w2, n, I, H, stream_, tf32_);
+  }
+
+  void moe_block(const DevLayer<T>& L, float* x, int64_t n) {
+    const int64_t H = cfg_.hidden_size, E = cfg_.num_experts, Im = cfg_.moe_intermediate_size;
+    const int64_t k = cfg_.num_experts_per_tok;
+    cuda::linear_f32out(router_logits_, y_, L.gate, n, H, E, stream_, tf32_);
+    cuda::moe_router(topk_w_, topk_ids_, router_logits_, L.expert_bias, n, E, k, cfg_.norm_topk_prob,
+                     float(cfg_.routed_scaling_factor), stream_);
+    cuda::moe_experts(x, y_, L.w13, L.w2, topk_ids_, topk_w_, n, H, E, Im, k, moe_scratch_, stream_);
+  }
+
+  void check_capacity(int64_t n_tokens, const char* what) const {
+    LFM2_CHECK(n_tokens > 0 && n_tokens <= capacity_, "cuda stage: ", what, " of ", n_tokens,
+               " tokens, but buffers were allocated for ", capacity_, " (alloc_hidden)");
+  }
+
+  // ---- weights
+  void upload_weights(WeightReader& reader) {
+    ModelWeights w = load_model_weights(reader, range_.layer_begin, range_.layer_end, range_.is_first,
+                                        range_.is_last);
+    const int64_t H = cfg_.hidden_size, hd = cfg_.head_dim();
+    const int64_t nh = cfg_.num_attention_heads, nkv = cfg_.num_key_value_heads;
+    const int64_t I = cfg_.intermediate_size, E = cfg_.num_experts, Im = cfg_.moe_intermediate_size;
+    const int64_t et = sizeof(T);
+
+    // Pass 1: reserve every tensor's place (stacked where one GEMM covers several).
+    struct Item {
+      int64_t offset;
+      std::vector<const std::vector<float>*> parts;  // concatenated in order (rows stacked)
+      bool f32;
+      int64_t stride_parts = 0;  // >0: interleave parts per expert, each part's block of this many floats
+    };
+    std::vector<Item> items;
+    auto add = [&](std::vector<const std::vector<float>*> parts, bool f32, int64_t stride_parts = 0) -> int64_t {
+      int64_t n = 0;
+      for (auto* p : parts) n += int64_t(p->size());
+      const int64_t off = arena_.reserve(n * (f32 ? 4 : et));
+      items.push_back({off, std::move(parts), f32, stride_parts});
+      return off;
+    };
+    struct Offs {
+      int64_t op_norm = -1, ffn_norm = -1, wqkv = -1, qn = -1, kn = -1, ao = -1, cw = -1, ci = -1, co = -1, w13 = -1,
+              w2 = -1, gate = -1, bias = -1;
+    };
+    std::vector<Offs> offs(w.layers.size());
+    for (size_t i = 0; i < w.layers.size(); ++i) {
+      const LayerWeights& l = w.layers[i];
+      Offs& o = offs[i];
+      o.op_norm = add({&l.operator_norm}, true);
+      o.ffn_norm = add({&l.ffn_norm}, true);
+      if (l.is_attention) {
+        o.wqkv = add({&l.q_proj, &l.k_proj, &l.v_proj}, false);
+        o.qn = add({&l.q_layernorm}, true);
+        o.kn = add({&l.k_layernorm}, true);
+        o.ao = add({&l.out_proj}, false);
+      } else {
+        o.cw = add({&l.conv}, true);
+        o.ci = add({&l.conv_in_proj}, false);
+        o.co = add({&l.conv_out_proj}, false);
+      }
+      if (l.is_moe) {
+        o.gate = add({&l.gate}, false);
+        if (!l.expert_bias.empty()) o.bias = add({&l.expert_bias}, true);
+        o.w13 = add({&l.experts_w1, &l.experts_w3}, false, Im * H);
+        o.w2 = add({&l.experts_w2}, false);
+      } else {
+        o.w13 = add({&l.w1, &l.w3}, false);
+        o.w2 = add({&l.w2}, false);
+      }
+    }
+    int64_t off_embed = -1, off_norm = -1, off_head = -1;
+    if (range_.is_first || (range_.is_last && cfg_.tie_word_embeddings)) off_embed = add({&w.embed_tokens}, false);
+    if (range_.is_last) {
+      off_norm = add({&w.embedding_norm}, true);
+      if (!cfg_.tie_word_embeddings) off_head = add({&w.lm_head}, false);
+    }
+    std::vector<float> inv_freq(size_t(std::max<int64_t>(hd / 2, 1)));
+    cpu::rope_inv_freq(inv_freq.data(), hd, cfg_.rope_theta);
+    const int64_t off_if = add({&inv_freq}, true);
+
+    // Pass 2: one allocation, then convert and copy each tensor.
+    arena_.allocate(device_);
+    std::vector<char> staging;
+    for (const Item& it : items) {
+      int64_t n = 0;
+      for (auto* p : it.parts) n += int64_t(p->size());
+      const int64_t es = it.f32 ? 4 : et;
+      staging.resize(size_t(std::max<int64_t>(n * es, 1)));
+      const DType to = it.f32 ? DType::F32 : dtype_of<T>();
+      if (it.stride_parts > 0) {  // experts: [w1_e; w3_e] for each e
+        const int64_t blk = it.stride_parts, n_exp = int64_t(it.parts[0]->size()) / blk;
+        int64_t pos = 0;
+        for (int64_t e = 0; e < n_exp; ++e)
+          for (auto* p : it.parts) {
+            convert_elements(staging.data() + pos * es, to, p->data() + e * blk, DType::F32, size_t(blk));
+            pos += blk;
+          }
+      } else {
+        int64_t pos = 0;
+        for (auto* p : it.parts) {
+          convert_elements(staging.data() + pos * es, to, p->data(), DType::F32, p->size());
+          pos += int64_t(p->size());
+        }
+      }
+      CUDA_CHECK(cudaMemcpy(arena_.base() + it.offset, staging.data(), size_t(n * es), cudaMemcpyHostToDevice));
+    }
+
+    auto tp = [&](int64_t o) -> const T* { return o < 0 ? nullptr : reinterpret_cast<const T*>(arena_.base() + o); };
+    auto fp = [&](int64_t o) -> const float* {
+      return o < 0 ? nullptr : reinterpret_cast<const float*>(arena_.base() + o);
+    };
+    for (size_t i = 0; i < w.layers.size(); ++i) {
+      const Offs& o = offs[i];
+      DevLayer<T> d;
+      d.is_attention = w.layers[i].is_attention;
+      d.is_moe = w.layers[i].is_moe;
+      d.operator_norm = fp(o.op_norm);
+      d.ffn_norm = fp(o.ffn_norm);
+      d.wqkv = tp(o.wqkv);
+      d.q_norm = fp(o.qn);
+      d.k_norm = fp(o.kn);
+      d.attn_out = tp(o.ao);
+      d.conv_w = fp(o.cw);
+      d.conv_in = tp(o.ci);
+      d.conv_out = tp(o.co);
+      d.w13 = tp(o.w13);
+      d.w2 = tp(o.w2);
+      d.gate = tp(o.gate);
+      d.expert_bias = fp(o.bias);
+      layers_.push_back(d);
+    }
+    embed_ = tp(off_embed);
+    final_norm_ = fp(off_norm);
+    head_w_ = cfg_.tie_word_embeddings ? embed_ : tp(off_head);
+    inv_freq_ = fp(off_if);
+    (void)nh, (void)nkv, (void)I, (void)E;
+  }
+
+  // ---- scratch, sized for max_tokens tokens
+  void ensure_scratch(int64_t max_tokens) {
+    if (max_tokens <= capacity_) return;
+    free_scratch();
+    const int64_t N = max_tokens, H = cfg_.hidden_size, hd = cfg_.head_dim();
+    const int64_t nh = cfg_.num_attention_heads, nkv = cfg_.num_key_value_heads;
+    const int64_t I = cfg_.intermediate_size, E = cfg_.num_experts, Im = cfg_.moe_intermediate_size;
+    const int64_t k = cfg_.num_experts_per_tok, V = cfg_.vocab_size, et = sizeof(T);
+    const int64_t big_w = std::max({(nh + 2 * nkv) * hd, 3 * H, 2 * I});
+    const int64_t mid_w = std::max({nh * hd, H, I});
+    int64_t total = 0;
+    auto res = [&](int64_t bytes) {
+      const int64_t o = total;
+      total += align_up(bytes);
+      return o;
+    };
+    const int64_t o_y = res(std::max(N, kHeadRows) * H * et), o_big = res(N * big_w * et), o_mid = res(N * mid_w * et);
+    const int64_t o_delta = res(N * H * et), o_logits = res(N * E * 4), o_w = res(N * k * 4), o_ids = res(N * k * 4);
+    const int64_t o_moe = res(cuda::moe_experts_scratch_bytes(N, H, E, Im, k, et));
+    const int64_t o_tok = res(N * 4);
+    const int64_t o_head = range_.is_last ? res(kHeadRows * V * 4) : -1;
+    scratch_ = static_cast<char*>(device_alloc(total, cat("scratch for ", N, " tokens"), device_));
+    y_ = reinterpret_cast<T*>(scratch_ + o_y);
+    big_ = reinterpret_cast<T*>(scratch_ + o_big);
+    mid_ = reinterpret_cast<T*>(scratch_ + o_mid);
+    delta_ = reinterpret_cast<T*>(scratch_ + o_delta);
+    router_logits_ = reinterpret_cast<float*>(scratch_ + o_logits);
+    topk_w_ = reinterpret_cast<float*>(scratch_ + o_w);
+    topk_ids_ = reinterpret_cast<int32_t*>(scratch_ + o_ids);
+    moe_scratch_ = scratch_ + o_moe;
+    ids_ = reinterpret_cast<int32_t*>(scratch_ + o_tok);
+    head_logits_ = o_head < 0 ? nullptr : reinterpret_cast<float*>(scratch_ + o_head);
+    capacity_ = N;
+  }
+
+  void free_scratch() {
+    if (scratch_) {
+      cudaStreamSynchronize(stream_);
+      cudaFree(scratch_);
+    }
+    scratch_ = nullptr;
+    capacity_ = 0;
+  }
+
+  ModelConfig cfg_;
+  StageRange range_;
+  int device_;
+  bool tf32_;
+  cudaStream_t stream_ = nullptr;
+  WeightArena arena_;
+  std::vector<DevLayer<T>> layers_;
+  const T* embed_ = nullptr;          // (V, H)
+  const T* head_w_ = nullptr;         // (V, H): lm_head or embed_tokens
+  const float* final_norm_ = nullptr; // (H)
+  const float* inv_freq_ = nullptr;   // (hd / 2)
+  std::vector<void*> hidden_;
+  char* scratch_ = nullptr;
+  int64_t capacity_ = 0;
+  T *y_ = nullptr, *big_ = nullptr, *mid_ = nullptr, *delta_ = nullptr;
+  float *router_logits_ = nullptr, *topk_w_ = nullptr, *head_logits_ = nullptr;
+  int32_t *topk_ids_ = nullptr, *ids_ = nullptr;
+  void* moe_scratch_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<CudaStageExecutor> make_cuda_stage(WeightReader& weights, const StageRange& range,
+                                                   DType compute_dtype, int device, bool tf32) {
+  switch (compute_dtype) {
+    case DType::F32: return std::make_unique<CudaStage<float>>(weights, range, device, tf32);
+    case DType::BF16: return std::make_unique<CudaStage<__nv_bfloat16>>(weights, range, device, false);
+    case DType::F16: return std::make_unique<CudaStage<__half>>(weights, range, device, false);
+  }
+  LFM2_FAIL("cuda stage: unknown compute dtype");
+}
+
+}  // namespace lfm2
