@@ -4,6 +4,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstring>
+#include <future>
 
 #include "common/error.h"
 #include "rank/validate.h"
@@ -73,11 +74,22 @@ StageTiming Pipeline::run(const int32_t* ids, PipelineResult* result) {
 
   StageTiming t;
   double t_start = -1;
+  // Compute runs on a worker thread while this (the MPI) thread keeps the transfers moving; with a
+  // single stage there is nothing to move and it runs inline.
   auto busy = [&](auto&& fn) {
     double t0 = now_s();
     if (t_start < 0) t_start = t0;
-    fn();
-    exec_.synchronize();
+    if (world_.size == 1) {
+      fn();
+      exec_.synchronize();
+    } else {
+      auto done = std::async(std::launch::async, [&] {
+        fn();
+        exec_.synchronize();
+      });
+      while (done.wait_for(std::chrono::microseconds(200)) != std::future_status::ready) transport_.progress();
+      done.get();  // rethrows a compute error here
+    }
     t.busy_s += now_s() - t0;
   };
 

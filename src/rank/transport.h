@@ -33,6 +33,10 @@ class Transport {
   virtual bool test(Handle h) = 0;
   // Polls test() until complete; past the timeout throws lfm2::Error naming `what` and the peer.
   virtual void wait(Handle h, const std::string& what) = 0;
+  // Advances every pending operation without releasing any handle. The pipeline calls it while a
+  // stage computes, so transfers that need both sides' attention (MPI's rendezvous protocol for
+  // large messages) proceed during compute instead of at the next wait.
+  virtual void progress() {}
 
   double timeout_s() const { return timeout_s_; }
   void set_timeout(double seconds) { timeout_s_ = seconds; }

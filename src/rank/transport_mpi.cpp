@@ -38,17 +38,16 @@ class MpiTransport final : public Transport {
 
   bool test(Handle h) override {
     Slot& s = slot(h);
-    int done = 0;
-    MPI_Status status;
-    MPI_CHECK(MPI_Test(&s.req, &done, &status), s.is_send ? "send to rank " : "receive from rank ", s.peer);
-    if (!done) return false;
-    if (!s.is_send) {
-      int got = 0;
-      MPI_Get_count(&status, MPI_BYTE, &got);
-      LFM2_CHECK(size_t(got) == s.bytes, "received ", got, " bytes from rank ", s.peer, ", expected ", s.bytes);
-    }
+    if (!s.done) advance(s);
+    if (!s.done) return false;
+    LFM2_CHECK(s.is_send || s.got == s.bytes, "received ", s.got, " bytes from rank ", s.peer, ", expected ", s.bytes);
     s.used = false;
     return true;
+  }
+
+  void progress() override {
+    for (auto& s : slots_)
+      if (s.used && !s.done) advance(s);
   }
 
   void wait(Handle h, const std::string& what) override {
@@ -64,9 +63,23 @@ class MpiTransport final : public Transport {
   struct Slot {
     MPI_Request req = MPI_REQUEST_NULL;
     int peer = -1;
-    bool is_send = false, used = false;
-    size_t bytes = 0;
+    bool is_send = false, used = false, done = false;
+    size_t bytes = 0, got = 0;  // expected and received sizes of a receive
   };
+
+  // One MPI_Test; records completion (and a receive's size) without releasing the slot.
+  void advance(Slot& s) {
+    int flag = 0;
+    MPI_Status status;
+    MPI_CHECK(MPI_Test(&s.req, &flag, &status), s.is_send ? "send to rank " : "receive from rank ", s.peer);
+    if (!flag) return;
+    s.done = true;
+    if (!s.is_send) {
+      int got = 0;
+      MPI_Get_count(&status, MPI_BYTE, &got);
+      s.got = size_t(got);
+    }
+  }
 
   static int count_of(size_t bytes) {
     LFM2_CHECK(bytes <= size_t(INT_MAX), "message of ", bytes, " bytes is over MPI's int count; use smaller microbatches");
@@ -78,7 +91,7 @@ class MpiTransport final : public Transport {
     size_t i = 0;
     while (i < slots_.size() && slots_[i].used) ++i;
     if (i == slots_.size()) slots_.emplace_back();
-    slots_[i] = Slot{MPI_REQUEST_NULL, peer, is_send, true, 0};
+    slots_[i] = Slot{MPI_REQUEST_NULL, peer, is_send, true, false, 0, 0};
     return Handle(i);
   }
 
