@@ -293,7 +293,7 @@ TEST_F(CudaMoe, RouterMatchesCpu) {
   for (auto [n, E, k, norm, scale, bias] :
        {std::tuple<int64_t, int64_t, int64_t, bool, float, bool>{37, 32, 4, true, 1.f, true},
         {100, 8, 1, false, 2.5f, false}, {5, 64, 8, true, 1.f, true}, {50, 1024, 4, true, 1.f, true},
-        {3, 33, 33, false, 1.f, true}, {1000, 32, 4, true, 1.f, true}}) {
+        {3, 33, 32, false, 1.f, true}, {1000, 32, 4, true, 1.f, true}}) {
     auto logits = rand_vec(static_cast<size_t>(n * E), 22, 4.f);
     auto b = rand_vec(static_cast<size_t>(E), 23, 0.5f);
     // exact ties: in every 8th token, copy a logit onto its neighbour
@@ -315,6 +315,10 @@ TEST_F(CudaMoe, RouterMatchesCpu) {
     EXPECT_EQ(got_ids, ids) << n << " tokens, " << E << " experts, top " << k;
     EXPECT_TRUE(close(download(d_w.get(), w.size()), w, 1e-7, 1e-6));
   }
+  // top_k past the warp's 32 picks is refused, not silently wrong
+  DevBuf<float> d_l(33), d_w(33);
+  DevBuf<int32_t> d_i(33);
+  EXPECT_THROW(cuda::moe_router(d_w.get(), d_i.get(), d_l.get(), nullptr, 1, 33, 33, true, 1.f, stream_), Error);
 }
 
 // The permutation against a host counting sort: stable by (token, slot) within each expert.

@@ -86,7 +86,7 @@ std::vector<float> run_cuda(WeightReader& reader, const std::vector<StageRange>&
 }
 
 struct Diff {
-  double rel = 0, max_abs = 0;
+  double rel = 0, max_abs = 0, row_median = 0;  // norm-relative: all logits, median row
   int64_t top1_same = 0, rows = 0;
 };
 
@@ -101,6 +101,17 @@ Diff diff(const std::vector<float>& got, const std::vector<float>& ref, int64_t 
   }
   d.rel = std::sqrt(num / den);
   d.rows = int64_t(ref.size()) / V;
+  std::vector<double> row_rel;
+  for (int64_t r = 0; r < d.rows; ++r) {
+    double rn = 0, rd = 0;
+    for (int64_t i = r * V; i < (r + 1) * V; ++i) {
+      rn += (double(got[i]) - double(ref[i])) * (double(got[i]) - double(ref[i]));
+      rd += double(ref[i]) * double(ref[i]);
+    }
+    row_rel.push_back(std::sqrt(rn / rd));
+  }
+  std::sort(row_rel.begin(), row_rel.end());
+  d.row_median = row_rel[row_rel.size() / 2];
   for (int64_t r = 0; r < d.rows; ++r) {
     auto a = std::max_element(got.begin() + r * V, got.begin() + (r + 1) * V) - (got.begin() + r * V);
     auto b = std::max_element(ref.begin() + r * V, ref.begin() + (r + 1) * V) - (ref.begin() + r * V);
@@ -121,11 +132,11 @@ void check_against_cpu(const std::string& preset, int n_layers, int64_t n_seq, i
     DType dt;
     double max_rel, min_top1;
   };
-  for (const Case c : {Case{DType::F32, 2e-5, 0.99}, Case{DType::BF16, 0.1, 0.8}, Case{DType::F16, 2e-2, 0.9}}) {
+  for (const Case c : {Case{DType::F32, 2e-5, 0.99}, Case{DType::BF16, 0.1, 0.9}, Case{DType::F16, 5e-2, 0.95}}) {
     const auto got = run_cuda(reader, {{0, L, true, true}}, c.dt, ids, n_seq, seq_len, true);
     const Diff d = diff(got, ref, m.cfg.vocab_size);
-    std::printf("[cuda stage] %s x%d layers, %lldx%lld tokens, %s: rel %.3g, max|d| %.3g, top-1 %lld/%lld\n",
-                preset.c_str(), L, (long long)n_seq, (long long)seq_len, dtype_name(c.dt), d.rel, d.max_abs,
+    std::printf("[cuda stage] %s x%d layers, %lldx%lld tokens, %s: rel %.3g (median row %.3g), max|d| %.3g, top-1 %lld/%lld\n",
+                preset.c_str(), L, (long long)n_seq, (long long)seq_len, dtype_name(c.dt), d.rel, d.row_median, d.max_abs,
                 (long long)d.top1_same, (long long)d.rows);
     EXPECT_LE(d.rel, c.max_rel) << dtype_name(c.dt);
     EXPECT_GE(double(d.top1_same), c.min_top1 * double(d.rows)) << dtype_name(c.dt);
