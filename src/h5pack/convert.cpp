@@ -2,6 +2,9 @@
 #include "h5pack/convert.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
 #include <filesystem>
 #include <set>
 #include <vector>
@@ -108,6 +111,17 @@ class Planner {
 
 constexpr uint64_t kBlockBytes = uint64_t(64) << 20;
 
+// Finite values that fp16 cannot hold (|x| >= 65520 rounds to inf).
+uint64_t count_fp16_overflow(const void* data, DType t, uint64_t n) {
+  uint64_t count = 0;
+  for (uint64_t i = 0; i < n; ++i) {
+    const float v = t == DType::F32 ? static_cast<const float*>(data)[i]
+                                    : bf16_to_float(static_cast<const uint16_t*>(data)[i]);
+    count += std::isfinite(v) && std::fabs(v) >= 65520.0f;
+  }
+  return count;
+}
+
 }  // namespace
 
 void convert_checkpoint(const std::string& dir, const std::string& out, std::optional<DType> dtype, bool progress) {
@@ -131,6 +145,7 @@ void convert_checkpoint(const std::string& dir, const std::string& out, std::opt
   Progress prog(cat("convert ", dir, " -> ", out), total, progress);
 
   std::vector<char> buf;
+  std::map<std::string, uint64_t> overflow;  // source tensor -> values that round to +-inf in fp16
   for (const auto& step : steps) {
     writer.create(step.spec);
     const uint64_t row = uint64_t(step.spec.numel() / step.spec.shape[0]);
@@ -142,6 +157,8 @@ void convert_checkpoint(const std::string& dir, const std::string& out, std::opt
         const int64_t n = std::min(block, piece.n_rows - r);
         buf.resize(size_t(uint64_t(n) * row * es));
         ck.read_elements(piece.src, piece.src_elem + uint64_t(r) * row, uint64_t(n) * row, buf.data());
+        if (writer.stored_dtype(step.spec) == DType::F16 && src.dtype != DType::F16)
+          overflow[piece.src] += count_fp16_overflow(buf.data(), src.dtype, uint64_t(n) * row);
         writer.write_rows(step.spec, piece.dst_row + r, n, buf.data(), src.dtype);
         prog.advance(double(uint64_t(n) * row));
       }
@@ -149,6 +166,11 @@ void convert_checkpoint(const std::string& dir, const std::string& out, std::opt
   }
   writer.commit();
   prog.finish();
+  for (const auto& [name, count] : overflow)
+    if (count > 0)
+      std::fprintf(stderr, "%swarning: %s: tensor '%s': %llu values beyond the fp16 range became +-inf\n",
+                   log_prefix().c_str(), ck.info(name).file.c_str(), name.c_str(),
+                   static_cast<unsigned long long>(count));
 }
 
 }  // namespace lfm2

@@ -65,6 +65,27 @@ TEST(H5packCli, SubcommandsEndToEnd) {
   ASSERT_EQ(r.code, 0) << r.err;
   r = run(dir, "inspect --brief " + dir.file("c.h5"));
   EXPECT_NE(r.out.find("weights fp32"), std::string::npos) << r.out;
+  std::ofstream(dir.file("untied.json")) << test::small_config(false).to_json_text();
+  r = run(dir, "-q synth " + dir.file("u.h5") + " --config " + dir.file("untied.json") + " --threads 1");
+  ASSERT_EQ(r.code, 0) << r.err;
+  r = run(dir, "inspect " + dir.file("u.h5"));
+  EXPECT_NE(r.out.find("untied head"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("lm_head "), std::string::npos) << r.out;
+}
+
+TEST(H5packCli, WarnsAboutFp16Overflow) {
+  test::ScratchDir dir;
+  test::CheckpointOptions opt;
+  const ModelConfig cfg = test::small_config();
+  auto tensors = test::checkpoint_tensors(cfg, opt);
+  tensors[0].values[3] = 1e6f;  // embed_tokens, bf16 holds it, fp16 does not
+  test::write_checkpoint_tensors(dir.file("ckpt"), cfg, tensors);
+  Result r = run(dir, "-q convert " + dir.file("ckpt") + " " + dir.file("c.h5") + " --dtype fp16");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_NE(r.err.find("h5pack: warning: " + dir.file("ckpt/model.safetensors") +
+                       ": tensor 'model.embed_tokens.weight': 1 values beyond the fp16 range"),
+            std::string::npos)
+      << r.err;
 }
 
 TEST(H5packCli, ErrorsAreOneLine) {
