@@ -1,0 +1,210 @@
+// The GPipe schedule without MPI: P threads, each a stage with a fake executor, joined by an
+// in-process transport. Checks that every P and microbatch size gives the one-stage results bit
+// for bit, that each stage sees every microbatch once and in order, and that a wait for a peer
+// that never sends ends with an error instead of hanging.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "common/error.h"
+#include "rank/pipeline.h"
+#include "rank/stage_plan.h"
+
+namespace lfm2 {
+namespace {
+
+constexpr int64_t kHidden = 3, kVocab = 7, kLayers = 6;
+
+// Layer il maps x -> x * (1 + 1/(il+2)) + il; the head scores v as sum_c x[c] * (v - c).
+class FakeStage final : public StageExecutor {
+ public:
+  FakeStage(int begin, int end, bool first, bool last) : begin_(begin), end_(end), first_(first), last_(last) {}
+  DType act_dtype() const override { return DType::F32; }
+  bool on_device() const override { return false; }
+  int64_t weight_bytes() const override { return 0; }
+  void* alloc_hidden(int64_t max_tokens) override {
+    bufs_.emplace_back(size_t(max_tokens * kHidden));
+    return bufs_.back().data();
+  }
+  void embed(const int32_t* ids, int64_t n_seq, int64_t seq_len, void* x) override {
+    EXPECT_TRUE(first_);
+    float* h = static_cast<float*>(x);
+    for (int64_t t = 0; t < n_seq * seq_len; ++t)
+      for (int64_t c = 0; c < kHidden; ++c) h[t * kHidden + c] = float(ids[t]) * 0.25f + float(c);
+  }
+  void forward(void* x, int64_t n_seq, int64_t seq_len) override {
+    float* h = static_cast<float*>(x);
+    for (int il = begin_; il < end_; ++il)
+      for (int64_t i = 0; i < n_seq * seq_len * kHidden; ++i) h[i] = h[i] * (1.0f + 1.0f / float(il + 2)) + float(il);
+    seen_.push_back(n_seq);
+  }
+  void head(const void* x, int64_t n_seq, int64_t seq_len, bool all_positions, float* logits) override {
+    EXPECT_TRUE(last_);
+    const float* h = static_cast<const float*>(x);
+    const int64_t rows = all_positions ? n_seq * seq_len : n_seq;
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t t = all_positions ? r : r * seq_len + seq_len - 1;
+      for (int64_t v = 0; v < kVocab; ++v) {
+        float s = 0;
+        for (int64_t c = 0; c < kHidden; ++c) s += h[t * kHidden + c] * float(v - c);
+        logits[r * kVocab + v] = s;
+      }
+    }
+  }
+  void synchronize() override {}
+  std::vector<int64_t> seen_;  // microbatch sizes, in the order forward() ran them
+
+ private:
+  int begin_, end_;
+  bool first_, last_;
+  std::deque<std::vector<float>> bufs_;
+};
+
+// Every message is delivered at once into a per-(from, to) queue: eager sends, polled receives.
+struct Hub {
+  std::mutex mu;
+  std::map<std::pair<int, int>, std::deque<std::vector<char>>> queues;
+};
+
+class LoopbackTransport final : public Transport {
+ public:
+  LoopbackTransport(Hub& hub, int rank, double timeout_s) : hub_(hub), rank_(rank) { timeout_s_ = timeout_s; }
+  const char* name() const override { return "loopback"; }
+  bool accepts_device_memory() const override { return false; }
+  Handle isend(const void* buf, size_t bytes, int peer, int) override {
+    std::lock_guard<std::mutex> lock(hub_.mu);
+    const char* p = static_cast<const char*>(buf);
+    hub_.queues[{rank_, peer}].emplace_back(p, p + bytes);
+    ops_.push_back({nullptr, bytes, peer, true});
+    return Handle(ops_.size() - 1);
+  }
+  Handle irecv(void* buf, size_t bytes, int peer, int) override {
+    ops_.push_back({buf, bytes, peer, false});
+    return Handle(ops_.size() - 1);
+  }
+  bool test(Handle h) override {
+    Op& op = ops_.at(size_t(h));
+    if (op.done) return true;
+    std::lock_guard<std::mutex> lock(hub_.mu);
+    auto& q = hub_.queues[{op.peer, rank_}];
+    if (q.empty()) return false;
+    LFM2_CHECK(q.front().size() == op.bytes, "loopback: size mismatch");
+    std::memcpy(op.buf, q.front().data(), op.bytes);
+    q.pop_front();
+    op.done = true;
+    return true;
+  }
+  void wait(Handle h, const std::string& what) override {
+    if (!poll_until([&] { return test(h); }, timeout_s_)) LFM2_FAIL("timed out waiting for ", what);
+  }
+
+ private:
+  struct Op {
+    void* buf;
+    size_t bytes;
+    int peer;
+    bool done;
+  };
+  Hub& hub_;
+  int rank_;
+  std::vector<Op> ops_;
+};
+
+struct RunOut {
+  PipelineResult result;
+  std::vector<std::vector<int64_t>> seen;  // per rank
+};
+
+RunOut run_pipeline(const std::vector<int>& counts, int64_t n_seq, int64_t seq_len, int64_t microbatch,
+                    bool all_logits) {
+  std::vector<int32_t> ids(size_t(n_seq * seq_len));
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i * 7919) % 101);
+  const auto plans = make_stage_plans(counts);
+  const int P = int(plans.size());
+  Hub hub;
+  RunOut out;
+  out.seen.resize(size_t(P));
+  std::vector<std::thread> threads;
+  std::mutex err_mu;
+  std::string error;
+  for (int r = 0; r < P; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        WorldConfig w;
+        w.rank = r;
+        w.size = P;
+        const StagePlan& p = plans[size_t(r)];
+        FakeStage stage(p.layer_begin, p.layer_end, p.is_first(), p.is_last());
+        LoopbackTransport transport(hub, r, 10.0);
+        Pipeline pipe(w, stage, transport, PipelineShape{n_seq, seq_len, microbatch, kHidden, kVocab, all_logits});
+        pipe.run(r == 0 ? ids.data() : nullptr, p.is_last() ? &out.result : nullptr);
+        out.seen[size_t(r)] = stage.seen_;
+      } catch (const std::exception& e) {
+        std::lock_guard<std::mutex> lock(err_mu);
+        error = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(error, "");
+  return out;
+}
+
+TEST(PipelineSchedule, EveryRankCountAndMicrobatchGivesTheSameBits) {
+  const RunOut ref = run_pipeline({int(kLayers)}, 10, 4, 10, true);
+  ASSERT_EQ(ref.result.next_token.size(), 10u);
+  ASSERT_EQ(ref.result.all_logits.size(), size_t(10 * 4 * kVocab));
+  // The head's last-position logits equal all_logits at the last position.
+  EXPECT_EQ(0, std::memcmp(ref.result.logits.data(), ref.result.all_logits.data() + 3 * kVocab, kVocab * 4));
+  for (const std::vector<int>& counts :
+       {std::vector<int>{3, 3}, {1, 5}, {2, 2, 2}, {1, 1, 1, 3}, {1, 1, 1, 1, 1, 1}}) {
+    for (int64_t mb : {1, 3, 4, 10}) {
+      const RunOut got = run_pipeline(counts, 10, 4, mb, true);
+      const int64_t M = (10 + mb - 1) / mb;
+      EXPECT_EQ(got.result.next_token, ref.result.next_token) << counts.size() << " ranks, microbatch " << mb;
+      EXPECT_EQ(0, std::memcmp(got.result.logits.data(), ref.result.logits.data(), ref.result.logits.size() * 4));
+      EXPECT_EQ(0, std::memcmp(got.result.all_logits.data(), ref.result.all_logits.data(),
+                               ref.result.all_logits.size() * 4));
+      for (const auto& seen : got.seen) {
+        ASSERT_EQ(int64_t(seen.size()), M);  // each stage ran every microbatch once
+        EXPECT_EQ(seen.back(), 10 - (M - 1) * mb);  // in order: the short one last
+      }
+    }
+  }
+}
+
+TEST(PipelineSchedule, TopOneIsTheFirstMaximum) {
+  const RunOut r = run_pipeline({3, 3}, 5, 2, 2, false);
+  for (int64_t s = 0; s < 5; ++s) {
+    const float* row = r.result.logits.data() + s * kVocab;
+    int best = 0;
+    for (int v = 1; v < kVocab; ++v)
+      if (row[v] > row[best]) best = v;
+    EXPECT_EQ(r.result.next_token[size_t(s)], best);
+  }
+  EXPECT_TRUE(r.result.all_logits.empty());
+}
+
+TEST(PipelineSchedule, AWaitForASilentPeerTimesOut) {
+  Hub hub;
+  WorldConfig w;
+  w.rank = 1;
+  w.size = 2;
+  FakeStage stage(3, 6, false, true);
+  LoopbackTransport transport(hub, 1, 0.2);
+  Pipeline pipe(w, stage, transport, PipelineShape{4, 2, 2, kHidden, kVocab, false});
+  PipelineResult result;
+  try {
+    pipe.run(nullptr, &result);
+    FAIL() << "no timeout";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("timed out waiting for microbatch 0"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace lfm2
