@@ -123,7 +123,9 @@ TEST_F(SplitTest, InspectCountsAndStageBytes) {
     EXPECT_EQ(r.stages[size_t(s)].bytes, part.file_bytes) << s;
     EXPECT_EQ(r.stages[size_t(s)].params, part.file_params) << s;
     EXPECT_TRUE(part.is_stage_file);
-    if (s > 0) EXPECT_LE(r.stages[size_t(s) - 1].file_end, r.stages[size_t(s)].file_begin);
+    if (s > 0) {
+      EXPECT_LE(r.stages[size_t(s) - 1].file_end, r.stages[size_t(s)].file_begin);
+    }
   }
   const std::string text = format_report(r);
   EXPECT_NE(text.find("layers/5/feed_forward/experts/w2"), std::string::npos);
