@@ -1,5 +1,5 @@
 // h5pack synth: portable and deterministic (same seed -> same bits for any thread count, pinned
-// values), seeds differ, sane scales, presets, and no output on a full disk.
+// values), seeds differ, sane scales, presets; and no output from synth, convert or split on a full disk.
 #include <gtest/gtest.h>
 
 #include <signal.h>
@@ -11,7 +11,9 @@
 #include <filesystem>
 
 #include "common/rng.h"
+#include "h5pack/convert.h"
 #include "h5pack/presets.h"
+#include "h5pack/split.h"
 #include "h5pack/synth.h"
 #include "io/weight_file.h"
 #include "io_test_util.h"
@@ -171,28 +173,47 @@ TEST(Synth, Presets) {
   }
 }
 
-TEST(Synth, FullDiskLeavesNoOutput) {
-  ScratchDir dir;
-  const std::string out = dir.file("w.h5");
+// Runs `f` in a forked child whose files may not grow beyond 256 KiB (a stand-in for a full disk:
+// writes fail with EFBIG); returns the child's exit code: 3 when `f` threw lfm2::Error.
+template <typename F>
+int exit_code_with_full_disk(F f) {
   const pid_t pid = ::fork();
-  ASSERT_GE(pid, 0);
   if (pid == 0) {
-    // Child: a 256 KiB file-size limit stands in for a full disk (writes fail with EFBIG).
     ::signal(SIGXFSZ, SIG_IGN);
     struct rlimit lim = {256 << 10, 256 << 10};
     ::setrlimit(RLIMIT_FSIZE, &lim);
     try {
-      synth_weights(synth_preset("lfm2-mini"), out, options(1, 1));
+      f();
     } catch (const Error&) {
       ::_exit(3);
     }
     ::_exit(0);
   }
   int status = 0;
-  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 3);
+  if (pid < 0 || ::waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return -1;
+  return WEXITSTATUS(status);
+}
+
+TEST(FullDisk, SynthLeavesNoOutput) {
+  ScratchDir dir;
+  EXPECT_EQ(exit_code_with_full_disk([&] { synth_weights(synth_preset("lfm2-mini"), dir.file("w.h5"), options(1, 1)); }),
+            3);
   EXPECT_TRUE(dir.entries().empty());  // neither the output nor its temporary
+}
+
+TEST(FullDisk, ConvertAndSplitLeaveNoOutput) {
+  ScratchDir dir;
+  const ModelConfig cfg = synth_preset("lfm2-mini");  // 87 MB in bf16
+  synth_weights(cfg, dir.file("model.h5"), options(1, 2));
+  test::CheckpointOptions opt;
+  test::write_checkpoint(dir.file("ckpt"), test::small_config(), opt);
+  EXPECT_EQ(exit_code_with_full_disk([&] { convert_checkpoint(dir.file("ckpt"), dir.file("c.h5"), DType::F32); }), 0);
+  EXPECT_TRUE(std::filesystem::exists(dir.file("c.h5")));  // small enough: the limit itself is not the failure
+  EXPECT_EQ(exit_code_with_full_disk([&] { split_weights(dir.file("model.h5"), 4, dir.file("s%d.h5")); }), 3);
+  EXPECT_EQ(dir.entries(), (std::vector<std::string>{"c.h5", "ckpt", "model.h5"}));
+  test::write_checkpoint(dir.file("big"), synth_preset("lfm2-mini"), opt);
+  EXPECT_EQ(exit_code_with_full_disk([&] { convert_checkpoint(dir.file("big"), dir.file("b.h5"), DType::F32); }), 3);
+  EXPECT_EQ(dir.entries(), (std::vector<std::string>{"big", "c.h5", "ckpt", "model.h5"}));
 }
 
 }  // namespace
