@@ -61,6 +61,7 @@ InspectReport inspect_weights(const std::string& path, int n_stages) {
     r.file_bytes += d.bytes;
     r.datasets.push_back(std::move(d));
   }
+  LFM2_CHECK(n_stages >= 0, path, ": --stages ", n_stages, " must be positive");
   if (n_stages > 0) {
     LFM2_CHECK(n_stages <= r.config.num_hidden_layers, path, ": cannot split ", r.config.num_hidden_layers,
                " layers into ", n_stages, " stages");
