@@ -11,12 +11,16 @@
 // row lands in a tile: bit-identical run to run.
 #include <mma.h>
 
+#include <cstdlib>
+
 #include "common/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/ops.h"
 
 namespace lfm2::cuda {
 namespace {
+
+constexpr int kDefaultGroupedVariant = 2;
 
 // Finds the block's (expert, first row, end row) from the offsets; e = -1 when past the last tile.
 template <int BM>
@@ -160,6 +164,115 @@ __global__ void __launch_bounds__(mma_cfg::kThreads)
     }
 }
 
+// The multi-stage variant: BM x BN x BK tiles, STAGES-deep cp.async ring in dynamic shared memory,
+// WARPS_M x WARPS_N warps; 16-byte aligned rows only (n_in % 8 == 0).
+template <typename T, int BM, int BN, int BK, int STAGES, int WARPS_M, int WARPS_N>
+struct PipeCfg {
+  static constexpr int kThreads = WARPS_M * WARPS_N * 32, LDS = BK + 8;
+  static constexpr int WTM = BM / WARPS_M, WTN = BN / WARPS_N, FM = WTM / 16, FN = WTN / 16;
+  static constexpr int kStageElems = (BM + BN) * LDS;
+  static constexpr size_t kSmemBytes = size_t(STAGES) * kStageElems * sizeof(T);
+  static_assert(BK % 16 == 0 && WTM % 16 == 0 && WTN % 16 == 0, "tile shape");
+  static_assert((BM * BK / 8) % kThreads == 0 && (BN * BK / 8) % kThreads == 0, "loads per thread");
+  static_assert(kSmemBytes >= size_t(WARPS_M) * WARPS_N * 256 * sizeof(float), "epilogue staging");
+};
+
+template <typename T, int BM, int BN, int BK, int STAGES, int WARPS_M, int WARPS_N>
+__global__ void __launch_bounds__(WARPS_M * WARPS_N * 32)
+    grouped_mma_pipe_kernel(T* out, const T* in, const int32_t* gather, const T* weight, const int32_t* offsets,
+                            int n_experts, int N, int K) {
+  using C = PipeCfg<T, BM, BN, BK, STAGES, WARPS_M, WARPS_N>;
+  using namespace nvcuda;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  T* smem = reinterpret_cast<T*>(smem_raw);
+  __shared__ int s_info[3];
+  __shared__ int s_src[BM];
+
+  find_tile<BM>(offsets, n_experts, s_info);
+  const int e = s_info[0];
+  if (e < 0) return;
+  const int row0 = s_info[1], row_end = s_info[2];
+  const int n0 = blockIdx.x * BN;
+  const int tid = threadIdx.x;
+  for (int r = tid; r < BM; r += C::kThreads) {
+    const int row = row0 + r;
+    s_src[r] = row < row_end ? (gather ? gather[row] : row) : -1;
+  }
+  __syncthreads();
+  const T* w = weight + int64_t(e) * N * K;
+  constexpr int kChunksPerRow = BK / 8;
+
+  auto load = [&](int stage, int k0) {
+    T* sa = smem + stage * C::kStageElems;
+    T* sb = sa + BM * C::LDS;
+#pragma unroll
+    for (int j = 0; j < (BM * BK / 8) / C::kThreads; ++j) {
+      const int c = tid + j * C::kThreads, r = c / kChunksPerRow, kc = (c % kChunksPerRow) * 8;
+      const int src = s_src[r];
+      const bool ok = src >= 0 && k0 + kc < K;
+      cp_async16(&sa[r * C::LDS + kc], ok ? in + int64_t(src) * K + k0 + kc : in, ok);
+    }
+#pragma unroll
+    for (int j = 0; j < (BN * BK / 8) / C::kThreads; ++j) {
+      const int c = tid + j * C::kThreads, r = c / kChunksPerRow, kc = (c % kChunksPerRow) * 8;
+      const bool ok = n0 + r < N && k0 + kc < K;
+      cp_async16(&sb[r * C::LDS + kc], ok ? w + int64_t(n0 + r) * K + k0 + kc : w, ok);
+    }
+  };
+
+  const int warp = tid >> 5, lane = tid & 31;
+  const int wm = (warp / WARPS_N) * C::WTM, wn = (warp % WARPS_N) * C::WTN;
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[C::FM][C::FN];
+#pragma unroll
+  for (int i = 0; i < C::FM; ++i)
+#pragma unroll
+    for (int j = 0; j < C::FN; ++j) wmma::fill_fragment(acc[i][j], 0.f);
+
+  const int nk = (K + BK - 1) / BK;
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < nk) load(s, s * BK);
+    cp_async_commit();  // empty groups keep the count uniform
+  }
+  for (int kt = 0; kt < nk; ++kt) {
+    cp_async_wait<STAGES - 2>();  // tile kt has landed (this thread's copies)
+    __syncthreads();              // ... everyone's; and the stage refilled below is no longer read
+    if (kt + STAGES - 1 < nk) load((kt + STAGES - 1) % STAGES, (kt + STAGES - 1) * BK);
+    cp_async_commit();
+    const T* sa = smem + (kt % STAGES) * C::kStageElems;
+    const T* sb = sa + BM * C::LDS;
+#pragma unroll
+    for (int kk = 0; kk < BK; kk += 16) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa[C::FM];
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> fb[C::FN];
+#pragma unroll
+      for (int i = 0; i < C::FM; ++i) wmma::load_matrix_sync(fa[i], &sa[(wm + i * 16) * C::LDS + kk], C::LDS);
+#pragma unroll
+      for (int j = 0; j < C::FN; ++j) wmma::load_matrix_sync(fb[j], &sb[(wn + j * 16) * C::LDS + kk], C::LDS);
+#pragma unroll
+      for (int i = 0; i < C::FM; ++i)
+#pragma unroll
+        for (int j = 0; j < C::FN; ++j) wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
+    }
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // all stages idle: reuse them for the epilogue
+
+  float* stage = reinterpret_cast<float*>(smem_raw) + warp * 256;
+#pragma unroll
+  for (int i = 0; i < C::FM; ++i)
+#pragma unroll
+    for (int j = 0; j < C::FN; ++j) {
+      wmma::store_matrix_sync(stage, acc[i][j], 16, wmma::mem_row_major);
+      __syncwarp();
+      for (int idx = lane; idx < 256; idx += 32) {
+        const int r = row0 + wm + i * 16 + (idx >> 4), c = n0 + wn + j * 16 + (idx & 15);
+        if (r < row_end && c < N) out[int64_t(r) * N + c] = from_f32<T>(stage[idx]);
+      }
+      __syncwarp();
+    }
+}
+
 // ---------------------------------------------------------------- SIMT fp32
 namespace simt_cfg {
 constexpr int BM = 64, BN = 64, BK = 16, kThreads = 256;
@@ -228,6 +341,33 @@ unsigned tiles_y(int64_t max_rows, int64_t n_experts) {
   return unsigned(t);
 }
 
+// Which tensor-core kernel runs for 16-byte aligned rows: 0 the 2-stage 128x128x32 kernel, 1 a 4-stage
+// 128x128x32, 2 a 3-stage 128x256x32 (64x64 warp tiles), 3 a 3-stage 128x128x64. LFM2_GROUPED_VARIANT
+// overrides the default (a tuning switch for benchmarks; every variant passes the same tests).
+int grouped_variant() {
+  static const int v = [] {
+    const char* e = std::getenv("LFM2_GROUPED_VARIANT");
+    return e && *e ? std::atoi(e) : kDefaultGroupedVariant;
+  }();
+  return v;
+}
+
+template <typename T, int BM, int BN, int BK, int STAGES, int WARPS_M, int WARPS_N>
+void launch_pipe(T* out, const T* in, const int32_t* gather, const T* weight, const int32_t* offsets, int64_t max_rows,
+                 int64_t n_expert, int64_t n_in, int64_t n_out, cudaStream_t stream) {
+  using C = PipeCfg<T, BM, BN, BK, STAGES, WARPS_M, WARPS_N>;
+  auto kernel = grouped_mma_pipe_kernel<T, BM, BN, BK, STAGES, WARPS_M, WARPS_N>;
+  static bool attr_set = false;  // per instantiation; setting it twice is harmless
+  if (!attr_set) {
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(C::kSmemBytes)));
+    attr_set = true;
+  }
+  const dim3 grid(unsigned((n_out + BN - 1) / BN), tiles_y<BM>(max_rows, n_expert));
+  kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(out, in, gather, weight, offsets, int(n_expert), int(n_out),
+                                                       int(n_in));
+  CUDA_CHECK_LAUNCH("grouped_mma_pipe_kernel");
+}
+
 }  // namespace
 
 template <typename T>
@@ -247,6 +387,16 @@ void moe_grouped_matmul(T* out, const T* in, const int32_t* gather, const T* wei
     const dim3 grid(unsigned((n_out + BN - 1) / BN), tiles_y<BM>(max_rows, n_expert));
     const bool vec = n_in % 8 == 0 && reinterpret_cast<uintptr_t>(in) % 16 == 0 &&
                      reinterpret_cast<uintptr_t>(weight) % 16 == 0;
+    const int variant = grouped_variant();
+    if (vec && variant == 1)
+      return launch_pipe<T, 128, 128, 32, 4, 2, 4>(out, in, gather, weight, offsets, max_rows, n_expert, n_in, n_out,
+                                                    stream);
+    if (vec && variant == 2)
+      return launch_pipe<T, 128, 256, 32, 3, 2, 4>(out, in, gather, weight, offsets, max_rows, n_expert, n_in, n_out,
+                                                    stream);
+    if (vec && variant == 3)
+      return launch_pipe<T, 128, 128, 64, 3, 2, 4>(out, in, gather, weight, offsets, max_rows, n_expert, n_in, n_out,
+                                                    stream);
     if (vec)
       grouped_mma_kernel<T, true><<<grid, kThreads, 0, stream>>>(out, in, gather, weight, offsets, int(n_expert),
                                                                  int(n_out), int(n_in));

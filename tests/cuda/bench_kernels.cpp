@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include <cuda_runtime.h>
@@ -123,7 +124,8 @@ void bench_attention(const char* name, cudaStream_t s, int64_t n_seq, int64_t S)
 }  // namespace
 }  // namespace lfm2
 
-int main() {
+int main(int argc, char** argv) {
+  const bool moe_only = argc > 1 && std::string(argv[1]) == "moe";  // grouped-GEMM variant sweeps
   using namespace lfm2;
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
@@ -135,9 +137,13 @@ int main() {
   std::printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
   cudaStream_t s;
   CUDA_CHECK(cudaStreamCreate(&s));
-  bench_linear<__nv_bfloat16>("bf16", s, 32768, 2048, 2048);
-  bench_linear<float>("fp32", s, 32768, 2048, 2048);
+  if (!moe_only) {
+    bench_linear<__nv_bfloat16>("bf16", s, 32768, 2048, 2048);
+    bench_linear<float>("fp32", s, 32768, 2048, 2048);
+  }
   for (int64_t t : {1024, 4096, 16384}) bench_moe<__nv_bfloat16>("bf16", s, t);
+  bench_moe<__half>("fp16", s, 4096);
+  if (moe_only) return 0;
   bench_moe<float>("fp32", s, 4096);
   bench_attention<__nv_bfloat16>("bf16", s, 1024, 32);
   bench_attention<float>("fp32", s, 1024, 32);
