@@ -51,8 +51,7 @@ void read_all(hid_t dset, hid_t mem_type, std::vector<T>* out, int64_t n, const 
 // An output file under a temporary name that becomes `path` on commit().
 class AtomicFile {
  public:
-  explicit AtomicFile(const std::string& path)
-      : path_(path), tmp_(path + ".tmp." + std::to_string(::getpid())) {
+  explicit AtomicFile(const std::string& path) : path_(path), tmp_(path + ".tmp." + std::to_string(::getpid())) {
     h5_quiet();
     file_ = H5Fcreate(tmp_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
     H5_CHECK(file_, path_, ": cannot create file");
@@ -127,8 +126,7 @@ TokenAnswers read_answers(const std::string& path) {
   read_all(d.get(), H5T_NATIVE_INT32, &a.next_token, a.n_seq, path + ": reading next_token");
   if (h5_exists(f.get(), "logits")) {
     H5Handle l = open_dataset(f.get(), path, "logits", H5T_FLOAT, 2, &shape);
-    LFM2_CHECK(shape[0] == a.n_seq, path, ": logits ", shape_str(shape), " does not match next_token (", a.n_seq,
-               ",)");
+    LFM2_CHECK(shape[0] == a.n_seq, path, ": logits ", shape_str(shape), " does not match next_token (", a.n_seq, ",)");
     a.vocab = shape[1];
     read_all(l.get(), H5T_NATIVE_FLOAT, &a.logits, shape[0] * shape[1], path + ": reading logits");
   }
@@ -141,14 +139,13 @@ void check_answers(const TokenAnswers& ans, int64_t n_seq, int64_t vocab, const 
   LFM2_CHECK(!ans.has_logits() || ans.vocab == vocab, path, ": logits (", ans.n_seq, ", ", ans.vocab,
              ") do not match the model's vocabulary of ", vocab);
   for (int64_t i = 0; i < ans.n_seq; ++i)
-    LFM2_CHECK(ans.next_token[i] >= 0 && ans.next_token[i] < vocab, path, ": next_token[", i, "] = ",
-               ans.next_token[i], " is outside the vocabulary [0, ", vocab, ")");
+    LFM2_CHECK(ans.next_token[i] >= 0 && ans.next_token[i] < vocab, path, ": next_token[", i, "] = ", ans.next_token[i],
+               " is outside the vocabulary [0, ", vocab, ")");
 }
 
 void write_outputs(const std::string& path, const TokenOutputs& out, const nlohmann::json& metadata) {
   LFM2_CHECK(int64_t(out.next_token.size()) == out.n_seq, path, ": next_token size mismatch");
-  LFM2_CHECK(out.logits.empty() || int64_t(out.logits.size()) == out.n_seq * out.vocab, path,
-             ": logits size mismatch");
+  LFM2_CHECK(out.logits.empty() || int64_t(out.logits.size()) == out.n_seq * out.vocab, path, ": logits size mismatch");
   LFM2_CHECK(out.all_logits.empty() || int64_t(out.all_logits.size()) == out.n_seq * out.seq_len * out.vocab, path,
              ": all_logits size mismatch");
   AtomicFile f(path);
@@ -156,8 +153,7 @@ void write_outputs(const std::string& path, const TokenOutputs& out, const nlohm
   if (!out.logits.empty())
     f.write("logits", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, {out.n_seq, out.vocab}, out.logits.data());
   if (!out.all_logits.empty())
-    f.write("all_logits", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, {out.n_seq, out.seq_len, out.vocab},
-            out.all_logits.data());
+    f.write("all_logits", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, {out.n_seq, out.seq_len, out.vocab}, out.all_logits.data());
   for (auto it = metadata.begin(); it != metadata.end(); ++it) {
     const auto& v = it.value();
     if (v.is_string())

@@ -8,10 +8,9 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace lfm2 {
 
@@ -21,7 +20,7 @@ struct TokenInputs {
 };
 
 struct TokenAnswers {
-  int64_t n_seq = 0, vocab = 0;  // vocab 0 when there are no logits
+  int64_t n_seq = 0, vocab = 0;     // vocab 0 when there are no logits
   std::vector<int32_t> next_token;  // (N)
   std::vector<float> logits;        // (N, V) or empty
   bool has_logits() const { return !logits.empty(); }

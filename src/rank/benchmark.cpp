@@ -11,9 +11,7 @@
 namespace lfm2 {
 namespace {
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 void barrier(const WorldConfig& world, double timeout_s) {
   MPI_Request req;
@@ -48,15 +46,15 @@ std::vector<std::string> BenchmarkSummary::report() const {
                   p.layer_begin, p.layer_end - 1, busy_s[size_t(r)], 100.0 * busy_s[size_t(r)] / wall_mean_s);
     lines.push_back(buf);
   }
-  std::snprintf(buf, sizeof buf, "benchmark: bubble %.1f%% measured (1 - sum busy / (P * wall)), GPipe (P-1)/(M+P-1) = %.1f%%",
+  std::snprintf(buf, sizeof buf,
+                "benchmark: bubble %.1f%% measured (1 - sum busy / (P * wall)), GPipe (P-1)/(M+P-1) = %.1f%%",
                 100.0 * measured_bubble(), 100.0 * gpipe_bubble());
   lines.push_back(buf);
   return lines;
 }
 
 BenchmarkSummary run_benchmark(const WorldConfig& world, Pipeline& pipeline, const std::vector<StagePlan>& plans,
-                               const int32_t* ids, PipelineResult* result, int warmup, int repeat,
-                               double timeout_s) {
+                               const int32_t* ids, PipelineResult* result, int warmup, int repeat, double timeout_s) {
   LFM2_CHECK(repeat >= 1, "--repeat must be at least 1");
   BenchmarkSummary s;
   s.n_ranks = world.size;

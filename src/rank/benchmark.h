@@ -33,7 +33,6 @@ struct BenchmarkSummary {
 // Runs `warmup` untimed and `repeat` timed repetitions on every rank; the summary is complete on
 // rank 0. `result` (last rank) receives the last repetition's outputs.
 BenchmarkSummary run_benchmark(const WorldConfig& world, Pipeline& pipeline, const std::vector<StagePlan>& plans,
-                               const int32_t* ids, PipelineResult* result, int warmup, int repeat,
-                               double timeout_s);
+                               const int32_t* ids, PipelineResult* result, int warmup, int repeat, double timeout_s);
 
 }  // namespace lfm2

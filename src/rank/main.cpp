@@ -4,7 +4,6 @@
 //
 // With no arguments it runs and validates the shipped default under data/default (docs/pipeline.md).
 #include <CLI/CLI.hpp>
-
 #include <cstdio>
 
 #include "common/error.h"
@@ -27,8 +26,9 @@ int main(int argc, char** argv) {
   set_log_prefix(cat("[rank ", world.rank, "] "));
 
   RankOptions opt;
-  CLI::App app{"lfm2-rank: LFM2-MoE inference as a pipeline over MPI ranks (mpirun -np P lfm2-rank ...).\n"
-               "With no arguments: runs and validates the shipped default under data/default."};
+  CLI::App app{
+      "lfm2-rank: LFM2-MoE inference as a pipeline over MPI ranks (mpirun -np P lfm2-rank ...).\n"
+      "With no arguments: runs and validates the shipped default under data/default."};
   app.add_option("--model", opt.model, "weight file (h5pack), or a per-stage pattern such as 'stage-%d.h5'");
   app.add_option("--inputs", opt.inputs, "HDF5 file with input_ids int32 [N, S]");
   app.add_option("--answers", opt.answers, "HDF5 file with next_token [N] (and logits [N, V]) to validate against");
@@ -39,8 +39,12 @@ int main(int argc, char** argv) {
   app.add_option("--device", opt.device, "backend")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   app.add_flag("--all-logits", opt.all_logits, "also write the logits of every position (all_logits [N, S, V])");
   auto* bench = app.add_flag("--benchmark", opt.benchmark, "warm-up, timed repetitions, throughput and bubble");
-  app.add_option("--repeat", opt.repeat, "timed repetitions in benchmark mode")->needs(bench)->check(CLI::PositiveNumber);
-  app.add_option("--warmup", opt.warmup, "untimed repetitions before them")->needs(bench)->check(CLI::NonNegativeNumber);
+  app.add_option("--repeat", opt.repeat, "timed repetitions in benchmark mode")
+      ->needs(bench)
+      ->check(CLI::PositiveNumber);
+  app.add_option("--warmup", opt.warmup, "untimed repetitions before them")
+      ->needs(bench)
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--layers", opt.layers, "layers per rank, e.g. 6,6,6,6 (default: balanced by cost)");
   app.add_option("--threads", opt.threads, "CPU threads per rank (default: the node's cores / ranks on the node)")
       ->check(CLI::NonNegativeNumber);

@@ -9,18 +9,18 @@
 namespace lfm2 {
 
 struct RankOptions {
-  std::string model;    // FILE.h5, or a pattern with %d for per-stage files ("stage-%d.h5")
-  std::string inputs;   // input_ids (N, S)
-  std::string answers;  // optional: validate against it
-  std::string output;   // optional: write results here
+  std::string model;       // FILE.h5, or a pattern with %d for per-stage files ("stage-%d.h5")
+  std::string inputs;      // input_ids (N, S)
+  std::string answers;     // optional: validate against it
+  std::string output;      // optional: write results here
   int64_t microbatch = 0;  // sequences per microbatch; 0: about 4 microbatches per stage
   std::string dtype = "fp32";
   std::string device = "auto";
   bool all_logits = false;
   bool benchmark = false;
   int repeat = 5, warmup = 1;
-  std::string layers;   // "6,6,6,6" overrides the balanced split
-  int threads = 0;      // 0: the node's cores shared among its ranks
+  std::string layers;  // "6,6,6,6" overrides the balanced split
+  int threads = 0;     // 0: the node's cores shared among its ranks
   double timeout_s = 600;
   bool use_default = false;  // no model/inputs given: run the shipped default under data/default
 };

@@ -12,9 +12,7 @@
 namespace lfm2 {
 namespace {
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 // MPI guarantees tags up to 32767; messages between two ranks do not overtake, so a wrapped tag is
 // still unambiguous.
@@ -24,9 +22,7 @@ int tag_of(int64_t m) { return int(m % 32767); }
 
 int64_t PipelineShape::micro_size(int64_t m) const { return std::min(microbatch, n_seq - m * microbatch); }
 
-double gpipe_bubble(int n_stages, int64_t n_micro) {
-  return double(n_stages - 1) / double(n_micro + n_stages - 1);
-}
+double gpipe_bubble(int n_stages, int64_t n_micro) { return double(n_stages - 1) / double(n_micro + n_stages - 1); }
 
 Pipeline::Pipeline(const WorldConfig& world, StageExecutor& exec, Transport& transport, const PipelineShape& shape)
     : world_(world), exec_(exec), transport_(transport), shape_(shape) {

@@ -23,7 +23,7 @@ struct PipelineShape {
   int64_t n_seq = 0, seq_len = 0;  // the whole batch (N, S)
   int64_t microbatch = 1;          // sequences per microbatch
   int64_t hidden = 0, vocab = 0;
-  bool all_logits = false;         // head on every position, not only the last
+  bool all_logits = false;  // head on every position, not only the last
 
   int64_t n_micro() const { return (n_seq + microbatch - 1) / microbatch; }
   int64_t micro_begin(int64_t m) const { return m * microbatch; }

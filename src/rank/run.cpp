@@ -12,9 +12,8 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
-#include <thread>
-
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "common/error.h"
 #include "common/log.h"
@@ -36,9 +35,7 @@ namespace fs = std::filesystem;
 
 constexpr int kReportTag = 32767;
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 std::string mib(int64_t bytes) {
   char buf[32];
@@ -81,8 +78,8 @@ void resolve_default(RankOptions& opt) {
 void check_backend(const RankOptions& opt) {
 #ifndef LFM2_HAVE_CUDA
   LFM2_CHECK(opt.device != "cuda", "--device cuda: this build has no CUDA backend (configure with nvcc present)");
-  LFM2_CHECK(opt.dtype == "fp32", "--dtype ", opt.dtype, ": the CPU backend computes in fp32 only (",
-             opt.dtype, " comes with the CUDA backend)");
+  LFM2_CHECK(opt.dtype == "fp32", "--dtype ", opt.dtype, ": the CPU backend computes in fp32 only (", opt.dtype,
+             " comes with the CUDA backend)");
 #else
   LFM2_CHECK(opt.device != "cuda", "--device cuda: the CUDA pipeline is not wired into lfm2-rank yet");
   LFM2_CHECK(opt.dtype == "fp32", "--dtype ", opt.dtype, ": the CPU backend computes in fp32 only");
@@ -133,7 +130,8 @@ std::vector<RankFacts> gather_facts(const WorldConfig& world, const RankFacts& m
   std::vector<RankFacts> all(size_t(world.size));
   constexpr int kN = sizeof(RankFacts) / sizeof(int64_t);
   MPI_Request req;
-  MPI_CHECK(MPI_Igather(&mine, kN, MPI_INT64_T, all.data(), kN, MPI_INT64_T, 0, world.comm, &req), "gathering the plan");
+  MPI_CHECK(MPI_Igather(&mine, kN, MPI_INT64_T, all.data(), kN, MPI_INT64_T, 0, world.comm, &req),
+            "gathering the plan");
   wait_mpi_request(&req, timeout_s, "gathering the plan");
   return all;
 }
@@ -147,7 +145,8 @@ void deliver_report(const WorldConfig& world, const std::vector<std::string>& li
   if (world.is_last()) {
     const std::string text = nlohmann::json(lines).dump();
     MPI_Request req;
-    MPI_CHECK(MPI_Isend(text.data(), int(text.size()), MPI_CHAR, 0, kReportTag, world.comm, &req), "sending the report");
+    MPI_CHECK(MPI_Isend(text.data(), int(text.size()), MPI_CHAR, 0, kReportTag, world.comm, &req),
+              "sending the report");
     wait_mpi_request(&req, timeout_s, "sending the report to rank 0");
   } else if (world.is_first()) {
     MPI_Status st;
@@ -199,8 +198,8 @@ int run_rank(const WorldConfig& world, RankOptions opt) {
       const ModelConfig& cfg = weights->config();
       check_inputs(inputs, cfg.vocab_size, cfg.max_position_embeddings, opt.inputs);
     });
-  const auto agreed = allreduce_max(world, {ok ? 0 : 1, inputs.n_seq, inputs.seq_len}, opt.timeout_s,
-                                    "the start-up agreement");
+  const auto agreed =
+      allreduce_max(world, {ok ? 0 : 1, inputs.n_seq, inputs.seq_len}, opt.timeout_s, "the start-up agreement");
   if (agreed[0] != 0) return kExitError;
   const int64_t N = agreed[1], S = agreed[2];
 
@@ -221,11 +220,11 @@ int run_rank(const WorldConfig& world, RankOptions opt) {
           plans = default_stage_plans(cfg, P, S, opt.all_logits);
       },
       r0);
-  const int n_threads =
-      opt.threads > 0 ? opt.threads
-                      : std::max(1, int(std::thread::hardware_concurrency()) / std::max(1, world.local_size));
-  const int64_t microbatch = opt.microbatch > 0 ? std::min(opt.microbatch, N)
-                                                : std::max<int64_t>(1, (N + 4 * P - 1) / (4 * P));
+  const int n_threads = opt.threads > 0
+                            ? opt.threads
+                            : std::max(1, int(std::thread::hardware_concurrency()) / std::max(1, world.local_size));
+  const int64_t microbatch =
+      opt.microbatch > 0 ? std::min(opt.microbatch, N) : std::max<int64_t>(1, (N + 4 * P - 1) / (4 * P));
   std::unique_ptr<StageExecutor> exec;
   std::unique_ptr<Transport> transport;
   std::unique_ptr<Pipeline> pipeline;
@@ -240,7 +239,8 @@ int run_rank(const WorldConfig& world, RankOptions opt) {
                        s.layer_end == plan.layer_end,
                    weight_path, ": stage file for stage ", s.stage, "/", s.n_stages, " layers [", s.layer_begin, ", ",
                    s.layer_end, "), but rank ", world.rank, "/", P, " runs layers [", plan.layer_begin, ", ",
-                   plan.layer_end, ")", opt.layers.empty() ? " (split it for this plan, or pass its split as --layers)" : " (--layers)");
+                   plan.layer_end, ")",
+                   opt.layers.empty() ? " (split it for this plan, or pass its split as --layers)" : " (--layers)");
       }
       facts.layer_begin = plan.layer_begin;
       facts.layer_end = plan.layer_end;
@@ -277,14 +277,13 @@ int run_rank(const WorldConfig& world, RankOptions opt) {
                    " threads per rank, transport ", transport->name()));
       for (int r = 0; r < P; ++r) {
         const RankFacts& f = all[size_t(r)];
-        log_info(cat("plan: rank ", r, " (local ", f.local_rank, "): layers ", f.layer_begin, "-", f.layer_end - 1, " (",
-                     f.layer_end - f.layer_begin, "), weights ", mib(f.weight_bytes), ", read ", mib(f.bytes_read),
-                     ", free host memory ", f.free_host < 0 ? std::string("?") : gib(f.free_host)));
+        log_info(cat("plan: rank ", r, " (local ", f.local_rank, "): layers ", f.layer_begin, "-", f.layer_end - 1,
+                     " (", f.layer_end - f.layer_begin, "), weights ", mib(f.weight_bytes), ", read ",
+                     mib(f.bytes_read), ", free host memory ", f.free_host < 0 ? std::string("?") : gib(f.free_host)));
       }
       if (M < P)
-        log_info(cat("warning: ", M, " microbatches for ", P,
-                     " ranks: some ranks will idle (bubble ", int(100 * gpipe_bubble(P, M)),
-                     "%); use a smaller --microbatch"));
+        log_info(cat("warning: ", M, " microbatches for ", P, " ranks: some ranks will idle (bubble ",
+                     int(100 * gpipe_bubble(P, M)), "%); use a smaller --microbatch"));
     }
 
     PipelineResult result;
@@ -306,14 +305,20 @@ int run_rank(const WorldConfig& world, RankOptions opt) {
       std::string head = "results: next_token =";
       for (int64_t i = 0; i < std::min<int64_t>(N, 8); ++i) head += cat(" ", result.next_token[size_t(i)]);
       lines.push_back(head + (N > 8 ? " ..." : ""));
-      nlohmann::json meta = {{"format", "lfm2-rank-outputs"}, {"model", opt.model},       {"inputs", opt.inputs},
-                             {"n_ranks", P},                  {"microbatch", microbatch}, {"n_microbatches", M},
+      nlohmann::json meta = {{"format", "lfm2-rank-outputs"},
+                             {"model", opt.model},
+                             {"inputs", opt.inputs},
+                             {"n_ranks", P},
+                             {"microbatch", microbatch},
+                             {"n_microbatches", M},
                              {"layers", join([&] {
                                 std::vector<int> c;
                                 for (const auto& p : plans) c.push_back(p.n_layers());
                                 return c;
                               }())},
-                             {"dtype", "fp32"},               {"device", "cpu"},          {"all_logits", opt.all_logits},
+                             {"dtype", "fp32"},
+                             {"device", "cpu"},
+                             {"all_logits", opt.all_logits},
                              {"created", utc_now()}};
       if (!opt.answers.empty()) {
         const ValidationResult v =

@@ -23,16 +23,16 @@ class MpiTransport final : public Transport {
 
   Handle isend(const void* buf, size_t bytes, int peer, int tag) override {
     Handle h = take_slot(peer, true);
-    MPI_CHECK(MPI_Isend(buf, count_of(bytes), MPI_BYTE, peer, tag, world_.comm, &slots_[h].req), "MPI_Isend of ",
-              bytes, " bytes to rank ", peer);
+    MPI_CHECK(MPI_Isend(buf, count_of(bytes), MPI_BYTE, peer, tag, world_.comm, &slots_[h].req), "MPI_Isend of ", bytes,
+              " bytes to rank ", peer);
     return h;
   }
 
   Handle irecv(void* buf, size_t bytes, int peer, int tag) override {
     Handle h = take_slot(peer, false);
     slots_[h].bytes = bytes;
-    MPI_CHECK(MPI_Irecv(buf, count_of(bytes), MPI_BYTE, peer, tag, world_.comm, &slots_[h].req), "MPI_Irecv of ",
-              bytes, " bytes from rank ", peer);
+    MPI_CHECK(MPI_Irecv(buf, count_of(bytes), MPI_BYTE, peer, tag, world_.comm, &slots_[h].req), "MPI_Irecv of ", bytes,
+              " bytes from rank ", peer);
     return h;
   }
 
@@ -82,7 +82,8 @@ class MpiTransport final : public Transport {
   }
 
   static int count_of(size_t bytes) {
-    LFM2_CHECK(bytes <= size_t(INT_MAX), "message of ", bytes, " bytes is over MPI's int count; use smaller microbatches");
+    LFM2_CHECK(bytes <= size_t(INT_MAX), "message of ", bytes,
+               " bytes is over MPI's int count; use smaller microbatches");
     return int(bytes);
   }
 

@@ -34,8 +34,7 @@ ValidationResult validate_outputs(const std::vector<int32_t>& next_token, const 
   LFM2_CHECK(answers.n_seq == r.n_seq, "validation: ", r.n_seq, " results for ", answers.n_seq, " answers");
   r.compared_logits = answers.has_logits() && !logits.empty();
   if (r.compared_logits) {
-    LFM2_CHECK(answers.vocab == vocab && int64_t(logits.size()) == r.n_seq * vocab,
-               "validation: logits shapes differ");
+    LFM2_CHECK(answers.vocab == vocab && int64_t(logits.size()) == r.n_seq * vocab, "validation: logits shapes differ");
     for (float x : answers.logits) r.max_abs_ref = std::max(r.max_abs_ref, double(std::fabs(x)));
     r.tol = tol.atol + tol.rtol * r.max_abs_ref;
     for (int64_t i = 0; i < r.n_seq * vocab; ++i) {
@@ -70,7 +69,8 @@ std::vector<std::string> ValidationResult::report(DType act_dtype) const {
                 100.0 * t.min_agreement);
   lines.push_back(buf);
   if (compared_logits) {
-    std::snprintf(buf, sizeof buf, "validation: max |dlogit| %.3g (sequence %lld), tolerance %.3g = %.0e + %.0e * max|logit| %.3g",
+    std::snprintf(buf, sizeof buf,
+                  "validation: max |dlogit| %.3g (sequence %lld), tolerance %.3g = %.0e + %.0e * max|logit| %.3g",
                   max_abs_dlogit, (long long)worst_seq, tol, t.atol, t.rtol, max_abs_ref);
   } else {
     std::snprintf(buf, sizeof buf, "validation: answers hold no logits; top-1 only");

@@ -26,8 +26,8 @@ Tolerance tolerance_for(DType act_dtype);
 
 struct ValidationResult {
   int64_t n_seq = 0;
-  int64_t agree = 0;       // exact top-1 matches
-  int64_t near_ties = 0;   // disagreements within tolerance
+  int64_t agree = 0;      // exact top-1 matches
+  int64_t near_ties = 0;  // disagreements within tolerance
   bool compared_logits = false;
   double max_abs_dlogit = 0, max_abs_ref = 0, tol = 0;
   int64_t worst_seq = -1;  // sequence with the largest |Δlogit|

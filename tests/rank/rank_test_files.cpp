@@ -5,7 +5,6 @@
 //   rank_test_files perturb IN.h5 OUT.h5   answers with one wrong top-1 and logits off by 1
 //   rank_test_files same A.h5 B.h5 ...     every file's datasets equal A's, bit for bit
 #include <CLI/CLI.hpp>
-
 #include <cstdio>
 #include <cstring>
 #include <filesystem>

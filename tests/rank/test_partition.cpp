@@ -126,12 +126,12 @@ TEST(ParseLayerCounts, AcceptsAnExactCover) {
 }
 
 TEST(ParseLayerCounts, RejectsBadSplits) {
-  EXPECT_THROW(parse_layer_counts("6,6,6", 24, 4), Error);     // too few parts
-  EXPECT_THROW(parse_layer_counts("6,6,6,5", 24, 4), Error);   // does not cover
-  EXPECT_THROW(parse_layer_counts("6,6,6,7", 24, 4), Error);   // too many layers
-  EXPECT_THROW(parse_layer_counts("6,x,6,6", 24, 4), Error);   // not a number
-  EXPECT_THROW(parse_layer_counts("0,8,8,8", 24, 4), Error);   // empty stage
-  EXPECT_THROW(parse_layer_counts("6,,6,6", 24, 4), Error);    // empty part
+  EXPECT_THROW(parse_layer_counts("6,6,6", 24, 4), Error);    // too few parts
+  EXPECT_THROW(parse_layer_counts("6,6,6,5", 24, 4), Error);  // does not cover
+  EXPECT_THROW(parse_layer_counts("6,6,6,7", 24, 4), Error);  // too many layers
+  EXPECT_THROW(parse_layer_counts("6,x,6,6", 24, 4), Error);  // not a number
+  EXPECT_THROW(parse_layer_counts("0,8,8,8", 24, 4), Error);  // empty stage
+  EXPECT_THROW(parse_layer_counts("6,,6,6", 24, 4), Error);   // empty part
   EXPECT_THROW(parse_layer_counts("", 24, 1), Error);
 }
 

@@ -160,17 +160,16 @@ TEST(PipelineSchedule, EveryRankCountAndMicrobatchGivesTheSameBits) {
   ASSERT_EQ(ref.result.all_logits.size(), size_t(10 * 4 * kVocab));
   // The head's last-position logits equal all_logits at the last position.
   EXPECT_EQ(0, std::memcmp(ref.result.logits.data(), ref.result.all_logits.data() + 3 * kVocab, kVocab * 4));
-  for (const std::vector<int>& counts :
-       {std::vector<int>{3, 3}, {1, 5}, {2, 2, 2}, {1, 1, 1, 3}, {1, 1, 1, 1, 1, 1}}) {
+  for (const std::vector<int>& counts : {std::vector<int>{3, 3}, {1, 5}, {2, 2, 2}, {1, 1, 1, 3}, {1, 1, 1, 1, 1, 1}}) {
     for (int64_t mb : {1, 3, 4, 10}) {
       const RunOut got = run_pipeline(counts, 10, 4, mb, true);
       const int64_t M = (10 + mb - 1) / mb;
       EXPECT_EQ(got.result.next_token, ref.result.next_token) << counts.size() << " ranks, microbatch " << mb;
       EXPECT_EQ(0, std::memcmp(got.result.logits.data(), ref.result.logits.data(), ref.result.logits.size() * 4));
-      EXPECT_EQ(0, std::memcmp(got.result.all_logits.data(), ref.result.all_logits.data(),
-                               ref.result.all_logits.size() * 4));
+      EXPECT_EQ(
+          0, std::memcmp(got.result.all_logits.data(), ref.result.all_logits.data(), ref.result.all_logits.size() * 4));
       for (const auto& seen : got.seen) {
-        ASSERT_EQ(int64_t(seen.size()), M);  // each stage ran every microbatch once
+        ASSERT_EQ(int64_t(seen.size()), M);         // each stage ran every microbatch once
         EXPECT_EQ(seen.back(), 10 - (M - 1) * mb);  // in order: the short one last
       }
     }

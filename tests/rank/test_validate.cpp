@@ -14,10 +14,10 @@ TokenAnswers reference() {
   TokenAnswers a;
   a.n_seq = 4;
   a.vocab = 5;
-  a.logits = {1, 2, 10, 0, 0,  //
-              3, 0, 0, 0, 1,   //
-              0, 0, 0, -10, 4, //
-              1, 1, 1, 1, 2};
+  a.logits = {1, 2, 10, 0,   0,  //
+              3, 0, 0,  0,   1,  //
+              0, 0, 0,  -10, 4,  //
+              1, 1, 1,  1,   2};
   a.next_token = {2, 0, 4, 4};
   return a;
 }
@@ -72,7 +72,7 @@ TEST(Validate, TopOneOnlyUsesTheAgreementThreshold) {
   auto r = validate_outputs(ours, {}, 10, a, tolerance_for(DType::BF16));
   EXPECT_FALSE(r.compared_logits);
   EXPECT_EQ(r.agree, 9);
-  EXPECT_TRUE(r.passed);  // bf16 needs 90 %
+  EXPECT_TRUE(r.passed);                                                              // bf16 needs 90 %
   EXPECT_FALSE(validate_outputs(ours, {}, 10, a, tolerance_for(DType::F16)).passed);  // fp16 needs 95 %
   EXPECT_FALSE(validate_outputs(ours, {}, 10, a, tolerance_for(DType::F32)).passed);
 }
