@@ -4,6 +4,8 @@
 // state moves: (A) open this rank's weight file, rank 0 reads and checks the inputs; all agree and
 // learn (N, S). (B) the plan, the stage-file check, loading the stage, the last rank's answers, the
 // buffers; all agree again. Then (C) the exchange, where any error aborts the job.
+#include <unistd.h>
+
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -255,6 +257,12 @@ int run_rank(const WorldConfig& world, RankOptions opt) {
       facts.bytes_read = weights->bytes_read();
       log_info(cat("read ", mib(facts.bytes_read), " of weights (layers ", plan.layer_begin, "-", plan.layer_end - 1,
                    ") from ", weight_path, " in ", int64_t((now_s() - t0) * 1000), " ms"));
+      if (last && !opt.output.empty()) {
+        // Found now rather than after the whole run: the output's directory must be writable.
+        const fs::path dir = fs::absolute(opt.output).parent_path();
+        LFM2_CHECK(fs::is_directory(dir) && ::access(dir.c_str(), W_OK) == 0, opt.output, ": cannot write into ",
+                   dir.string());
+      }
       if (last && !opt.answers.empty()) {
         answers = read_answers(opt.answers);
         check_answers(answers, N, cfg.vocab_size, opt.answers);
