@@ -9,7 +9,8 @@
 # cores; never binds ranks to single cores (the CPU backend runs threads in each rank).
 # The binary: $LFM2_RANK, else build/src/rank/lfm2-rank (or the newest build*/ that has one).
 # Examples:
-#   launch/local.sh                                   # the shipped default, validated
+#   launch/local.sh                                   # the shipped default, validated (its model is
+#                                                     # created from data/default/recipe.json if missing)
 #   launch/local.sh -n 2 --model m.h5 --inputs in.h5 --answers ans.h5 --output out.h5
 #   launch/local.sh -n 8 --hostfile hosts.txt --model 'stage-%d.h5' --inputs in.h5
 set -euo pipefail
@@ -41,6 +42,15 @@ if [ -z "$ranks" ]; then
   gpus=0
   if command -v nvidia-smi >/dev/null 2>&1; then gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true); fi
   ranks=$(( gpus > 0 ? gpus : 4 ))
+fi
+
+# The shipped default (no options): create its model from the recipe on first use.
+if [ ${#args[@]} -eq 0 ] && [ ! -f "$here/data/default/model.h5" ]; then
+  h5pack="$(dirname "$exe")/../h5pack/h5pack"
+  create=$(sed -n 's/.*"create_model": *"\(.*\)".*/\1/p' "$here/data/default/recipe.json")
+  [ -x "$h5pack" ] && [ -n "$create" ] || { echo "launch/local.sh: error: cannot create data/default/model.h5 ($create)" >&2; exit 1; }
+  echo "launch/local.sh: creating the default model: $create" >&2
+  (cd "$here" && "$h5pack" ${create#h5pack })
 fi
 
 flags=(-np "$ranks" --bind-to none)
