@@ -12,7 +12,9 @@ next_token int32 (N) and the last position's logits float32 (N, V).
   python3 tools/hf_answers.py MODEL.h5 INPUTS.h5 ANSWERS.h5 --make-inputs 16x32 --seed 7
 
 With --make-inputs NxS it first writes INPUTS.h5 (input_ids int32 (N, S), uniform over the
-vocabulary, numpy seed --seed). bf16/fp16 weights are read as floats (HDF5 converts the custom
+vocabulary, numpy seed --seed), redrawing any sequence whose expert routing has a near-tie (the
+k-th and (k+1)-th routing scores closer than --min-router-gap), since there a one-ulp difference
+between implementations may pick another expert. bf16/fp16 weights are read as floats (HDF5 converts the custom
 16-bit types); the model still runs in fp32. Dependencies: tools/requirements.txt.
 """
 import argparse
@@ -91,6 +93,43 @@ def write_h5(path, datasets, attrs):
     os.replace(tmp, path)
 
 
+def run(model, ids, batch):
+    """Last-position logits (N, V) and, per sequence, the smallest margin between the k-th and
+    (k+1)-th routing score over every MoE layer and token (where a tiny numeric difference could
+    pick another expert)."""
+    gaps = []
+
+    def hook(module, args, kwargs, _out):
+        hidden = args[0]
+        bias = args[1] if len(args) > 1 else kwargs.get("expert_bias")
+        scores = torch.sigmoid(torch.nn.functional.linear(hidden, module.weight))
+        if module.use_expert_bias:
+            scores = scores + bias
+        k = module.top_k
+        if k < scores.shape[-1]:
+            top = torch.topk(scores, k + 1, dim=-1).values
+            gaps[-1].append((top[:, k - 1] - top[:, k]).reshape(current[0], -1).min(dim=1).values)
+
+    handles = [m.register_forward_hook(hook, with_kwargs=True) for m in model.modules()
+               if type(m).__name__ == "Lfm2MoeTopKRouter"]
+    logits, per_seq = [], []
+    current = [0]
+    try:
+        with torch.no_grad():
+            for b in range(0, ids.shape[0], batch):
+                chunk = ids[b:b + batch]
+                current[0] = chunk.shape[0]
+                gaps.append([])
+                out = model(input_ids=chunk, use_cache=False)
+                logits.append(out.logits[:, -1, :].float())
+                per_seq.append(torch.stack(gaps[-1]).min(dim=0).values if gaps[-1]
+                               else torch.full((chunk.shape[0],), float("inf")))
+    finally:
+        for h in handles:
+            h.remove()
+    return torch.cat(logits).numpy().astype(np.float32), torch.cat(per_seq).numpy()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("model")
@@ -99,31 +138,44 @@ def main():
     ap.add_argument("--make-inputs", metavar="NxS", help="first write INPUTS with N random sequences of S tokens")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--batch", type=int, default=16, help="sequences per forward call")
+    ap.add_argument("--min-router-gap", type=float, default=2e-6,
+                    help="with --make-inputs, redraw sequences whose routing has a closer near-tie")
     args = ap.parse_args()
 
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     model, cfg = load_model(args.model)
     if args.make_inputs:
         n, s = (int(x) for x in args.make_inputs.lower().split("x"))
-        ids = np.random.default_rng(args.seed).integers(0, cfg.vocab_size, size=(n, s), dtype=np.int64)
-        write_h5(args.inputs, {"input_ids": ids.astype(np.int32)}, {"seed": args.seed})
-    with h5py.File(args.inputs, "r") as f:
-        ids = torch.from_numpy(f["input_ids"][()].astype(np.int64))
-    logits = []
-    with torch.no_grad():
-        for b in range(0, ids.shape[0], args.batch):
-            out = model(input_ids=ids[b:b + args.batch], use_cache=False)
-            logits.append(out.logits[:, -1, :].float())
-    logits = torch.cat(logits).numpy().astype(np.float32)
+        rng = np.random.default_rng(args.seed)
+        ids = torch.from_numpy(rng.integers(0, cfg.vocab_size, size=(n, s), dtype=np.int64))
+        # A routing near-tie lets a one-ulp difference pick another expert; such a sequence is not a
+        # fair test of agreement, so it is redrawn (deterministically, from the same generator).
+        for _ in range(100):
+            logits, gaps = run(model, ids, args.batch)
+            close = np.nonzero(gaps < args.min_router_gap)[0]
+            if len(close) == 0:
+                break
+            print(f"hf_answers: redrawing {len(close)} sequence(s) with routing near-ties: {close.tolist()}")
+            for i in close:
+                ids[i] = torch.from_numpy(rng.integers(0, cfg.vocab_size, size=(s,), dtype=np.int64))
+        else:
+            sys.exit("hf_answers: could not draw inputs without routing near-ties; lower --min-router-gap")
+        write_h5(args.inputs, {"input_ids": ids.numpy().astype(np.int32)}, {"seed": args.seed})
+    else:
+        with h5py.File(args.inputs, "r") as f:
+            ids = torch.from_numpy(f["input_ids"][()].astype(np.int64))
+        logits, gaps = run(model, ids, args.batch)
     top = logits.argmax(axis=-1).astype(np.int32)
     sorted_ = np.sort(logits, axis=-1)
     gap = float((sorted_[:, -1] - sorted_[:, -2]).min())
     import transformers
     write_h5(args.answers, {"next_token": top, "logits": logits},
-             {"source": "transformers Lfm2MoeForCausalLM fp32 eager", "transformers_version": str(transformers.__version__),
-              "torch_version": str(torch.__version__), "model": os.path.basename(args.model)})
+             {"source": "transformers Lfm2MoeForCausalLM fp32 eager",
+              "transformers_version": str(transformers.__version__),
+              "torch_version": str(torch.__version__), "model": os.path.basename(args.model),
+              "min_router_gap": float(gaps.min())})
     print(f"hf_answers: wrote {args.answers}: {ids.shape[0]} x {ids.shape[1]} tokens, vocab {logits.shape[1]}, "
-          f"smallest top-1/top-2 gap {gap:.3g}")
+          f"smallest top-1/top-2 gap {gap:.3g}, smallest routing gap {float(gaps.min()):.3g}")
 
 
 if __name__ == "__main__":
