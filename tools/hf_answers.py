@@ -39,47 +39,69 @@ def read_f32(ds):
     return torch.from_numpy(np.ascontiguousarray(ds.astype("f4")[()]))
 
 
-def load_model(path):
+def load_model(path, device="cpu"):
+    """Lfm2MoeForCausalLM with the weights of our HDF5 file, fp32, on `device`.
+
+    The model is built without initialising (meta device) and each tensor is copied into place as it
+    is read, so the peak memory is the model plus one tensor (the full LFM2-8B-A1B: about 33 GB)."""
     from transformers import Lfm2MoeConfig, Lfm2MoeForCausalLM
+    from transformers.models.lfm2_moe import modeling_lfm2_moe
 
     with h5py.File(path, "r") as f:
         if f.attrs.get("format") != "lfm2-rank-weights":
             sys.exit(f"hf_answers: {path}: not an lfm2-rank weight file")
         if "stage" in f.attrs:
             sys.exit(f"hf_answers: {path}: a stage file; give the whole-model file")
-        cfg_dict = json.loads(f.attrs["config_json"])
-        cfg = Lfm2MoeConfig(**cfg_dict, attn_implementation="eager", experts_implementation="eager")
-        torch.manual_seed(0)
-        model = Lfm2MoeForCausalLM(cfg).eval().to(torch.float32)
-        state = {}
+        cfg = Lfm2MoeConfig(**json.loads(f.attrs["config_json"]), attn_implementation="eager",
+                            experts_implementation="eager")
+        with torch.device("meta"):
+            model = Lfm2MoeForCausalLM(cfg)
+        model = model.to_empty(device=device).to(torch.float32).eval()
+        # Non-persistent buffers (RoPE inverse frequencies) are not in the file: rebuild them.
+        with torch.device(device):
+            model.model.pos_emb = modeling_lfm2_moe.Lfm2MoeRotaryEmbedding(cfg)
+        want = dict(model.named_parameters())
+        want.update(dict(model.named_buffers()))
+        if cfg.tie_word_embeddings:
+            want.pop("lm_head.weight", None)
+        filled = set()
+
+        def put(key, tensor, rows=None):
+            if key not in want:
+                sys.exit(f"hf_answers: {path}: {key} is not a tensor of transformers' model")
+            dst = want[key] if rows is None else want[key][:, rows]
+            if tuple(dst.shape) != tuple(tensor.shape):
+                sys.exit(f"hf_answers: {path}: {key} has shape {tuple(tensor.shape)}, transformers wants "
+                         f"{tuple(dst.shape)}")
+            with torch.no_grad():
+                dst.copy_(tensor)
+            filled.add(key)
+
         datasets = []
         f.visititems(lambda name, obj: datasets.append(name) if isinstance(obj, h5py.Dataset) else None)
-        experts = {}
         for name in datasets:
             t = read_f32(f[name])
             if "/feed_forward/experts/" in name:
-                il = name.split("/")[1]
-                experts.setdefault(il, {})[name.rsplit("/", 1)[1]] = t
+                # w1, w3 (E, Im, H) -> gate_up_proj (E, 2*Im, H), gate rows first; w2 -> down_proj.
+                pre = "model." + name.rsplit("/", 1)[0].replace("/", ".") + "."
+                leaf = name.rsplit("/", 1)[1]
+                im = t.shape[1] if leaf != "w2" else None
+                if leaf == "w1":
+                    put(pre + "gate_up_proj", t, slice(0, im))
+                elif leaf == "w3":
+                    put(pre + "gate_up_proj", t, slice(im, 2 * im))
+                else:
+                    put(pre + "down_proj", t)
                 continue
             if name.endswith("/conv/conv"):
                 t = t.unsqueeze(1)  # (H, L) -> (H, 1, L)
-            state[hf_name(name)] = t
-        for il, w in experts.items():
-            pre = f"model.layers.{il}.feed_forward.experts."
-            state[pre + "gate_up_proj"] = torch.cat([w["w1"], w["w3"]], dim=1).contiguous()
-            state[pre + "down_proj"] = w["w2"].contiguous()
-    want = model.state_dict()
-    missing = [k for k in want if k not in state and not (k == "lm_head.weight" and cfg.tie_word_embeddings)]
-    extra = [k for k in state if k not in want]
-    if missing or extra:
-        sys.exit(f"hf_answers: {path}: tensors do not match transformers' model: missing {missing[:5]}, "
-                 f"unexpected {extra[:5]}")
-    for k, t in state.items():
-        if tuple(want[k].shape) != tuple(t.shape):
-            sys.exit(f"hf_answers: {path}: {k} has shape {tuple(t.shape)}, transformers wants {tuple(want[k].shape)}")
-    model.load_state_dict(state, strict=False)
+            put(hf_name(name), t)
+    missing = sorted(set(k for k in want if "pos_emb" not in k) - filled)
+    if missing:
+        sys.exit(f"hf_answers: {path}: the file lacks {len(missing)} tensors transformers needs, e.g. {missing[:3]}")
     if cfg.tie_word_embeddings:
         model.tie_weights()
+        assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
     return model, cfg
 
 
@@ -117,12 +139,12 @@ def run(model, ids, batch):
     try:
         with torch.no_grad():
             for b in range(0, ids.shape[0], batch):
-                chunk = ids[b:b + batch]
+                chunk = ids[b:b + batch].to(next(model.parameters()).device)
                 current[0] = chunk.shape[0]
                 gaps.append([])
                 out = model(input_ids=chunk, use_cache=False)
-                logits.append(out.logits[:, -1, :].float())
-                per_seq.append(torch.stack(gaps[-1]).min(dim=0).values if gaps[-1]
+                logits.append(out.logits[:, -1, :].float().cpu())
+                per_seq.append(torch.stack(gaps[-1]).min(dim=0).values.cpu() if gaps[-1]
                                else torch.full((chunk.shape[0],), float("inf")))
     finally:
         for h in handles:
@@ -138,12 +160,13 @@ def main():
     ap.add_argument("--make-inputs", metavar="NxS", help="first write INPUTS with N random sequences of S tokens")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--batch", type=int, default=16, help="sequences per forward call")
+    ap.add_argument("--device", default="cpu", help="torch device to run on (cpu, cuda)")
     ap.add_argument("--min-router-gap", type=float, default=2e-6,
                     help="with --make-inputs, redraw sequences whose routing has a closer near-tie")
     args = ap.parse_args()
 
     torch.set_num_threads(max(1, os.cpu_count() or 1))
-    model, cfg = load_model(args.model)
+    model, cfg = load_model(args.model, args.device)
     if args.make_inputs:
         n, s = (int(x) for x in args.make_inputs.lower().split("x"))
         rng = np.random.default_rng(args.seed)
