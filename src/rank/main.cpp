@@ -35,21 +35,31 @@ int main(int argc, char** argv) {
   app.add_option("--output", opt.output, "write next_token, logits (and all_logits) here, atomically");
   app.add_option("--microbatch", opt.microbatch, "sequences per microbatch (default: about 4 microbatches per rank)")
       ->check(CLI::PositiveNumber);
-  app.add_option("--dtype", opt.dtype, "activation / compute dtype")->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
-  app.add_option("--device", opt.device, "backend")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  app.add_option("--dtype", opt.dtype, "activation / compute dtype")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  app.add_option("--device", opt.device, "backend")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   app.add_flag("--all-logits", opt.all_logits, "also write the logits of every position (all_logits [N, S, V])");
   auto* bench = app.add_flag("--benchmark", opt.benchmark, "warm-up, timed repetitions, throughput and bubble");
   app.add_option("--repeat", opt.repeat, "timed repetitions in benchmark mode")
+      ->capture_default_str()
       ->needs(bench)
       ->check(CLI::PositiveNumber);
   app.add_option("--warmup", opt.warmup, "untimed repetitions before them")
+      ->capture_default_str()
       ->needs(bench)
       ->check(CLI::NonNegativeNumber);
   app.add_option("--layers", opt.layers, "layers per rank, e.g. 6,6,6,6 (default: balanced by cost)");
   app.add_option("--threads", opt.threads, "CPU threads per rank (default: the node's cores / ranks on the node)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--timeout", opt.timeout_s, "seconds any wait for another rank may take before the job aborts")
+      ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  app.footer(
+      "Exit codes: 0 ran (and validated), 1 bad input or error (one line from the rank that found it),\n"
+      "2 validation failed, 3 aborted after the exchange started. Details: docs/pipeline.md");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
