@@ -20,26 +20,41 @@
 namespace lfm2::cuda {
 namespace {
 
-constexpr int kDefaultGroupedVariant = 2;
+constexpr int kDefaultGroupedVariant = 3;
 
 // Finds the block's (expert, first row, end row) from the offsets; e = -1 when past the last tile.
+// Warp 0 scans the experts' tile counts 32 at a time (coalesced loads, a shuffle scan), so a block
+// pays a few dependent loads, not one per expert.
 template <int BM>
 __device__ __forceinline__ void find_tile(const int32_t* offsets, int n_experts, int* s_info) {
-  if (threadIdx.x == 0) {
-    int t = blockIdx.y, e = -1, row0 = 0, end = 0;
-    for (int x = 0; x < n_experts; ++x) {
-      const int b = offsets[x], c = offsets[x + 1] - b, nt = (c + BM - 1) / BM;
-      if (t < nt) {
-        e = x;
-        row0 = b + t * BM;
-        end = b + c;
-        break;
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x, t = blockIdx.y;
+    if (lane == 0) s_info[0] = -1;
+    __syncwarp();
+    int running = 0;
+    for (int base = 0; base < n_experts; base += 32) {
+      const int x = base + lane;
+      int b = 0, c = 0, nt = 0;
+      if (x < n_experts) {
+        b = offsets[x];
+        c = offsets[x + 1] - b;
+        nt = (c + BM - 1) / BM;
       }
-      t -= nt;
+      int incl = nt;
+      for (int o = 1; o < 32; o <<= 1) {
+        const int v = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o) incl += v;
+      }
+      const int excl = incl - nt;
+      const bool mine = nt > 0 && t >= running + excl && t < running + incl;
+      if (mine) {
+        s_info[0] = x;
+        s_info[1] = b + (t - running - excl) * BM;
+        s_info[2] = b + c;
+      }
+      running += __shfl_sync(0xffffffffu, incl, 31);
+      if (__ballot_sync(0xffffffffu, mine)) break;
     }
-    s_info[0] = e;
-    s_info[1] = row0;
-    s_info[2] = end;
   }
   __syncthreads();
 }
@@ -334,6 +349,105 @@ __global__ void __launch_bounds__(simt_cfg::kThreads)
     }
 }
 
+// The large fp32 tile: 128 x 128 x 8, 256 threads of 8 x 8 outputs (rows ty*4 + {0..3} and
+// 64 + ty*4 + {0..3}, columns likewise with tx), tiles staged k-major in shared memory with
+// the next tile's global loads held in registers during the current tile's FMAs.
+// kVec: float4 global loads (n_in % 4 == 0, 16-byte aligned).
+namespace simt_big_cfg {
+constexpr int BM = 128, BN = 128, BK = 8, kThreads = 256, LDS = BM + 4;
+}
+
+template <bool kVec>
+__global__ void __launch_bounds__(simt_big_cfg::kThreads)
+    grouped_simt_big_kernel(float* out, const float* in, const int32_t* gather, const float* weight,
+                            const int32_t* offsets, int n_experts, int N, int K) {
+  using namespace simt_big_cfg;
+  __shared__ __align__(16) float sa[2][BK][LDS];
+  __shared__ __align__(16) float sb[2][BK][LDS];
+  __shared__ int s_info[3];
+  __shared__ int s_src[BM];
+
+  find_tile<BM>(offsets, n_experts, s_info);
+  const int e = s_info[0];
+  if (e < 0) return;
+  const int row0 = s_info[1], row_end = s_info[2];
+  const int n0 = blockIdx.x * BN;
+  const int tid = threadIdx.x;
+  for (int r = tid; r < BM; r += kThreads) {
+    const int row = row0 + r;
+    s_src[r] = row < row_end ? (gather ? gather[row] : row) : -1;
+  }
+  __syncthreads();
+  const float* w = weight + int64_t(e) * N * K;
+
+  // Each thread loads 4 consecutive k of one A row and one B row per tile: row lr, k lk .. lk+3.
+  const int lr = tid >> 1, lk = (tid & 1) * 4;
+  const int a_src = s_src[lr];
+  const float* a_row = a_src >= 0 ? in + int64_t(a_src) * K : nullptr;
+  const float* b_row = n0 + lr < N ? w + int64_t(n0 + lr) * K : nullptr;
+  float ra[4], rb[4];
+  auto fetch = [&](int k0) {
+    const int k = k0 + lk;
+    if (kVec) {
+      const float4 z = make_float4(0.f, 0.f, 0.f, 0.f);
+      const float4 va = (a_row && k < K) ? *reinterpret_cast<const float4*>(a_row + k) : z;
+      const float4 vb = (b_row && k < K) ? *reinterpret_cast<const float4*>(b_row + k) : z;
+      ra[0] = va.x, ra[1] = va.y, ra[2] = va.z, ra[3] = va.w;
+      rb[0] = vb.x, rb[1] = vb.y, rb[2] = vb.z, rb[3] = vb.w;
+    } else {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        ra[j] = (a_row && k + j < K) ? a_row[k + j] : 0.f;
+        rb[j] = (b_row && k + j < K) ? b_row[k + j] : 0.f;
+      }
+    }
+  };
+  auto stash = [&](int st) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      sa[st][lk + j][lr] = ra[j];
+      sb[st][lk + j][lr] = rb[j];
+    }
+  };
+
+  const int ty = tid >> 4, tx = tid & 15;
+  float acc[8][8] = {};
+  const int nk = (K + BK - 1) / BK;
+  fetch(0);
+  stash(0);
+  __syncthreads();
+  for (int kt = 0; kt < nk; ++kt) {
+    const int st = kt & 1;
+    if (kt + 1 < nk) fetch((kt + 1) * BK);
+#pragma unroll
+    for (int kc = 0; kc < BK; ++kc) {
+      float a[8], b[8];
+      const float4 a0 = *reinterpret_cast<const float4*>(&sa[st][kc][ty * 4]);
+      const float4 a1 = *reinterpret_cast<const float4*>(&sa[st][kc][64 + ty * 4]);
+      const float4 b0 = *reinterpret_cast<const float4*>(&sb[st][kc][tx * 4]);
+      const float4 b1 = *reinterpret_cast<const float4*>(&sb[st][kc][64 + tx * 4]);
+      a[0] = a0.x, a[1] = a0.y, a[2] = a0.z, a[3] = a0.w, a[4] = a1.x, a[5] = a1.y, a[6] = a1.z, a[7] = a1.w;
+      b[0] = b0.x, b[1] = b0.y, b[2] = b0.z, b[3] = b0.w, b[4] = b1.x, b[5] = b1.y, b[6] = b1.z, b[7] = b1.w;
+#pragma unroll
+      for (int i = 0; i < 8; ++i)
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+    }
+    if (kt + 1 < nk) stash(st ^ 1);  // the other buffer was last read before the previous barrier
+    __syncthreads();
+  }
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const int r = row0 + (i < 4 ? ty * 4 + i : 64 + ty * 4 + i - 4);
+    if (r >= row_end) continue;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int c = n0 + (j < 4 ? tx * 4 + j : 64 + tx * 4 + j - 4);
+      if (c < N) out[int64_t(r) * N + c] = acc[i][j];
+    }
+  }
+}
+
 template <int BM>
 unsigned tiles_y(int64_t max_rows, int64_t n_experts) {
   const int64_t t = (max_rows + BM - 1) / BM + n_experts;
@@ -377,6 +491,20 @@ void moe_grouped_matmul(T* out, const T* in, const int32_t* gather, const T* wei
   LFM2_CHECK(n_expert * n_out * n_in < (int64_t(1) << 62) && n_in < (int64_t(1) << 31) && n_out < (int64_t(1) << 31),
              "moe_grouped_matmul: sizes");
   if constexpr (std::is_same<T, float>::value) {
+    if (grouped_variant() != 0) {  // the 128 x 128 tile; variant 0 keeps the 64 x 64 one
+      using namespace simt_big_cfg;
+      const dim3 grid(unsigned((n_out + BN - 1) / BN), tiles_y<BM>(max_rows, n_expert));
+      const bool vec = n_in % 4 == 0 && reinterpret_cast<uintptr_t>(in) % 16 == 0 &&
+                       reinterpret_cast<uintptr_t>(weight) % 16 == 0;
+      if (vec)
+        grouped_simt_big_kernel<true><<<grid, kThreads, 0, stream>>>(out, in, gather, weight, offsets, int(n_expert),
+                                                                     int(n_out), int(n_in));
+      else
+        grouped_simt_big_kernel<false><<<grid, kThreads, 0, stream>>>(out, in, gather, weight, offsets, int(n_expert),
+                                                                      int(n_out), int(n_in));
+      CUDA_CHECK_LAUNCH("grouped_simt_big_kernel");
+      return;
+    }
     using namespace simt_cfg;
     const dim3 grid(unsigned((n_out + BN - 1) / BN), tiles_y<BM>(max_rows, n_expert));
     grouped_simt_kernel<<<grid, kThreads, 0, stream>>>(out, in, gather, weight, offsets, int(n_expert), int(n_out),

@@ -330,6 +330,9 @@ class CudaStage final : public CudaStageExecutor {
       }
       CUDA_CHECK(cudaMemcpy(arena_.base() + it.offset, staging.data(), size_t(n * es), cudaMemcpyHostToDevice));
     }
+    // The copies ran on the legacy stream, which the non-blocking compute stream does not wait for,
+    // and a pageable copy may return before its DMA lands: finish them before any kernel reads.
+    CUDA_CHECK(cudaDeviceSynchronize());
 
     auto tp = [&](int64_t o) -> const T* { return o < 0 ? nullptr : reinterpret_cast<const T*>(arena_.base() + o); };
     auto fp = [&](int64_t o) -> const float* {

@@ -99,6 +99,7 @@ int main(int argc, char** argv) {
     auto st = make_cuda_stage(reader, {n_layers - 1, n_layers, false, true}, dt, 0);
     void* x = st->alloc_hidden(T);
     CUDA_CHECK(cudaMemset(x, 0, size_t(T * cfg.hidden_size) * 4));
+    CUDA_CHECK(cudaDeviceSynchronize());
     std::vector<float> logits(static_cast<size_t>(n_seq * cfg.vocab_size));
     st->head(x, n_seq, seq_len, false, logits.data());
     t0 = now_s();

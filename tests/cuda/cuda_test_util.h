@@ -62,13 +62,15 @@ struct Elem<__half> {
 };
 
 // A device buffer of n elements of type E, poisoned with 0xff bytes (NaN for floats) so that an
-// element no kernel wrote shows up.
+// element no kernel wrote shows up. Host copies here run on the legacy stream and are finished
+// (device-synchronised) before returning, since the fixture's stream does not wait for them.
 template <typename E>
 class DevBuf {
  public:
   explicit DevBuf(size_t n) : n_(n) {
     CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&p_), std::max<size_t>(n, 1) * sizeof(E)));
     CUDA_CHECK(cudaMemset(p_, 0xff, std::max<size_t>(n, 1) * sizeof(E)));
+    CUDA_CHECK(cudaDeviceSynchronize());  // the tests' stream is non-blocking: finish the poison first
   }
   ~DevBuf() { cudaFree(p_); }
   DevBuf(const DevBuf&) = delete;
@@ -102,6 +104,7 @@ template <typename E>
 void upload(DevBuf<E>& d, const std::vector<E>& h) {
   ASSERT_LE(h.size(), d.size());
   CUDA_CHECK(cudaMemcpy(d.get(), h.data(), h.size() * sizeof(E), cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaDeviceSynchronize());  // a pageable copy may return before its DMA lands
 }
 
 // Device values of type T as floats.

@@ -76,7 +76,8 @@ std::vector<float> run_cuda(WeightReader& reader, const std::vector<StageRange>&
     if (r.is_first)
       stage->embed(ids.data(), n_seq, seq_len, x);
     else
-      CUDA_CHECK(cudaMemcpy(x, hidden.data(), hidden.size() * sizeof(float), cudaMemcpyHostToDevice));
+      CUDA_CHECK(cudaMemcpyAsync(x, hidden.data(), hidden.size() * sizeof(float), cudaMemcpyHostToDevice,
+                                 stage->stream()));
     stage->forward(x, n_seq, seq_len);
     stage->synchronize();
     CUDA_CHECK(cudaMemcpy(hidden.data(), x, hidden.size() * sizeof(float), cudaMemcpyDeviceToHost));
