@@ -4,6 +4,7 @@
 // state moves: (A) open this rank's weight file, rank 0 reads and checks the inputs; all agree and
 // learn (N, S). (B) the plan, the stage-file check, loading the stage, the last rank's answers, the
 // buffers; all agree again. Then (C) the exchange, where any error aborts the job.
+#include <sched.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -104,6 +105,18 @@ int64_t free_host_bytes() {
   while (in >> key >> kb >> unit)
     if (key == "MemAvailable:") return kb * 1024;
   return -1;
+}
+
+// Threads per rank: the cores this rank is bound to, or, when the launcher did not bind it, the
+// node's cores shared among the node's ranks.
+int default_threads(const WorldConfig& world) {
+  const int node_cores = int(std::max(1u, std::thread::hardware_concurrency()));
+  const int shared = std::max(1, node_cores / std::max(1, world.local_size));
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return shared;
+  const int mine = CPU_COUNT(&set);
+  return mine < node_cores ? std::max(1, mine) : shared;
 }
 
 std::string join(const std::vector<int>& v) {
@@ -222,9 +235,7 @@ int run_rank(const WorldConfig& world, RankOptions opt) {
           plans = default_stage_plans(cfg, P, S, opt.all_logits);
       },
       r0);
-  const int n_threads = opt.threads > 0
-                            ? opt.threads
-                            : std::max(1, int(std::thread::hardware_concurrency()) / std::max(1, world.local_size));
+  const int n_threads = opt.threads > 0 ? opt.threads : default_threads(world);
   const int64_t microbatch =
       opt.microbatch > 0 ? std::min(opt.microbatch, N) : std::max<int64_t>(1, (N + 4 * P - 1) / (4 * P));
   std::unique_ptr<StageExecutor> exec;
