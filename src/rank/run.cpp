@@ -292,8 +292,8 @@ int run_rank(const WorldConfig& world, RankOptions opt) {
     if (r0) {
       log_info(cat("plan: ", P, " ranks over ", cfg.num_hidden_layers, " layers (",
                    opt.layers.empty() ? "balanced by cost" : "--layers " + opt.layers, "); ", N, " x ", S,
-                   " tokens in ", M, " microbatches of ", microbatch, "; cpu fp32, ", n_threads,
-                   " threads per rank, transport ", transport->name()));
+                   " tokens in ", M, " microbatches of ", microbatch, "; cpu fp32, threads per rank ", n_threads,
+                   ", transport ", transport->name()));
       for (int r = 0; r < P; ++r) {
         const RankFacts& f = all[size_t(r)];
         log_info(cat("plan: rank ", r, " (local ", f.local_rank, "): layers ", f.layer_begin, "-", f.layer_end - 1,
