@@ -244,9 +244,7 @@ class CudaStage final : public CudaStageExecutor {
   void upload_weights(WeightReader& reader) {
     ModelWeights w = load_model_weights(reader, range_.layer_begin, range_.layer_end, range_.is_first,
                                         range_.is_last);
-    const int64_t H = cfg_.hidden_size, hd = cfg_.head_dim();
-    const int64_t nh = cfg_.num_attention_heads, nkv = cfg_.num_key_value_heads;
-    const int64_t I = cfg_.intermediate_size, E = cfg_.num_experts, Im = cfg_.moe_intermediate_size;
+    const int64_t H = cfg_.hidden_size, hd = cfg_.head_dim(), Im = cfg_.moe_intermediate_size;
     const int64_t et = sizeof(T);
 
     // Pass 1: reserve every tensor's place (stacked where one GEMM covers several).
@@ -362,7 +360,6 @@ class CudaStage final : public CudaStageExecutor {
     final_norm_ = fp(off_norm);
     head_w_ = cfg_.tie_word_embeddings ? embed_ : tp(off_head);
     inv_freq_ = fp(off_if);
-    (void)nh, (void)nkv, (void)I, (void)E;
   }
 
   // ---- scratch, sized for max_tokens tokens
