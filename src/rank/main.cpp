@@ -38,9 +38,12 @@ int main(int argc, char** argv) {
   app.add_option("--dtype", opt.dtype, "activation / compute dtype")
       ->capture_default_str()
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
-  app.add_option("--device", opt.device, "backend")
+  bool fp16 = false;
+  app.add_flag("--fp16", fp16, "alias of --dtype fp16");
+  app.add_option("--device", opt.device, "backend: auto is cuda when built with it and every rank sees a GPU")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  app.add_flag("--tf32", opt.tf32, "CUDA fp32: TF32 tensor cores for the GEMMs (validated at fp16's tolerance)");
   app.add_flag("--all-logits", opt.all_logits, "also write the logits of every position (all_logits [N, S, V])");
   auto* bench = app.add_flag("--benchmark", opt.benchmark, "warm-up, timed repetitions, throughput and bubble");
   app.add_option("--repeat", opt.repeat, "timed repetitions in benchmark mode")
@@ -71,6 +74,13 @@ int main(int argc, char** argv) {
         log_error(e.what());
     }
     return e.get_exit_code() == 0 ? kExitOk : kExitError;
+  }
+  if (fp16) {
+    if (app.count("--dtype") > 0 && opt.dtype != "fp16") {
+      if (world.rank == 0) log_error(cat("--fp16 and --dtype ", opt.dtype, " disagree"));
+      return kExitError;
+    }
+    opt.dtype = "fp16";
   }
   opt.use_default = opt.model.empty() && opt.inputs.empty();
   return run_rank(world, opt);

@@ -14,8 +14,9 @@ struct RankOptions {
   std::string answers;     // optional: validate against it
   std::string output;      // optional: write results here
   int64_t microbatch = 0;  // sequences per microbatch; 0: about 4 microbatches per stage
-  std::string dtype = "fp32";
-  std::string device = "auto";
+  std::string dtype = "fp32";   // fp32 | bf16 | fp16 (bf16 / fp16: CUDA only)
+  std::string device = "auto";  // auto (cuda when built with it and every rank sees a GPU) | cpu | cuda
+  bool tf32 = false;            // CUDA fp32: TF32 tensor cores for the GEMMs
   bool all_logits = false;
   bool benchmark = false;
   int repeat = 5, warmup = 1;

@@ -56,25 +56,43 @@ StageTiming Pipeline::run(const int32_t* ids, PipelineResult* result) {
   Transport::Handle send_h[2] = {Transport::kNone, Transport::kNone};
   Transport::Handle recv_h[2] = {Transport::kNone, Transport::kNone};
   auto what = [](int64_t m) { return cat("microbatch ", m); };
-  // Buffer b is free again once the send out of it has completed.
-  auto free_buffer = [&](int b, int64_t m_sent) {
+  // Device path: compute is queued, not run, and transfers are ordered on the device (pipeline.h).
+  const bool async = exec_.on_device() && timer_ != nullptr;
+  if (async) timer_->reset();
+  struct Pending {
+    Transport::Handle h;
+    int64_t m;
+  };
+  std::vector<Pending> later;  // device sends whose buffer is reused in stream order
+  // Buffer b is free again once the send out of it has completed. A receive into it on a device
+  // transport is ordered after that send on the transport's stream, so the host need not wait.
+  auto free_buffer = [&](int b, int64_t m_sent, bool for_recv) {
     if (send_h[b] == Transport::kNone) return;
-    transport_.wait(send_h[b], what(m_sent));
+    if (async && for_recv)
+      later.push_back({send_h[b], m_sent});
+    else
+      transport_.wait(send_h[b], what(m_sent));
     send_h[b] = Transport::kNone;
   };
   auto post_recv = [&](int64_t m) {
     const int b = int(m % 2);
-    free_buffer(b, m - 2);
+    free_buffer(b, m - 2, true);
     recv_h[b] = transport_.irecv(buf_[b], micro_bytes(m), world_.prev(), tag_of(m));
   };
 
   StageTiming t;
   double t_start = -1;
   // Compute runs on a worker thread while this (the MPI) thread keeps the transfers moving; with a
-  // single stage there is nothing to move and it runs inline.
+  // single stage there is nothing to move and it runs inline. On the device it is only queued.
   auto busy = [&](auto&& fn) {
     double t0 = now_s();
     if (t_start < 0) t_start = t0;
+    if (async) {
+      timer_->begin();
+      fn();
+      timer_->end();
+      return;
+    }
     if (world_.size == 1) {
       fn();
       exec_.synchronize();
@@ -94,7 +112,7 @@ StageTiming Pipeline::run(const int32_t* ids, PipelineResult* result) {
     const int b = world_.size == 1 ? 0 : int(m % 2);
     const int64_t seq0 = sh.micro_begin(m), n = sh.micro_size(m);
     if (first) {
-      free_buffer(b, m - 2);
+      free_buffer(b, m - 2, false);
       busy([&] { exec_.embed(ids + seq0 * S, n, S, buf_[b]); });
     } else {
       transport_.wait(recv_h[b], what(m));
@@ -115,9 +133,16 @@ StageTiming Pipeline::run(const int32_t* ids, PipelineResult* result) {
     } else {
       send_h[b] = transport_.isend(buf_[b], micro_bytes(m), world_.next(), tag_of(m));
     }
+    // Release the device sends that have completed meanwhile (a check, never a wait).
+    while (!later.empty() && transport_.test(later.front().h)) later.erase(later.begin());
     if (m == kill_after_) std::raise(kill_signal_);
   }
-  for (int b = 0; b < 2; ++b) free_buffer(b, M - 2 + ((M % 2) == b ? 0 : 1));
+  for (int b = 0; b < 2; ++b) free_buffer(b, M - 2 + ((M % 2) == b ? 0 : 1), false);
+  for (const Pending& p : later) transport_.wait(p.h, what(p.m));
+  if (async) {
+    exec_.synchronize();  // every transfer it depended on has completed, so this cannot hang
+    t.busy_s = timer_->busy_s();
+  }
   t.wall_s = t_start < 0 ? 0 : now_s() - t_start;
   return t;
 }

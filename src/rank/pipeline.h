@@ -7,6 +7,17 @@
 // (P-1)/(M+P-1)). The last rank applies the final norm and the LM head and takes the top-1 token.
 // Each microbatch's rows are computed independently of how the batch was cut, so the results are
 // bit-identical for any P and microbatch size.
+//
+// On the CPU each step runs to completion (on a worker thread while this thread keeps MPI moving).
+// With a device executor (CUDA) the steps only queue work on the executor's compute stream and the
+// transport orders its transfers against it with events: no host synchronisation per step or layer.
+// The host waits only where a deadline must be enforced: for each received microbatch (the
+// transport's wait polls the receive's event against --timeout), on the first stage for the send
+// out of a buffer before embedding into it again, and on the last stage inside head() (its logits
+// come to the host). A buffer that receives again follows the send out of it on the transport's
+// stream, so those sends are only checked (test) as the run goes and waited for at its end. Busy
+// time then comes from a BusyTimer on the compute stream (CUDA events); without one each step is
+// synchronised and timed on the host, as on the CPU.
 #pragma once
 
 #include <cstdint>
@@ -38,6 +49,17 @@ struct PipelineResult {
 };
 
 // Timing of one run on this rank.
+// Busy time of an executor whose work is asynchronous: begin()/end() bracket one step's queued work;
+// busy_s() (after the run) waits for it and returns the sum since reset().
+class BusyTimer {
+ public:
+  virtual ~BusyTimer() = default;
+  virtual void reset() = 0;
+  virtual void begin() = 0;
+  virtual void end() = 0;
+  virtual double busy_s() = 0;
+};
+
 struct StageTiming {
   double wall_s = 0;  // first compute to last send done
   double busy_s = 0;  // inside embed / forward / head
@@ -59,6 +81,9 @@ class Pipeline {
     kill_signal_ = signal;
   }
 
+  // Device executors: measure busy time with `timer` (not owned) instead of a synchronisation per step.
+  void set_busy_timer(BusyTimer* timer) { timer_ = timer; }
+
   const PipelineShape& shape() const { return shape_; }
 
  private:
@@ -70,6 +95,7 @@ class Pipeline {
   PipelineShape shape_;
   void* buf_[2] = {nullptr, nullptr};  // double buffers of microbatch * seq_len tokens
   std::vector<float> head_out_;        // (microbatch, V) or (microbatch * S, V)
+  BusyTimer* timer_ = nullptr;
   int64_t kill_after_ = -1;
   int kill_signal_ = 0;
 };

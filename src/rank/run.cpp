@@ -3,7 +3,12 @@
 // Start-up runs in two agreed phases so that a rank's failure stops every rank before any hidden
 // state moves: (A) open this rank's weight file, rank 0 reads and checks the inputs; all agree and
 // learn (N, S). (B) the plan, the stage-file check, loading the stage, the last rank's answers, the
-// buffers; all agree again. Then (C) the exchange, where any error aborts the job.
+// buffers; all agree again. On CUDA, (B') the NCCL communicator and its warm-up exchange, agreed
+// once more. Then (C) the exchange, where any error aborts the job.
+//
+// The GPU: node-local rank r takes device r of those it sees (a rank beyond the count is an error),
+// and every rank gathers every rank's GPU uuid before loading, so that two ranks on one GPU fail
+// with one line instead of sharing its memory.
 #include <sched.h>
 #include <unistd.h>
 
@@ -11,6 +16,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -30,6 +36,9 @@
 #include "rank/stage_plan.h"
 #include "rank/transport.h"
 #include "rank/validate.h"
+#ifdef LFM2_HAVE_CUDA
+#include "rank/cuda_rank.h"
+#endif
 
 namespace lfm2 {
 namespace {
@@ -83,10 +92,20 @@ void check_backend(const RankOptions& opt) {
   LFM2_CHECK(opt.device != "cuda", "--device cuda: this build has no CUDA backend (configure with nvcc present)");
   LFM2_CHECK(opt.dtype == "fp32", "--dtype ", opt.dtype, ": the CPU backend computes in fp32 only (", opt.dtype,
              " comes with the CUDA backend)");
+  LFM2_CHECK(!opt.tf32, "--tf32: the CPU backend computes in exact fp32 (TF32 comes with the CUDA backend)");
 #else
-  LFM2_CHECK(opt.device != "cuda", "--device cuda: the CUDA pipeline is not wired into lfm2-rank yet");
-  LFM2_CHECK(opt.dtype == "fp32", "--dtype ", opt.dtype, ": the CPU backend computes in fp32 only");
+  LFM2_CHECK(opt.device != "cpu" || opt.dtype == "fp32", "--dtype ", opt.dtype,
+             ": the CPU backend computes in fp32 only (use --device cuda)");
+  LFM2_CHECK(opt.device != "cpu" || !opt.tf32, "--tf32: the CPU backend computes in exact fp32 (use --device cuda)");
 #endif
+  LFM2_CHECK(!opt.tf32 || opt.dtype == "fp32", "--tf32 applies to --dtype fp32 only, not ", opt.dtype);
+}
+
+// When --device auto found no GPU on some rank, the run falls back to the CPU, which has no bf16.
+void check_cpu_fallback(const RankOptions& opt) {
+  LFM2_CHECK(opt.dtype == "fp32", "--dtype ", opt.dtype,
+             ": the CPU backend computes in fp32 only (--device auto found no GPU on every rank)");
+  LFM2_CHECK(!opt.tf32, "--tf32: the CPU backend computes in exact fp32 (--device auto found no GPU on every rank)");
 }
 
 // "stage-%d.h5" -> "stage-2.h5" for rank 2; any other path is the whole-model file.
@@ -139,7 +158,39 @@ void install_kill_hook(Pipeline& pipeline, int rank) {
 // Per-rank facts gathered to rank 0 for the plan.
 struct RankFacts {
   int64_t layer_begin, layer_end, weight_bytes, bytes_read, free_host, local_rank;
+  int64_t gpu, gpu_weight_bytes, gpu_free, gpu_total;  // gpu -1: the CPU backend
 };
+
+// One rank's GPU as every rank sees it (all-gathered before loading, for the shared-GPU check).
+struct GpuFacts {
+  int64_t ok = 0, device = -1;
+  unsigned char uuid[16] = {};
+  char host[64] = {}, name[64] = {}, uuid_text[48] = {};
+};
+
+std::vector<GpuFacts> allgather_gpus(const WorldConfig& world, const GpuFacts& mine, double timeout_s) {
+  std::vector<GpuFacts> all(size_t(world.size));
+  MPI_Request req;
+  MPI_CHECK(MPI_Iallgather(&mine, int(sizeof mine), MPI_BYTE, all.data(), int(sizeof mine), MPI_BYTE, world.comm, &req),
+            "gathering the GPUs");
+  wait_mpi_request(&req, timeout_s, "gathering the GPUs");
+  return all;
+}
+
+// Two ranks on one physical GPU (same uuid) would share its memory and serialise its work.
+void check_distinct_gpus(const std::vector<GpuFacts>& all) {
+  for (size_t i = 0; i < all.size(); ++i)
+    for (size_t j = i + 1; j < all.size(); ++j)
+      if (all[i].ok && all[j].ok && std::memcmp(all[i].uuid, all[j].uuid, sizeof all[i].uuid) == 0)
+        LFM2_FAIL("ranks ", i, " and ", j, " would share one GPU (", all[i].name, " ", all[i].uuid_text, ", device ",
+                  all[i].device, " on ", all[i].host, " and device ", all[j].device, " on ", all[j].host,
+                  "): give each rank its own GPU (CUDA_VISIBLE_DEVICES must not map two ranks to one)");
+}
+
+template <size_t N>
+void copy_text(char (&dst)[N], const std::string& src) {
+  std::snprintf(dst, N, "%s", src.c_str());
+}
 
 std::vector<RankFacts> gather_facts(const WorldConfig& world, const RankFacts& mine, double timeout_s) {
   std::vector<RankFacts> all(size_t(world.size));
@@ -213,10 +264,17 @@ int run_rank(const WorldConfig& world, RankOptions opt) {
       const ModelConfig& cfg = weights->config();
       check_inputs(inputs, cfg.vocab_size, cfg.max_position_embeddings, opt.inputs);
     });
-  const auto agreed =
-      allreduce_max(world, {ok ? 0 : 1, inputs.n_seq, inputs.seq_len}, opt.timeout_s, "the start-up agreement");
+  // --device auto: CUDA only when every rank sees a GPU (one transport for the whole job).
+  int64_t no_gpu = 1;
+#ifdef LFM2_HAVE_CUDA
+  if (opt.device != "cpu") no_gpu = visible_gpu_count() > 0 ? 0 : 1;
+#endif
+  const auto agreed = allreduce_max(world, {ok ? 0 : 1, inputs.n_seq, inputs.seq_len, no_gpu}, opt.timeout_s,
+                                    "the start-up agreement");
   if (agreed[0] != 0) return kExitError;
   const int64_t N = agreed[1], S = agreed[2];
+  const bool use_cuda = opt.device == "cuda" || (opt.device == "auto" && agreed[3] == 0);
+  const DType dtype = use_cuda ? parse_dtype(opt.dtype) : DType::F32;
 
   // ---- phase B: the plan, this rank's stage, the answers (last rank), the buffers.
   const ModelConfig& cfg = weights->config();
@@ -233,6 +291,7 @@ int run_rank(const WorldConfig& world, RankOptions opt) {
           plans = default_stage_plans(cfg, P);
         else
           plans = default_stage_plans(cfg, P, S, opt.all_logits);
+        if (!use_cuda) check_cpu_fallback(opt);
       },
       r0);
   const int n_threads = opt.threads > 0 ? opt.threads : default_threads(world);
@@ -243,6 +302,34 @@ int run_rank(const WorldConfig& world, RankOptions opt) {
   std::unique_ptr<Pipeline> pipeline;
   TokenAnswers answers;
   RankFacts facts{};
+  facts.gpu = -1;
+  std::vector<GpuFacts> gpus;
+#ifdef LFM2_HAVE_CUDA
+  CudaStageExecutor* cuda_exec = nullptr;
+  NcclTransport* nccl = nullptr;
+  std::unique_ptr<BusyTimer> busy_timer;
+  if (use_cuda) {
+    // Every rank takes part in the gather, whatever its own state, so that none is left waiting.
+    GpuFacts mine;
+    if (ok)
+      ok = startup_step([&] {
+        const int n = visible_gpu_count();
+        LFM2_CHECK(world.local_rank < n, "--device cuda: node-local rank ", world.local_rank, " on ", world.host,
+                   " has no GPU of its own: ", n, " visible there for ", world.local_size,
+                   " ranks (run at most one rank per GPU)");
+        const GpuInfo g = gpu_info(world.local_rank);
+        mine.ok = 1;
+        mine.device = g.device;
+        std::memcpy(mine.uuid, g.uuid, sizeof mine.uuid);
+        copy_text(mine.host, world.host);
+        copy_text(mine.name, g.name);
+        copy_text(mine.uuid_text, g.uuid_string());
+      });
+    const bool gathered = startup_step([&] { gpus = allgather_gpus(world, mine, opt.timeout_s); });
+    ok = ok && gathered;
+    if (ok) ok = startup_step([&] { check_distinct_gpus(gpus); }, r0);
+  }
+#endif
   if (ok)
     ok = startup_step([&] {
       const StagePlan& plan = plans[size_t(world.rank)];
@@ -263,8 +350,15 @@ int run_rank(const WorldConfig& world, RankOptions opt) {
       facts.free_host = free_host_bytes();
       facts.local_rank = world.local_rank;
       const double t0 = now_s();
-      exec = make_cpu_stage(*weights, StageRange{plan.layer_begin, plan.layer_end, plan.is_first(), plan.is_last()},
-                            n_threads);
+      const StageRange range{plan.layer_begin, plan.layer_end, plan.is_first(), plan.is_last()};
+#ifdef LFM2_HAVE_CUDA
+      if (use_cuda) {
+        auto c = make_cuda_stage(*weights, range, dtype, world.local_rank, opt.tf32);
+        cuda_exec = c.get();
+        exec = std::move(c);
+      }
+#endif
+      if (!exec) exec = make_cpu_stage(*weights, range, n_threads);
       facts.bytes_read = weights->bytes_read();
       log_info(cat("read ", mib(facts.bytes_read), " of weights (layers ", plan.layer_begin, "-", plan.layer_end - 1,
                    ") from ", weight_path, " in ", int64_t((now_s() - t0) * 1000), " ms"));
@@ -278,12 +372,42 @@ int run_rank(const WorldConfig& world, RankOptions opt) {
         answers = read_answers(opt.answers);
         check_answers(answers, N, cfg.vocab_size, opt.answers);
       }
-      transport = make_mpi_transport(world, opt.timeout_s);
+#ifdef LFM2_HAVE_CUDA
+      if (cuda_exec) {
+        auto t = make_nccl_transport(world, *cuda_exec, opt.timeout_s);
+        nccl = t.get();
+        transport = std::move(t);
+      }
+#endif
+      if (!transport) transport = make_mpi_transport(world, opt.timeout_s);
       PipelineShape shape{N, S, microbatch, cfg.hidden_size, cfg.vocab_size, opt.all_logits};
       pipeline = std::make_unique<Pipeline>(world, *exec, *transport, shape);
       install_kill_hook(*pipeline, world.rank);
+#ifdef LFM2_HAVE_CUDA
+      if (cuda_exec) {
+        busy_timer = make_cuda_busy_timer(*cuda_exec);
+        pipeline->set_busy_timer(busy_timer.get());
+        const GpuInfo g = gpu_info(cuda_exec->device());  // free memory after every allocation
+        facts.gpu = g.device;
+        facts.gpu_weight_bytes = exec->weight_bytes();
+        facts.gpu_free = g.free_bytes;
+        facts.gpu_total = g.total_bytes;
+      }
+#endif
     });
   if (!all_ready(world, ok, opt.timeout_s, "the ready agreement")) return kExitError;
+
+#ifdef LFM2_HAVE_CUDA
+  // ---- phase B': the NCCL communicator (after every buffer), its warm-up exchange; agreed.
+  if (nccl) {
+    const double t0 = now_s();
+    ok = startup_step([&] { nccl->connect(); });
+    if (!all_ready(world, ok, opt.timeout_s, "the NCCL agreement")) return kExitError;
+    if (r0)
+      log_info(cat("nccl: communicator of ", P, " ranks and warm-up exchange in ", int64_t((now_s() - t0) * 1000),
+                   " ms"));
+  }
+#endif
 
   // ---- phase C: the exchange. From here on an error ends the whole job.
   try {
@@ -292,13 +416,19 @@ int run_rank(const WorldConfig& world, RankOptions opt) {
     if (r0) {
       log_info(cat("plan: ", P, " ranks over ", cfg.num_hidden_layers, " layers (",
                    opt.layers.empty() ? "balanced by cost" : "--layers " + opt.layers, "); ", N, " x ", S,
-                   " tokens in ", M, " microbatches of ", microbatch, "; cpu fp32, threads per rank ", n_threads,
+                   " tokens in ", M, " microbatches of ", microbatch, "; ",
+                   use_cuda ? cat("cuda ", opt.dtype, opt.dtype != "fp32" ? "" : opt.tf32 ? " (TF32)" : " (TF32 off)")
+                            : cat("cpu fp32, threads per rank ", n_threads),
                    ", transport ", transport->name()));
       for (int r = 0; r < P; ++r) {
         const RankFacts& f = all[size_t(r)];
         log_info(cat("plan: rank ", r, " (local ", f.local_rank, "): layers ", f.layer_begin, "-", f.layer_end - 1,
                      " (", f.layer_end - f.layer_begin, "), weights ", mib(f.weight_bytes), ", read ",
-                     mib(f.bytes_read), ", free host memory ", f.free_host < 0 ? std::string("?") : gib(f.free_host)));
+                     mib(f.bytes_read), ", free host memory ", f.free_host < 0 ? std::string("?") : gib(f.free_host),
+                     f.gpu < 0 ? std::string()
+                               : cat("; GPU ", f.gpu, " ", gpus[size_t(r)].name, " (", gpus[size_t(r)].uuid_text, ") on ",
+                                     gpus[size_t(r)].host, ": weights ", gib(f.gpu_weight_bytes), ", free ",
+                                     gib(f.gpu_free), " of ", gib(f.gpu_total))));
       }
       if (M < P)
         log_info(cat("warning: ", M, " microbatches for ", P, " ranks: some ranks will idle (bubble ",
@@ -335,17 +465,21 @@ int run_rank(const WorldConfig& world, RankOptions opt) {
                                 for (const auto& p : plans) c.push_back(p.n_layers());
                                 return c;
                               }())},
-                             {"dtype", "fp32"},
-                             {"device", "cpu"},
+                             {"dtype", dtype_name(dtype)},
+                             {"tf32", use_cuda && opt.tf32},
+                             {"device", use_cuda ? "cuda" : "cpu"},
                              {"all_logits", opt.all_logits},
                              {"created", utc_now()}};
       if (!opt.answers.empty()) {
+        // TF32 keeps fp16's 10 mantissa bits, so a --tf32 run is held to fp16's tolerance.
+        const DType vt = dtype == DType::F32 && use_cuda && opt.tf32 ? DType::F16 : dtype;
         const ValidationResult v =
-            validate_outputs(result.next_token, result.logits, cfg.vocab_size, answers, tolerance_for(DType::F32));
-        for (const auto& l : v.report(DType::F32)) lines.push_back(l);
+            validate_outputs(result.next_token, result.logits, cfg.vocab_size, answers, tolerance_for(vt));
+        for (const auto& l : v.report(vt)) lines.push_back(l);
         meta["validation"] = v.passed ? "PASS" : "FAIL";
         meta["top1_agree"] = v.agree;
         meta["max_abs_dlogit"] = v.max_abs_dlogit;
+        meta["mean_abs_dlogit"] = v.mean_abs_dlogit;
         code = v.passed ? kExitOk : kExitValidationFailed;
       }
       if (!opt.output.empty()) {

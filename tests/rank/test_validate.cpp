@@ -46,6 +46,19 @@ TEST(Validate, LogitErrorAboveToleranceFails) {
   EXPECT_TRUE(validate_outputs(a.next_token, logits, 5, a, tolerance_for(DType::F16)).passed);
 }
 
+TEST(Validate, HalfDtypesReportTheLogitErrorAndPassOnAgreement) {
+  const TokenAnswers a = reference();
+  auto logits = a.logits;
+  logits[7] += 0.5f;  // sequence 1, not its top-1: far over every tolerance, same argmax
+  const auto f32 = validate_outputs(a.next_token, logits, 5, a, tolerance_for(DType::F32));
+  const auto bf16 = validate_outputs(a.next_token, logits, 5, a, tolerance_for(DType::BF16));
+  EXPECT_FALSE(f32.passed);
+  EXPECT_TRUE(bf16.passed);
+  EXPECT_NEAR(bf16.max_abs_dlogit, 0.5, 1e-6);
+  EXPECT_NEAR(bf16.mean_abs_dlogit, 0.5 / 20, 1e-6);  // 4 sequences x 5 logits
+  EXPECT_NE(bf16.report(DType::BF16)[1].find("reported; this dtype passes on top-1 agreement"), std::string::npos);
+}
+
 TEST(Validate, NearTieIsForgivenClearDisagreementIsNot) {
   TokenAnswers a = reference();
   a.logits[19] = 1.0005f;  // sequence 3: token 4 leads token 0 by 0.0005 < tol

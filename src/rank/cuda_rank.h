@@ -1,0 +1,54 @@
+// The CUDA pieces of lfm2-rank: GPU discovery, the NCCL transport and a busy timer on CUDA events.
+//
+// Declared without CUDA or NCCL headers so that run.cpp (plain C++) can use them; defined in
+// gpu_info.cpp, transport_nccl.cpp and cuda_busy_timer.cpp, which are built only with the CUDA
+// backend (the library lfm2_rank_cuda).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "model/cuda_stage.h"
+#include "rank/pipeline.h"
+#include "rank/transport.h"
+#include "rank/world.h"
+
+namespace lfm2 {
+
+// GPUs this process can see (CUDA_VISIBLE_DEVICES applies); 0 when there is no driver or no GPU.
+int visible_gpu_count();
+
+struct GpuInfo {
+  int device = -1;
+  std::string name;        // "NVIDIA H200"
+  unsigned char uuid[16];  // cudaDeviceProp::uuid: the same physical GPU has the same uuid in every process
+  int64_t free_bytes = 0, total_bytes = 0;
+  std::string uuid_string() const;  // "GPU-1a2b3c4d-..." as nvidia-smi prints it
+};
+
+// Properties and current free memory of `device` (makes it this thread's current device).
+GpuInfo gpu_info(int device);
+
+// The NCCL transport: one communicator over all ranks of world.comm, ncclSend / ncclRecv of device
+// hidden-state buffers on a communication stream of its own, ordered against the executor's compute
+// stream by CUDA events. Constructing it allocates its stream, events and warm-up buffers but does
+// not touch NCCL; connect() then creates the communicator and runs a warm-up exchange.
+class NcclTransport : public Transport {
+ public:
+  // Rank 0 draws the unique id, MPI broadcasts it; the communicator is created non-blocking and
+  // polled against `timeout_s`; then every rank sends a small message to the next and receives one
+  // from the previous, so that the first real transfer does not pay for connection set-up. Sets
+  // NCCL_NVLS_ENABLE=0 unless the environment already sets it. Throws (after ncclCommAbort) on
+  // error or timeout.
+  virtual void connect() = 0;
+};
+
+std::unique_ptr<NcclTransport> make_nccl_transport(const WorldConfig& world, CudaStageExecutor& exec,
+                                                   double timeout_s);
+
+// Busy time of a CUDA stage: begin()/end() record events on the executor's compute stream around
+// each step; busy_s() waits for the last one and sums the elapsed times.
+std::unique_ptr<BusyTimer> make_cuda_busy_timer(CudaStageExecutor& exec);
+
+}  // namespace lfm2
