@@ -166,6 +166,10 @@ def main():
     args = ap.parse_args()
 
     torch.set_num_threads(max(1, os.cpu_count() or 1))
+    # fp32 answers mean exact fp32 on a GPU too: TF32 would round every matmul's inputs to 10 mantissa
+    # bits, and the short conv is an nn.Conv1d, which cuDNN runs in TF32 by default.
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
     model, cfg = load_model(args.model, args.device)
     if args.make_inputs:
         n, s = (int(x) for x in args.make_inputs.lower().split("x"))
