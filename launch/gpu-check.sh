@@ -105,8 +105,8 @@ if ! skip CTEST; then
   rc=$?
   say "[$(elapsed) s] ctest: exit $rc: $(grep -E 'tests passed|tests failed' "$OUT/ctest.log" | tail -1)"
   grep -E '\(Failed\)|\(Timeout\)|\*\*\*Failed|Not Run' "$OUT/ctest.log" | sed 's/^/ctest: /' | tee -a "$SUMMARY"
-  gpu_line() { grep -cE "Test +#[0-9]+: (rank_gpu_|Cuda)[^ ]* \.+ *\**$1" "$OUT/ctest.log"; }
-  say "ctest: GPU tests (rank_gpu_*, Cuda*): $(gpu_line Passed) passed, $(gpu_line Skipped) skipped," \
+  gpu_line() { grep -cE "Test +#[0-9]+: (rank_gpu_(tiny|mini|bench|fail)|Cuda).* \.+ *\**$1" "$OUT/ctest.log"; }
+  say "ctest: GPU tests (rank_gpu_*, Cuda*; not the CPU fixture): $(gpu_line Passed) passed, $(gpu_line Skipped) skipped," \
     "$(gpu_line '(Failed|Timeout|Exception)') failed"
 fi
 

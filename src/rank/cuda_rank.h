@@ -37,7 +37,7 @@ GpuInfo gpu_info(int device);
 class NcclTransport : public Transport {
  public:
   // Rank 0 draws the unique id, MPI broadcasts it; the communicator is created non-blocking and
-  // polled against `timeout_s`; then every rank sends a small message to the next and receives one
+  // polled against `timeout_s` (at least 60 s: creating one takes seconds); then every rank sends a small message to the next and receives one
   // from the previous, so that the first real transfer does not pay for connection set-up. Sets
   // NCCL_NVLS_ENABLE=0 unless the environment already sets it. Throws (after ncclCommAbort) on
   // error or timeout.

@@ -11,6 +11,7 @@
 //              pipeline queues next on the compute stream reads the received data.
 // On an NCCL error or a timeout the communicator is aborted (ncclCommAbort: nothing of it can hang
 // any more) and lfm2::Error is thrown; lfm2-rank then ends the job with MPI_Abort.
+#include <algorithm>
 #include <cstdlib>
 #include <vector>
 
@@ -26,6 +27,9 @@ namespace lfm2 {
 namespace {
 
 constexpr size_t kWarmupBytes = size_t(1) << 20;  // per direction
+// Creating a communicator takes seconds (topology discovery, connections): its deadline is --timeout
+// but never under this, so that a short --timeout meant for stalled peers does not fail a healthy init.
+constexpr double kMinInitTimeoutS = 60;
 
 class NcclTransportImpl final : public NcclTransport {
  public:
@@ -84,7 +88,8 @@ class NcclTransportImpl final : public NcclTransport {
       comm_ = nullptr;
       LFM2_FAIL("nccl: creating the communicator of ", world_.size, " ranks on GPU ", device_, " failed: ", msg);
     }
-    settle(cat("creating the NCCL communicator of ", world_.size, " ranks on GPU ", device_));
+    const double init_s = std::max(timeout_s_, kMinInitTimeoutS);
+    settle(cat("creating the NCCL communicator of ", world_.size, " ranks on GPU ", device_), init_s);
 
     // Warm-up: rank r sends to r+1 and receives from r-1 in one group (no ordering deadlock).
     char* send_buf = static_cast<char*>(warm_);
@@ -95,10 +100,10 @@ class NcclTransportImpl final : public NcclTransport {
     if (!world_.is_first())
       check_call(ncclRecv(recv_buf, kWarmupBytes, ncclUint8, world_.prev(), comm_, stream_), "the warm-up receive");
     check_call(ncclGroupEnd(), "the warm-up exchange");
-    settle("the warm-up exchange");
+    settle("the warm-up exchange", init_s);
     if (world_.size > 1) {
-      if (!poll_until([&] { return stream_idle("the warm-up exchange"); }, timeout_s_))
-        fail(cat("timed out after ", timeout_s_, " s in the warm-up exchange with the neighbouring ranks",
+      if (!poll_until([&] { return stream_idle("the warm-up exchange"); }, init_s))
+        fail(cat("timed out after ", init_s, " s in the warm-up exchange with the neighbouring ranks",
                  " (did a rank stop? see --timeout)"));
     }
   }
@@ -207,7 +212,8 @@ class NcclTransportImpl final : public NcclTransport {
 
   // A non-blocking communicator may still be working on the last call; wait (with the deadline)
   // until it has taken it, as NCCL requires before the next call.
-  void settle(const std::string& what) {
+  void settle(const std::string& what) { settle(what, timeout_s_); }
+  void settle(const std::string& what, double timeout_s) {
     bool failed = false;
     const bool done = poll_until(
         [&] {
@@ -215,9 +221,9 @@ class NcclTransportImpl final : public NcclTransport {
           failed = st != ncclSuccess && st != ncclInProgress;
           return st != ncclInProgress;
         },
-        timeout_s_);
+        timeout_s);
     if (failed) check_async(what);
-    if (!done) fail(cat("timed out after ", timeout_s_, " s in ", what, " (did a rank stop? see --timeout)"));
+    if (!done) fail(cat("timed out after ", timeout_s, " s in ", what, " (did a rank stop? see --timeout)"));
   }
 
   bool stream_idle(const std::string& what) {
