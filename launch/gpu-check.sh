@@ -6,20 +6,22 @@
 #
 # Phases, most important first (each one's full log is one file under $OUT; summary.txt at the end):
 #   build     cmake -G Ninja (CUDA on, sm_90), ninja -j $JOBS                     -> build.log
-#   data      h5pack synth --preset lfm2-8b-a1b (bf16) into $WORK, in the background
-#             while ctest runs; then inputs 1024 x 32 and answers from Hugging Face
-#             transformers on GPU 0 (tools/hf_answers.py --device cuda, fp32, TF32 off)  -> data.log
+#   data      in the background while ctest runs: h5pack synth --preset lfm2-8b-a1b (bf16) into
+#             $WORK, then inputs 1024 x 32 and answers from Hugging Face transformers on GPU 0
+#             (tools/hf_answers.py --device cuda: fp32, TF32 off)                  -> data.log
 #   ctest     every test, the GPU ones included (they need 1-4 GPUs)               -> ctest.log
 #   full      mpirun -np 4 lfm2-rank against the answers: fp32 (must pass 1024/1024) and bf16, each
 #             with --benchmark at microbatch 32 and 128; fp16 (reported)           -> full-p4.log
 #   p12       P = 1 and P = 2 in fp32, validated                                   -> p12.log
 # A phase is skipped with SKIP_<PHASE>=1 (SKIP_BUILD, SKIP_DATA, SKIP_HF, SKIP_CTEST, SKIP_FULL,
 # SKIP_BENCH, SKIP_FP16, SKIP_P12). The model and the answers in $WORK are reused when present (a
-# *.done marker says they were completed). Phases that would start after $BUDGET_S seconds are
-# skipped (and say so), so that the script ends within the ~9 minutes it is given.
+# *.done marker says they were completed). Runs that would start after $BUDGET_S seconds are
+# skipped (and say so), and every step is cut off at $HARD_S seconds, so that the script ends within
+# the ~9 minutes it is given; a second pass (SKIP_BUILD=1 SKIP_CTEST=1) does the rest.
 # Environment: OUT (logs), WORK (default /tmp/lfm2-gpu-check), BUILD_DIR (default build-gpu under
-# the repository), JOBS (32), BUDGET_S (500), RUN_TIMEOUT_S (300 per mpirun), NP (4), DEVICE (cuda;
-# cpu only to smoke-test this script with a small model placed in $WORK under the same names).
+# the repository), JOBS (32), BUDGET_S (480), HARD_S (560), RUN_TIMEOUT_S (240 per mpirun), NP (4),
+# DEVICE (cuda), PRESET (lfm2-8b-a1b), HF_DEVICE (cuda): DEVICE=cpu PRESET=lfm2-tiny HF_DEVICE=cpu
+# smoke-tests this script on a machine without GPUs.
 set -uo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -27,10 +29,13 @@ OUT=${OUT:-./gpu-check-out}
 WORK=${WORK:-/tmp/lfm2-gpu-check}
 BUILD_DIR=${BUILD_DIR:-$here/build-gpu}
 JOBS=${JOBS:-32}
-BUDGET_S=${BUDGET_S:-500}
-RUN_TIMEOUT_S=${RUN_TIMEOUT_S:-300}
+BUDGET_S=${BUDGET_S:-480}
+HARD_S=${HARD_S:-560}
+RUN_TIMEOUT_S=${RUN_TIMEOUT_S:-240}
 NP=${NP:-4}
 DEVICE=${DEVICE:-cuda}
+PRESET=${PRESET:-lfm2-8b-a1b}
+HF_DEVICE=${HF_DEVICE:-cuda}
 mkdir -p "$OUT" "$WORK"
 OUT=$(cd "$OUT" && pwd)
 SUMMARY=$OUT/summary.txt
@@ -53,6 +58,7 @@ ANSWERS=$WORK/answers-1024x32.h5
 ROWS=()  # summary rows
 say() { printf '%s\n' "$*" | tee -a "$SUMMARY"; }
 elapsed() { echo $((SECONDS - T0)); }
+remaining() { local r=$((HARD_S - SECONDS + T0)); echo $((r > 10 ? r : 10)); }
 skip() { local v="SKIP_$1"; [ "${!v:-0}" = 1 ]; }
 over_budget() {
   if [ "$(elapsed)" -ge "$BUDGET_S" ]; then say "[$(elapsed) s] skipped $1: past the budget of $BUDGET_S s"; return 0; fi
@@ -89,53 +95,65 @@ for exe in "$RANK" "$H5PACK"; do
   [ -x "$exe" ] || { say "gpu-check: $exe is missing (build first, or set BUILD_DIR)"; exit 1; }
 done
 
-# ---- data (synthesis in the background while ctest runs)
-synth_pid=""
-if ! skip DATA && [ ! -f "$MODEL.done" ]; then
-  phase "data: h5pack synth --preset lfm2-8b-a1b (bf16) -> $MODEL (background)"
-  rm -f "$MODEL"
-  ( "$H5PACK" synth "$MODEL" --preset lfm2-8b-a1b --seed 0 --dtype bf16 && touch "$MODEL.done" ) >"$OUT/data.log" 2>&1 &
-  synth_pid=$!
+# ---- data, in the background while ctest runs: synthesis, then inputs and answers on GPU 0.
+make_data() {
+  if [ ! -f "$MODEL.done" ]; then
+    echo "=== h5pack synth --preset $PRESET --seed 0 --dtype bf16 -> $MODEL"
+    rm -f "$MODEL"
+    timeout -k 10 "$(remaining)" "$H5PACK" synth "$MODEL" --preset "$PRESET" --seed 0 --dtype bf16 && touch "$MODEL.done"
+  fi
+  [ -f "$MODEL.done" ] || return 1
+  skip HF && return 0
+  if [ ! -f "$ANSWERS.done" ]; then
+    echo "=== tools/hf_answers.py: inputs 1024 x 32, answers by transformers on GPU 0 (fp32, TF32 off)"
+    local t=$SECONDS
+    CUDA_VISIBLE_DEVICES=0 timeout -k 10 "$(remaining)" python3 "$here/tools/hf_answers.py" "$MODEL" "$INPUTS" \
+      "$ANSWERS" --make-inputs 1024x32 --seed 7 --device "$HF_DEVICE" --batch 64 && touch "$ANSWERS.done"
+    echo "=== hf_answers: $((SECONDS - t)) s"
+  fi
+}
+data_pid=""
+if ! skip DATA; then
+  phase "data: synth (bf16) and transformers answers into $WORK, in the background (data.log)"
+  make_data >"$OUT/data.log" 2>&1 &
+  data_pid=$!
 fi
 
-# ---- ctest (all tests; the GPU tests run one at a time)
+# ---- ctest (all tests; the GPU ones run one at a time)
 if ! skip CTEST; then
-  phase "ctest: all tests in $BUILD_DIR"
-  (cd "$BUILD_DIR" && ctest -j 16 --output-on-failure --timeout 600) >"$OUT/ctest.log" 2>&1
+  phase "ctest: all tests in $BUILD_DIR (ctest.log)"
+  (cd "$BUILD_DIR" && timeout -k 10 "$(remaining)" ctest -j 16 --output-on-failure --timeout 600) >"$OUT/ctest.log" 2>&1
   rc=$?
   say "[$(elapsed) s] ctest: exit $rc: $(grep -E 'tests passed|tests failed' "$OUT/ctest.log" | tail -1)"
-  grep -E '\(Failed\)|\(Timeout\)|\*\*\*Failed|Not Run' "$OUT/ctest.log" | sed 's/^/ctest: /' | tee -a "$SUMMARY"
+  grep -E '\(Failed\)|\(Timeout\)|Not Run' "$OUT/ctest.log" | sed 's/^/ctest: /' | tee -a "$SUMMARY"
   gpu_line() { grep -cE "Test +#[0-9]+: (rank_gpu_(tiny|mini|bench|fail)|Cuda).* \.+ *\**$1" "$OUT/ctest.log"; }
-  say "ctest: GPU tests (rank_gpu_*, Cuda*; not the CPU fixture): $(gpu_line Passed) passed, $(gpu_line Skipped) skipped," \
-    "$(gpu_line '(Failed|Timeout|Exception)') failed"
+  say "ctest: GPU tests (rank_gpu_*, Cuda*; not the CPU fixture): $(gpu_line Passed) passed," \
+    "$(gpu_line Skipped) skipped, $(gpu_line '(Failed|Timeout|Exception)') failed"
 fi
 
-if [ -n "$synth_pid" ]; then
-  wait "$synth_pid"
-  say "[$(elapsed) s] data: synth exit $? ($(du -h "$MODEL" 2>/dev/null | cut -f1))"
+if [ -n "$data_pid" ]; then
+  wait "$data_pid"
+  say "[$(elapsed) s] data: exit $?: model $([ -f "$MODEL.done" ] && du -h "$MODEL" | cut -f1 || echo MISSING)," \
+    "answers $([ -f "$ANSWERS.done" ] && echo ready || echo MISSING) (data.log)"
+  grep -E '^(hf_answers|===)' "$OUT/data.log" | tail -4 | tee -a "$SUMMARY"
 fi
-if [ ! -f "$MODEL.done" ] && ! skip DATA; then say "gpu-check: no model at $MODEL (data.log)"; exit 1; fi
-
-if ! skip HF && ! skip DATA && [ ! -f "$ANSWERS.done" ]; then
-  phase "data: inputs 1024 x 32 and answers by transformers on GPU 0 (fp32, TF32 off)"
-  CUDA_VISIBLE_DEVICES=0 python3 "$here/tools/hf_answers.py" "$MODEL" "$INPUTS" "$ANSWERS" --make-inputs 1024x32 \
-    --seed 7 --device cuda --batch 64 >>"$OUT/data.log" 2>&1 && touch "$ANSWERS.done"
-  say "[$(elapsed) s] data: answers $([ -f "$ANSWERS.done" ] && echo written || echo FAILED) (data.log)"
-  tail -2 "$OUT/data.log"
-fi
-if [ ! -f "$ANSWERS.done" ]; then say "gpu-check: no answers at $ANSWERS; lfm2-rank runs are skipped"; fi
+if [ ! -f "$ANSWERS.done" ]; then say "gpu-check: no answers at $ANSWERS; the lfm2-rank runs are skipped"; fi
 
 # ---- lfm2-rank runs: run_case NAME NP LOG lfm2-rank-options...  (one summary row each)
 run_case() {
   local name=$1 np=$2 log=$3
   shift 3
   over_budget "$name" && return 0
-  local cmd=(mpirun -np "$np" "${MPI_FLAGS[@]}" "$RANK" --device "$DEVICE" --model "$MODEL" --inputs "$INPUTS"
+  local flags=("${MPI_FLAGS[@]}")
+  [ "$np" -gt "$(nproc)" ] && flags+=(--oversubscribe)
+  local cmd=(mpirun -np "$np" "${flags[@]}" "$RANK" --device "$DEVICE" --model "$MODEL" --inputs "$INPUTS"
     --answers "$ANSWERS" --timeout 120 "$@")
   {
     echo "=== $name: ${cmd[*]}"
     local t=$SECONDS
-    timeout -k 10 "$RUN_TIMEOUT_S" "${cmd[@]}"
+    local limit=$RUN_TIMEOUT_S
+    [ "$(remaining)" -lt "$limit" ] && limit=$(remaining)
+    timeout -k 10 "$limit" "${cmd[@]}"
     echo "=== $name: exit $? in $((SECONDS - t)) s"
   } >"$OUT/tmp-case.log" 2>&1
   cat "$OUT/tmp-case.log" >>"$OUT/$log"
