@@ -1,7 +1,8 @@
 // The GPipe schedule without MPI: P threads, each a stage with a fake executor, joined by an
 // in-process transport. Checks that every P and microbatch size gives the one-stage results bit
 // for bit, that each stage sees every microbatch once and in order, and that a wait for a peer
-// that never sends ends with an error instead of hanging.
+// that never sends ends with an error instead of hanging. A "device" flavour (on_device() true, a
+// BusyTimer) takes the pipeline's GPU path: no synchronisation per step, busy time from the timer.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -22,9 +23,10 @@ constexpr int64_t kHidden = 3, kVocab = 7, kLayers = 6;
 // Layer il maps x -> x * (1 + 1/(il+2)) + il; the head scores v as sum_c x[c] * (v - c).
 class FakeStage final : public StageExecutor {
  public:
-  FakeStage(int begin, int end, bool first, bool last) : begin_(begin), end_(end), first_(first), last_(last) {}
+  FakeStage(int begin, int end, bool first, bool last, bool device = false)
+      : begin_(begin), end_(end), first_(first), last_(last), device_(device) {}
   DType act_dtype() const override { return DType::F32; }
-  bool on_device() const override { return false; }
+  bool on_device() const override { return device_; }
   int64_t weight_bytes() const override { return 0; }
   void* alloc_hidden(int64_t max_tokens) override {
     bufs_.emplace_back(size_t(max_tokens * kHidden));
@@ -55,12 +57,13 @@ class FakeStage final : public StageExecutor {
       }
     }
   }
-  void synchronize() override {}
+  void synchronize() override { ++syncs_; }
   std::vector<int64_t> seen_;  // microbatch sizes, in the order forward() ran them
+  int syncs_ = 0;
 
  private:
   int begin_, end_;
-  bool first_, last_;
+  bool first_, last_, device_;
   std::deque<std::vector<float>> bufs_;
 };
 
@@ -72,9 +75,12 @@ struct Hub {
 
 class LoopbackTransport final : public Transport {
  public:
-  LoopbackTransport(Hub& hub, int rank, double timeout_s) : hub_(hub), rank_(rank) { timeout_s_ = timeout_s; }
+  LoopbackTransport(Hub& hub, int rank, double timeout_s, bool device = false)
+      : hub_(hub), rank_(rank), device_(device) {
+    timeout_s_ = timeout_s;
+  }
   const char* name() const override { return "loopback"; }
-  bool accepts_device_memory() const override { return false; }
+  bool accepts_device_memory() const override { return device_; }
   Handle isend(const void* buf, size_t bytes, int peer, int) override {
     std::lock_guard<std::mutex> lock(hub_.mu);
     const char* p = static_cast<const char*>(buf);
@@ -88,7 +94,7 @@ class LoopbackTransport final : public Transport {
   }
   bool test(Handle h) override {
     Op& op = ops_.at(size_t(h));
-    if (op.done) return true;
+    if (op.done) return op.released = true;
     std::lock_guard<std::mutex> lock(hub_.mu);
     auto& q = hub_.queues[{op.peer, rank_}];
     if (q.empty()) return false;
@@ -96,7 +102,14 @@ class LoopbackTransport final : public Transport {
     std::memcpy(op.buf, q.front().data(), op.bytes);
     q.pop_front();
     op.done = true;
-    return true;
+    return op.released = true;
+  }
+  // Handles never released by a successful test() (sends are complete at once but must still be
+  // tested or waited for).
+  size_t unreleased() const {
+    size_t n = 0;
+    for (const Op& op : ops_) n += op.released ? 0 : 1;
+    return n;
   }
   void wait(Handle h, const std::string& what) override {
     if (!poll_until([&] { return test(h); }, timeout_s_)) LFM2_FAIL("timed out waiting for ", what);
@@ -108,19 +121,37 @@ class LoopbackTransport final : public Transport {
     size_t bytes;
     int peer;
     bool done;
+    bool released = false;
   };
   Hub& hub_;
   int rank_;
+  bool device_;
   std::vector<Op> ops_;
+};
+
+// Counts the steps it brackets and reports a fixed busy time.
+class CountingTimer final : public BusyTimer {
+ public:
+  void reset() override { begins = ends = 0; }
+  void begin() override {
+    EXPECT_EQ(begins, ends);
+    ++begins;
+  }
+  void end() override { ++ends; }
+  double busy_s() override { return 0.25 * ends; }
+  int begins = 0, ends = 0;
 };
 
 struct RunOut {
   PipelineResult result;
   std::vector<std::vector<int64_t>> seen;  // per rank
+  std::vector<int> syncs, steps;           // per rank: synchronize() calls, timed steps (device)
+  std::vector<double> busy_s;              // per rank
+  std::vector<size_t> unreleased;          // per rank: transport handles never released
 };
 
 RunOut run_pipeline(const std::vector<int>& counts, int64_t n_seq, int64_t seq_len, int64_t microbatch,
-                    bool all_logits) {
+                    bool all_logits, bool device = false) {
   std::vector<int32_t> ids(size_t(n_seq * seq_len));
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i * 7919) % 101);
   const auto plans = make_stage_plans(counts);
@@ -128,6 +159,10 @@ RunOut run_pipeline(const std::vector<int>& counts, int64_t n_seq, int64_t seq_l
   Hub hub;
   RunOut out;
   out.seen.resize(size_t(P));
+  out.syncs.resize(size_t(P));
+  out.steps.resize(size_t(P));
+  out.busy_s.resize(size_t(P));
+  out.unreleased.resize(size_t(P));
   std::vector<std::thread> threads;
   std::mutex err_mu;
   std::string error;
@@ -138,11 +173,17 @@ RunOut run_pipeline(const std::vector<int>& counts, int64_t n_seq, int64_t seq_l
         w.rank = r;
         w.size = P;
         const StagePlan& p = plans[size_t(r)];
-        FakeStage stage(p.layer_begin, p.layer_end, p.is_first(), p.is_last());
-        LoopbackTransport transport(hub, r, 10.0);
+        FakeStage stage(p.layer_begin, p.layer_end, p.is_first(), p.is_last(), device);
+        LoopbackTransport transport(hub, r, 10.0, device);
+        CountingTimer timer;
         Pipeline pipe(w, stage, transport, PipelineShape{n_seq, seq_len, microbatch, kHidden, kVocab, all_logits});
-        pipe.run(r == 0 ? ids.data() : nullptr, p.is_last() ? &out.result : nullptr);
+        if (device) pipe.set_busy_timer(&timer);
+        const StageTiming t = pipe.run(r == 0 ? ids.data() : nullptr, p.is_last() ? &out.result : nullptr);
         out.seen[size_t(r)] = stage.seen_;
+        out.syncs[size_t(r)] = stage.syncs_;
+        out.steps[size_t(r)] = timer.ends;
+        out.busy_s[size_t(r)] = t.busy_s;
+        out.unreleased[size_t(r)] = transport.unreleased();
       } catch (const std::exception& e) {
         std::lock_guard<std::mutex> lock(err_mu);
         error = e.what();
@@ -174,6 +215,32 @@ TEST(PipelineSchedule, EveryRankCountAndMicrobatchGivesTheSameBits) {
       }
     }
   }
+}
+
+TEST(PipelineSchedule, DeviceExecutorsQueueWithoutSynchronisingAndTimeWithTheirTimer) {
+  const RunOut ref = run_pipeline({int(kLayers)}, 10, 4, 10, true);
+  for (const std::vector<int>& counts : {std::vector<int>{int(kLayers)}, {3, 3}, {1, 1, 1, 3}}) {
+    for (int64_t mb : {1, 3, 10}) {
+      const RunOut got = run_pipeline(counts, 10, 4, mb, true, /*device=*/true);
+      const int P = int(counts.size());
+      const int M = int((10 + mb - 1) / mb);
+      EXPECT_EQ(got.result.next_token, ref.result.next_token) << P << " ranks, microbatch " << mb;
+      EXPECT_EQ(
+          0, std::memcmp(got.result.all_logits.data(), ref.result.all_logits.data(), ref.result.all_logits.size() * 4));
+      for (int r = 0; r < P; ++r) {
+        EXPECT_EQ(got.syncs[size_t(r)], 1) << "rank " << r;  // once, at the end of the run
+        // forward on every rank, embed on the first, head on the last: one timed step each.
+        const int steps = M * (1 + (r == 0 ? 1 : 0) + (r == P - 1 ? 1 : 0));
+        EXPECT_EQ(got.steps[size_t(r)], steps) << "rank " << r;
+        EXPECT_DOUBLE_EQ(got.busy_s[size_t(r)], 0.25 * steps);
+        EXPECT_EQ(got.unreleased[size_t(r)], 0u) << "rank " << r;  // every send and receive completed
+      }
+    }
+  }
+  // The host path synchronises after every step and releases every handle too.
+  const RunOut cpu = run_pipeline({3, 3}, 10, 4, 3, true);
+  EXPECT_EQ(cpu.syncs[0], 2 * 4);
+  EXPECT_EQ(cpu.unreleased[0] + cpu.unreleased[1], 0u);
 }
 
 TEST(PipelineSchedule, TopOneIsTheFirstMaximum) {
