@@ -168,6 +168,7 @@ class NcclTransportImpl final : public NcclTransport {
     size_t i = 0;
     while (i < slots_.size() && slots_[i].used) ++i;
     if (i == slots_.size()) {
+      CUDA_CHECK(cudaSetDevice(device_));
       Slot s;
       CUDA_CHECK(cudaEventCreateWithFlags(&s.ready, cudaEventDisableTiming));
       CUDA_CHECK(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming));
