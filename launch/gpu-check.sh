@@ -36,6 +36,8 @@ NP=${NP:-4}
 DEVICE=${DEVICE:-cuda}
 PRESET=${PRESET:-lfm2-8b-a1b}
 HF_DEVICE=${HF_DEVICE:-cuda}
+# The CUDA toolkit's usual home, when the image does not put nvcc on PATH.
+if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then export PATH=/usr/local/cuda/bin:$PATH; fi
 mkdir -p "$OUT" "$WORK"
 OUT=$(cd "$OUT" && pwd)
 SUMMARY=$OUT/summary.txt
@@ -67,7 +69,7 @@ over_budget() {
 phase() { say "[$(elapsed) s] $*"; }
 
 : >"$SUMMARY"
-say "gpu-check: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname), commit $(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo ?)"
+say "gpu-check: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -n), commit $(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo ?)"
 {
   if command -v nvidia-smi >/dev/null; then
     nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader 2>&1 | sed 's/^/gpu: /'
@@ -85,11 +87,14 @@ if ! skip BUILD; then
   phase "build: cmake + ninja -j $JOBS in $BUILD_DIR"
   {
     cmake -S "$here" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLFM2_ENABLE_CUDA=ON \
-      -DCMAKE_CUDA_ARCHITECTURES=90 && ninja -C "$BUILD_DIR" -j "$JOBS"
+      -DCMAKE_CUDA_COMPILER="$(command -v nvcc || echo nvcc)" -DCMAKE_CUDA_ARCHITECTURES=90 &&
+      ninja -C "$BUILD_DIR" -j "$JOBS"
   } >"$OUT/build.log" 2>&1
   rc=$?
   say "[$(elapsed) s] build: exit $rc (build.log)"
   if [ $rc -ne 0 ]; then tail -30 "$OUT/build.log"; say "gpu-check: the build failed; nothing else can run"; exit 1; fi
+  grep -E 'lfm2: (CUDA backend|nvcc)' "$OUT/build.log" | tee -a "$SUMMARY"
+  if ! grep -q 'lfm2: CUDA backend ON' "$OUT/build.log"; then say "gpu-check: built without CUDA; stopping"; exit 1; fi
 fi
 for exe in "$RANK" "$H5PACK"; do
   [ -x "$exe" ] || { say "gpu-check: $exe is missing (build first, or set BUILD_DIR)"; exit 1; }
