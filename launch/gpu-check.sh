@@ -9,7 +9,7 @@
 #   data      in the background while ctest runs: h5pack synth --preset lfm2-8b-a1b (bf16) into
 #             $WORK, then inputs 1024 x 32 and answers from Hugging Face transformers on GPU 0
 #             (tools/hf_answers.py --device cuda: fp32, TF32 off)                  -> data.log
-#   ctest     every test, the GPU ones included (they need 1-4 GPUs)               -> ctest.log
+#   ctest     every test, the GPU ones included (they need 1-4 GPUs), -j 16     -> ctest.log
 #   full      mpirun -np 4 lfm2-rank against the answers: fp32 (must pass 1024/1024) and bf16, each
 #             with --benchmark at microbatch 32 and 128; fp16 (reported)           -> full-p4.log
 #   p12       P = 1 and P = 2 in fp32, validated                                   -> p12.log
@@ -72,7 +72,7 @@ phase() { say "[$(elapsed) s] $*"; }
 say "gpu-check: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -n), commit $(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo ?)"
 {
   if command -v nvidia-smi >/dev/null; then
-    nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader 2>&1 | sed 's/^/gpu: /'
+    nvidia-smi --query-gpu=index,name,memory.total,driver_version,compute_mode --format=csv,noheader 2>&1 | sed 's/^/gpu: /'
   else
     echo "gpu: nvidia-smi not found"
   fi
@@ -124,7 +124,7 @@ if ! skip DATA; then
   data_pid=$!
 fi
 
-# ---- ctest (all tests; the GPU ones run one at a time)
+# ---- ctest (all tests; GPU jobs side by side, the two GPU failure tests alone)
 if ! skip CTEST; then
   phase "ctest: all tests in $BUILD_DIR (ctest.log)"
   (cd "$BUILD_DIR" && timeout -k 10 "$(remaining)" ctest -j 16 --output-on-failure --timeout 600) >"$OUT/ctest.log" 2>&1
