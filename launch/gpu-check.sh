@@ -185,16 +185,16 @@ if [ -f "$ANSWERS.done" ]; then
     phase "full: mpirun -np $NP, the full model, 1024 x 32 (full-p4.log)"
     run_case fp32-mb32 "$NP" full-p4.log --dtype fp32 --microbatch 32 "${BENCH[@]}"
     run_case bf16-mb32 "$NP" full-p4.log --dtype bf16 --microbatch 32 "${BENCH[@]}"
-    if ! skip BENCH; then
-      run_case bf16-mb128 "$NP" full-p4.log --dtype bf16 --microbatch 128 "${BENCH[@]}"
-      run_case fp32-mb128 "$NP" full-p4.log --dtype fp32 --microbatch 128 "${BENCH[@]}"
-    fi
     skip FP16 || run_case fp16-mb64 "$NP" full-p4.log --dtype fp16 --microbatch 64
   fi
   if ! skip P12; then
     phase "p12: P = 2 and P = 1, fp32 (p12.log)"
     run_case fp32-p2-mb64 2 p12.log --dtype fp32 --microbatch 64 --benchmark --warmup 0 --repeat 1
     run_case fp32-p1-mb128 1 p12.log --dtype fp32 --microbatch 128
+  fi
+  if ! skip FULL && ! skip BENCH; then
+    run_case bf16-mb128 "$NP" full-p4.log --dtype bf16 --microbatch 128 "${BENCH[@]}"
+    run_case fp32-mb128 "$NP" full-p4.log --dtype fp32 --microbatch 128 "${BENCH[@]}"
   fi
 fi
 

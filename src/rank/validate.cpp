@@ -12,10 +12,13 @@ Tolerance tolerance_for(DType t) {
   switch (t) {
     case DType::F32:
       return {1e-3, 1e-4, 1.0, true};
+    // Low precision: a floor that a broken kernel misses (it agrees on ~0 %), not a rounding
+    // bound — over 24 random-weight MoE layers flipped expert choices cost lfm2-mini 19-22 % of
+    // its top-1s in fp16 and bf16 (docs/results.md).
     case DType::F16:
-      return {5e-2, 1e-2, 0.95, false};
+      return {5e-2, 1e-2, 0.5, false};
     case DType::BF16:
-      return {1e-1, 3e-2, 0.90, false};
+      return {1e-1, 3e-2, 0.5, false};
   }
   return {};
 }
