@@ -208,7 +208,7 @@ def main():
     sorted_ = np.sort(logits, axis=-1)
     gap = float((sorted_[:, -1] - sorted_[:, -2]).min())
     import transformers
-    write_h5(args.answers, {"next_token": top, "logits": logits},
+    write_h5(args.answers, {"next_token": top, "logits": logits, "router_gap": gaps.astype(np.float32)},
              {"source": "transformers Lfm2MoeForCausalLM fp32 eager",
               "transformers_version": str(transformers.__version__),
               "torch_version": str(torch.__version__), "model": os.path.basename(args.model),

@@ -11,7 +11,7 @@ namespace lfm2 {
 Tolerance tolerance_for(DType t) {
   switch (t) {
     case DType::F32:
-      return {1e-3, 1e-4, 1.0, true};
+      return {1e-3, 1e-4, 1.0, true, 0.01};
     // Low precision: a floor that a broken kernel misses (it agrees on ~0 %), not a rounding
     // bound — over 24 random-weight MoE layers flipped expert choices cost lfm2-mini 19-22 % of
     // its top-1s in fp16 and bf16 (docs/results.md).
@@ -41,12 +41,20 @@ ValidationResult validate_outputs(const std::vector<int32_t>& next_token, const 
     for (float x : answers.logits) r.max_abs_ref = std::max(r.max_abs_ref, double(std::fabs(x)));
     r.tol = tol.atol + tol.rtol * r.max_abs_ref;
     double sum = 0;
-    for (int64_t i = 0; i < r.n_seq * vocab; ++i) {
-      double d = std::fabs(double(logits[i]) - double(answers.logits[i]));
-      sum += d;
-      if (!(d <= r.max_abs_dlogit)) {  // also catches NaN
-        r.max_abs_dlogit = std::isnan(d) ? INFINITY : d;
-        r.worst_seq = i / vocab;
+    for (int64_t s = 0; s < r.n_seq; ++s) {
+      double seq_max = 0;
+      for (int64_t i = s * vocab; i < (s + 1) * vocab; ++i) {
+        double d = std::fabs(double(logits[i]) - double(answers.logits[i]));
+        sum += d;
+        if (!(d <= seq_max)) seq_max = std::isnan(d) ? INFINITY : d;  // also catches NaN
+      }
+      if (!(seq_max <= r.max_abs_dlogit)) {
+        r.max_abs_dlogit = seq_max;
+        r.worst_seq = s;
+      }
+      if (!(seq_max <= r.tol)) {
+        ++r.n_outliers;
+        if (r.outliers.size() < 8) r.outliers.emplace_back(s, seq_max);
       }
     }
     r.mean_abs_dlogit = r.n_seq > 0 ? sum / double(r.n_seq * vocab) : 0.0;
@@ -61,7 +69,8 @@ ValidationResult validate_outputs(const std::vector<int32_t>& next_token, const 
     }
   }
   const bool finite = std::isfinite(r.max_abs_dlogit);
-  const bool logits_ok = !r.compared_logits || r.max_abs_dlogit <= r.tol || (!tol.logits_must_match && finite);
+  const bool few_outliers = double(r.n_outliers) <= tol.max_outlier_frac * double(r.n_seq) + 1e-9;
+  const bool logits_ok = !r.compared_logits || (finite && (few_outliers || !tol.logits_must_match));
   const bool top1_ok = double(r.agree + r.near_ties) >= tol.min_agreement * double(r.n_seq) - 1e-9;
   r.passed = logits_ok && top1_ok;
   return r;
@@ -81,10 +90,16 @@ std::vector<std::string> ValidationResult::report(DType act_dtype) const {
                   "max|logit| %.3g%s",
                   max_abs_dlogit, (long long)worst_seq, mean_abs_dlogit, tol, t.atol, t.rtol, max_abs_ref,
                   t.logits_must_match ? "" : " (reported; this dtype passes on top-1 agreement)");
+    lines.push_back(buf);
+    if (n_outliers > 0) {
+      std::string list;
+      for (const auto& [seq, d] : outliers) list += cat(list.empty() ? "" : ", ", "sequence ", seq, " ", d);
+      lines.push_back(cat("validation: ", n_outliers, " sequence(s) past the tolerance (", 100.0 * t.max_outlier_frac,
+                          "% allowed in fp32): ", list, int64_t(outliers.size()) < n_outliers ? ", ..." : ""));
+    }
   } else {
-    std::snprintf(buf, sizeof buf, "validation: answers hold no logits; top-1 only");
+    lines.push_back("validation: answers hold no logits; top-1 only");
   }
-  lines.push_back(buf);
   lines.push_back(passed ? "validation: PASS" : "validation: FAIL");
   return lines;
 }

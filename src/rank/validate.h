@@ -3,7 +3,8 @@
 // The tolerance on logits is atol + rtol * max|reference logit|, per dtype. A top-1 disagreement is
 // forgiven as a near-tie when the reference logit of our token is within that tolerance of the
 // reference maximum (two candidates the dtype cannot tell apart). fp32 passes when the logits are
-// within tolerance (if the answers have logits) and every top-1 agrees, near-ties included. bf16 and
+// within tolerance (if the answers have logits; up to 1 % of sequences may be outliers, each
+// listed) and every top-1 agrees, near-ties included. bf16 and
 // fp16 round every GEMM input, so over a deep model their logits drift past any tight bound: they
 // pass on agreement alone (near-ties included) reaching the dtype's minimum fraction, and their
 // logit error is reported beside it (a NaN or infinite logit still fails).
@@ -22,10 +23,14 @@ struct Tolerance {
   double atol = 0, rtol = 0;
   double min_agreement = 1.0;     // fraction of sequences whose top-1 must agree (near-ties count)
   bool logits_must_match = true;  // fp32: max |Δlogit| <= tol is required; bf16/fp16: reported only
+  // fp32: the fraction of sequences allowed past the logit tolerance (top-1 still agreeing). An
+  // expert choice decided by less than the rounding difference of two correct fp32 implementations
+  // moves that one sequence's logits far; such outliers are counted and listed, never hidden.
+  double max_outlier_frac = 0.0;
 };
 
-// fp32: 1e-3 + 1e-4·scale, all agree, logits within it; fp16: 5e-2 + 1e-2·scale, 95 % agree;
-// bf16: 1e-1 + 3e-2·scale, 90 % agree (half dtypes: the logit error is reported, not required).
+// fp32: 1e-3 + 1e-4·scale, all agree, logits within it for >= 99 % of sequences; fp16: 5e-2 +
+// 1e-2·scale, bf16: 1e-1 + 3e-2·scale, 50 % agree (half dtypes: the logit error is reported only).
 Tolerance tolerance_for(DType act_dtype);
 
 struct ValidationResult {
@@ -35,6 +40,8 @@ struct ValidationResult {
   bool compared_logits = false;
   double max_abs_dlogit = 0, mean_abs_dlogit = 0, max_abs_ref = 0, tol = 0;
   int64_t worst_seq = -1;  // sequence with the largest |Δlogit|
+  int64_t n_outliers = 0;  // sequences whose max |Δlogit| exceeds tol
+  std::vector<std::pair<int64_t, double>> outliers;  // the first few: (sequence, its max |Δlogit|)
   bool passed = false;
 
   double agree_pct() const { return n_seq ? 100.0 * double(agree) / double(n_seq) : 0.0; }

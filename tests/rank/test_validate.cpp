@@ -92,6 +92,35 @@ TEST(Validate, TopOneOnlyUsesTheAgreementThreshold) {
   EXPECT_FALSE(validate_outputs(ours, {}, 10, a, tolerance_for(DType::BF16)).passed);
 }
 
+TEST(Validate, Fp32AllowsOnePercentOfSequencesPastTheToleranceAndListsThem) {
+  // 200 sequences over a vocabulary of 3, reference logits (0, 1, 5): top-1 is token 2.
+  TokenAnswers a;
+  a.n_seq = 200;
+  a.vocab = 3;
+  for (int s = 0; s < 200; ++s) {
+    a.logits.insert(a.logits.end(), {0.0f, 1.0f, 5.0f});
+    a.next_token.push_back(2);
+  }
+  auto logits = a.logits;
+  logits[3 * 17 + 1] += 2.0f;  // sequence 17 far off, top-1 unchanged
+  logits[3 * 90 + 0] -= 1.0f;  // sequence 90
+  auto r = validate_outputs(a.next_token, logits, 3, a, tolerance_for(DType::F32));
+  EXPECT_EQ(r.n_outliers, 2);
+  ASSERT_EQ(r.outliers.size(), 2u);
+  EXPECT_EQ(r.outliers[0].first, 17);
+  EXPECT_NEAR(r.outliers[0].second, 2.0, 1e-6);
+  EXPECT_EQ(r.outliers[1].first, 90);
+  EXPECT_EQ(r.worst_seq, 17);
+  EXPECT_TRUE(r.passed);  // 2 of 200 = 1 %
+  logits[3 * 150 + 1] += 0.5f;  // a third: 1.5 %
+  r = validate_outputs(a.next_token, logits, 3, a, tolerance_for(DType::F32));
+  EXPECT_EQ(r.n_outliers, 3);
+  EXPECT_FALSE(r.passed);
+  bool listed = false;
+  for (const auto& line : r.report(DType::F32)) listed |= line.find("3 sequence(s) past the tolerance") != std::string::npos;
+  EXPECT_TRUE(listed);
+}
+
 TEST(Validate, NaNLogitsFail) {
   const TokenAnswers a = reference();
   auto logits = a.logits;
