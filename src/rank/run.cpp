@@ -31,6 +31,7 @@
 #include "model/stage_executor.h"
 #include "rank/benchmark.h"
 #include "rank/fatal.h"
+#include "rank/gpu_identity.h"
 #include "rank/options.h"
 #include "rank/pipeline.h"
 #include "rank/stage_plan.h"
@@ -160,32 +161,6 @@ struct RankFacts {
   int64_t layer_begin, layer_end, weight_bytes, bytes_read, free_host, local_rank;
   int64_t gpu, gpu_weight_bytes, gpu_free, gpu_total;  // gpu -1: the CPU backend
 };
-
-// One rank's GPU as every rank sees it (all-gathered before loading, for the shared-GPU check).
-struct GpuFacts {
-  int64_t ok = 0, device = -1;
-  unsigned char uuid[16] = {};
-  char host[64] = {}, name[64] = {}, uuid_text[48] = {};
-};
-
-std::vector<GpuFacts> allgather_gpus(const WorldConfig& world, const GpuFacts& mine, double timeout_s) {
-  std::vector<GpuFacts> all(size_t(world.size));
-  MPI_Request req;
-  MPI_CHECK(MPI_Iallgather(&mine, int(sizeof mine), MPI_BYTE, all.data(), int(sizeof mine), MPI_BYTE, world.comm, &req),
-            "gathering the GPUs");
-  wait_mpi_request(&req, timeout_s, "gathering the GPUs");
-  return all;
-}
-
-// Two ranks on one physical GPU (same uuid) would share its memory and serialise its work.
-void check_distinct_gpus(const std::vector<GpuFacts>& all) {
-  for (size_t i = 0; i < all.size(); ++i)
-    for (size_t j = i + 1; j < all.size(); ++j)
-      if (all[i].ok && all[j].ok && std::memcmp(all[i].uuid, all[j].uuid, sizeof all[i].uuid) == 0)
-        LFM2_FAIL("ranks ", i, " and ", j, " would share one GPU (", all[i].name, " ", all[i].uuid_text, ", device ",
-                  all[i].device, " on ", all[i].host, " and device ", all[j].device, " on ", all[j].host,
-                  "): give each rank its own GPU (CUDA_VISIBLE_DEVICES must not map two ranks to one)");
-}
 
 template <size_t N>
 void copy_text(char (&dst)[N], const std::string& src) {
