@@ -159,7 +159,9 @@ void h5_make_parents(hid_t file, const std::string& path) {
   while ((pos = path.find('/', pos)) != std::string::npos) {
     std::string group = path.substr(0, pos++);
     if (H5Lexists(file, group.c_str(), H5P_DEFAULT) > 0) continue;
-    H5Handle g(H5Gcreate2(file, group.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+    H5Handle gcpl(H5Pcreate(H5P_GROUP_CREATE));
+    H5_CHECK(H5Pset_obj_track_times(gcpl.get(), 0), "creating group ", group);  // reproducible files
+    H5Handle g(H5Gcreate2(file, group.c_str(), H5P_DEFAULT, gcpl.get(), H5P_DEFAULT));
     H5_CHECK(g.get(), "creating group ", group);
   }
 }

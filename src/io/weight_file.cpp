@@ -74,6 +74,8 @@ void WeightWriter::create(const TensorSpec& spec) {
   H5_CHECK(H5Pset_layout(dcpl.get(), H5D_CONTIGUOUS), spec.path);
   H5_CHECK(H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY), spec.path);
   H5_CHECK(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER), spec.path);
+  // No modification times: the same weights give the same file, byte for byte.
+  H5_CHECK(H5Pset_obj_track_times(dcpl.get(), 0), spec.path);
   H5Handle type = h5_file_type(stored_dtype(spec));
   H5Handle dset(H5Dcreate2(file_.get(), spec.path.c_str(), type.get(), space.get(), H5P_DEFAULT, dcpl.get(),
                            H5P_DEFAULT));
