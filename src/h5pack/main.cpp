@@ -8,6 +8,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "common/pending_file.h"
 #include "h5pack/convert.h"
 #include "h5pack/inspect.h"
 #include "h5pack/presets.h"
@@ -17,6 +18,7 @@
 int main(int argc, char** argv) {
   using namespace lfm2;
   set_log_prefix("h5pack: ");
+  remove_pending_files_on_signals();  // Ctrl-C leaves no OUT.h5.tmp.<pid> behind
   CLI::App app{"h5pack: write and examine lfm2-rank HDF5 weight files"};
   app.require_subcommand(1);
   bool quiet = false;

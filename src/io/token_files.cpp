@@ -1,10 +1,10 @@
 #include "io/token_files.h"
 
-#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
 
+#include "common/pending_file.h"
 #include "io/h5_util.h"
 
 namespace lfm2 {
@@ -48,18 +48,16 @@ void read_all(hid_t dset, hid_t mem_type, std::vector<T>* out, int64_t n, const 
   H5_CHECK(H5Dread(dset, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out->data()), what);
 }
 
-// An output file under a temporary name that becomes `path` on commit().
+// An output HDF5 file under a temporary name that becomes `path` on commit() (common/pending_file.h).
 class AtomicFile {
  public:
-  explicit AtomicFile(const std::string& path) : path_(path), tmp_(path + ".tmp." + std::to_string(::getpid())) {
+  explicit AtomicFile(const std::string& path) : pending_(path) {
     h5_quiet();
-    file_ = H5Fcreate(tmp_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-    H5_CHECK(file_, path_, ": cannot create file");
+    file_ = H5Fcreate(pending_.tmp_path().c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    H5_CHECK(file_, path, ": cannot create file");
   }
   ~AtomicFile() {
-    if (committed_) return;
-    if (file_ >= 0) H5Fclose(file_);
-    std::remove(tmp_.c_str());
+    if (file_ >= 0) H5Fclose(file_);  // before pending_ removes the temporary file
   }
   AtomicFile(const AtomicFile&) = delete;
   AtomicFile& operator=(const AtomicFile&) = delete;
@@ -70,26 +68,23 @@ class AtomicFile {
     std::vector<hsize_t> dims(shape.begin(), shape.end());
     H5Handle space(H5Screate_simple(int(dims.size()), dims.data(), nullptr));
     H5Handle d(H5Dcreate2(file_, name.c_str(), file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
-    H5_CHECK(d.get(), path_, ": creating ", name);
+    H5_CHECK(d.get(), pending_.path(), ": creating ", name);
     int64_t n = 1;
     for (int64_t x : shape) n *= x;
-    if (n > 0) H5_CHECK(H5Dwrite(d.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), path_, ": writing ", name);
+    if (n > 0)
+      H5_CHECK(H5Dwrite(d.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), pending_.path(), ": writing ", name);
   }
 
   void commit() {
     const hid_t id = file_;
     file_ = -1;
-    H5_CHECK(H5Fclose(id), path_, ": closing");
-    std::error_code ec;
-    std::filesystem::rename(tmp_, path_, ec);
-    LFM2_CHECK(!ec, path_, ": cannot rename ", tmp_, " into place: ", ec.message());
-    committed_ = true;
+    H5_CHECK(H5Fclose(id), pending_.path(), ": closing");
+    pending_.commit();
   }
 
  private:
-  std::string path_, tmp_;
+  PendingFile pending_;
   hid_t file_ = -1;  // closed by hand in commit() to see the error
-  bool committed_ = false;
 };
 
 }  // namespace

@@ -1,6 +1,5 @@
 #include "io/weight_file.h"
 
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -41,13 +40,13 @@ H5Handle select_rows(hid_t space, const std::vector<int64_t>& shape, int64_t row
 // ---------------------------------------------------------------- writer
 
 WeightWriter::WeightWriter(const std::string& path, const ModelConfig& cfg, DType weight_dtype)
-    : path_(path), tmp_path_(path + ".tmp." + std::to_string(::getpid())), weight_dtype_(weight_dtype) {
+    : path_(path), pending_(path), weight_dtype_(weight_dtype) {
   h5_quiet();
   // No small-data aggregation: HDF5 would otherwise gather small datasets (norms) of every layer
   // into shared blocks early in the file, and a stage's bytes would no longer lie together.
   H5Handle fapl(H5Pcreate(H5P_FILE_ACCESS));
   H5_CHECK(H5Pset_small_data_block_size(fapl.get(), 0), path_, ": file access properties");
-  file_ = H5Handle(H5Fcreate(tmp_path_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()));
+  file_ = H5Handle(H5Fcreate(pending_.tmp_path().c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()));
   H5_CHECK(file_.get(), path_, ": cannot create file");
   h5_write_attr(file_.get(), "format", std::string(kWeightFormat));
   h5_write_attr(file_.get(), "format_version", kWeightFormatVersion);
@@ -55,11 +54,7 @@ WeightWriter::WeightWriter(const std::string& path, const ModelConfig& cfg, DTyp
   h5_write_attr(file_.get(), "weight_dtype", std::string(dtype_name(weight_dtype)));
 }
 
-WeightWriter::~WeightWriter() {
-  if (committed_) return;
-  file_.reset();
-  std::remove(tmp_path_.c_str());
-}
+WeightWriter::~WeightWriter() = default;
 
 DType WeightWriter::stored_dtype(const TensorSpec& spec) const {
   return spec.is_vector() ? DType::F32 : weight_dtype_;
@@ -126,10 +121,7 @@ void WeightWriter::commit() {
   H5_CHECK(H5Fflush(file_.get(), H5F_SCOPE_GLOBAL), path_, ": flushing");
   hid_t id = file_.release();  // close explicitly to see the error
   H5_CHECK(H5Fclose(id), path_, ": closing");
-  std::error_code ec;
-  std::filesystem::rename(tmp_path_, path_, ec);
-  LFM2_CHECK(!ec, path_, ": cannot rename ", tmp_path_, " into place: ", ec.message());
-  committed_ = true;
+  pending_.commit();
 }
 
 // ---------------------------------------------------------------- reader

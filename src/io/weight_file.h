@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/dtype.h"
+#include "common/pending_file.h"
 #include "io/h5_util.h"
 #include "io/model_config.h"
 #include "io/weight_names.h"
@@ -28,8 +29,8 @@ struct StageInfo {
 };
 
 // Writes a new weight file under a temporary name in the same directory and renames it into place
-// on commit(); if destroyed before commit() the temporary file is removed, so a failed run leaves
-// no half-written output.
+// on commit(); if destroyed before commit() (or interrupted, see common/pending_file.h) the
+// temporary file is removed, so a failed run leaves no half-written output.
 class WeightWriter {
  public:
   WeightWriter(const std::string& path, const ModelConfig& cfg, DType weight_dtype);
@@ -55,10 +56,10 @@ class WeightWriter {
   int64_t bytes_written() const { return bytes_written_; }
 
  private:
-  std::string path_, tmp_path_;
+  std::string path_;
+  PendingFile pending_;  // before file_: the file is closed before its temporary name is removed
   DType weight_dtype_;
   H5Handle file_;
-  bool committed_ = false;
   int64_t bytes_written_ = 0;
 };
 

@@ -8,6 +8,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "common/pending_file.h"
 #include "rank/fatal.h"
 #include "rank/options.h"
 #include "rank/world.h"
@@ -24,6 +25,7 @@ int main(int argc, char** argv) {
     return kExitError;
   }
   set_log_prefix(cat("[rank ", world.rank, "] "));
+  remove_pending_files_on_signals();  // an interrupted job leaves no OUT.h5.tmp.<pid> behind
 
   RankOptions opt;
   CLI::App app{

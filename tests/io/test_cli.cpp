@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
+#include <unistd.h>
+#include <signal.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -107,6 +109,33 @@ TEST(H5packCli, ErrorsAreOneLine) {
   EXPECT_EQ(run(dir, "--help").code, 0);
   std::vector<std::string> left = dir.entries();
   EXPECT_EQ(left, std::vector<std::string>{"ckpt"});
+}
+
+TEST(H5packCli, InterruptLeavesNoTemporaryFile) {
+  // SIGINT while synth writes a 175 MB file: the process ends by the signal and removes its
+  // OUT.h5.tmp.<pid>; there is no output either.
+  test::ScratchDir dir;
+  const std::string out = dir.file("mini.h5");
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    execl(H5PACK_EXE, H5PACK_EXE, "-q", "synth", out.c_str(), "--preset", "lfm2-mini", "--dtype", "fp32",
+          "--threads", "1", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  bool started = false;
+  for (int i = 0; i < 2000 && !started; ++i) {  // up to 20 s for the temporary file to appear
+    for (const auto& name : dir.entries()) started |= name.find(".tmp.") != std::string::npos;
+    if (!started) usleep(10000);
+  }
+  ASSERT_TRUE(started) << "synth never created its temporary file";
+  kill(pid, SIGINT);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  if (WIFEXITED(status)) GTEST_SKIP() << "synth finished before the signal (exit " << WEXITSTATUS(status) << ")";
+  ASSERT_TRUE(WIFSIGNALED(status));
+  EXPECT_EQ(WTERMSIG(status), SIGINT);
+  EXPECT_EQ(dir.entries(), std::vector<std::string>{});
 }
 
 }  // namespace
