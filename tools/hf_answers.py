@@ -26,6 +26,8 @@ import h5py
 import numpy as np
 import torch
 
+from router_margin import hook_routers
+
 
 def hf_name(path):
     """Our dataset path -> the HF state-dict key (see src/io/weight_names.h)."""
@@ -130,20 +132,7 @@ def run(model, ids, batch):
     (k+1)-th routing score over every MoE layer and token (where a tiny numeric difference could
     pick another expert)."""
     gaps = []
-
-    def hook(module, args, kwargs, _out):
-        hidden = args[0]
-        bias = args[1] if len(args) > 1 else kwargs.get("expert_bias")
-        scores = torch.sigmoid(torch.nn.functional.linear(hidden, module.weight))
-        if module.use_expert_bias:
-            scores = scores + bias
-        k = module.top_k
-        if k < scores.shape[-1]:
-            top = torch.topk(scores, k + 1, dim=-1).values
-            gaps[-1].append((top[:, k - 1] - top[:, k]).reshape(current[0], -1).min(dim=1).values)
-
-    handles = [m.register_forward_hook(hook, with_kwargs=True) for m in model.modules()
-               if type(m).__name__ == "Lfm2MoeTopKRouter"]
+    handles = hook_routers(model, lambda m: gaps[-1].append(m.reshape(current[0], -1).min(dim=1).values))
     logits, per_seq = [], []
     current = [0]
     try:

@@ -37,6 +37,8 @@ import transformers
 from safetensors.torch import load_file, save_file
 from transformers import Lfm2MoeConfig, Lfm2MoeForCausalLM
 
+from router_margin import hook_routers
+
 ROUTER_GAP = 1e-4   # min |score_k - score_{k+1}| over every token of every MoE layer
 TOP1_GAP = 1e-4     # min relative gap between the best and second-best logit
 
@@ -92,20 +94,7 @@ def perturb(model, gen):
 def router_gap(model, input_ids):
     """Smallest margin between the k-th and (k+1)-th routing score over every MoE layer and token."""
     gaps = []
-
-    def hook(module, args, kwargs, _out):
-        hidden = args[0]
-        bias = args[1] if len(args) > 1 else kwargs.get("expert_bias")
-        scores = torch.sigmoid(torch.nn.functional.linear(hidden, module.weight))
-        if module.use_expert_bias:
-            scores = scores + bias
-        k = module.top_k
-        if k < scores.shape[-1]:
-            top = torch.topk(scores, k + 1, dim=-1).values
-            gaps.append((top[:, k - 1] - top[:, k]).min().item())
-
-    handles = [m.register_forward_hook(hook, with_kwargs=True) for m in model.modules()
-               if type(m).__name__ == "Lfm2MoeTopKRouter"]
+    handles = hook_routers(model, lambda m: gaps.append(m.min().item()))
     with torch.no_grad():
         model(input_ids=input_ids)
     for h in handles:
