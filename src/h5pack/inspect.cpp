@@ -10,25 +10,25 @@
 
 namespace lfm2 {
 
-std::string human_count(int64_t n) {
+namespace {
+// n with a decimal prefix: "8.34 B", "16.68 GB"; `units` names 1e9, 1e6, 1e3 and 1 in that order.
+std::string with_prefix(int64_t n, const char* const (&units)[4]) {
   char buf[32];
   const double v = double(n);
-  if (v >= 1e9) std::snprintf(buf, sizeof buf, "%.2f B", v / 1e9);
-  else if (v >= 1e6) std::snprintf(buf, sizeof buf, "%.2f M", v / 1e6);
-  else if (v >= 1e3) std::snprintf(buf, sizeof buf, "%.2f K", v / 1e3);
-  else std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(n));
+  const double scale[3] = {1e9, 1e6, 1e3};
+  for (int i = 0; i < 3; ++i)
+    if (v >= scale[i]) {
+      std::snprintf(buf, sizeof buf, "%.2f%s", v / scale[i], units[i]);
+      return buf;
+    }
+  std::snprintf(buf, sizeof buf, "%lld%s", static_cast<long long>(n), units[3]);
   return buf;
 }
+}  // namespace
 
-std::string human_bytes(int64_t n) {
-  char buf[32];
-  const double v = double(n);
-  if (v >= 1e9) std::snprintf(buf, sizeof buf, "%.2f GB", v / 1e9);
-  else if (v >= 1e6) std::snprintf(buf, sizeof buf, "%.2f MB", v / 1e6);
-  else if (v >= 1e3) std::snprintf(buf, sizeof buf, "%.2f kB", v / 1e3);
-  else std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(n));
-  return buf;
-}
+std::string human_count(int64_t n) { return with_prefix(n, {" B", " M", " K", ""}); }
+
+std::string human_bytes(int64_t n) { return with_prefix(n, {" GB", " MB", " kB", " B"}); }
 
 InspectReport inspect_weights(const std::string& path, int n_stages) {
   WeightReader reader(path);

@@ -133,6 +133,10 @@ TEST_F(SplitTest, InspectCountsAndStageBytes) {
   EXPECT_NE(text.find("stage 2: layers "), std::string::npos);
   EXPECT_EQ(human_count(8339930560), "8.34 B");
   EXPECT_EQ(human_bytes(16680064768), "16.68 GB");
+  EXPECT_EQ(human_count(43700000), "43.70 M");
+  EXPECT_EQ(human_count(999), "999");
+  EXPECT_EQ(human_bytes(12288), "12.29 kB");
+  EXPECT_EQ(human_bytes(128), "128 B");
 }
 
 }  // namespace
