@@ -141,10 +141,12 @@ void check_answers(const TokenAnswers& ans, int64_t n_seq, int64_t vocab, const 
 void write_outputs(const std::string& path, const TokenOutputs& out, const nlohmann::json& metadata) {
   LFM2_CHECK(int64_t(out.next_token.size()) == out.n_seq, path, ": next_token size mismatch");
   LFM2_CHECK(out.logits.empty() || int64_t(out.logits.size()) == out.n_seq * out.vocab, path, ": logits size mismatch");
+  LFM2_CHECK(out.margin.empty() || int64_t(out.margin.size()) == out.n_seq, path, ": margin size mismatch");
   LFM2_CHECK(out.all_logits.empty() || int64_t(out.all_logits.size()) == out.n_seq * out.seq_len * out.vocab, path,
              ": all_logits size mismatch");
   AtomicFile f(path);
   f.write("next_token", H5T_STD_I32LE, H5T_NATIVE_INT32, {out.n_seq}, out.next_token.data());
+  if (!out.margin.empty()) f.write("margin", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, {out.n_seq}, out.margin.data());
   if (!out.logits.empty())
     f.write("logits", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, {out.n_seq, out.vocab}, out.logits.data());
   if (!out.all_logits.empty())
@@ -180,6 +182,12 @@ TokenOutputs read_outputs(const std::string& path) {
   out.next_token = std::move(a.next_token);
   out.logits = std::move(a.logits);
   H5Handle f = open_read(path, "outputs");
+  if (h5_exists(f.get(), "margin")) {
+    std::vector<int64_t> shape;
+    H5Handle d = open_dataset(f.get(), path, "margin", H5T_FLOAT, 1, &shape);
+    LFM2_CHECK(shape[0] == out.n_seq, path, ": margin has ", shape[0], " entries for ", out.n_seq, " sequences");
+    read_all(d.get(), H5T_NATIVE_FLOAT, &out.margin, shape[0], path + ": margin");
+  }
   if (h5_exists(f.get(), "all_logits")) {
     std::vector<int64_t> shape;
     H5Handle d = open_dataset(f.get(), path, "all_logits", H5T_FLOAT, 3, &shape);

@@ -3,8 +3,9 @@
 //   inputs   input_ids   int32 (N, S)     token ids, N sequences of S tokens
 //   answers  next_token  int32 (N)        top-1 of the last position
 //            logits      float32 (N, V)   last-position logits (optional)
-//   outputs  the answers' datasets, plus all_logits float32 (N, S, V) with --all-logits, plus run
-//            metadata as root attributes; written under a temporary name and renamed into place.
+//   outputs  the answers' datasets, plus margin float32 (N) (the top-1 logit minus the runner-up's),
+//            all_logits float32 (N, S, V) with --all-logits, and run metadata as root attributes;
+//            written under a temporary name and renamed into place.
 #pragma once
 
 #include <cstdint>
@@ -42,7 +43,8 @@ void check_answers(const TokenAnswers& ans, int64_t n_seq, int64_t vocab, const 
 struct TokenOutputs {
   int64_t n_seq = 0, seq_len = 0, vocab = 0;
   std::vector<int32_t> next_token;  // (N)
-  std::vector<float> logits;        // (N, V) last position
+  std::vector<float> logits;        // (N, V) last position, or empty
+  std::vector<float> margin;        // (N) top-1 minus runner-up logit, or empty
   std::vector<float> all_logits;    // (N, S, V) or empty
 };
 

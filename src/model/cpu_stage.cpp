@@ -1,5 +1,6 @@
 // The CPU reference StageExecutor: SPEC §1 / HF Lfm2MoeDecoderLayer built from the lfm2::cpu kernels,
 // fp32 weights and activations, fp32 accumulation. Deterministic for any thread count.
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <vector>
@@ -7,6 +8,7 @@
 #include "common/error.h"
 #include "common/parallel.h"
 #include "kernels/add.h"
+#include "kernels/argmax.h"
 #include "kernels/attention.h"
 #include "kernels/embedding.h"
 #include "kernels/linear.h"
@@ -54,20 +56,32 @@ class CpuStage final : public StageExecutor {
     for (const LayerWeights& lw : w_.layers) layer_forward(lw, h, n_seq, seq_len);
   }
 
-  void head(const void* x, int64_t n_seq, int64_t seq_len, bool all_positions, float* logits) override {
+  void* alloc_host(int64_t bytes) override {
+    host_.push_back(std::make_unique<char[]>(size_t(std::max<int64_t>(bytes, 1))));
+    return host_.back().get();
+  }
+
+  void head(const void* x, int64_t n_seq, int64_t seq_len, const HeadOutputs& out) override {
     LFM2_CHECK(w_.is_last, "cpu stage: head() on a stage that is not last");
     const float* h = static_cast<const float*>(x);
-    const int64_t H = cfg_.hidden_size;
-    const int64_t n_rows = all_positions ? n_seq * seq_len : n_seq;
-    std::vector<float> normed(size_t(n_rows * H));
-    if (all_positions) {
-      cpu::rmsnorm(normed.data(), h, w_.embedding_norm.data(), n_rows, H, float(cfg_.norm_eps), n_threads_);
-    } else {
-      for (int64_t s = 0; s < n_seq; ++s)  // each sequence's last position
-        cpu::rmsnorm(normed.data() + s * H, h + ((s + 1) * seq_len - 1) * H, w_.embedding_norm.data(), 1, H,
-                     float(cfg_.norm_eps), 1);
+    const int64_t H = cfg_.hidden_size, V = cfg_.vocab_size;
+    const float eps = float(cfg_.norm_eps);
+    std::vector<float> normed(size_t(n_seq * H));
+    for (int64_t s = 0; s < n_seq; ++s)  // each sequence's last position
+      cpu::rmsnorm(normed.data() + s * H, h + ((s + 1) * seq_len - 1) * H, w_.embedding_norm.data(), 1, H, eps, 1);
+    float* logits = out.logits ? out.logits : grow(head_logits_, n_seq * V);
+    cpu::linear(logits, normed.data(), w_.head_matrix(), n_seq, H, V, n_threads_);
+    if (out.next_token) {
+      std::vector<float> margin(static_cast<size_t>(n_seq));
+      cpu::argmax_margin(out.next_token, margin.data(), logits, n_seq, V, n_threads_);
+      if (out.margin) std::copy(margin.begin(), margin.end(), out.margin);
     }
-    cpu::linear(logits, normed.data(), w_.head_matrix(), n_rows, H, cfg_.vocab_size, n_threads_);
+    if (out.all_logits) {
+      const int64_t rows = n_seq * seq_len;
+      normed.resize(size_t(rows * H));
+      cpu::rmsnorm(normed.data(), h, w_.embedding_norm.data(), rows, H, eps, n_threads_);
+      cpu::linear(out.all_logits, normed.data(), w_.head_matrix(), rows, H, V, n_threads_);
+    }
   }
 
   void synchronize() override {}
@@ -172,8 +186,9 @@ class CpuStage final : public StageExecutor {
   int n_threads_;
   std::vector<float> inv_freq_;  // (hd/2)
   std::vector<std::unique_ptr<float[]>> buffers_;
+  std::vector<std::unique_ptr<char[]>> host_;  // alloc_host()
   // Scratch, grown on demand and reused by every layer.
-  std::vector<float> y_, mix_, q_, k_, v_, o_, attn_scratch_, moe_scratch_;
+  std::vector<float> y_, mix_, q_, k_, v_, o_, attn_scratch_, moe_scratch_, head_logits_;
   std::vector<int32_t> picked_, moe_int_scratch_;
   std::vector<int64_t> pos_;
 };

@@ -12,6 +12,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <tuple>
 #include <vector>
 
 #include <cuda_runtime.h>
@@ -93,17 +95,76 @@ class WeightArena {
   char* base_ = nullptr;
 };
 
+// The LM head's device buffers: two logits slots of kHeadRows rows (one is copied to the host
+// while the next rows are computed into the other) and the top-1 / margin of one slot's rows.
+class HeadBuffers {
+ public:
+  int32_t* top = nullptr;  // (kHeadRows)
+  float* margin = nullptr; // (kHeadRows)
+
+  void allocate(int64_t vocab, int device) {
+    if (base_) return;
+    slot_floats_ = kHeadRows * vocab;
+    const int64_t bytes = 2 * align_up(slot_floats_ * 4) + 2 * align_up(kHeadRows * 4);
+    base_ = static_cast<char*>(device_alloc(bytes, "the LM head's logits", device));
+    top = reinterpret_cast<int32_t*>(base_ + 2 * align_up(slot_floats_ * 4));
+    margin = reinterpret_cast<float*>(base_ + 2 * align_up(slot_floats_ * 4) + align_up(kHeadRows * 4));
+    for (int i = 0; i < 2; ++i) {
+      CUDA_CHECK(cudaEventCreateWithFlags(&computed_[i], cudaEventDisableTiming));
+      CUDA_CHECK(cudaEventCreateWithFlags(&copied_[i], cudaEventDisableTiming));
+    }
+  }
+
+  void release() {
+    for (int i = 0; i < 2; ++i) {
+      if (computed_[i]) cudaEventDestroy(computed_[i]);
+      if (copied_[i]) cudaEventDestroy(copied_[i]);
+      computed_[i] = copied_[i] = nullptr;
+    }
+    if (base_) cudaFree(base_);
+    base_ = nullptr;
+  }
+
+  // The next slot for `stream` to compute logits into, once the copy out of it (if any) is done.
+  float* take_slot(cudaStream_t stream) {
+    cur_ = next_;
+    next_ = 1 - next_;
+    if (copying_[cur_]) CUDA_CHECK(cudaStreamWaitEvent(stream, copied_[cur_], 0));
+    copying_[cur_] = false;
+    return reinterpret_cast<float*>(base_ + cur_ * align_up(slot_floats_ * 4));
+  }
+
+  // Copies the current slot's first n floats to host memory on `copy`, after `compute` wrote them.
+  void copy_out(float* host, int64_t n, cudaStream_t compute, cudaStream_t copy) {
+    CUDA_CHECK(cudaEventRecord(computed_[cur_], compute));
+    CUDA_CHECK(cudaStreamWaitEvent(copy, computed_[cur_], 0));
+    CUDA_CHECK(cudaMemcpyAsync(host, base_ + cur_ * align_up(slot_floats_ * 4), size_t(n) * sizeof(float),
+                               cudaMemcpyDeviceToHost, copy));
+    CUDA_CHECK(cudaEventRecord(copied_[cur_], copy));
+    copying_[cur_] = true;
+  }
+
+ private:
+  char* base_ = nullptr;
+  int64_t slot_floats_ = 0;
+  cudaEvent_t computed_[2] = {nullptr, nullptr}, copied_[2] = {nullptr, nullptr};
+  bool copying_[2] = {false, false};
+  int cur_ = 0, next_ = 0;
+};
+
 template <typename T>
 class CudaStage final : public CudaStageExecutor {
  public:
-  CudaStage(WeightReader& reader, const StageRange& range, int device, bool tf32)
-      : cfg_(reader.config()), range_(range), device_(device), tf32_(tf32) {
+  CudaStage(WeightReader& reader, const StageRange& range, int device, bool tf32, bool graphs)
+      : cfg_(reader.config()), range_(range), device_(device), tf32_(tf32),
+        graphs_on_(graphs && !cuda_sync_check_enabled()) {
     int n_dev = 0;
     CUDA_CHECK(cudaGetDeviceCount(&n_dev));
     LFM2_CHECK(device >= 0 && device < n_dev, "cuda stage: device ", device, " does not exist (", n_dev,
                " visible)");
     CUDA_CHECK(cudaSetDevice(device_));
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&d2h_stream_, cudaStreamNonBlocking));
     cuda::cublas_prepare();
     upload_weights(reader);
   }
@@ -111,10 +172,15 @@ class CudaStage final : public CudaStageExecutor {
   ~CudaStage() override {
     cudaSetDevice(device_);
     if (stream_) cudaStreamSynchronize(stream_);
+    if (d2h_stream_) cudaStreamSynchronize(d2h_stream_);
+    for (auto& g : graphs_) cudaGraphExecDestroy(g.second);
     for (void* p : hidden_) cudaFree(p);
+    for (void* p : host_) cudaFreeHost(p);
+    head_.release();
     free_scratch();
     arena_.release();
-    if (stream_) cudaStreamDestroy(stream_);
+    for (cudaStream_t s : {stream_, d2h_stream_})
+      if (s) cudaStreamDestroy(s);
   }
 
   DType act_dtype() const override { return DType::F32; }
@@ -130,6 +196,7 @@ class CudaStage final : public CudaStageExecutor {
     LFM2_CHECK(max_tokens > 0, "cuda stage: alloc_hidden(", max_tokens, ")");
     CUDA_CHECK(cudaSetDevice(device_));
     ensure_scratch(max_tokens);
+    if (range_.is_last) head_.allocate(cfg_.vocab_size, device_);
     hidden_.push_back(device_alloc(max_tokens * cfg_.hidden_size * int64_t(sizeof(float)),
                                    cat("a hidden-state buffer of ", max_tokens, " tokens"), device_));
     return hidden_.back();
@@ -144,11 +211,72 @@ class CudaStage final : public CudaStageExecutor {
     cuda::embedding(static_cast<float*>(x), ids_, embed_, n, cfg_.vocab_size, cfg_.hidden_size, stream_);
   }
 
+  void* alloc_host(int64_t bytes) override {
+    CUDA_CHECK(cudaSetDevice(device_));
+    void* p = nullptr;
+    const cudaError_t err = cudaHostAlloc(&p, size_t(std::max<int64_t>(bytes, 1)), cudaHostAllocDefault);
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      LFM2_FAIL("cannot allocate ", bytes >> 20, " MiB of pinned host memory for device ", device_, ": ",
+                cudaGetErrorString(err));
+    }
+    host_.push_back(p);
+    return p;
+  }
+
+  // The layers, replayed from a CUDA Graph captured once per (buffer, shape): one launch instead of
+  // ~15 per layer. Capture needs nothing but the stream (no allocation, no synchronisation).
   void forward(void* xv, int64_t n_seq, int64_t seq_len) override {
-    const int64_t n = n_seq * seq_len;
-    check_capacity(n, "forward");
+    check_capacity(n_seq * seq_len, "forward");
     CUDA_CHECK(cudaSetDevice(device_));
     float* x = static_cast<float*>(xv);
+    if (!graphs_on_) return layers(x, n_seq, seq_len);
+    const GraphKey key{xv, n_seq, seq_len};
+    auto it = graphs_.find(key);
+    if (it == graphs_.end()) it = graphs_.emplace(key, capture(x, n_seq, seq_len)).first;
+    CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
+  }
+
+  // Last positions: norm, LM head (fp32 logits, kHeadRows rows at a time), top-1 and margin on the
+  // device; the two small results follow on the compute stream, the logits (where asked) on a copy
+  // stream while the next rows are computed (two logits slots, each reused once its copy is done).
+  void head(const void* xv, int64_t n_seq, int64_t seq_len, const HeadOutputs& out) override {
+    LFM2_CHECK(range_.is_last, "cuda stage: head() on a stage that is not last");
+    check_capacity(n_seq * seq_len, "head");
+    CUDA_CHECK(cudaSetDevice(device_));
+    const float* x = static_cast<const float*>(xv);
+    const int64_t H = cfg_.hidden_size, V = cfg_.vocab_size;
+    const float eps = float(cfg_.norm_eps);
+    for (int64_t r0 = 0; r0 < n_seq; r0 += kHeadRows) {
+      const int64_t rows = std::min(kHeadRows, n_seq - r0);
+      float* logits = head_.take_slot(stream_);
+      cuda::rmsnorm_last(y_, x + r0 * seq_len * H, final_norm_, rows, seq_len, H, eps, stream_);
+      cuda::linear_f32out(logits, y_, head_w_, rows, H, V, stream_, tf32_);
+      cuda::argmax_margin(head_.top, head_.margin, logits, rows, V, stream_);
+      if (out.next_token) copy_to_host(out.next_token + r0, head_.top, rows * int64_t(sizeof(int32_t)));
+      if (out.margin) copy_to_host(out.margin + r0, head_.margin, rows * int64_t(sizeof(float)));
+      if (out.logits) head_.copy_out(out.logits + r0 * V, rows * V, stream_, d2h_stream_);
+    }
+    if (!out.all_logits) return;
+    for (int64_t r0 = 0; r0 < n_seq * seq_len; r0 += kHeadRows) {
+      const int64_t rows = std::min(kHeadRows, n_seq * seq_len - r0);
+      float* logits = head_.take_slot(stream_);
+      cuda::rmsnorm(y_, x + r0 * H, final_norm_, rows, H, eps, stream_);
+      cuda::linear_f32out(logits, y_, head_w_, rows, H, V, stream_, tf32_);
+      head_.copy_out(out.all_logits + r0 * V, rows * V, stream_, d2h_stream_);
+    }
+  }
+
+  void synchronize() override {
+    CUDA_CHECK(cudaSetDevice(device_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    CUDA_CHECK(cudaStreamSynchronize(d2h_stream_));
+  }
+
+ private:
+  // The layer loop of SPEC §1 (see the top of this file).
+  void layers(float* x, int64_t n_seq, int64_t seq_len) {
+    const int64_t n = n_seq * seq_len;
     const int64_t H = cfg_.hidden_size;
     const float eps = float(cfg_.norm_eps);
     const T* pending = nullptr;  // a delta not yet added into x
@@ -173,33 +301,28 @@ class CudaStage final : public CudaStageExecutor {
     if (pending) cuda::add(x, x, pending, n * H, stream_);
   }
 
-  void head(const void* xv, int64_t n_seq, int64_t seq_len, bool all_positions, float* logits) override {
-    LFM2_CHECK(range_.is_last, "cuda stage: head() on a stage that is not last");
-    check_capacity(n_seq * seq_len, "head");
-    CUDA_CHECK(cudaSetDevice(device_));
-    const float* x = static_cast<const float*>(xv);
-    const int64_t H = cfg_.hidden_size, V = cfg_.vocab_size;
-    const float eps = float(cfg_.norm_eps);
-    const int64_t n_rows = all_positions ? n_seq * seq_len : n_seq;
-    for (int64_t r0 = 0; r0 < n_rows; r0 += kHeadRows) {
-      const int64_t rows = std::min(kHeadRows, n_rows - r0);
-      if (all_positions)
-        cuda::rmsnorm(y_, x + r0 * H, final_norm_, rows, H, eps, stream_);
-      else
-        cuda::rmsnorm_last(y_, x + r0 * seq_len * H, final_norm_, rows, seq_len, H, eps, stream_);
-      cuda::linear_f32out(head_logits_, y_, head_w_, rows, H, V, stream_, tf32_);
-      CUDA_CHECK(cudaMemcpyAsync(logits + r0 * V, head_logits_, size_t(rows * V) * sizeof(float),
-                                 cudaMemcpyDeviceToHost, stream_));
+  cudaGraphExec_t capture(float* x, int64_t n_seq, int64_t seq_len) {
+    CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    cudaGraph_t graph = nullptr;
+    try {
+      layers(x, n_seq, seq_len);
+    } catch (...) {
+      cudaStreamEndCapture(stream_, &graph);  // leaves the stream usable; the error is the first one
+      if (graph) cudaGraphDestroy(graph);
+      throw;
     }
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t err = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    CUDA_CHECK(err);
+    return exec;
   }
 
-  void synchronize() override {
-    CUDA_CHECK(cudaSetDevice(device_));
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
+  void copy_to_host(void* host, const void* dev, int64_t bytes) {
+    CUDA_CHECK(cudaMemcpyAsync(host, dev, size_t(bytes), cudaMemcpyDeviceToHost, stream_));
   }
 
- private:
   void attention_block(const DevLayer<T>& L, int64_t n_seq, int64_t seq_len) {
     const int64_t n = n_seq * seq_len, H = cfg_.hidden_size, hd = cfg_.head_dim();
     const int64_t nh = cfg_.num_attention_heads, nkv = cfg_.num_key_value_heads, width = (nh + 2 * nkv) * hd;
@@ -369,7 +492,7 @@ class CudaStage final : public CudaStageExecutor {
     const int64_t N = max_tokens, H = cfg_.hidden_size, hd = cfg_.head_dim();
     const int64_t nh = cfg_.num_attention_heads, nkv = cfg_.num_key_value_heads;
     const int64_t I = cfg_.intermediate_size, E = cfg_.num_experts, Im = cfg_.moe_intermediate_size;
-    const int64_t k = cfg_.num_experts_per_tok, V = cfg_.vocab_size, et = sizeof(T);
+    const int64_t k = cfg_.num_experts_per_tok, et = sizeof(T);
     const int64_t big_w = std::max({(nh + 2 * nkv) * hd, 3 * H, 2 * I});
     const int64_t mid_w = std::max({nh * hd, H, I});
     int64_t total = 0;
@@ -382,7 +505,6 @@ class CudaStage final : public CudaStageExecutor {
     const int64_t o_delta = res(N * H * et), o_logits = res(N * E * 4), o_w = res(N * k * 4), o_ids = res(N * k * 4);
     const int64_t o_moe = res(cuda::moe_experts_scratch_bytes(N, H, E, Im, k, et));
     const int64_t o_tok = res(N * 4);
-    const int64_t o_head = range_.is_last ? res(kHeadRows * V * 4) : -1;
     scratch_ = static_cast<char*>(device_alloc(total, cat("scratch for ", N, " tokens"), device_));
     y_ = reinterpret_cast<T*>(scratch_ + o_y);
     big_ = reinterpret_cast<T*>(scratch_ + o_big);
@@ -393,7 +515,6 @@ class CudaStage final : public CudaStageExecutor {
     topk_ids_ = reinterpret_cast<int32_t*>(scratch_ + o_ids);
     moe_scratch_ = scratch_ + o_moe;
     ids_ = reinterpret_cast<int32_t*>(scratch_ + o_tok);
-    head_logits_ = o_head < 0 ? nullptr : reinterpret_cast<float*>(scratch_ + o_head);
     capacity_ = N;
   }
 
@@ -406,11 +527,24 @@ class CudaStage final : public CudaStageExecutor {
     capacity_ = 0;
   }
 
+  struct GraphKey {
+    void* x;
+    int64_t n_seq, seq_len;
+    bool operator<(const GraphKey& o) const {
+      return std::tie(x, n_seq, seq_len) < std::tie(o.x, o.n_seq, o.seq_len);
+    }
+  };
+
   ModelConfig cfg_;
   StageRange range_;
   int device_;
   bool tf32_;
-  cudaStream_t stream_ = nullptr;
+  bool graphs_on_;                               // capture forward() into CUDA Graphs
+  std::map<GraphKey, cudaGraphExec_t> graphs_;   // one per hidden buffer and shape
+  cudaStream_t stream_ = nullptr;                // compute
+  cudaStream_t d2h_stream_ = nullptr;            // logits to the host
+  HeadBuffers head_;                             // last stage
+  std::vector<void*> host_;                      // alloc_host()
   WeightArena arena_;
   std::vector<DevLayer<T>> layers_;
   const T* embed_ = nullptr;          // (V, H)
@@ -421,7 +555,7 @@ class CudaStage final : public CudaStageExecutor {
   char* scratch_ = nullptr;
   int64_t capacity_ = 0;
   T *y_ = nullptr, *big_ = nullptr, *mid_ = nullptr, *delta_ = nullptr;
-  float *router_logits_ = nullptr, *topk_w_ = nullptr, *head_logits_ = nullptr;
+  float *router_logits_ = nullptr, *topk_w_ = nullptr;
   int32_t *topk_ids_ = nullptr, *ids_ = nullptr;
   void* moe_scratch_ = nullptr;
 };
@@ -429,11 +563,11 @@ class CudaStage final : public CudaStageExecutor {
 }  // namespace
 
 std::unique_ptr<CudaStageExecutor> make_cuda_stage(WeightReader& weights, const StageRange& range,
-                                                   DType compute_dtype, int device, bool tf32) {
+                                                   DType compute_dtype, int device, bool tf32, bool graphs) {
   switch (compute_dtype) {
-    case DType::F32: return std::make_unique<CudaStage<float>>(weights, range, device, tf32);
-    case DType::BF16: return std::make_unique<CudaStage<__nv_bfloat16>>(weights, range, device, false);
-    case DType::F16: return std::make_unique<CudaStage<__half>>(weights, range, device, false);
+    case DType::F32: return std::make_unique<CudaStage<float>>(weights, range, device, tf32, graphs);
+    case DType::BF16: return std::make_unique<CudaStage<__nv_bfloat16>>(weights, range, device, false, graphs);
+    case DType::F16: return std::make_unique<CudaStage<__half>>(weights, range, device, false, graphs);
   }
   LFM2_FAIL("cuda stage: unknown compute dtype");
 }

@@ -6,8 +6,9 @@
 // Weights are converted to the compute dtype (matrices; norms, biases and conv taps stay fp32) and
 // uploaded once into one device allocation; q/k/v and w1/w3 are stacked so that each is one GEMM.
 // Hidden states (act_dtype) are the fp32 residual stream. All scratch is allocated by
-// alloc_hidden() for the largest max_tokens asked for, before the first exchange; forward() never
-// allocates and never synchronises the host. Out-of-memory names what was being allocated and the
+// alloc_hidden() for the largest max_tokens asked for, before the first exchange; forward() and
+// head() never allocate and never synchronise the host (head() copies its results into pinned
+// memory from alloc_host(), asynchronously). Out-of-memory names what was being allocated and the
 // free memory.
 #pragma once
 
@@ -36,7 +37,10 @@ class CudaStageExecutor : public StageExecutor {
 
 // compute_dtype: F32 (exact fp32 GEMMs unless tf32), BF16 or F16 (tensor cores, fp32 accumulation,
 // fp32 norms, softmax and residual). Reads the stage's datasets through load_model_weights().
+// graphs: forward() replays a CUDA Graph captured once per hidden buffer and shape (off: launches
+// every kernel each time; also off under LFM2_SYNC_CHECK, which synchronises after each launch).
 std::unique_ptr<CudaStageExecutor> make_cuda_stage(WeightReader& weights, const StageRange& range,
-                                                   DType compute_dtype, int device, bool tf32 = false);
+                                                   DType compute_dtype, int device, bool tf32 = false,
+                                                   bool graphs = true);
 
 }  // namespace lfm2

@@ -20,6 +20,15 @@ struct StageRange {
   bool is_first = true, is_last = true;
 };
 
+// Where head() leaves its results: host memory from alloc_host(), readable once the executor's
+// queued work is done (synchronize()). Null pointers are not wanted and cost nothing.
+struct HeadOutputs {
+  int32_t* next_token = nullptr;  // (n_seq) top-1 of each sequence's last position (first maximum)
+  float* margin = nullptr;        // (n_seq) its logit minus the runner-up's (0 on a tie)
+  float* logits = nullptr;        // (n_seq, V) last position
+  float* all_logits = nullptr;    // (n_seq * seq_len, V) every position
+};
+
 class StageExecutor {
  public:
   virtual ~StageExecutor() = default;
@@ -31,14 +40,18 @@ class StageExecutor {
   // A hidden-state buffer for up to max_tokens tokens, owned by the executor. Allocate every
   // buffer before the first exchange.
   virtual void* alloc_hidden(int64_t max_tokens) = 0;
+  // Host memory of `bytes` bytes that queued work may read and write asynchronously (pinned on a
+  // GPU), owned by the executor.
+  virtual void* alloc_host(int64_t bytes) = 0;
 
-  // First stage: x = embed_tokens[ids]; ids (host) is [n_seq, seq_len], already range-checked.
+  // First stage: x = embed_tokens[ids]; ids (host memory from alloc_host) is [n_seq, seq_len],
+  // already range-checked, and must stay unchanged until the queued work is done.
   virtual void embed(const int32_t* ids, int64_t n_seq, int64_t seq_len, void* x) = 0;
   // This stage's layers, in place on x.
   virtual void forward(void* x, int64_t n_seq, int64_t seq_len) = 0;
-  // Last stage: final norm and LM head. logits (host, fp32) is [n_seq, V] for each sequence's last
-  // position, or [n_seq*seq_len, V] when all_positions.
-  virtual void head(const void* x, int64_t n_seq, int64_t seq_len, bool all_positions, float* logits) = 0;
+  // Last stage: final norm, LM head and the top-1 with its margin, into `out` (see HeadOutputs).
+  // next_token and margin are always computed; the logits cross to the host only where asked.
+  virtual void head(const void* x, int64_t n_seq, int64_t seq_len, const HeadOutputs& out) = 0;
   // Blocks until queued work is done (a no-op on the CPU).
   virtual void synchronize() = 0;
 };

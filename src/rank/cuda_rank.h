@@ -30,25 +30,35 @@ struct GpuInfo {
 // Properties and current free memory of `device` (makes it this thread's current device).
 GpuInfo gpu_info(int device);
 
-// The NCCL transport: one communicator over all ranks of world.comm, ncclSend / ncclRecv of device
-// hidden-state buffers on a communication stream of its own, ordered against the executor's compute
-// stream by CUDA events. Constructing it allocates its stream, events and warm-up buffers but does
-// not touch NCCL; connect() then creates the communicator and runs a warm-up exchange.
+// Busy time of a CUDA stage: begin()/end() record events on the executor's compute stream around
+// each step; busy_s() waits for the last one and sums the elapsed times. origin() is the event
+// recorded at reset(), the zero of the run's GPU timeline.
+class CudaBusyTimer : public BusyTimer {
+ public:
+  virtual CUevent_st* origin() const = 0;
+};
+
+std::unique_ptr<CudaBusyTimer> make_cuda_busy_timer(CudaStageExecutor& exec);
+
+// The NCCL transport: ncclSend / ncclRecv of device hidden-state buffers, ordered against the
+// executor's compute stream by CUDA events. The link r -> r+1 has its own communicator (two, used
+// alternately: link r on communicator r % 2), so a stage's sends and receives are on different
+// communicators and streams and never queue behind each other. Constructing it allocates its
+// streams, events and warm-up buffers but does not touch NCCL; connect() then creates the
+// communicators and runs a warm-up exchange.
 class NcclTransport : public Transport {
  public:
-  // Rank 0 draws the unique id, MPI broadcasts it; the communicator is created non-blocking and
-  // polled against `timeout_s` (at least 60 s: creating one takes seconds); then every rank sends a small message to the next and receives one
-  // from the previous, so that the first real transfer does not pay for connection set-up. Sets
-  // NCCL_NVLS_ENABLE=0 unless the environment already sets it. Throws (after ncclCommAbort) on
-  // error or timeout.
+  // Rank 0 draws the unique ids, MPI broadcasts them; the communicators are created non-blocking
+  // and polled against `timeout_s` (at least 60 s: creating one takes seconds); then every rank
+  // sends a small message to the next and receives one from the previous, so that the first real
+  // transfer does not pay for connection set-up. Sets NCCL_NVLS_ENABLE=0 unless the environment
+  // already sets it. Throws (after ncclCommAbort) on error or timeout.
   virtual void connect() = 0;
+  // Transfer spans (--trace) are measured against this timer's origin (not owned).
+  virtual void set_timeline(CudaBusyTimer* timer) = 0;
 };
 
 std::unique_ptr<NcclTransport> make_nccl_transport(const WorldConfig& world, CudaStageExecutor& exec,
                                                    double timeout_s);
-
-// Busy time of a CUDA stage: begin()/end() record events on the executor's compute stream around
-// each step; busy_s() waits for the last one and sums the elapsed times.
-std::unique_ptr<BusyTimer> make_cuda_busy_timer(CudaStageExecutor& exec);
 
 }  // namespace lfm2

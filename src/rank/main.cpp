@@ -62,6 +62,13 @@ int main(int argc, char** argv) {
   app.add_option("--timeout", opt.timeout_s, "seconds any wait for another rank may take before the job aborts")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  app.add_option("--trace", opt.trace,
+                 "write a timeline of the run (every rank's compute, transfers and waits) as Chrome "
+                 "trace-event JSON (Perfetto, chrome://tracing, tools/trace_gantt.py)");
+  std::string graphs = "on";
+  app.add_option("--cuda-graphs", graphs, "CUDA: replay each stage's layers from a CUDA Graph captured once per shape")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"on", "off"}));
   app.footer(
       "Exit codes: 0 ran (and validated), 1 bad input or error (one line from the rank that found it),\n"
       "2 validation failed, 3 aborted after the exchange started. Details: docs/pipeline.md");
@@ -84,6 +91,7 @@ int main(int argc, char** argv) {
     }
     opt.dtype = "fp16";
   }
+  opt.cuda_graphs = graphs == "on";
   opt.use_default = opt.model.empty() && opt.inputs.empty();
   return run_rank(world, opt);
 }

@@ -23,6 +23,8 @@ struct RankOptions {
   std::string layers;  // "6,6,6,6" overrides the balanced split
   int threads = 0;     // 0: the node's cores shared among its ranks
   double timeout_s = 600;
+  std::string trace;         // optional: write the run's timeline here (Chrome trace-event JSON)
+  bool cuda_graphs = true;   // CUDA: replay each stage's layers from a captured CUDA Graph
   bool use_default = false;  // no model/inputs given: run the shipped default under data/default
 };
 

@@ -2,22 +2,24 @@
 //
 // N sequences of S tokens are cut into M microbatches of `microbatch` sequences (the last may be
 // smaller). Rank 0 embeds microbatch m and sends it on as soon as its layers are done; every other
-// rank receives m, runs its layers and sends m on, with the receive of m+1 already posted into the
-// second of two hidden-state buffers, so transfers overlap compute (fill and drain; the bubble is
-// (P-1)/(M+P-1)). The last rank applies the final norm and the LM head and takes the top-1 token.
-// Each microbatch's rows are computed independently of how the batch was cut, so the results are
-// bit-identical for any P and microbatch size.
+// rank receives m, runs its layers and sends m on; the last rank applies the final norm and the LM
+// head and takes the top-1 token (fill and drain: the bubble is (P-1)/(M+P-1)). Each microbatch's
+// rows are computed independently of how the batch was cut, so the results are bit-identical for
+// any P and microbatch size.
 //
-// On the CPU each step runs to completion (on a worker thread while this thread keeps MPI moving).
-// With a device executor (CUDA) the steps only queue work on the executor's compute stream and the
-// transport orders its transfers against it with events: no host synchronisation per step or layer.
-// The host waits only where a deadline must be enforced: for each received microbatch (the
-// transport's wait polls the receive's event against --timeout), on the first stage for the send
-// out of a buffer before embedding into it again, and on the last stage inside head() (its logits
-// come to the host). A buffer that receives again follows the send out of it on the transport's
-// stream, so those sends are only checked (test) as the run goes and waited for at its end. Busy
-// time then comes from a BusyTimer on the compute stream (CUDA events); without one each step is
-// synchronised and timed on the host, as on the CPU.
+// Three hidden-state buffers per stage (P > 1) let a stage compute m while it receives m+1 and
+// sends m-1; buffer m % 3 is reused by m+3 once m has been sent. Sends and receives are separate
+// operations of the transport (on a GPU, separate NCCL communicators and streams), so neither
+// queues behind the other.
+//
+// Device executors (CUDA): the host only queues. For each microbatch it posts the receive (ordered
+// on the device after the compute that last read its buffer and the send out of it), orders the
+// compute stream after it, queues the step and the send, and goes on to the next microbatch
+// without waiting; completed transfers are released as the host passes by (a test, never a wait).
+// It waits only at the end of the run, for every transfer in order (each against --timeout), and
+// then for the compute stream. Busy time and spans come from a BusyTimer (CUDA events).
+// Host executors (CPU): each step runs to completion on a worker thread while this thread keeps
+// MPI progressing; a receive is waited for before its compute, a send before its buffer is reused.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +27,7 @@
 
 #include "model/stage_executor.h"
 #include "rank/stage_plan.h"
+#include "rank/trace.h"
 #include "rank/transport.h"
 #include "rank/world.h"
 
@@ -34,7 +37,8 @@ struct PipelineShape {
   int64_t n_seq = 0, seq_len = 0;  // the whole batch (N, S)
   int64_t microbatch = 1;          // sequences per microbatch
   int64_t hidden = 0, vocab = 0;
-  bool all_logits = false;  // head on every position, not only the last
+  bool logits = true;       // bring the last position's logits to the host (else next token and margin only)
+  bool all_logits = false;  // also the logits of every position
 
   int64_t n_micro() const { return (n_seq + microbatch - 1) / microbatch; }
   int64_t micro_begin(int64_t m) const { return m * microbatch; }
@@ -44,20 +48,22 @@ struct PipelineShape {
 // Results, filled on the last rank only.
 struct PipelineResult {
   std::vector<int32_t> next_token;  // (N)
-  std::vector<float> logits;        // (N, V) last position
+  std::vector<float> margin;        // (N) top-1 logit minus the runner-up's
+  std::vector<float> logits;        // (N, V) last position, when shape.logits
   std::vector<float> all_logits;    // (N, S, V) with all_logits
 };
 
-// Timing of one run on this rank.
 // Busy time of an executor whose work is asynchronous: begin()/end() bracket one step's queued work;
-// busy_s() (after the run) waits for it and returns the sum since reset().
+// busy_s() (after the run) waits for it and returns the sum since reset(); spans() then gives each
+// step's span in seconds from reset().
 class BusyTimer {
  public:
   virtual ~BusyTimer() = default;
   virtual void reset() = 0;
-  virtual void begin() = 0;
+  virtual void begin(const char* what, int64_t micro) = 0;
   virtual void end() = 0;
   virtual double busy_s() = 0;
+  virtual std::vector<TraceSpan> spans() = 0;
 };
 
 struct StageTiming {
@@ -67,7 +73,8 @@ struct StageTiming {
 
 class Pipeline {
  public:
-  // Allocates this stage's hidden-state buffers through the executor (before the ready agreement).
+  // Allocates this stage's hidden-state and result buffers through the executor (before the ready
+  // agreement).
   Pipeline(const WorldConfig& world, StageExecutor& exec, Transport& transport, const PipelineShape& shape);
 
   // Runs the whole batch once. ids (N, S) is needed on the first rank only. Fills `result` on the
@@ -83,19 +90,31 @@ class Pipeline {
 
   // Device executors: measure busy time with `timer` (not owned) instead of a synchronisation per step.
   void set_busy_timer(BusyTimer* timer) { timer_ = timer; }
+  // Record the spans of every run (compute, transfers, host waits); trace() returns the last run's.
+  void set_tracing(bool on);
+  const std::vector<TraceSpan>& trace() const { return trace_; }
 
   const PipelineShape& shape() const { return shape_; }
+  int n_buffers() const { return n_buf_; }
 
  private:
+  class Run;
   size_t micro_bytes(int64_t m) const;
 
   WorldConfig world_;
   StageExecutor& exec_;
   Transport& transport_;
   PipelineShape shape_;
-  void* buf_[2] = {nullptr, nullptr};  // double buffers of microbatch * seq_len tokens
-  std::vector<float> head_out_;        // (microbatch, V) or (microbatch * S, V)
+  int n_buf_ = 1;
+  std::vector<void*> buf_;        // hidden states of microbatch * seq_len tokens each
+  int32_t* ids_ = nullptr;        // (N, S) first stage: the run's ids, in alloc_host memory
+  int32_t* next_token_ = nullptr;  // (N) last stage, alloc_host memory
+  float* margin_ = nullptr;       // (N)
+  float* logits_ = nullptr;       // (N, V) with shape.logits
+  float* all_logits_ = nullptr;   // (N, S, V) with shape.all_logits
   BusyTimer* timer_ = nullptr;
+  bool tracing_ = false;
+  std::vector<TraceSpan> trace_;
   int64_t kill_after_ = -1;
   int kill_signal_ = 0;
 };

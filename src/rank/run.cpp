@@ -214,6 +214,80 @@ std::string utc_now() {
   return buf;
 }
 
+std::string fixed(double v, int digits) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+// ", smallest top-1 margin 0.012 (sequence 17)": how close the closest call of the run was.
+std::string smallest_margin(const std::vector<float>& margin) {
+  if (margin.empty()) return "";
+  size_t at = 0;
+  for (size_t i = 1; i < margin.size(); ++i)
+    if (margin[i] < margin[at] || margin[at] != margin[at]) at = i;
+  return cat("; smallest top-1 margin ", margin[at], " (sequence ", at, ")");
+}
+
+// The run report of a plain run: each stage's busy time and the bubble, measured and GPipe's.
+std::vector<std::string> pipeline_report(const std::vector<StageTiming>& timing, const std::vector<StagePlan>& plans,
+                                         int64_t n_micro) {
+  std::vector<std::string> lines;
+  double wall = 0, busy = 0, lo = 1e300, hi = 0;
+  for (const StageTiming& t : timing) {
+    wall = std::max(wall, t.wall_s);
+    busy += t.busy_s;
+    lo = std::min(lo, t.busy_s);
+    hi = std::max(hi, t.busy_s);
+  }
+  std::string stages = "pipeline: busy per stage";
+  for (size_t r = 0; r < timing.size(); ++r)
+    stages += cat(r ? ", " : " ", fixed(timing[r].busy_s, 4), " s (layers ", plans[r].layer_begin, "-",
+                  plans[r].layer_end - 1, ")");
+  lines.push_back(stages + cat("; spread ", fixed(hi > 0 ? 100 * (hi - lo) / hi : 0, 1), "%"));
+  const int P = int(timing.size());
+  lines.push_back(cat("pipeline: wall ", fixed(wall, 4), " s; bubble ",
+                      fixed(wall > 0 ? 100 * (1 - busy / (P * wall)) : 0, 1), "% measured, GPipe ",
+                      fixed(100 * gpipe_bubble(P, n_micro), 1), "% for ", n_micro, " microbatches"));
+  return lines;
+}
+
+// An output path whose directory exists and is writable, and that is not a directory itself.
+void check_writable_path(const std::string& path, const char* what) {
+  const fs::path dir = fs::absolute(path).parent_path();
+  LFM2_CHECK(!fs::is_directory(path), what, " ", path, ": is a directory");
+  LFM2_CHECK(fs::is_directory(dir) && ::access(dir.c_str(), W_OK) == 0, what, " ", path, ": cannot write into ",
+             dir.string());
+}
+
+// Each rank's busy and wall time of one run, gathered to rank 0 (the run report).
+std::vector<StageTiming> gather_timing(const WorldConfig& world, const StageTiming& mine, double timeout_s) {
+  std::vector<StageTiming> all(size_t(world.size));
+  MPI_Request req;
+  MPI_CHECK(MPI_Igather(&mine, 2, MPI_DOUBLE, all.data(), 2, MPI_DOUBLE, 0, world.comm, &req), "gathering stage times");
+  wait_mpi_request(&req, timeout_s, "gathering stage times");
+  return all;
+}
+
+// Every rank's trace events to rank 0, which writes the file (whole or not at all).
+void deliver_trace(const WorldConfig& world, const Pipeline& pipeline, const std::vector<StagePlan>& plans,
+                   const RankOptions& opt, double timeout_s) {
+  const StagePlan& p = plans[size_t(world.rank)];
+  const std::string label = cat("rank ", world.rank, ": layers ", p.layer_begin, "-", p.layer_end - 1,
+                                world.size > 1 ? cat(" on ", world.host) : std::string());
+  const std::vector<std::string> all = gather_strings(world, trace_events_json(world.rank, label, pipeline.trace()),
+                                                      timeout_s, "gathering the trace");
+  if (!world.is_first()) return;
+  const nlohmann::json meta = {{"tool", "lfm2-rank"},        {"ranks", world.size},
+                               {"microbatch", pipeline.shape().microbatch},
+                               {"microbatches", pipeline.shape().n_micro()},
+                               {"sequences", pipeline.shape().n_seq}, {"seq_len", pipeline.shape().seq_len},
+                               {"dtype", opt.dtype},        {"created", utc_now()}};
+  write_trace_file(opt.trace, all, meta.dump());
+  log_info(cat("trace: wrote ", opt.trace, " (", pipeline.trace().size(), " spans on rank 0; open it in Perfetto or ",
+               "draw it with tools/trace_gantt.py)"));
+}
+
 }  // namespace
 
 int run_rank(const WorldConfig& world, RankOptions opt) {
@@ -222,6 +296,8 @@ int run_rank(const WorldConfig& world, RankOptions opt) {
 
   // ---- phase A: options, this rank's weight file, the inputs (rank 0).
   bool ok = startup_step([&] { check_backend(opt); }, r0);
+  // Rank 0 writes the trace: an unwritable path fails now, before any work.
+  if (ok && r0 && !opt.trace.empty()) ok = startup_step([&] { check_writable_path(opt.trace, "--trace"); });
   if (ok && opt.use_default) ok = startup_step([&] { resolve_default(opt); }, r0);
   if (ok && (opt.model.empty() || opt.inputs.empty()))
     ok = startup_step([&] { LFM2_FAIL("give both --model and --inputs (or neither, for the shipped default)"); }, r0);
@@ -282,7 +358,7 @@ int run_rank(const WorldConfig& world, RankOptions opt) {
 #ifdef LFM2_HAVE_CUDA
   CudaStageExecutor* cuda_exec = nullptr;
   NcclTransport* nccl = nullptr;
-  std::unique_ptr<BusyTimer> busy_timer;
+  std::unique_ptr<CudaBusyTimer> busy_timer;
   if (use_cuda) {
     // Every rank takes part in the gather, whatever its own state, so that none is left waiting.
     GpuFacts mine;
@@ -328,7 +404,7 @@ int run_rank(const WorldConfig& world, RankOptions opt) {
       const StageRange range{plan.layer_begin, plan.layer_end, plan.is_first(), plan.is_last()};
 #ifdef LFM2_HAVE_CUDA
       if (use_cuda) {
-        auto c = make_cuda_stage(*weights, range, dtype, world.local_rank, opt.tf32);
+        auto c = make_cuda_stage(*weights, range, dtype, world.local_rank, opt.tf32, opt.cuda_graphs);
         cuda_exec = c.get();
         exec = std::move(c);
       }
@@ -355,13 +431,18 @@ int run_rank(const WorldConfig& world, RankOptions opt) {
       }
 #endif
       if (!transport) transport = make_mpi_transport(world, opt.timeout_s);
-      PipelineShape shape{N, S, microbatch, cfg.hidden_size, cfg.vocab_size, opt.all_logits};
+      // The logits cross to the host only for someone who reads them: the output file, or answers
+      // with logits to compare (not in a benchmark, which validates the top-1 only).
+      const bool want_logits = !opt.benchmark && (!opt.output.empty() || answers.has_logits());
+      PipelineShape shape{N, S, microbatch, cfg.hidden_size, cfg.vocab_size, want_logits, opt.all_logits};
       pipeline = std::make_unique<Pipeline>(world, *exec, *transport, shape);
+      pipeline->set_tracing(!opt.trace.empty());
       install_kill_hook(*pipeline, world.rank);
 #ifdef LFM2_HAVE_CUDA
       if (cuda_exec) {
         busy_timer = make_cuda_busy_timer(*cuda_exec);
         pipeline->set_busy_timer(busy_timer.get());
+        nccl->set_timeline(busy_timer.get());
         const GpuInfo g = gpu_info(cuda_exec->device());  // free memory after every allocation
         facts.gpu = g.device;
         facts.gpu_weight_bytes = exec->weight_bytes();
@@ -391,9 +472,11 @@ int run_rank(const WorldConfig& world, RankOptions opt) {
     if (r0) {
       log_info(cat("plan: ", P, " ranks over ", cfg.num_hidden_layers, " layers (",
                    opt.layers.empty() ? "balanced by cost" : "--layers " + opt.layers, "); ", N, " x ", S,
-                   " tokens in ", M, " microbatches of ", microbatch, "; ",
+                   " tokens in ", M, " microbatches of ", microbatch, " (GPipe bubble ",
+                   fixed(100 * gpipe_bubble(P, M), 1), "%); ",
                    use_cuda ? cat("cuda ", opt.dtype, opt.dtype != "fp32" ? "" : opt.tf32 ? " (TF32)" : " (TF32 off)")
                             : cat("cpu fp32, threads per rank ", n_threads),
+                   use_cuda ? cat(", CUDA graphs ", opt.cuda_graphs ? "on" : "off") : std::string(),
                    ", transport ", transport->name()));
       for (int r = 0; r < P; ++r) {
         const RankFacts& f = all[size_t(r)];
@@ -418,17 +501,22 @@ int run_rank(const WorldConfig& world, RankOptions opt) {
       BenchmarkSummary b = run_benchmark(world, *pipeline, plans, ids, &result, opt.warmup, opt.repeat, opt.timeout_s);
       if (r0) bench_lines = b.report();
     } else {
-      pipeline->run(ids, &result);
+      // A traced run starts together on every rank, so that the ranks' timelines line up.
+      if (!opt.trace.empty()) allreduce_max(world, {0}, opt.timeout_s, "the trace's start");
+      const StageTiming t = pipeline->run(ids, &result);
+      const auto timing = gather_timing(world, t, opt.timeout_s);
+      if (r0) bench_lines = pipeline_report(timing, plans, M);
     }
     const double run_s = now_s() - t0;
     for (const auto& l : bench_lines) log_info(l);
+    if (!opt.trace.empty()) deliver_trace(world, *pipeline, plans, opt, opt.timeout_s);
 
     int code = kExitOk;
     std::vector<std::string> lines;
     if (last) {
       std::string head = "results: next_token =";
       for (int64_t i = 0; i < std::min<int64_t>(N, 8); ++i) head += cat(" ", result.next_token[size_t(i)]);
-      lines.push_back(head + (N > 8 ? " ..." : ""));
+      lines.push_back(head + (N > 8 ? " ..." : "") + smallest_margin(result.margin));
       nlohmann::json meta = {{"format", "lfm2-rank-outputs"},
                              {"model", opt.model},
                              {"inputs", opt.inputs},
@@ -458,7 +546,7 @@ int run_rank(const WorldConfig& world, RankOptions opt) {
         code = v.passed ? kExitOk : kExitValidationFailed;
       }
       if (!opt.output.empty()) {
-        TokenOutputs out{N, S, cfg.vocab_size, result.next_token, result.logits, result.all_logits};
+        TokenOutputs out{N, S, cfg.vocab_size, result.next_token, result.logits, result.margin, result.all_logits};
         write_outputs(opt.output, out, meta);
         lines.push_back("wrote " + opt.output);
       }

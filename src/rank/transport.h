@@ -9,7 +9,9 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "rank/trace.h"
 #include "rank/world.h"
 
 namespace lfm2 {
@@ -25,9 +27,18 @@ class Transport {
   virtual bool accepts_device_memory() const = 0;
 
   // Start moving `bytes` bytes of `buf` to / from rank `peer`. Messages between one pair of ranks
-  // arrive in the order they were sent; `tag` (>= 0) is checked where the transport can.
+  // arrive in the order they were sent; `tag` (>= 0) is checked where the transport can. A device
+  // transport starts a send once the compute queued so far is done (it wrote buf), and a receive
+  // once that compute (the last reader of buf) and the send `after` (an earlier send out of the
+  // same buffer, still pending; kNone for none) are done, all ordered on the device. A host
+  // transport starts at once; `after` must then be kNone (the caller waits for that send first).
   virtual Handle isend(const void* buf, size_t bytes, int peer, int tag) = 0;
-  virtual Handle irecv(void* buf, size_t bytes, int peer, int tag) = 0;
+  virtual Handle irecv(void* buf, size_t bytes, int peer, int tag, Handle after) = 0;
+
+  // Device transports: the compute queued on the executor from now on waits, on the device, for
+  // operation h (a receive's data to arrive, or a send to have read its buffer). Returns at once;
+  // h stays pending until test() or wait() releases it. Host transports cannot (they wait instead).
+  virtual void order_compute_after(Handle h);
 
   // True once the operation is complete (the handle is then released and must not be used again).
   virtual bool test(Handle h) = 0;
@@ -37,6 +48,12 @@ class Transport {
   // stage computes, so transfers that need both sides' attention (MPI's rendezvous protocol for
   // large messages) proceed during compute instead of at the next wait.
   virtual void progress() {}
+
+  // Timeline (--trace): record when each transfer ran; transfer_spans() then returns the spans of
+  // the transfers completed since the last call (device transports; host ones return none, the
+  // pipeline times them itself).
+  virtual void set_tracing(bool on) { (void)on; }
+  virtual std::vector<TraceSpan> transfer_spans() { return {}; }
 
   double timeout_s() const { return timeout_s_; }
   void set_timeout(double seconds) { timeout_s_ = seconds; }

@@ -28,7 +28,8 @@ class MpiTransport final : public Transport {
     return h;
   }
 
-  Handle irecv(void* buf, size_t bytes, int peer, int tag) override {
+  Handle irecv(void* buf, size_t bytes, int peer, int tag, Handle after) override {
+    LFM2_CHECK(after == kNone, "mpi transport: a receive cannot be ordered after a pending send (wait for it first)");
     Handle h = take_slot(peer, false);
     slots_[h].bytes = bytes;
     MPI_CHECK(MPI_Irecv(buf, count_of(bytes), MPI_BYTE, peer, tag, world_.comm, &slots_[h].req), "MPI_Irecv of ", bytes,
@@ -109,6 +110,10 @@ class MpiTransport final : public Transport {
 
 std::unique_ptr<Transport> make_mpi_transport(const WorldConfig& world, double timeout_s) {
   return std::make_unique<MpiTransport>(world, timeout_s);
+}
+
+void Transport::order_compute_after(Handle) {
+  LFM2_FAIL("the ", name(), " transport moves host buffers: wait for the operation instead of ordering after it");
 }
 
 void wait_mpi_request(MPI_Request* req, double timeout_s, const std::string& what) {

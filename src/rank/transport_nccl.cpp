@@ -1,17 +1,23 @@
-// The NCCL transport (see cuda_rank.h): ncclSend / ncclRecv of device hidden-state buffers on a
-// communication stream, ordered against the executor's compute stream by CUDA events.
+// The NCCL transport (see cuda_rank.h): ncclSend / ncclRecv of device hidden-state buffers, one
+// communicator per link parity and one stream per direction, ordered against the executor's
+// compute stream by CUDA events.
 //
-// isend(buf):  compute stream --record(ready)--> comm stream waits(ready), ncclSend, record(done).
-//              The send starts once the compute that wrote buf is done.
-// irecv(buf):  the same: the receive into buf starts once the compute queued so far (the last reader
-//              of buf) is done; sends and receives share the comm stream, so a receive into a buffer
-//              also follows the send out of it.
-// test/wait:   poll cudaEventQuery(done) and ncclCommGetAsyncError; a completed receive makes the
-//              compute stream wait on its done event before the handle is released, so whatever the
-//              pipeline queues next on the compute stream reads the received data.
-// On an NCCL error or a timeout the communicator is aborted (ncclCommAbort: nothing of it can hang
-// any more) and lfm2::Error is thrown; lfm2-rank then ends the job with MPI_Abort.
+// isend(buf):          compute --record(ready)--> send stream waits(ready), ncclSend, record(done).
+//                      The send starts once the compute that wrote buf is done.
+// irecv(buf, after):   compute --record(ready)--> recv stream waits(ready) and waits(after.done),
+//                      ncclRecv, record(done): the receive starts once the compute that last read
+//                      buf and the send out of buf are done.
+// order_compute_after: the compute stream waits(done): what is queued next reads the received data
+//                      (or overwrites the sent buffer) only after the transfer.
+// test/wait:           poll cudaEventQuery(done) and ncclCommGetAsyncError. A receive completed
+//                      before anyone ordered the compute after it is ordered then.
+// Sends use the communicator of link rank -> rank+1, receives that of link rank-1 -> rank: on
+// different communicators (link parities), each with its own stream, a stage's send of m and its
+// receive of m+1 run side by side. On an NCCL error or a timeout the communicators are aborted
+// (ncclCommAbort: nothing of them can hang any more) and lfm2::Error is thrown; lfm2-rank then ends
+// the job with MPI_Abort.
 #include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <vector>
 
@@ -30,6 +36,7 @@ constexpr size_t kWarmupBytes = size_t(1) << 20;  // per direction
 // Creating a communicator takes seconds (topology discovery, connections): its deadline is --timeout
 // but never under this, so that a short --timeout meant for stalled peers does not fail a healthy init.
 constexpr double kMinInitTimeoutS = 60;
+constexpr int kLinkComms = 2;  // link r -> r+1 uses communicator r % 2
 
 class NcclTransportImpl final : public NcclTransport {
  public:
@@ -37,98 +44,112 @@ class NcclTransportImpl final : public NcclTransport {
       : world_(world), exec_(exec), device_(exec.device()) {
     timeout_s_ = timeout_s;
     CUDA_CHECK(cudaSetDevice(device_));
-    CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    // Allocated before the communicator, like every other buffer of the run.
+    for (cudaStream_t* s : {&send_stream_, &recv_stream_}) CUDA_CHECK(cudaStreamCreateWithFlags(s, cudaStreamNonBlocking));
+    // Allocated before the communicators, like every other buffer of the run.
     CUDA_CHECK(cudaMalloc(&warm_, 2 * kWarmupBytes));
-    CUDA_CHECK(cudaMemsetAsync(warm_, 0, 2 * kWarmupBytes, stream_));
+    CUDA_CHECK(cudaMemsetAsync(warm_, 0, 2 * kWarmupBytes, send_stream_));
   }
 
   ~NcclTransportImpl() override {
     cudaSetDevice(device_);
-    if (comm_) {
-      // A clean end: every operation has completed. Finalize flushes NCCL's own work, then destroy.
-      const ncclResult_t rc = ncclCommFinalize(comm_);
-      const bool clean = (rc == ncclSuccess || rc == ncclInProgress) &&
-                         poll_until([&] { return state() != ncclInProgress; }, 30) && state() == ncclSuccess;
-      if (clean)
-        ncclCommDestroy(comm_);
-      else
-        ncclCommAbort(comm_);
-    }
-    if (stream_) cudaStreamSynchronize(stream_);
-    for (auto& s : slots_) {
-      if (s.ready) cudaEventDestroy(s.ready);
-      if (s.done) cudaEventDestroy(s.done);
-    }
+    finalize_comms();
+    for (cudaStream_t s : {send_stream_, recv_stream_})
+      if (s) cudaStreamSynchronize(s);
+    for (auto& s : slots_)
+      for (cudaEvent_t e : {s.ready, s.done, s.t_begin, s.t_end})
+        if (e) cudaEventDestroy(e);
     if (warm_) cudaFree(warm_);
-    if (stream_) cudaStreamDestroy(stream_);
+    for (cudaStream_t s : {send_stream_, recv_stream_})
+      if (s) cudaStreamDestroy(s);
   }
 
   const char* name() const override { return "nccl"; }
   bool accepts_device_memory() const override { return true; }
+  void set_timeline(CudaBusyTimer* timer) override { timeline_ = timer; }
+  void set_tracing(bool on) override { tracing_ = on; }
 
   void connect() override {
-    LFM2_CHECK(!comm_, "nccl: connect() called twice");
+    LFM2_CHECK(!connected_, "nccl: connect() called twice");
+    connected_ = true;
     // NVLink SHARP (NVLS) multicast buys nothing for point-to-point and its set-up fails on some
     // machines; the user's environment wins when it says otherwise.
     setenv("NCCL_NVLS_ENABLE", "0", 0);
     CUDA_CHECK(cudaSetDevice(device_));
-    ncclUniqueId id;
-    if (world_.is_first()) NCCL_CHECK(ncclGetUniqueId(&id));
+    const int n_comms = std::min(kLinkComms, world_.size - 1);  // P = 1 moves nothing
+    std::array<ncclUniqueId, kLinkComms> ids{};
+    if (world_.is_first())
+      for (int c = 0; c < n_comms; ++c) NCCL_CHECK(ncclGetUniqueId(&ids[size_t(c)]));
+    if (n_comms == 0) return;
     MPI_Request req;
-    MPI_CHECK(MPI_Ibcast(&id, int(sizeof id), MPI_BYTE, 0, world_.comm, &req), "broadcasting the NCCL unique id");
-    wait_mpi_request(&req, timeout_s_, "broadcasting the NCCL unique id");
+    MPI_CHECK(MPI_Ibcast(ids.data(), int(sizeof(ncclUniqueId)) * n_comms, MPI_BYTE, 0, world_.comm, &req),
+              "broadcasting the NCCL unique ids");
+    wait_mpi_request(&req, timeout_s_, "broadcasting the NCCL unique ids");
 
-    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-    config.blocking = 0;  // init and every call return at once; we poll with a deadline instead
-    const ncclResult_t rc = ncclCommInitRankConfig(&comm_, world_.size, id, world_.rank, &config);
-    if (rc != ncclSuccess && rc != ncclInProgress) {
-      const std::string msg = ncclGetErrorString(rc);
-      if (comm_) ncclCommAbort(comm_);
-      comm_ = nullptr;
-      LFM2_FAIL("nccl: creating the communicator of ", world_.size, " ranks on GPU ", device_, " failed: ", msg);
-    }
     const double init_s = std::max(timeout_s_, kMinInitTimeoutS);
-    settle(cat("creating the NCCL communicator of ", world_.size, " ranks on GPU ", device_), init_s);
+    for (int c = 0; c < n_comms; ++c) {
+      ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+      config.blocking = 0;  // init and every call return at once; we poll with a deadline instead
+      ncclComm_t comm = nullptr;
+      const ncclResult_t rc = ncclCommInitRankConfig(&comm, world_.size, ids[size_t(c)], world_.rank, &config);
+      comms_[size_t(c)] = comm;
+      if (rc != ncclSuccess && rc != ncclInProgress)
+        fail(cat("nccl: creating communicator ", c, " of ", world_.size, " ranks on GPU ", device_,
+                 " failed: ", ncclGetErrorString(rc)));
+      settle(comm, cat("creating NCCL communicator ", c, " of ", world_.size, " ranks on GPU ", device_), init_s);
+    }
 
-    // Warm-up: rank r sends to r+1 and receives from r-1 in one group (no ordering deadlock).
+    // Warm-up: rank r sends to r+1 and receives from r-1 (different communicators, no deadlock).
     char* send_buf = static_cast<char*>(warm_);
     char* recv_buf = send_buf + kWarmupBytes;
-    check_call(ncclGroupStart(), "the warm-up exchange");
-    if (!world_.is_last())
-      check_call(ncclSend(send_buf, kWarmupBytes, ncclUint8, world_.next(), comm_, stream_), "the warm-up send");
-    if (!world_.is_first())
-      check_call(ncclRecv(recv_buf, kWarmupBytes, ncclUint8, world_.prev(), comm_, stream_), "the warm-up receive");
-    check_call(ncclGroupEnd(), "the warm-up exchange");
-    settle("the warm-up exchange", init_s);
-    if (world_.size > 1) {
-      if (!poll_until([&] { return stream_idle("the warm-up exchange"); }, init_s))
-        fail(cat("timed out after ", init_s, " s in the warm-up exchange with the neighbouring ranks",
-                 " (did a rank stop? see --timeout)"));
+    if (!world_.is_last()) {
+      check_call(send_comm(), ncclSend(send_buf, kWarmupBytes, ncclUint8, world_.next(), send_comm(), send_stream_),
+                 "the warm-up send");
+      settle(send_comm(), "the warm-up send", init_s);
     }
+    if (!world_.is_first()) {
+      check_call(recv_comm(), ncclRecv(recv_buf, kWarmupBytes, ncclUint8, world_.prev(), recv_comm(), recv_stream_),
+                 "the warm-up receive");
+      settle(recv_comm(), "the warm-up receive", init_s);
+    }
+    if (!poll_until([&] { return stream_idle(send_stream_) && stream_idle(recv_stream_); }, init_s))
+      fail(cat("timed out after ", init_s, " s in the warm-up exchange with the neighbouring ranks",
+               " (did a rank stop? see --timeout)"));
   }
 
   Handle isend(const void* buf, size_t bytes, int peer, int tag) override {
-    (void)tag;  // NCCL has no tags; messages between two ranks keep their order
-    const Handle h = take_slot(peer, true);
+    LFM2_CHECK(peer == world_.next(), "nccl transport: sends go to the next rank, not ", peer);
+    const Handle h = take_slot(peer, tag, true);
     Slot& s = slots_[size_t(h)];
-    enqueue_after_compute(s);
-    check_call(ncclSend(buf, bytes, ncclUint8, peer, comm_, stream_), cat("ncclSend of ", bytes, " bytes to rank ", peer));
-    settle(cat("ncclSend to rank ", peer));
-    CUDA_CHECK(cudaEventRecord(s.done, stream_));
+    enqueue_after_compute(s, send_stream_);
+    mark(s.t_begin, send_stream_);
+    check_call(send_comm(), ncclSend(buf, bytes, ncclUint8, peer, send_comm(), send_stream_),
+               cat("ncclSend of ", bytes, " bytes to rank ", peer));
+    settle(send_comm(), cat("ncclSend to rank ", peer));
+    mark(s.t_end, send_stream_);
+    CUDA_CHECK(cudaEventRecord(s.done, send_stream_));
     return h;
   }
 
-  Handle irecv(void* buf, size_t bytes, int peer, int tag) override {
-    (void)tag;
-    const Handle h = take_slot(peer, false);
+  Handle irecv(void* buf, size_t bytes, int peer, int tag, Handle after) override {
+    LFM2_CHECK(peer == world_.prev(), "nccl transport: receives come from the previous rank, not ", peer);
+    if (after != kNone) LFM2_CHECK(slot(after).is_send, "nccl transport: a receive follows a send, not a receive");
+    const Handle h = take_slot(peer, tag, false);
     Slot& s = slots_[size_t(h)];
-    enqueue_after_compute(s);
-    check_call(ncclRecv(buf, bytes, ncclUint8, peer, comm_, stream_),
+    enqueue_after_compute(s, recv_stream_);
+    if (after != kNone) CUDA_CHECK(cudaStreamWaitEvent(recv_stream_, slot(after).done, 0));
+    mark(s.t_begin, recv_stream_);
+    check_call(recv_comm(), ncclRecv(buf, bytes, ncclUint8, peer, recv_comm(), recv_stream_),
                cat("ncclRecv of ", bytes, " bytes from rank ", peer));
-    settle(cat("ncclRecv from rank ", peer));
-    CUDA_CHECK(cudaEventRecord(s.done, stream_));
+    settle(recv_comm(), cat("ncclRecv from rank ", peer));
+    mark(s.t_end, recv_stream_);
+    CUDA_CHECK(cudaEventRecord(s.done, recv_stream_));
     return h;
+  }
+
+  void order_compute_after(Handle h) override {
+    Slot& s = slot(h);
+    exec_.wait_event(s.done);
+    s.ordered = true;
   }
 
   bool test(Handle h) override {
@@ -141,7 +162,8 @@ class NcclTransportImpl final : public NcclTransport {
       fail(cat(s.is_send ? "sending to rank " : "receiving from rank ", s.peer, ": CUDA error ", cudaGetErrorName(e),
                ": ", cudaGetErrorString(e)));
     }
-    if (!s.is_send) exec_.wait_event(s.done);  // the compute that reads the data follows the receive
+    if (!s.is_send && !s.ordered) exec_.wait_event(s.done);  // the compute that reads the data follows it
+    if (tracing_ && timeline_) record_span(s);
     s.used = false;
     return true;
   }
@@ -155,16 +177,21 @@ class NcclTransportImpl final : public NcclTransport {
                is_send ? " to rank " : " from rank ", peer, " (did it stop? see --timeout)"));
   }
 
+  std::vector<TraceSpan> transfer_spans() override { return std::move(spans_); }
+
  private:
   struct Slot {
-    cudaEvent_t ready = nullptr, done = nullptr;  // compute done (before the op), op done
-    int peer = -1;
-    bool is_send = false, used = false;
+    cudaEvent_t ready = nullptr, done = nullptr;      // compute done (before the op), op done
+    cudaEvent_t t_begin = nullptr, t_end = nullptr;   // timing (--trace only)
+    int peer = -1, tag = 0;
+    bool is_send = false, used = false, ordered = false;
   };
 
-  Handle take_slot(int peer, bool is_send) {
-    LFM2_CHECK(comm_, "nccl: the transport is not connected");
-    LFM2_CHECK(peer >= 0 && peer < world_.size && peer != world_.rank, "transport: bad peer rank ", peer);
+  ncclComm_t send_comm() const { return comms_[size_t(world_.rank % kLinkComms)]; }
+  ncclComm_t recv_comm() const { return comms_[size_t((world_.rank - 1) % kLinkComms)]; }
+
+  Handle take_slot(int peer, int tag, bool is_send) {
+    LFM2_CHECK(comms_[0], "nccl: the transport is not connected");
     size_t i = 0;
     while (i < slots_.size() && slots_[i].used) ++i;
     if (i == slots_.size()) {
@@ -176,8 +203,10 @@ class NcclTransportImpl final : public NcclTransport {
     }
     Slot& s = slots_[i];
     s.peer = peer;
+    s.tag = tag;
     s.is_send = is_send;
     s.used = true;
+    s.ordered = false;
     return Handle(i);
   }
 
@@ -186,39 +215,58 @@ class NcclTransportImpl final : public NcclTransport {
     return slots_[size_t(h)];
   }
 
-  // The comm stream waits for the work queued on the compute stream so far.
-  void enqueue_after_compute(Slot& s) {
+  // The op's stream waits for the work queued on the compute stream so far.
+  void enqueue_after_compute(Slot& s, cudaStream_t stream) {
     CUDA_CHECK(cudaSetDevice(device_));
     exec_.record_event(s.ready);
-    CUDA_CHECK(cudaStreamWaitEvent(stream_, s.ready, 0));
+    CUDA_CHECK(cudaStreamWaitEvent(stream, s.ready, 0));
   }
 
-  ncclResult_t state() {
+  // A timing event on `stream` when tracing (created on first use).
+  void mark(cudaEvent_t& e, cudaStream_t stream) {
+    if (!tracing_ || !timeline_) return;
+    if (!e) CUDA_CHECK(cudaEventCreate(&e));
+    CUDA_CHECK(cudaEventRecord(e, stream));
+  }
+
+  void record_span(const Slot& s) {
+    if (!s.t_begin || !s.t_end) return;
+    float b = 0, e = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&b, timeline_->origin(), s.t_begin));
+    CUDA_CHECK(cudaEventElapsedTime(&e, timeline_->origin(), s.t_end));
+    spans_.push_back({s.is_send ? Track::kSend : Track::kRecv, s.is_send ? "send" : "recv", int64_t(s.tag),
+                      double(b) / 1000.0, double(e) / 1000.0});
+  }
+
+  static ncclResult_t state(ncclComm_t comm) {
     ncclResult_t st = ncclSuccess;
-    const ncclResult_t rc = ncclCommGetAsyncError(comm_, &st);
+    const ncclResult_t rc = ncclCommGetAsyncError(comm, &st);
     return rc == ncclSuccess ? st : rc;
   }
 
   // An NCCL call's own return code: in progress is fine (settle() follows), anything else aborts.
-  void check_call(ncclResult_t rc, const std::string& what) {
+  void check_call(ncclComm_t comm, ncclResult_t rc, const std::string& what) {
     if (rc != ncclSuccess && rc != ncclInProgress)
-      fail(cat("nccl: ", what, ": ", ncclGetErrorString(rc), " (", ncclGetLastError(comm_), ")"));
+      fail(cat("nccl: ", what, ": ", ncclGetErrorString(rc), " (", ncclGetLastError(comm), ")"));
   }
 
   void check_async(const std::string& what) {
-    const ncclResult_t st = state();
-    if (st != ncclSuccess && st != ncclInProgress)
-      fail(cat("nccl: ", what, ": ", ncclGetErrorString(st), " (", ncclGetLastError(comm_), ")"));
+    for (ncclComm_t comm : comms_) {
+      if (!comm) continue;
+      const ncclResult_t st = state(comm);
+      if (st != ncclSuccess && st != ncclInProgress)
+        fail(cat("nccl: ", what, ": ", ncclGetErrorString(st), " (", ncclGetLastError(comm), ")"));
+    }
   }
 
   // A non-blocking communicator may still be working on the last call; wait (with the deadline)
   // until it has taken it, as NCCL requires before the next call.
-  void settle(const std::string& what) { settle(what, timeout_s_); }
-  void settle(const std::string& what, double timeout_s) {
+  void settle(ncclComm_t comm, const std::string& what) { settle(comm, what, timeout_s_); }
+  void settle(ncclComm_t comm, const std::string& what, double timeout_s) {
     bool failed = false;
     const bool done = poll_until(
         [&] {
-          const ncclResult_t st = state();
+          const ncclResult_t st = state(comm);
           failed = st != ncclSuccess && st != ncclInProgress;
           return st != ncclInProgress;
         },
@@ -227,31 +275,52 @@ class NcclTransportImpl final : public NcclTransport {
     if (!done) fail(cat("timed out after ", timeout_s, " s in ", what, " (did a rank stop? see --timeout)"));
   }
 
-  bool stream_idle(const std::string& what) {
-    check_async(what);
-    const cudaError_t e = cudaStreamQuery(stream_);
+  bool stream_idle(cudaStream_t stream) {
+    check_async("the warm-up exchange");
+    const cudaError_t e = cudaStreamQuery(stream);
     if (e == cudaErrorNotReady) return false;
     if (e != cudaSuccess) {
       cudaGetLastError();
-      fail(cat(what, ": CUDA error ", cudaGetErrorName(e), ": ", cudaGetErrorString(e)));
+      fail(cat("the warm-up exchange: CUDA error ", cudaGetErrorName(e), ": ", cudaGetErrorString(e)));
     }
     return true;
   }
 
-  // Aborts the communicator (so that no NCCL kernel or proxy waits on a peer any more) and throws.
+  // A clean end: every operation has completed. Finalize flushes NCCL's own work, then destroy;
+  // a communicator that does not finish cleanly is aborted.
+  void finalize_comms() {
+    for (ncclComm_t& comm : comms_) {
+      if (!comm) continue;
+      const ncclResult_t rc = ncclCommFinalize(comm);
+      const bool clean = (rc == ncclSuccess || rc == ncclInProgress) &&
+                         poll_until([&] { return state(comm) != ncclInProgress; }, 30) && state(comm) == ncclSuccess;
+      if (clean)
+        ncclCommDestroy(comm);
+      else
+        ncclCommAbort(comm);
+      comm = nullptr;
+    }
+  }
+
+  // Aborts the communicators (so that no NCCL kernel or proxy waits on a peer any more) and throws.
   [[noreturn]] void fail(const std::string& msg) {
-    if (comm_) ncclCommAbort(comm_);
-    comm_ = nullptr;
+    for (ncclComm_t& comm : comms_) {
+      if (comm) ncclCommAbort(comm);
+      comm = nullptr;
+    }
     LFM2_FAIL(msg);
   }
 
   WorldConfig world_;
   CudaStageExecutor& exec_;
   int device_;
-  cudaStream_t stream_ = nullptr;
-  ncclComm_t comm_ = nullptr;
+  cudaStream_t send_stream_ = nullptr, recv_stream_ = nullptr;
+  std::array<ncclComm_t, kLinkComms> comms_{};
+  bool connected_ = false, tracing_ = false;
+  CudaBusyTimer* timeline_ = nullptr;
   void* warm_ = nullptr;
   std::vector<Slot> slots_;
+  std::vector<TraceSpan> spans_;
 };
 
 }  // namespace

@@ -1,6 +1,9 @@
 #include "rank/world.h"
 
+#include <climits>
+
 #include "common/error.h"
+#include "rank/transport.h"
 
 namespace lfm2 {
 
@@ -39,6 +42,32 @@ MpiSession::~MpiSession() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized) MPI_Finalize();
+}
+
+std::vector<std::string> gather_strings(const WorldConfig& world, const std::string& mine, double timeout_s,
+                                        const std::string& what) {
+  LFM2_CHECK(mine.size() <= size_t(INT_MAX), what, ": ", mine.size(), " bytes is over MPI's int count");
+  const int len = int(mine.size());
+  std::vector<int> lens(size_t(world.size), 0);
+  MPI_Request req;
+  MPI_CHECK(MPI_Igather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, world.comm, &req), what);
+  wait_mpi_request(&req, timeout_s, what);
+  std::vector<int> displs(size_t(world.size), 0);
+  int64_t total = 0;
+  for (int r = 0; r < world.size; ++r) {
+    displs[size_t(r)] = int(total);
+    total += lens[size_t(r)];
+  }
+  LFM2_CHECK(total <= INT_MAX, what, ": ", total, " bytes in all is over MPI's int count");
+  std::string all(size_t(world.is_first() ? total : 0), '\0');
+  MPI_CHECK(MPI_Igatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR, 0, world.comm,
+                         &req),
+            what);
+  wait_mpi_request(&req, timeout_s, what);
+  std::vector<std::string> out;
+  if (world.is_first())
+    for (int r = 0; r < world.size; ++r) out.push_back(all.substr(size_t(displs[size_t(r)]), size_t(lens[size_t(r)])));
+  return out;
 }
 
 }  // namespace lfm2

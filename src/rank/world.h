@@ -8,6 +8,7 @@
 #include <mpi.h>
 
 #include <string>
+#include <vector>
 
 #include "rank/stage_plan.h"
 
@@ -37,6 +38,11 @@ class MpiSession {
   MpiSession(const MpiSession&) = delete;
   MpiSession& operator=(const MpiSession&) = delete;
 };
+
+// Every rank's `mine`, in rank order, on rank 0 (empty elsewhere); non-blocking collectives waited
+// for against timeout_s (a dead rank cannot hang the others here).
+std::vector<std::string> gather_strings(const WorldConfig& world, const std::string& mine, double timeout_s,
+                                        const std::string& what);
 
 // "MPI_Isend: MPI_ERR_RANK: invalid rank" from an MPI return code.
 std::string mpi_error_string(int code);

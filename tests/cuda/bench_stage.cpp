@@ -101,9 +101,13 @@ int main(int argc, char** argv) {
     CUDA_CHECK(cudaMemset(x, 0, size_t(T * cfg.hidden_size) * 4));
     CUDA_CHECK(cudaDeviceSynchronize());
     std::vector<float> logits(static_cast<size_t>(n_seq * cfg.vocab_size));
-    st->head(x, n_seq, seq_len, false, logits.data());
+    HeadOutputs head;
+    head.logits = logits.data();
+    st->head(x, n_seq, seq_len, head);
+    st->synchronize();
     t0 = now_s();
-    st->head(x, n_seq, seq_len, false, logits.data());
+    st->head(x, n_seq, seq_len, head);
+    st->synchronize();
     const double head_ms = (now_s() - t0) * 1e3;
     est += head_ms;
     std::printf("%-4s head (last positions, incl. copy to host): %.2f ms\n", dtype_name(dt), head_ms);

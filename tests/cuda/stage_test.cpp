@@ -58,7 +58,9 @@ std::vector<float> run_cpu(WeightReader& reader, const std::vector<int32_t>& ids
   stage->embed(ids.data(), n_seq, seq_len, x);
   stage->forward(x, n_seq, seq_len);
   std::vector<float> logits(static_cast<size_t>(n_seq * seq_len * cfg.vocab_size));
-  stage->head(x, n_seq, seq_len, true, logits.data());
+  HeadOutputs head;
+  head.all_logits = logits.data();
+  stage->head(x, n_seq, seq_len, head);
   return logits;
 }
 
@@ -81,7 +83,12 @@ std::vector<float> run_cuda(WeightReader& reader, const std::vector<StageRange>&
     stage->forward(x, n_seq, seq_len);
     stage->synchronize();
     CUDA_CHECK(cudaMemcpy(hidden.data(), x, hidden.size() * sizeof(float), cudaMemcpyDeviceToHost));
-    if (r.is_last) stage->head(x, n_seq, seq_len, all_positions, logits.data());
+    if (r.is_last) {
+      HeadOutputs head;
+      (all_positions ? head.all_logits : head.logits) = logits.data();
+      stage->head(x, n_seq, seq_len, head);
+      stage->synchronize();
+    }
   }
   return logits;
 }

@@ -91,8 +91,10 @@ Logits run_stages(WeightReader& reader, const std::vector<StageRange>& ranges, c
     stage->forward(x, g.n_seq, g.seq_len);
     stage->synchronize();
     if (r.is_last) {
-      stage->head(x, g.n_seq, g.seq_len, false, out.last.data());
-      stage->head(x, g.n_seq, g.seq_len, true, out.all.data());
+      HeadOutputs head;
+      head.logits = out.last.data();
+      head.all_logits = out.all.data();
+      stage->head(x, g.n_seq, g.seq_len, head);
     } else {
       std::memcpy(carried.data(), x, carried.size() * sizeof(float));
     }

@@ -34,7 +34,11 @@ std::vector<float> run(WeightReader& reader, const std::vector<StageRange>& rang
       std::memcpy(x, hidden.data(), hidden.size() * sizeof(float));
     stage->forward(x, n_seq, seq_len);
     std::memcpy(hidden.data(), x, hidden.size() * sizeof(float));
-    if (r.is_last) stage->head(x, n_seq, seq_len, true, logits.data());
+    if (r.is_last) {
+      HeadOutputs head;
+      head.all_logits = logits.data();
+      stage->head(x, n_seq, seq_len, head);
+    }
   }
   return logits;
 }

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "kernels/argmax.h"
 #include "rank/pipeline.h"
 #include "rank/stage_plan.h"
 
@@ -32,6 +33,10 @@ class FakeStage final : public StageExecutor {
     bufs_.emplace_back(size_t(max_tokens * kHidden));
     return bufs_.back().data();
   }
+  void* alloc_host(int64_t bytes) override {
+    host_.emplace_back(size_t(bytes));
+    return host_.back().data();
+  }
   void embed(const int32_t* ids, int64_t n_seq, int64_t seq_len, void* x) override {
     EXPECT_TRUE(first_);
     float* h = static_cast<float*>(x);
@@ -44,8 +49,22 @@ class FakeStage final : public StageExecutor {
       for (int64_t i = 0; i < n_seq * seq_len * kHidden; ++i) h[i] = h[i] * (1.0f + 1.0f / float(il + 2)) + float(il);
     seen_.push_back(n_seq);
   }
-  void head(const void* x, int64_t n_seq, int64_t seq_len, bool all_positions, float* logits) override {
+  void head(const void* x, int64_t n_seq, int64_t seq_len, const HeadOutputs& out) override {
     EXPECT_TRUE(last_);
+    std::vector<float> last(size_t(n_seq * kVocab));
+    scores(x, n_seq, seq_len, false, last.data());
+    if (out.logits) std::copy(last.begin(), last.end(), out.logits);
+    if (out.all_logits) scores(x, n_seq, seq_len, true, out.all_logits);
+    std::vector<float> margin(static_cast<size_t>(n_seq));
+    cpu::argmax_margin(out.next_token, margin.data(), last.data(), n_seq, kVocab);
+    if (out.margin) std::copy(margin.begin(), margin.end(), out.margin);
+  }
+  void synchronize() override { ++syncs_; }
+  std::vector<int64_t> seen_;  // microbatch sizes, in the order forward() ran them
+  int syncs_ = 0;
+
+ private:
+  static void scores(const void* x, int64_t n_seq, int64_t seq_len, bool all_positions, float* logits) {
     const float* h = static_cast<const float*>(x);
     const int64_t rows = all_positions ? n_seq * seq_len : n_seq;
     for (int64_t r = 0; r < rows; ++r) {
@@ -57,14 +76,11 @@ class FakeStage final : public StageExecutor {
       }
     }
   }
-  void synchronize() override { ++syncs_; }
-  std::vector<int64_t> seen_;  // microbatch sizes, in the order forward() ran them
-  int syncs_ = 0;
 
- private:
   int begin_, end_;
   bool first_, last_, device_;
   std::deque<std::vector<float>> bufs_;
+  std::deque<std::vector<char>> host_;
 };
 
 // Every message is delivered at once into a per-(from, to) queue: eager sends, polled receives.
@@ -85,24 +101,31 @@ class LoopbackTransport final : public Transport {
     std::lock_guard<std::mutex> lock(hub_.mu);
     const char* p = static_cast<const char*>(buf);
     hub_.queues[{rank_, peer}].emplace_back(p, p + bytes);
-    ops_.push_back({nullptr, bytes, peer, true});
+    ops_.push_back({nullptr, bytes, peer, true, true});
     return Handle(ops_.size() - 1);
   }
-  Handle irecv(void* buf, size_t bytes, int peer, int) override {
-    ops_.push_back({buf, bytes, peer, false});
+  Handle irecv(void* buf, size_t bytes, int peer, int, Handle after) override {
+    if (after != kNone) {
+      EXPECT_TRUE(device_) << "a host transport gets no `after`";
+      EXPECT_TRUE(ops_.at(size_t(after)).is_send && !ops_.at(size_t(after)).released) << "after: a pending send";
+    }
+    ++posted_recvs;
+    ops_.push_back({buf, bytes, peer, false, false});
     return Handle(ops_.size() - 1);
   }
   bool test(Handle h) override {
     Op& op = ops_.at(size_t(h));
-    if (op.done) return op.released = true;
-    std::lock_guard<std::mutex> lock(hub_.mu);
-    auto& q = hub_.queues[{op.peer, rank_}];
-    if (q.empty()) return false;
-    LFM2_CHECK(q.front().size() == op.bytes, "loopback: size mismatch");
-    std::memcpy(op.buf, q.front().data(), op.bytes);
-    q.pop_front();
-    op.done = true;
+    EXPECT_FALSE(op.released) << "handle " << h << " used after its release";
+    if (!deliver(op)) return false;
     return op.released = true;
+  }
+  // The fake executor computes at once, so ordering the compute after a receive means having its
+  // data now: poll for it (without releasing the handle, as a device transport would not).
+  void order_compute_after(Handle h) override {
+    EXPECT_TRUE(device_);
+    Op& op = ops_.at(size_t(h));
+    EXPECT_FALSE(op.released);
+    if (!poll_until([&] { return deliver(op); }, timeout_s_)) LFM2_FAIL("timed out waiting for data");
   }
   // Handles never released by a successful test() (sends are complete at once but must still be
   // tested or waited for).
@@ -112,17 +135,32 @@ class LoopbackTransport final : public Transport {
     return n;
   }
   void wait(Handle h, const std::string& what) override {
+    ++waits;
     if (!poll_until([&] { return test(h); }, timeout_s_)) LFM2_FAIL("timed out waiting for ", what);
   }
+  int waits = 0, posted_recvs = 0;
 
  private:
   struct Op {
     void* buf;
     size_t bytes;
     int peer;
-    bool done;
+    bool is_send;
+    bool done = false;
     bool released = false;
   };
+  bool deliver(Op& op) {
+    if (op.done) return true;
+    std::lock_guard<std::mutex> lock(hub_.mu);
+    auto& q = hub_.queues[{op.peer, rank_}];
+    if (q.empty()) return false;
+    LFM2_CHECK(q.front().size() == op.bytes, "loopback: size mismatch");
+    std::memcpy(op.buf, q.front().data(), op.bytes);
+    q.pop_front();
+    op.done = true;
+    return true;
+  }
+
   Hub& hub_;
   int rank_;
   bool device_;
@@ -133,13 +171,16 @@ class LoopbackTransport final : public Transport {
 class CountingTimer final : public BusyTimer {
  public:
   void reset() override { begins = ends = 0; }
-  void begin() override {
+  void begin(const char* what, int64_t micro) override {
     EXPECT_EQ(begins, ends);
     ++begins;
+    spans_.push_back({Track::kCompute, what, micro, 0.25 * begins, 0.25 * begins + 0.25});
   }
   void end() override { ++ends; }
   double busy_s() override { return 0.25 * ends; }
+  std::vector<TraceSpan> spans() override { return spans_; }
   int begins = 0, ends = 0;
+  std::vector<TraceSpan> spans_;
 };
 
 struct RunOut {
@@ -176,7 +217,7 @@ RunOut run_pipeline(const std::vector<int>& counts, int64_t n_seq, int64_t seq_l
         FakeStage stage(p.layer_begin, p.layer_end, p.is_first(), p.is_last(), device);
         LoopbackTransport transport(hub, r, 10.0, device);
         CountingTimer timer;
-        Pipeline pipe(w, stage, transport, PipelineShape{n_seq, seq_len, microbatch, kHidden, kVocab, all_logits});
+        Pipeline pipe(w, stage, transport, PipelineShape{n_seq, seq_len, microbatch, kHidden, kVocab, true, all_logits});
         if (device) pipe.set_busy_timer(&timer);
         const StageTiming t = pipe.run(r == 0 ? ids.data() : nullptr, p.is_last() ? &out.result : nullptr);
         out.seen[size_t(r)] = stage.seen_;
@@ -262,7 +303,7 @@ TEST(PipelineSchedule, AWaitForASilentPeerTimesOut) {
   w.size = 2;
   FakeStage stage(3, 6, false, true);
   LoopbackTransport transport(hub, 1, 0.2);
-  Pipeline pipe(w, stage, transport, PipelineShape{4, 2, 2, kHidden, kVocab, false});
+  Pipeline pipe(w, stage, transport, PipelineShape{4, 2, 2, kHidden, kVocab, true, false});
   PipelineResult result;
   try {
     pipe.run(nullptr, &result);

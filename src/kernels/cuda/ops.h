@@ -121,6 +121,10 @@ void moe_experts(float* x, const T* in, const T* w13, const T* w2, const int32_t
                  int64_t n_tokens, int64_t hidden, int64_t n_experts, int64_t inter, int64_t top_k, void* scratch,
                  cudaStream_t stream);
 
+// --- argmax.cu: cpu::argmax_margin on the GPU (the head's next token and its margin over the
+// runner-up). out, margin (n_rows); in (n_rows, n_cols) fp32.
+void argmax_margin(int32_t* out, float* margin, const float* in, int64_t n_rows, int64_t n_cols, cudaStream_t stream);
+
 // --- add.cu: fp32 -> T on the device (n elements).
 template <typename T>
 void convert_from_f32(T* out, const float* in, int64_t n, cudaStream_t stream);

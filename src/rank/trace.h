@@ -1,0 +1,46 @@
+// A run's timeline: spans of compute, transfers and host waits on each rank, written as one Chrome
+// trace-event JSON file (Perfetto and chrome://tracing open it; tools/trace_gantt.py draws it).
+//
+// Each rank records its spans in seconds from its own origin: the start of the traced run, taken
+// right after a barrier, so ranks line up to within the barrier's skew. GPU spans come from CUDA
+// events on the compute and communication streams (the GPU's own clock, converted to the same
+// origin); host spans from the host's steady clock. Rank 0 gathers every rank's events and writes
+// the file whole or not at all (PendingFile). One process per rank ("rank 2: layers 12-17"), one
+// thread per track (compute, recv, send, host).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace lfm2 {
+
+enum class Track { kCompute = 0, kRecv = 1, kSend = 2, kHost = 3 };
+
+struct TraceSpan {
+  Track track = Track::kCompute;
+  std::string name;   // "forward", "recv", "wait send", ...
+  int64_t micro = -1;  // microbatch, -1 for none
+  double begin_s = 0, end_s = 0;
+};
+
+// The trace-event objects of one rank (a JSON array's elements, comma-separated, no brackets):
+// metadata naming the process and its tracks, then one complete ("X") event per span, with
+// timestamps in microseconds.
+std::string trace_events_json(int rank, const std::string& label, const std::vector<TraceSpan>& spans);
+
+// Writes {"traceEvents": [...], "displayTimeUnit": "ms", "otherData": meta} from every rank's
+// trace_events_json() atomically to `path`.
+void write_trace_file(const std::string& path, const std::vector<std::string>& rank_events,
+                      const std::string& meta_json);
+
+// A host span on the NVTX timeline (Nsight Systems) where NVTX is available; nothing elsewhere.
+class NvtxRange {
+ public:
+  explicit NvtxRange(const char* name);
+  ~NvtxRange();
+  NvtxRange(const NvtxRange&) = delete;
+  NvtxRange& operator=(const NvtxRange&) = delete;
+};
+
+}  // namespace lfm2
