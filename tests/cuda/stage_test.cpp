@@ -12,6 +12,7 @@
 #include "h5pack/presets.h"
 #include "h5pack/synth.h"
 #include "io/weight_file.h"
+#include "kernels/argmax.h"
 #include "model/cuda_stage.h"
 #include "model/stage_executor.h"
 
@@ -187,6 +188,44 @@ TEST_F(CudaStageTest, RejectsMoreTokensThanAllocated) {
   auto stage = make_cuda_stage(reader, {0, 6, true, true}, DType::F32, 0);
   void* x = stage->alloc_hidden(8);
   EXPECT_THROW(stage->forward(x, 3, 3), Error);
+}
+
+// The head on the device: next_token and margin equal cpu::argmax_margin of the logits it returned,
+// all three copied asynchronously into pinned memory from alloc_host(), over two chunks of rows
+// (both logits slots in use); the layers replayed from CUDA Graphs give the bits they give without.
+TEST_F(CudaStageTest, HeadOnTheDeviceAndGraphs) {
+  const Model m = make_model("lfm2-tiny", 0, DType::BF16);
+  WeightReader reader(m.path);
+  const int64_t n_seq = 300, seq_len = 5, V = m.cfg.vocab_size;
+  const int L = int(m.cfg.num_hidden_layers);
+  const auto ids = make_ids(m.cfg, n_seq * seq_len);
+  std::vector<float> with_graphs;
+  for (bool graphs : {true, false}) {
+    auto st = make_cuda_stage(reader, {0, L, true, true}, DType::BF16, 0, false, graphs);
+    void* x = st->alloc_hidden(n_seq * seq_len);
+    auto* h_ids = static_cast<int32_t*>(st->alloc_host(int64_t(ids.size() * sizeof(int32_t))));
+    std::copy(ids.begin(), ids.end(), h_ids);
+    HeadOutputs out;
+    out.next_token = static_cast<int32_t*>(st->alloc_host(n_seq * int64_t(sizeof(int32_t))));
+    out.margin = static_cast<float*>(st->alloc_host(n_seq * int64_t(sizeof(float))));
+    out.logits = static_cast<float*>(st->alloc_host(n_seq * V * int64_t(sizeof(float))));
+    for (int rep = 0; rep < 2; ++rep) {  // the second replays the captured graph
+      st->embed(h_ids, n_seq, seq_len, x);
+      st->forward(x, n_seq, seq_len);
+      st->head(x, n_seq, seq_len, out);
+    }
+    st->synchronize();
+    std::vector<int32_t> top(static_cast<size_t>(n_seq));
+    std::vector<float> margin(static_cast<size_t>(n_seq));
+    cpu::argmax_margin(top.data(), margin.data(), out.logits, n_seq, V);
+    EXPECT_EQ(top, std::vector<int32_t>(out.next_token, out.next_token + n_seq)) << "graphs " << graphs;
+    EXPECT_EQ(margin, std::vector<float>(out.margin, out.margin + n_seq)) << "graphs " << graphs;
+    std::vector<float> logits(out.logits, out.logits + n_seq * V);
+    if (graphs)
+      with_graphs = logits;
+    else
+      EXPECT_EQ(logits, with_graphs);
+  }
 }
 
 }  // namespace

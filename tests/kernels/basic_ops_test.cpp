@@ -2,6 +2,9 @@
 // linear, swiglu, add, argmax. Each also runs with 1 and 4 threads and must give the same bits.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include <cmath>
 #include <limits>
 
@@ -118,6 +121,41 @@ TEST(Argmax, FirstMaximumWinsAndNanNeverWins) {
     for (int64_t j = 1; j < cols; ++j)
       if (r[i * cols + j] > r[i * cols + best]) best = j;
     EXPECT_EQ(got1[i], best);
+  }
+}
+
+TEST(Argmax, MarginIsTheGapToTheRunnerUp) {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  std::vector<float> x = {1, 3, 3, 2,      // tie: margin 0
+                          nan, 0, -1, -3,  // NaN skipped: 0 - (-1)
+                          -5, -4, -4.5, -9,
+                          nan, nan, nan, nan};
+  std::vector<int32_t> top(4);
+  std::vector<float> margin(4);
+  cpu::argmax_margin(top.data(), margin.data(), x.data(), 4, 4, 2);
+  EXPECT_EQ(top, (std::vector<int32_t>{1, 1, 1, 0}));
+  EXPECT_EQ(margin[0], 0.0f);
+  EXPECT_EQ(margin[1], 1.0f);
+  EXPECT_EQ(margin[2], 0.5f);
+  EXPECT_TRUE(std::isnan(margin[3]));
+  const float one[1] = {2.5f};
+  cpu::argmax_margin(top.data(), margin.data(), one, 1, 1);
+  EXPECT_EQ(top[0], 0);
+  EXPECT_EQ(margin[0], inf);
+
+  const int64_t rows = 40, cols = 777;
+  auto r = randn(rows * cols, 11);
+  std::vector<int32_t> t1(rows), t4(rows);
+  std::vector<float> m1(rows), m4(rows);
+  cpu::argmax_margin(t1.data(), m1.data(), r.data(), rows, cols, 1);
+  cpu::argmax_margin(t4.data(), m4.data(), r.data(), rows, cols, 4);
+  EXPECT_EQ(t1, t4);
+  EXPECT_EQ(m1, m4);
+  for (int64_t i = 0; i < rows; ++i) {
+    std::vector<float> row(r.begin() + i * cols, r.begin() + (i + 1) * cols);
+    std::sort(row.rbegin(), row.rend());
+    EXPECT_EQ(m1[i], row[0] - row[1]);
+    EXPECT_EQ(r[i * cols + t1[i]], row[0]);
   }
 }
 

@@ -4,11 +4,14 @@
 //   rank_test_files isolate PATTERN P      moves each stage file into DIR/<stage>/ alone
 //   rank_test_files perturb IN.h5 OUT.h5   answers with one wrong top-1 and logits off by 1
 //   rank_test_files same A.h5 B.h5 ...     every file's datasets equal A's, bit for bit
+//   rank_test_files check-trace T.json P M  a --trace file of P ranks and M microbatches is whole
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
 
 #include "common/error.h"
 #include "io/token_files.h"
@@ -80,6 +83,7 @@ int same(const std::vector<std::string>& files) {
   for (size_t i = 1; i < files.size(); ++i) {
     const TokenOutputs o = read_outputs(files[i]);
     const bool ok = bits_equal(o.next_token, ref.next_token) && bits_equal(o.logits, ref.logits) &&
+                    (o.margin.empty() || ref.margin.empty() || bits_equal(o.margin, ref.margin)) &&
                     (o.all_logits.empty() || ref.all_logits.empty() || bits_equal(o.all_logits, ref.all_logits));
     std::printf("%s %s: %s\n", ok ? "same" : "DIFFERENT", files[i].c_str(),
                 o.all_logits.empty() ? "next_token, logits" : "next_token, logits, all_logits");
@@ -87,6 +91,56 @@ int same(const std::vector<std::string>& files) {
   }
   std::printf("%zu files compared with %s: %d differ\n", files.size() - 1, files[0].c_str(), bad);
   return bad ? 1 : 0;
+}
+
+// A --trace file: valid JSON, one named process per rank with its tracks, every X event on a known
+// rank and track, each rank's compute spans in time order without overlap, "forward m<k>" for every
+// microbatch k once and in order (embed on the first rank, head on the last), no temporary file left.
+int check_trace(const std::string& path, int n_ranks, int n_micro) {
+  std::ifstream in(path);
+  LFM2_CHECK(in.good(), path, ": missing");
+  const nlohmann::json doc = nlohmann::json::parse(in);
+  const auto& events = doc.at("traceEvents");
+  std::vector<int> named(static_cast<size_t>(n_ranks), 0);
+  std::vector<std::vector<std::pair<double, double>>> compute(static_cast<size_t>(n_ranks));
+  std::vector<std::map<std::string, std::vector<int64_t>>> steps(static_cast<size_t>(n_ranks));
+  int spans = 0;
+  for (const auto& e : events) {
+    const int pid = e.at("pid").get<int>();
+    LFM2_CHECK(pid >= 0 && pid < n_ranks, path, ": event of rank ", pid);
+    if (e.at("ph") == "M" && e.at("name") == "process_name") ++named[size_t(pid)];
+    if (e.at("ph") != "X") continue;
+    ++spans;
+    const int tid = e.at("tid").get<int>();
+    LFM2_CHECK(tid >= 0 && tid <= 3, path, ": track ", tid);
+    const double ts = e.at("ts").get<double>(), dur = e.at("dur").get<double>();
+    LFM2_CHECK(dur >= 0, path, ": negative duration");
+    if (tid != 0) continue;
+    compute[size_t(pid)].emplace_back(ts, ts + dur);
+    const std::string name = e.at("name").get<std::string>();
+    steps[size_t(pid)][name.substr(0, name.find(' '))].push_back(e.at("args").at("microbatch").get<int64_t>());
+  }
+  for (int r = 0; r < n_ranks; ++r) {
+    LFM2_CHECK(named[size_t(r)] == 1, path, ": rank ", r, " has ", named[size_t(r)], " process names");
+    const auto& c = compute[size_t(r)];
+    for (size_t i = 1; i < c.size(); ++i)
+      LFM2_CHECK(c[i - 1].second <= c[i].first + 1.0, path, ": rank ", r, " compute spans overlap or are out of order");
+    std::vector<std::string> kinds = {"forward"};
+    if (r == 0) kinds.push_back("embed");
+    if (r == n_ranks - 1) kinds.push_back("head");
+    for (const std::string& k : kinds) {
+      const auto& ms = steps[size_t(r)][k];
+      LFM2_CHECK(int(ms.size()) == n_micro, path, ": rank ", r, " has ", ms.size(), " ", k, " spans for ", n_micro,
+                 " microbatches");
+      for (int m = 0; m < n_micro; ++m) LFM2_CHECK(ms[size_t(m)] == m, path, ": rank ", r, " ", k, " out of order");
+    }
+  }
+  for (const auto& f : fs::directory_iterator(fs::path(path).parent_path()))
+    LFM2_CHECK(f.path().filename().string().rfind(fs::path(path).filename().string() + ".tmp.", 0) != 0, path,
+               ": temporary file left: ", f.path().string());
+  std::printf("%s: %d ranks, %d spans, %d microbatches each, compute in order\n", path.c_str(), n_ranks, spans,
+              n_micro);
+  return 0;
 }
 
 }  // namespace
@@ -108,12 +162,18 @@ int main(int argc, char** argv) {
   per->add_option("out", b)->required();
   auto* sm = app.add_subcommand("same", "outputs bit-identical to the first");
   sm->add_option("files", files)->required()->expected(2, 100);
+  int m = 0;
+  auto* tr = app.add_subcommand("check-trace", "a --trace file is whole and ordered");
+  tr->add_option("trace", a)->required();
+  tr->add_option("ranks", n)->required();
+  tr->add_option("microbatches", m)->required();
   CLI11_PARSE(app, argc, argv);
   try {
     if (*mk) make(dir, model);
     if (*iso) isolate(a, n);
     if (*per) perturb(a, b);
     if (*sm) return same(files);
+    if (*tr) return check_trace(a, n, m);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rank_test_files: error: %s\n", e.what());
     return 1;

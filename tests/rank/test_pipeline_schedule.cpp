@@ -5,8 +5,10 @@
 // BusyTimer) takes the pipeline's GPU path: no synchronisation per step, busy time from the timer.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -48,6 +50,7 @@ class FakeStage final : public StageExecutor {
     for (int il = begin_; il < end_; ++il)
       for (int64_t i = 0; i < n_seq * seq_len * kHidden; ++i) h[i] = h[i] * (1.0f + 1.0f / float(il + 2)) + float(il);
     seen_.push_back(n_seq);
+    if (on_forward) on_forward();
   }
   void head(const void* x, int64_t n_seq, int64_t seq_len, const HeadOutputs& out) override {
     EXPECT_TRUE(last_);
@@ -62,6 +65,7 @@ class FakeStage final : public StageExecutor {
   void synchronize() override { ++syncs_; }
   std::vector<int64_t> seen_;  // microbatch sizes, in the order forward() ran them
   int syncs_ = 0;
+  std::function<void()> on_forward;  // called after each forward()
 
  private:
   static void scores(const void* x, int64_t n_seq, int64_t seq_len, bool all_positions, float* logits) {
@@ -189,6 +193,8 @@ struct RunOut {
   std::vector<int> syncs, steps;           // per rank: synchronize() calls, timed steps (device)
   std::vector<double> busy_s;              // per rank
   std::vector<size_t> unreleased;          // per rank: transport handles never released
+  // per rank, at each forward(): the host waits so far and the receives posted so far
+  std::vector<std::vector<int>> waits_at_forward, posted_at_forward;
 };
 
 RunOut run_pipeline(const std::vector<int>& counts, int64_t n_seq, int64_t seq_len, int64_t microbatch,
@@ -204,6 +210,8 @@ RunOut run_pipeline(const std::vector<int>& counts, int64_t n_seq, int64_t seq_l
   out.steps.resize(size_t(P));
   out.busy_s.resize(size_t(P));
   out.unreleased.resize(size_t(P));
+  out.waits_at_forward.resize(size_t(P));
+  out.posted_at_forward.resize(size_t(P));
   std::vector<std::thread> threads;
   std::mutex err_mu;
   std::string error;
@@ -216,6 +224,10 @@ RunOut run_pipeline(const std::vector<int>& counts, int64_t n_seq, int64_t seq_l
         const StagePlan& p = plans[size_t(r)];
         FakeStage stage(p.layer_begin, p.layer_end, p.is_first(), p.is_last(), device);
         LoopbackTransport transport(hub, r, 10.0, device);
+        stage.on_forward = [&out, &transport, r] {
+          out.waits_at_forward[size_t(r)].push_back(transport.waits);
+          out.posted_at_forward[size_t(r)].push_back(transport.posted_recvs);
+        };
         CountingTimer timer;
         Pipeline pipe(w, stage, transport, PipelineShape{n_seq, seq_len, microbatch, kHidden, kVocab, true, all_logits});
         if (device) pipe.set_busy_timer(&timer);
@@ -282,6 +294,37 @@ TEST(PipelineSchedule, DeviceExecutorsQueueWithoutSynchronisingAndTimeWithTheirT
   const RunOut cpu = run_pipeline({3, 3}, 10, 4, 3, true);
   EXPECT_EQ(cpu.syncs[0], 2 * 4);
   EXPECT_EQ(cpu.unreleased[0] + cpu.unreleased[1], 0u);
+}
+
+// The device path only queues: no host wait before the end of the run, and while microbatch m is
+// computed the receives of m+1 and m+2 are already posted (three buffers: compute m, receive m+1,
+// send m-1).
+TEST(PipelineSchedule, DeviceHostNeverWaitsAndReceivesRunAhead) {
+  for (int64_t mb : {1, 2}) {
+    const RunOut got = run_pipeline({2, 2, 2}, 10, 4, mb, false, /*device=*/true);
+    const int M = int((10 + mb - 1) / mb);
+    for (int r = 0; r < 3; ++r) {
+      ASSERT_EQ(int(got.waits_at_forward[size_t(r)].size()), M);
+      for (int m = 0; m < M; ++m) {
+        EXPECT_EQ(got.waits_at_forward[size_t(r)][size_t(m)], 0) << "rank " << r << " microbatch " << m;
+        if (r > 0) EXPECT_EQ(got.posted_at_forward[size_t(r)][size_t(m)], std::min(M, m + 3)) << "rank " << r;
+      }
+    }
+  }
+  // The host path waits for each receive before computing it, and posts ahead what it can.
+  const RunOut cpu = run_pipeline({2, 2, 2}, 10, 4, 1, false);
+  EXPECT_GE(cpu.waits_at_forward[1].back(), 10);
+  for (int m = 0; m < 10; ++m) EXPECT_GE(cpu.posted_at_forward[1][size_t(m)], m + 1);
+}
+
+TEST(PipelineSchedule, MarginIsTheGapToTheRunnerUp) {
+  const RunOut r = run_pipeline({3, 3}, 5, 2, 2, false);
+  ASSERT_EQ(r.result.margin.size(), 5u);
+  for (int64_t s = 0; s < 5; ++s) {
+    std::vector<float> row(r.result.logits.begin() + s * kVocab, r.result.logits.begin() + (s + 1) * kVocab);
+    std::sort(row.rbegin(), row.rend());
+    EXPECT_EQ(r.result.margin[size_t(s)], row[0] - row[1]);
+  }
 }
 
 TEST(PipelineSchedule, TopOneIsTheFirstMaximum) {
