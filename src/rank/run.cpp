@@ -341,13 +341,12 @@ int run_rank(const WorldConfig& world, RankOptions opt) {
         else if (weights->is_stage_file())
           plans = default_stage_plans(cfg, P);
         else
-          plans = default_stage_plans(cfg, P, S, opt.all_logits);
+          plans = default_stage_plans(cfg, P, S, opt.all_logits, use_cuda ? CostModel::kGpu : CostModel::kFlops);
         if (!use_cuda) check_cpu_fallback(opt);
       },
       r0);
   const int n_threads = opt.threads > 0 ? opt.threads : default_threads(world);
-  const int64_t microbatch =
-      opt.microbatch > 0 ? std::min(opt.microbatch, N) : std::max<int64_t>(1, (N + 4 * P - 1) / (4 * P));
+  const int64_t microbatch = opt.microbatch > 0 ? std::min(opt.microbatch, N) : default_microbatch(N, S, P, use_cuda);
   std::unique_ptr<StageExecutor> exec;
   std::unique_ptr<Transport> transport;
   std::unique_ptr<Pipeline> pipeline;
@@ -471,7 +470,11 @@ int run_rank(const WorldConfig& world, RankOptions opt) {
     const int64_t M = pipeline->shape().n_micro();
     if (r0) {
       log_info(cat("plan: ", P, " ranks over ", cfg.num_hidden_layers, " layers (",
-                   opt.layers.empty() ? "balanced by cost" : "--layers " + opt.layers, "); ", N, " x ", S,
+                   !opt.layers.empty()         ? "--layers " + opt.layers
+                   : weights->is_stage_file() ? std::string("as the stage files were split")
+                   : use_cuda                  ? std::string("balanced by the GPU cost model")
+                                               : std::string("balanced by FLOPs"),
+                   "); ", N, " x ", S,
                    " tokens in ", M, " microbatches of ", microbatch, " (GPipe bubble ",
                    fixed(100 * gpipe_bubble(P, M), 1), "%); ",
                    use_cuda ? cat("cuda ", opt.dtype, opt.dtype != "fp32" ? "" : opt.tf32 ? " (TF32)" : " (TF32 off)")

@@ -1,6 +1,7 @@
 #include "rank/stage_plan.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <limits>
 #include <sstream>
 
@@ -75,15 +76,26 @@ std::vector<int> parse_layer_counts(const std::string& text, int n_layers, int n
   return counts;
 }
 
-std::vector<double> layer_costs(const ModelConfig& cfg, int64_t seq_len) {
+std::vector<double> layer_costs(const ModelConfig& cfg, int64_t seq_len, CostModel model) {
   std::vector<double> costs;
-  for (int il = 0; il < cfg.num_hidden_layers; ++il) costs.push_back(cfg.layer_flops_per_token(il, seq_len));
+  for (int il = 0; il < cfg.num_hidden_layers; ++il)
+    costs.push_back(model == CostModel::kGpu ? gpu_layer_seconds_per_token(cfg, il, seq_len)
+                                             : cfg.layer_flops_per_token(il, seq_len));
   return costs;
 }
 
-double head_cost(const ModelConfig& cfg, int64_t seq_len, bool all_positions) {
+double head_cost(const ModelConfig& cfg, int64_t seq_len, bool all_positions, CostModel model) {
+  if (model == CostModel::kGpu) return gpu_head_seconds_per_token(cfg, seq_len, all_positions);
   double per_position = 2.0 * double(cfg.hidden_size) * double(cfg.vocab_size);
   return all_positions ? per_position : per_position / double(std::max<int64_t>(seq_len, 1));
+}
+
+int64_t default_microbatch(int64_t n_seq, int64_t seq_len, int n_ranks, bool gpu) {
+  auto ceil_div = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
+  if (!gpu) return std::max<int64_t>(1, ceil_div(n_seq, 4 * int64_t(n_ranks)));
+  const int64_t by_tokens = std::max<int64_t>(1, kGpuMicrobatchTokens / std::max<int64_t>(seq_len, 1));
+  const int64_t by_count = std::max<int64_t>(1, ceil_div(n_seq, 2 * int64_t(n_ranks)));
+  return std::min({by_tokens, by_count, n_seq});
 }
 
 std::vector<StagePlan> make_stage_plans(const std::vector<int>& counts) {
@@ -96,10 +108,10 @@ std::vector<StagePlan> make_stage_plans(const std::vector<int>& counts) {
   return plans;
 }
 
-std::vector<StagePlan> default_stage_plans(const ModelConfig& cfg, int n_ranks, int64_t seq_len,
-                                           bool all_positions) {
-  return make_stage_plans(
-      partition_layers(layer_costs(cfg, seq_len), n_ranks, 0.0, head_cost(cfg, seq_len, all_positions)));
+std::vector<StagePlan> default_stage_plans(const ModelConfig& cfg, int n_ranks, int64_t seq_len, bool all_positions,
+                                           CostModel model) {
+  return make_stage_plans(partition_layers(layer_costs(cfg, seq_len, model), n_ranks, 0.0,
+                                           head_cost(cfg, seq_len, all_positions, model)));
 }
 
 }  // namespace lfm2

@@ -30,16 +30,31 @@ std::vector<int> partition_layers(const std::vector<double>& layer_costs, int n_
 // Parses a user split such as "6,6,6,6" and checks it covers n_layers with n_ranks non-empty parts.
 std::vector<int> parse_layer_counts(const std::string& text, int n_layers, int n_ranks);
 
-// Per-layer cost (FLOPs per token) of a model at a sequence length, and the LM head's extra cost
-// per token on the last stage (last position only unless all_positions).
-std::vector<double> layer_costs(const ModelConfig& cfg, int64_t seq_len);
-double head_cost(const ModelConfig& cfg, int64_t seq_len, bool all_positions);
+// How a layer's cost is estimated: by its FLOPs (the CPU, where every FLOP costs about the same),
+// or by the time its parts take on a GPU at measured rates (gpu_costs.cpp: a grouped expert GEMM
+// runs far below a dense one, attention's core grows with the sequence length).
+enum class CostModel { kFlops, kGpu };
+
+// Per-layer cost of a model at a sequence length (FLOPs, or GPU seconds, per token), and the LM
+// head's extra cost per token on the last stage (last position only unless all_positions).
+std::vector<double> layer_costs(const ModelConfig& cfg, int64_t seq_len, CostModel model = CostModel::kFlops);
+double head_cost(const ModelConfig& cfg, int64_t seq_len, bool all_positions, CostModel model = CostModel::kFlops);
+// The GPU model's estimate of one layer / the head, in seconds per token (gpu_costs.cpp).
+double gpu_layer_seconds_per_token(const ModelConfig& cfg, int il, int64_t seq_len);
+double gpu_head_seconds_per_token(const ModelConfig& cfg, int64_t seq_len, bool all_positions);
+
+// The default sequences per microbatch. CPU: about 4 microbatches per rank. GPU: about
+// kGpuMicrobatchTokens tokens each (the expert GEMMs lose efficiency on fewer rows), fewer where that
+// would leave under 2 microbatches per rank (the bubble would grow past what the bigger GEMMs win).
+inline constexpr int64_t kGpuMicrobatchTokens = 4096;
+int64_t default_microbatch(int64_t n_seq, int64_t seq_len, int n_ranks, bool gpu);
 
 // The plan of every rank from per-rank layer counts.
 std::vector<StagePlan> make_stage_plans(const std::vector<int>& counts);
 
-// The balanced plan of every rank for a model (the default split).
+// The balanced plan of every rank for a model (the default split). Stage files (`h5pack split`)
+// are cut with the FLOP model at seq_len 32.
 std::vector<StagePlan> default_stage_plans(const ModelConfig& cfg, int n_ranks, int64_t seq_len = 32,
-                                           bool all_positions = false);
+                                           bool all_positions = false, CostModel model = CostModel::kFlops);
 
 }  // namespace lfm2

@@ -82,6 +82,40 @@ TEST(Partition, EveryRankCountCoversAllLayersContiguously) {
   EXPECT_EQ(default_stage_plans(cfg, 24).back().n_layers(), 1);
 }
 
+// On the GPU a top-4 MoE layer costs more than a dense one of the same FLOPs (grouped GEMMs,
+// routing, permutation): the GPU model gives the stage with the two dense layers more layers, keeps
+// the estimated stages within one layer of each other, and charges attention for long sequences.
+TEST(Partition, GpuCostModelBalancesTheDenseLayers) {
+  const ModelConfig cfg = synth_preset("lfm2-8b-a1b");
+  const auto costs = layer_costs(cfg, 32, CostModel::kGpu);
+  EXPECT_LT(costs[0], costs[3]);  // conv + dense < conv + MoE
+  const auto long_costs = layer_costs(cfg, 8192, CostModel::kGpu);
+  EXPECT_GT(long_costs[2], long_costs[3]);  // attention + MoE > conv + MoE at 8192 tokens
+  EXPECT_EQ(long_costs[3], costs[3]);       // conv does not grow with the sequence
+  for (int P : {2, 3, 4, 6}) {
+    const auto plans = default_stage_plans(cfg, P, 32, false, CostModel::kGpu);
+    std::vector<int> counts;
+    for (const auto& p : plans) counts.push_back(p.n_layers());
+    EXPECT_GT(counts[0], counts[1]) << "P=" << P;
+    std::vector<double> stage(size_t(P), 0.0);
+    for (int r = 0; r < P; ++r)
+      for (int il = plans[size_t(r)].layer_begin; il < plans[size_t(r)].layer_end; ++il) stage[size_t(r)] += costs[il];
+    stage.back() += head_cost(cfg, 32, false, CostModel::kGpu);
+    const double biggest = *std::max_element(costs.begin(), costs.end());
+    EXPECT_LE(*std::max_element(stage.begin(), stage.end()) - *std::min_element(stage.begin(), stage.end()), biggest)
+        << "P=" << P;
+  }
+}
+
+TEST(Partition, DefaultMicrobatch) {
+  EXPECT_EQ(default_microbatch(32, 32, 4, false), 2);      // CPU: 4 per rank
+  EXPECT_EQ(default_microbatch(1024, 32, 4, true), 128);   // GPU: 4096 tokens
+  EXPECT_EQ(default_microbatch(1024, 32, 8, true), 64);    // at least 2 per rank
+  EXPECT_EQ(default_microbatch(1024, 32, 1, true), 128);
+  EXPECT_EQ(default_microbatch(32, 8192, 1, true), 1);     // one long sequence is already 8192 tokens
+  EXPECT_EQ(default_microbatch(3, 32, 1, true), 2);
+}
+
 TEST(Partition, MatchesBruteForceOnRandomCosts) {
   uint64_t state = 12345;
   auto next = [&] {

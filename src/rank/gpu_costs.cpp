@@ -1,0 +1,54 @@
+// The GPU cost model of the layer partition (stage_plan.h, CostModel::kGpu): a layer's time is
+// estimated from its parts' FLOPs at the rates the CUDA backend reaches for each kind of work, as
+// measured with cuda_bench_stage / cuda_bench_kernels (bf16, 4096-token microbatches; figures and
+// commands in docs/results.md). A FLOP count alone would say that a dense SwiGLU layer and a top-4
+// MoE layer cost the same; on the GPU the MoE's grouped products, routing, permutation and combine
+// make it cost more, so the stage holding the two dense layers should take more layers. Only the
+// ratios between the rates matter for the split.
+#include <algorithm>
+
+#include "rank/stage_plan.h"
+
+namespace lfm2 {
+namespace {
+
+struct GpuRates {
+  double gemm_tflops;        // dense projections (cuBLAS)
+  double grouped_tflops;     // the experts' grouped products
+  double attention_tflops;   // the attention core (QK^T, softmax, PV)
+  double moe_us_per_token;   // routing, permutation, SwiGLU and combine of one MoE layer
+  double layer_us_per_token; // norms and residual adds of any layer
+};
+
+// Measured on one H100, bf16, 4096 tokens per microbatch (docs/results.md, 2026-11-23).
+constexpr GpuRates kRates = {600.0, 200.0, 100.0, 0.10, 0.01};
+
+}  // namespace
+
+double gpu_layer_seconds_per_token(const ModelConfig& cfg, int il, int64_t seq_len) {
+  const double H = double(cfg.hidden_size), hd = double(cfg.head_dim());
+  const double nh = double(cfg.num_attention_heads), nkv = double(cfg.num_key_value_heads);
+  double gemm = 0, grouped = 0, attention = 0, us = kRates.layer_us_per_token;
+  if (cfg.is_attention(il)) {
+    gemm += 2 * H * hd * (2 * nh + 2 * nkv);
+    attention += 2.0 * nh * hd * double(std::max<int64_t>(seq_len, 1));  // causal: S/2 keys on average
+  } else {
+    gemm += 2 * H * 4 * H;
+  }
+  if (cfg.is_moe(il)) {
+    gemm += 2 * H * double(cfg.num_experts);
+    grouped += 2 * 3 * H * double(cfg.moe_intermediate_size) * double(cfg.num_experts_per_tok);
+    us += kRates.moe_us_per_token;
+  } else {
+    gemm += 2 * 3 * H * double(cfg.intermediate_size);
+  }
+  return gemm / (kRates.gemm_tflops * 1e12) + grouped / (kRates.grouped_tflops * 1e12) +
+         attention / (kRates.attention_tflops * 1e12) + us * 1e-6;
+}
+
+double gpu_head_seconds_per_token(const ModelConfig& cfg, int64_t seq_len, bool all_positions) {
+  const double per_position = 2.0 * double(cfg.hidden_size) * double(cfg.vocab_size) / (kRates.gemm_tflops * 1e12);
+  return all_positions ? per_position : per_position / double(std::max<int64_t>(seq_len, 1));
+}
+
+}  // namespace lfm2
