@@ -190,21 +190,25 @@ void WeightReader::read_rows_raw(const std::string& dataset, int64_t row_begin, 
 }
 
 void WeightReader::read(const TensorSpec& spec, void* out, DType want) {
+  read_rows(spec, 0, spec.shape.empty() ? 0 : spec.shape[0], out, want);
+}
+
+void WeightReader::read_rows(const TensorSpec& spec, int64_t row_begin, int64_t n_rows, void* out, DType want) {
   LFM2_CHECK(has(spec.path), path_, ": dataset '", spec.path, "' is missing");
   auto got = shape(spec.path);
   LFM2_CHECK(got == spec.shape, path_, ": dataset '", spec.path, "' has shape ", shape_str(got), ", expected ",
              shape_str(spec.shape));
   const DType stored = dtype(spec.path);
   if (stored == want) {
-    read_rows_raw(spec.path, 0, spec.shape[0], out);
+    read_rows_raw(spec.path, row_begin, n_rows, out);
     return;
   }
   // Convert step by step so that a large tensor needs only a bounded staging buffer.
   const int64_t step = rows_per_step(spec.shape, dtype_size(stored)), per_row = row_elems(spec.shape);
-  std::vector<char> staging(size_t(std::min(step, spec.shape[0]) * per_row) * dtype_size(stored));
-  for (int64_t r = 0; r < spec.shape[0]; r += step) {
-    int64_t n = std::min(step, spec.shape[0] - r);
-    read_rows_raw(spec.path, r, n, staging.data());
+  std::vector<char> staging(size_t(std::min(step, std::max<int64_t>(n_rows, 1)) * per_row) * dtype_size(stored));
+  for (int64_t r = 0; r < n_rows; r += step) {
+    int64_t n = std::min(step, n_rows - r);
+    read_rows_raw(spec.path, row_begin + r, n, staging.data());
     convert_elements(static_cast<char*>(out) + size_t(r * per_row) * dtype_size(want), want, staging.data(), stored,
                      size_t(n * per_row));
   }

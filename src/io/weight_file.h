@@ -83,6 +83,8 @@ class WeightReader {
   // Reads the whole tensor into `out` as `want` (converting from the stored dtype). Throws if the
   // dataset is missing or its shape differs from spec.shape.
   void read(const TensorSpec& spec, void* out, DType want);
+  // The same for rows [row_begin, row_begin + n_rows) of the first dimension.
+  void read_rows(const TensorSpec& spec, int64_t row_begin, int64_t n_rows, void* out, DType want);
   std::vector<float> read_f32(const TensorSpec& spec);
   // Reads rows [row_begin, row_begin + n_rows) of the first dimension, stored dtype kept.
   void read_rows_raw(const std::string& dataset, int64_t row_begin, int64_t n_rows, void* out);

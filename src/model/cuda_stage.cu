@@ -23,7 +23,8 @@
 #include "kernels/cuda/cublas_ctx.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/rope.h"
-#include "model/layer_weights.h"
+#include "io/weight_names.h"
+#include "model/weight_upload.h"
 
 namespace lfm2 {
 namespace {
@@ -363,107 +364,66 @@ class CudaStage final : public CudaStageExecutor {
                " tokens, but buffers were allocated for ", capacity_, " (alloc_hidden)");
   }
 
-  // ---- weights
+  // ---- weights: the stage's tensors straight from the file into one device allocation, matrices
+  // in T (q/k/v stacked, w1/w3 stacked; per expert for the MoE), norms and conv taps in fp32.
   void upload_weights(WeightReader& reader) {
-    ModelWeights w = load_model_weights(reader, range_.layer_begin, range_.layer_end, range_.is_first,
-                                        range_.is_last);
-    const int64_t H = cfg_.hidden_size, hd = cfg_.head_dim(), Im = cfg_.moe_intermediate_size;
-    const int64_t et = sizeof(T);
-
-    // Pass 1: reserve every tensor's place (stacked where one GEMM covers several).
-    struct Item {
-      int64_t offset;
-      std::vector<const std::vector<float>*> parts;  // concatenated in order (rows stacked)
-      bool f32;
-      int64_t stride_parts = 0;  // >0: interleave parts per expert, each part's block of this many floats
-    };
-    std::vector<Item> items;
-    auto add = [&](std::vector<const std::vector<float>*> parts, bool f32, int64_t stride_parts = 0) -> int64_t {
-      int64_t n = 0;
-      for (auto* p : parts) n += int64_t(p->size());
-      const int64_t off = arena_.reserve(n * (f32 ? 4 : et));
-      items.push_back({off, std::move(parts), f32, stride_parts});
-      return off;
-    };
+    const int il0 = range_.layer_begin, il1 = range_.layer_end;
+    WeightUploader up(reader, stage_tensor_specs(cfg_, il0, il1, range_.is_first, range_.is_last), device_);
+    const DType t = dtype_of<T>(), f32 = DType::F32;
     struct Offs {
       int64_t op_norm = -1, ffn_norm = -1, wqkv = -1, qn = -1, kn = -1, ao = -1, cw = -1, ci = -1, co = -1, w13 = -1,
               w2 = -1, gate = -1, bias = -1;
     };
-    std::vector<Offs> offs(w.layers.size());
-    for (size_t i = 0; i < w.layers.size(); ++i) {
-      const LayerWeights& l = w.layers[i];
-      Offs& o = offs[i];
-      o.op_norm = add({&l.operator_norm}, true);
-      o.ffn_norm = add({&l.ffn_norm}, true);
-      if (l.is_attention) {
-        o.wqkv = add({&l.q_proj, &l.k_proj, &l.v_proj}, false);
-        o.qn = add({&l.q_layernorm}, true);
-        o.kn = add({&l.k_layernorm}, true);
-        o.ao = add({&l.out_proj}, false);
+    std::vector<Offs> offs;
+    for (int il = il0; il < il1; ++il) {
+      auto p = [&](const char* leaf) { return layer_path(il, leaf); };
+      Offs o;
+      o.op_norm = up.reserve(p("operator_norm"), f32);
+      o.ffn_norm = up.reserve(p("ffn_norm"), f32);
+      if (cfg_.is_attention(il)) {
+        o.wqkv = up.reserve({p("self_attn/q_proj"), p("self_attn/k_proj"), p("self_attn/v_proj")}, t);
+        o.qn = up.reserve(p("self_attn/q_layernorm"), f32);
+        o.kn = up.reserve(p("self_attn/k_layernorm"), f32);
+        o.ao = up.reserve(p("self_attn/out_proj"), t);
       } else {
-        o.cw = add({&l.conv}, true);
-        o.ci = add({&l.conv_in_proj}, false);
-        o.co = add({&l.conv_out_proj}, false);
+        o.cw = up.reserve(p("conv/conv"), f32);
+        o.ci = up.reserve(p("conv/in_proj"), t);
+        o.co = up.reserve(p("conv/out_proj"), t);
       }
-      if (l.is_moe) {
-        o.gate = add({&l.gate}, false);
-        if (!l.expert_bias.empty()) o.bias = add({&l.expert_bias}, true);
-        o.w13 = add({&l.experts_w1, &l.experts_w3}, false, Im * H);
-        o.w2 = add({&l.experts_w2}, false);
+      if (cfg_.is_moe(il)) {
+        o.gate = up.reserve(p("feed_forward/gate"), t);
+        if (up.has(p("feed_forward/expert_bias"))) o.bias = up.reserve(p("feed_forward/expert_bias"), f32);
+        o.w13 = up.reserve({p("feed_forward/experts/w1"), p("feed_forward/experts/w3")}, t, /*interleave=*/true);
+        o.w2 = up.reserve(p("feed_forward/experts/w2"), t);
       } else {
-        o.w13 = add({&l.w1, &l.w3}, false);
-        o.w2 = add({&l.w2}, false);
+        o.w13 = up.reserve({p("feed_forward/w1"), p("feed_forward/w3")}, t);
+        o.w2 = up.reserve(p("feed_forward/w2"), t);
       }
+      offs.push_back(o);
     }
     int64_t off_embed = -1, off_norm = -1, off_head = -1;
-    if (range_.is_first || (range_.is_last && cfg_.tie_word_embeddings)) off_embed = add({&w.embed_tokens}, false);
+    if (range_.is_first || (range_.is_last && cfg_.tie_word_embeddings)) off_embed = up.reserve(names::kEmbedTokens, t);
     if (range_.is_last) {
-      off_norm = add({&w.embedding_norm}, true);
-      if (!cfg_.tie_word_embeddings) off_head = add({&w.lm_head}, false);
+      off_norm = up.reserve(names::kEmbeddingNorm, f32);
+      if (!cfg_.tie_word_embeddings) off_head = up.reserve(names::kLmHead, t);
     }
-    std::vector<float> inv_freq(size_t(std::max<int64_t>(hd / 2, 1)));
-    cpu::rope_inv_freq(inv_freq.data(), hd, cfg_.rope_theta);
-    const int64_t off_if = add({&inv_freq}, true);
+    std::vector<float> inv_freq(size_t(std::max<int64_t>(cfg_.head_dim() / 2, 1)));
+    cpu::rope_inv_freq(inv_freq.data(), cfg_.head_dim(), cfg_.rope_theta);
+    const int64_t off_if = up.reserve_host(inv_freq);
 
-    // Pass 2: one allocation, then convert and copy each tensor.
+    arena_.reserve(up.total_bytes());
     arena_.allocate(device_);
-    std::vector<char> staging;
-    for (const Item& it : items) {
-      int64_t n = 0;
-      for (auto* p : it.parts) n += int64_t(p->size());
-      const int64_t es = it.f32 ? 4 : et;
-      staging.resize(size_t(std::max<int64_t>(n * es, 1)));
-      const DType to = it.f32 ? DType::F32 : dtype_of<T>();
-      if (it.stride_parts > 0) {  // experts: [w1_e; w3_e] for each e
-        const int64_t blk = it.stride_parts, n_exp = int64_t(it.parts[0]->size()) / blk;
-        int64_t pos = 0;
-        for (int64_t e = 0; e < n_exp; ++e)
-          for (auto* p : it.parts) {
-            convert_elements(staging.data() + pos * es, to, p->data() + e * blk, DType::F32, size_t(blk));
-            pos += blk;
-          }
-      } else {
-        int64_t pos = 0;
-        for (auto* p : it.parts) {
-          convert_elements(staging.data() + pos * es, to, p->data(), DType::F32, p->size());
-          pos += int64_t(p->size());
-        }
-      }
-      CUDA_CHECK(cudaMemcpy(arena_.base() + it.offset, staging.data(), size_t(n * es), cudaMemcpyHostToDevice));
-    }
-    // The copies ran on the legacy stream, which the non-blocking compute stream does not wait for,
-    // and a pageable copy may return before its DMA lands: finish them before any kernel reads.
-    CUDA_CHECK(cudaDeviceSynchronize());
+    up.upload(arena_.base(), cat("uploading ", il1 - il0, " layers to GPU ", device_));
 
     auto tp = [&](int64_t o) -> const T* { return o < 0 ? nullptr : reinterpret_cast<const T*>(arena_.base() + o); };
     auto fp = [&](int64_t o) -> const float* {
       return o < 0 ? nullptr : reinterpret_cast<const float*>(arena_.base() + o);
     };
-    for (size_t i = 0; i < w.layers.size(); ++i) {
-      const Offs& o = offs[i];
+    for (int il = il0; il < il1; ++il) {
+      const Offs& o = offs[size_t(il - il0)];
       DevLayer<T> d;
-      d.is_attention = w.layers[i].is_attention;
-      d.is_moe = w.layers[i].is_moe;
+      d.is_attention = cfg_.is_attention(il);
+      d.is_moe = cfg_.is_moe(il);
       d.operator_norm = fp(o.op_norm);
       d.ffn_norm = fp(o.ffn_norm);
       d.wqkv = tp(o.wqkv);

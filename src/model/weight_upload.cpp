@@ -1,0 +1,136 @@
+#include "model/weight_upload.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include <cuda_runtime_api.h>
+
+#include "common/cuda_check.h"
+#include "common/error.h"
+#include "common/log.h"
+
+namespace lfm2 {
+namespace {
+
+constexpr int64_t kAlign = 256;
+constexpr int64_t kStagingBytes = int64_t(64) << 20;  // per staging buffer; the largest piece
+
+int64_t align_up(int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+int64_t row_elems(const TensorSpec& s) {
+  int64_t n = 1;
+  for (size_t i = 1; i < s.shape.size(); ++i) n *= s.shape[i];
+  return n;
+}
+
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+}  // namespace
+
+WeightUploader::WeightUploader(WeightReader& reader, std::vector<TensorSpec> specs, int device)
+    : reader_(reader), specs_(std::move(specs)), device_(device) {}
+
+WeightUploader::~WeightUploader() = default;
+
+const TensorSpec& WeightUploader::spec(const std::string& path) const {
+  for (const TensorSpec& s : specs_)
+    if (s.path == path) return s;
+  LFM2_FAIL(reader_.path(), ": '", path, "' is not one of this stage's tensors");
+}
+
+bool WeightUploader::has(const std::string& path) const { return reader_.has(path); }
+
+// Pieces of at most kStagingBytes, whole rows of the first dimension (a row larger than that is
+// refused: no tensor of this model has one).
+void WeightUploader::add_rows(const TensorSpec& s, int64_t row_begin, int64_t n_rows, DType as, int64_t offset) {
+  const int64_t row_bytes = row_elems(s) * int64_t(dtype_size(as));
+  LFM2_CHECK(row_bytes <= kStagingBytes, s.path, ": a row of ", row_bytes, " bytes is over the staging buffer");
+  const int64_t step = std::max<int64_t>(1, kStagingBytes / std::max<int64_t>(row_bytes, 1));
+  for (int64_t r = 0; r < n_rows; r += step) {
+    const int64_t n = std::min(step, n_rows - r);
+    pieces_.push_back({&s, nullptr, row_begin + r, n, as, offset, n * row_bytes});
+    offset += n * row_bytes;
+  }
+}
+
+int64_t WeightUploader::reserve(const std::vector<std::string>& paths, DType as, bool interleave) {
+  std::vector<const TensorSpec*> parts;
+  for (const std::string& p : paths) parts.push_back(&spec(p));
+  const int64_t start = total_;
+  int64_t offset = start;
+  if (interleave) {
+    const int64_t rows = parts[0]->shape[0];
+    for (const TensorSpec* s : parts) LFM2_CHECK(s->shape[0] == rows, s->path, ": interleaved parts differ in rows");
+    for (int64_t r = 0; r < rows; ++r)
+      for (const TensorSpec* s : parts) {
+        add_rows(*s, r, 1, as, offset);
+        offset += row_elems(*s) * int64_t(dtype_size(as));
+      }
+  } else {
+    for (const TensorSpec* s : parts) {
+      add_rows(*s, 0, s->shape[0], as, offset);
+      offset += s->numel() * int64_t(dtype_size(as));
+    }
+  }
+  total_ = start + align_up(offset - start);
+  return start;
+}
+
+int64_t WeightUploader::reserve_host(const std::vector<float>& data) {
+  LFM2_CHECK(int64_t(data.size() * sizeof(float)) <= kStagingBytes, "weight upload: host block too large");
+  const int64_t start = total_;
+  pieces_.push_back({nullptr, &data, 0, 0, DType::F32, start, int64_t(data.size() * sizeof(float))});
+  total_ = start + align_up(int64_t(data.size() * sizeof(float)));
+  return start;
+}
+
+void WeightUploader::upload(char* base, const std::string& what) {
+  CUDA_CHECK(cudaSetDevice(device_));
+  cudaStream_t stream = nullptr;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  void* staging[2] = {nullptr, nullptr};
+  cudaEvent_t copied[2] = {nullptr, nullptr};
+  int64_t total = 0;
+  for (const Piece& p : pieces_) total += p.bytes;
+  // Everything is released on the way out, also when a read fails half way.
+  auto release = [&] {
+    cudaStreamSynchronize(stream);
+    for (int i = 0; i < 2; ++i) {
+      if (staging[i]) cudaFreeHost(staging[i]);
+      if (copied[i]) cudaEventDestroy(copied[i]);
+    }
+    cudaStreamDestroy(stream);
+  };
+  try {
+    for (int i = 0; i < 2; ++i) {
+      CUDA_CHECK(cudaHostAlloc(&staging[i], size_t(kStagingBytes), cudaHostAllocDefault));
+      CUDA_CHECK(cudaEventCreateWithFlags(&copied[i], cudaEventDisableTiming));
+    }
+    const double t0 = now_s();
+    Progress progress(what, double(total), total > (int64_t(1) << 30));
+    for (size_t i = 0; i < pieces_.size(); ++i) {
+      const Piece& p = pieces_[i];
+      const int s = int(i % 2);
+      CUDA_CHECK(cudaEventSynchronize(copied[s]));  // the copy out of this buffer two pieces ago
+      if (p.spec)
+        reader_.read_rows(*p.spec, p.row_begin, p.n_rows, staging[s], p.as);
+      else
+        std::copy(p.host->begin(), p.host->end(), static_cast<float*>(staging[s]));
+      CUDA_CHECK(cudaMemcpyAsync(base + p.offset, staging[s], size_t(p.bytes), cudaMemcpyHostToDevice, stream));
+      CUDA_CHECK(cudaEventRecord(copied[s], stream));
+      progress.advance(double(p.bytes));
+    }
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    progress.finish();
+    const double secs = now_s() - t0;
+    if (total > (int64_t(1) << 30))
+      log_info(cat(what, ": ", total >> 20, " MiB in ", int64_t(secs * 1000), " ms (",
+                   int64_t(double(total) / std::max(secs, 1e-9) / 1e6), " MB/s)"));
+  } catch (...) {
+    release();
+    throw;
+  }
+  release();
+}
+
+}  // namespace lfm2
