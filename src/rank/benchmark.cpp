@@ -27,6 +27,17 @@ double BenchmarkSummary::measured_bubble() const {
   return 1.0 - sum / (double(n_ranks) * wall_mean_s);
 }
 
+double BenchmarkSummary::busy_spread() const {
+  double lo = 1e300, hi = 0;
+  for (double b : busy_s) {
+    lo = std::min(lo, b);
+    hi = std::max(hi, b);
+  }
+  return hi > 0 ? (hi - lo) / hi : 0.0;
+}
+
+double BenchmarkSummary::busy_fraction() const { return 1.0 - measured_bubble(); }
+
 double BenchmarkSummary::gpipe_bubble() const { return lfm2::gpipe_bubble(n_ranks, n_micro); }
 
 std::vector<std::string> BenchmarkSummary::report() const {
@@ -49,6 +60,9 @@ std::vector<std::string> BenchmarkSummary::report() const {
   std::snprintf(buf, sizeof buf,
                 "benchmark: bubble %.1f%% measured (1 - sum busy / (P * wall)), GPipe (P-1)/(M+P-1) = %.1f%%",
                 100.0 * measured_bubble(), 100.0 * gpipe_bubble());
+  lines.push_back(buf);
+  std::snprintf(buf, sizeof buf, "benchmark: busy spread %.1f%% (busiest vs idlest stage), busy / wall %.3f",
+                100.0 * busy_spread(), busy_fraction());
   lines.push_back(buf);
   return lines;
 }

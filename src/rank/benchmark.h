@@ -27,6 +27,8 @@ struct BenchmarkSummary {
   double tokens_per_s() const { return double(n_seq * seq_len) / wall_mean_s; }
   double measured_bubble() const;
   double gpipe_bubble() const;
+  double busy_spread() const;    // (busiest - idlest) / busiest stage
+  double busy_fraction() const;  // sum busy / (P * wall) = 1 - measured_bubble()
   std::vector<std::string> report() const;  // the lines rank 0 prints
 };
 
