@@ -17,7 +17,8 @@
 # Every run is cut off at $RUN_TIMEOUT_S; runs that would start after $BUDGET_S are skipped.
 # Environment: OUT, WORK (/tmp/lfm2-bench), BUILD_DIR (/tmp/lfm2-build), PRESET (lfm2-8b-a1b),
 # N (1024), S (32), REPEAT (3), RUNS, SKIP_<PHASE>=1, PEER_SCRIPT (hf_peer.py; default .bench/ or
-# ../shared/bench/), BUDGET_S (500), RUN_TIMEOUT_S (150), EXTRA (more lfm2-rank options for every run).
+# ../shared/bench/), BUDGET_S (500), RUN_TIMEOUT_S (150), EXTRA (more lfm2-rank options for every run),
+# VALIDATE_P (the rank counts validated in fp32; default 1 and all GPUs).
 set -uo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -157,7 +158,7 @@ fi
 
 # ---- validation in fp32 against transformers' answers
 if ! skip VALIDATE && [ -f "$ANSWERS.done" ]; then
-  for np in 1 $([ "$NGPU" -gt 1 ] && echo "$NGPU"); do
+  for np in ${VALIDATE_P:-1 $([ "$NGPU" -gt 1 ] && echo "$NGPU")}; do
     one_run "validate-fp32-p$np" "$np" validate.log --dtype fp32 --answers "$ANSWERS" --microbatch 128
   done
   one_run "validate-bf16-p$NGPU" "$NGPU" validate.log --dtype bf16 --answers "$ANSWERS"
