@@ -23,7 +23,27 @@ struct GpuRates {
 // Measured on one H100, bf16, 4096 tokens per microbatch (docs/results.md, 2026-11-23).
 constexpr GpuRates kRates = {600.0, 200.0, 100.0, 0.10, 0.01};
 
+// Relative throughput of a layer at a microbatch of this many tokens (16384: 1): the expert GEMMs
+// have tokens * top_k / n_experts rows per expert, and a tile of 128 rows is half empty at 1024.
+struct Efficiency {
+  int64_t tokens;
+  double rate;
+};
+constexpr Efficiency kEfficiency[] = {{256, 0.20}, {1024, 0.45}, {2048, 0.70}, {4096, 0.87}, {8192, 0.95},
+                                      {16384, 1.0}};
+
 }  // namespace
+
+double gpu_microbatch_efficiency(int64_t tokens) {
+  const int n = int(sizeof kEfficiency / sizeof kEfficiency[0]);
+  if (tokens <= kEfficiency[0].tokens) return kEfficiency[0].rate * double(std::max<int64_t>(tokens, 1)) / 256.0;
+  for (int i = 1; i < n; ++i)
+    if (tokens <= kEfficiency[i].tokens) {  // linear between the measured points
+      const Efficiency a = kEfficiency[i - 1], b = kEfficiency[i];
+      return a.rate + (b.rate - a.rate) * double(tokens - a.tokens) / double(b.tokens - a.tokens);
+    }
+  return 1.0;
+}
 
 double gpu_layer_seconds_per_token(const ModelConfig& cfg, int il, int64_t seq_len) {
   const double H = double(cfg.hidden_size), hd = double(cfg.head_dim());

@@ -43,11 +43,13 @@ double head_cost(const ModelConfig& cfg, int64_t seq_len, bool all_positions, Co
 double gpu_layer_seconds_per_token(const ModelConfig& cfg, int il, int64_t seq_len);
 double gpu_head_seconds_per_token(const ModelConfig& cfg, int64_t seq_len, bool all_positions);
 
-// The default sequences per microbatch. CPU: about 4 microbatches per rank. GPU: about
-// kGpuMicrobatchTokens tokens each (the expert GEMMs lose efficiency on fewer rows), fewer where that
-// would leave under 2 microbatches per rank (the bubble would grow past what the bigger GEMMs win).
-inline constexpr int64_t kGpuMicrobatchTokens = 4096;
+// The default sequences per microbatch. CPU: about 4 microbatches per rank. GPU: the size that
+// minimises the estimated run time (M + P - 1) x (tokens per microbatch / relative GEMM efficiency
+// at that many tokens): small microbatches shrink the fill-and-drain bubble, large ones keep the
+// expert GEMMs efficient (gpu_costs.cpp holds the efficiency curve). At most 16384 tokens each.
 int64_t default_microbatch(int64_t n_seq, int64_t seq_len, int n_ranks, bool gpu);
+// The GPU's relative throughput at `tokens` tokens per microbatch (1 at 16384 and above).
+double gpu_microbatch_efficiency(int64_t tokens);
 
 // The plan of every rank from per-rank layer counts.
 std::vector<StagePlan> make_stage_plans(const std::vector<int>& counts);

@@ -108,12 +108,15 @@ TEST(Partition, GpuCostModelBalancesTheDenseLayers) {
 }
 
 TEST(Partition, DefaultMicrobatch) {
-  EXPECT_EQ(default_microbatch(32, 32, 4, false), 2);      // CPU: 4 per rank
-  EXPECT_EQ(default_microbatch(1024, 32, 4, true), 128);   // GPU: 4096 tokens
-  EXPECT_EQ(default_microbatch(1024, 32, 8, true), 64);    // at least 2 per rank
-  EXPECT_EQ(default_microbatch(1024, 32, 1, true), 128);
-  EXPECT_EQ(default_microbatch(32, 8192, 1, true), 1);     // one long sequence is already 8192 tokens
-  EXPECT_EQ(default_microbatch(3, 32, 1, true), 2);
+  EXPECT_EQ(default_microbatch(32, 32, 4, false), 2);     // CPU: 4 per rank
+  EXPECT_EQ(default_microbatch(1024, 32, 1, true), 512);  // one stage: no bubble, the biggest GEMMs
+  EXPECT_EQ(default_microbatch(1024, 32, 2, true), 128);  // measured best on 2 x H200 (docs/results.md)
+  EXPECT_EQ(default_microbatch(1024, 32, 4, true), 128);
+  EXPECT_EQ(default_microbatch(1024, 32, 8, true), 64);   // more stages: a smaller bubble pays
+  EXPECT_EQ(default_microbatch(32, 8192, 4, true), 1);    // one long sequence is already 8192 tokens
+  EXPECT_EQ(default_microbatch(3, 32, 1, true), 3);
+  for (int64_t t : {100, 1000, 3000, 5000, 10000, 20000})  // the efficiency curve rises
+    EXPECT_LE(gpu_microbatch_efficiency(t), gpu_microbatch_efficiency(t + 1000));
 }
 
 TEST(Partition, MatchesBruteForceOnRandomCosts) {
