@@ -99,17 +99,32 @@ TokenInputs read_inputs(const std::string& path) {
   LFM2_CHECK(in.n_seq > 0, path, ": input_ids ", shape_str(shape), " holds no sequences");
   LFM2_CHECK(in.seq_len > 0, path, ": input_ids ", shape_str(shape), " holds empty sequences");
   read_all(d.get(), H5T_NATIVE_INT32, &in.ids, in.n_seq * in.seq_len, path + ": reading input_ids");
+  if (h5_exists(f.get(), "lengths")) {
+    H5Handle l = open_dataset(f.get(), path, "lengths", H5T_INTEGER, 1, &shape);
+    LFM2_CHECK(shape[0] == in.n_seq, path, ": lengths ", shape_str(shape), " does not match input_ids (", in.n_seq,
+               " sequences)");
+    read_all(l.get(), H5T_NATIVE_INT32, &in.lengths, in.n_seq, path + ": reading lengths");
+    for (int64_t i = 0; i < in.n_seq; ++i)
+      LFM2_CHECK(in.lengths[size_t(i)] >= 1 && in.lengths[size_t(i)] <= in.seq_len, path, ": lengths[", i, "] = ",
+                 in.lengths[size_t(i)], " is outside [1, ", in.seq_len, "] (the padded row length)");
+  }
   return in;
 }
 
 void check_inputs(const TokenInputs& in, int64_t vocab, int64_t max_positions, const std::string& path) {
   LFM2_CHECK(in.seq_len <= max_positions, path, ": sequences of ", in.seq_len,
              " tokens are longer than the model's max_position_embeddings ", max_positions);
-  for (size_t i = 0; i < in.ids.size(); ++i) {
-    int32_t t = in.ids[i];
-    LFM2_CHECK(t >= 0 && t < vocab, path, ": input_ids[", int64_t(i) / in.seq_len, ", ", int64_t(i) % in.seq_len,
-               "] = ", t, " is outside the vocabulary [0, ", vocab, ")");
-  }
+  for (int64_t s = 0; s < in.n_seq; ++s)
+    for (int64_t p = 0; p < in.length(s); ++p) {
+      const int32_t t = in.ids[size_t(s * in.seq_len + p)];
+      LFM2_CHECK(t >= 0 && t < vocab, path, ": input_ids[", s, ", ", p, "] = ", t, " is outside the vocabulary [0, ",
+                 vocab, ")");
+    }
+}
+
+void zero_padding(TokenInputs& in) {
+  for (int64_t s = 0; s < in.n_seq; ++s)
+    for (int64_t p = in.length(s); p < in.seq_len; ++p) in.ids[size_t(s * in.seq_len + p)] = 0;
 }
 
 TokenAnswers read_answers(const std::string& path) {
@@ -124,6 +139,13 @@ TokenAnswers read_answers(const std::string& path) {
     LFM2_CHECK(shape[0] == a.n_seq, path, ": logits ", shape_str(shape), " does not match next_token (", a.n_seq, ",)");
     a.vocab = shape[1];
     read_all(l.get(), H5T_NATIVE_FLOAT, &a.logits, shape[0] * shape[1], path + ": reading logits");
+  }
+  if (h5_exists(f.get(), "generated")) {
+    H5Handle g = open_dataset(f.get(), path, "generated", H5T_INTEGER, 2, &shape);
+    LFM2_CHECK(shape[0] == a.n_seq, path, ": generated ", shape_str(shape), " does not match next_token (", a.n_seq,
+               ",)");
+    a.n_new = shape[1];
+    read_all(g.get(), H5T_NATIVE_INT32, &a.generated, shape[0] * shape[1], path + ": reading generated");
   }
   return a;
 }
@@ -151,6 +173,12 @@ void write_outputs(const std::string& path, const TokenOutputs& out, const nlohm
     f.write("logits", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, {out.n_seq, out.vocab}, out.logits.data());
   if (!out.all_logits.empty())
     f.write("all_logits", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, {out.n_seq, out.seq_len, out.vocab}, out.all_logits.data());
+  if (!out.generated.empty()) {
+    LFM2_CHECK(int64_t(out.generated.size()) == out.n_seq * out.n_new, path, ": generated size mismatch");
+    LFM2_CHECK(int64_t(out.n_generated.size()) == out.n_seq, path, ": n_generated size mismatch");
+    f.write("generated", H5T_STD_I32LE, H5T_NATIVE_INT32, {out.n_seq, out.n_new}, out.generated.data());
+    f.write("n_generated", H5T_STD_I32LE, H5T_NATIVE_INT32, {out.n_seq}, out.n_generated.data());
+  }
   for (auto it = metadata.begin(); it != metadata.end(); ++it) {
     const auto& v = it.value();
     if (v.is_string())
@@ -169,8 +197,10 @@ void write_outputs(const std::string& path, const TokenOutputs& out, const nlohm
 
 void write_inputs(const std::string& path, const TokenInputs& in) {
   LFM2_CHECK(int64_t(in.ids.size()) == in.n_seq * in.seq_len, path, ": input_ids size mismatch");
+  LFM2_CHECK(in.lengths.empty() || int64_t(in.lengths.size()) == in.n_seq, path, ": lengths size mismatch");
   AtomicFile f(path);
   f.write("input_ids", H5T_STD_I32LE, H5T_NATIVE_INT32, {in.n_seq, in.seq_len}, in.ids.data());
+  if (!in.lengths.empty()) f.write("lengths", H5T_STD_I32LE, H5T_NATIVE_INT32, {in.n_seq}, in.lengths.data());
   f.commit();
 }
 
@@ -181,7 +211,14 @@ TokenOutputs read_outputs(const std::string& path) {
   out.vocab = a.vocab;
   out.next_token = std::move(a.next_token);
   out.logits = std::move(a.logits);
+  out.n_new = a.n_new;
+  out.generated = std::move(a.generated);
   H5Handle f = open_read(path, "outputs");
+  if (h5_exists(f.get(), "n_generated")) {
+    std::vector<int64_t> shape;
+    H5Handle d = open_dataset(f.get(), path, "n_generated", H5T_INTEGER, 1, &shape);
+    read_all(d.get(), H5T_NATIVE_INT32, &out.n_generated, shape[0], path + ": n_generated");
+  }
   if (h5_exists(f.get(), "margin")) {
     std::vector<int64_t> shape;
     H5Handle d = open_dataset(f.get(), path, "margin", H5T_FLOAT, 1, &shape);

@@ -1,8 +1,10 @@
 // Token files of lfm2-rank: inputs, answers and outputs (HDF5, SPEC §2).
 //
-//   inputs   input_ids   int32 (N, S)     token ids, N sequences of S tokens
-//   answers  next_token  int32 (N)        top-1 of the last position
-//            logits      float32 (N, V)   last-position logits (optional)
+//   inputs   input_ids   int32 (N, S)     token ids, N sequences of S tokens (right-padded)
+//            lengths     int32 (N)        optional: sequence i is input_ids[i, :lengths[i]]
+//   answers  next_token  int32 (N)        top-1 of each sequence's last position
+//            logits      float32 (N, V)   that position's logits (optional)
+//            generated   int32 (N, K)     greedy continuation (optional)
 //   outputs  the answers' datasets, plus margin float32 (N) (the top-1 logit minus the runner-up's),
 //            all_logits float32 (N, S, V) with --all-logits, and run metadata as root attributes;
 //            written under a temporary name and renamed into place.
@@ -17,22 +19,32 @@ namespace lfm2 {
 
 struct TokenInputs {
   int64_t n_seq = 0, seq_len = 0;
-  std::vector<int32_t> ids;  // (N, S), row-major
+  std::vector<int32_t> ids;      // (N, S), row-major
+  std::vector<int32_t> lengths;  // (N), or empty: every row is full
+  int32_t length(int64_t i) const { return lengths.empty() ? int32_t(seq_len) : lengths[size_t(i)]; }
 };
 
 struct TokenAnswers {
   int64_t n_seq = 0, vocab = 0;     // vocab 0 when there are no logits
   std::vector<int32_t> next_token;  // (N)
   std::vector<float> logits;        // (N, V) or empty
+  int64_t n_new = 0;                // K: generated tokens per sequence (0 without `generated`)
+  std::vector<int32_t> generated;   // (N, K) or empty
   bool has_logits() const { return !logits.empty(); }
 };
 
-// Reads input_ids (any integer type, converted to int32). Throws a one-line error for a missing or
-// unreadable file, a missing dataset, a non-integer type, a rank other than 2, or an empty shape.
+// Reads input_ids (any integer type, converted to int32) and lengths when present. Throws a
+// one-line error for a missing or unreadable file, a missing dataset, a non-integer type, a rank
+// other than 2, an empty shape, or lengths of the wrong shape or outside [1, S].
 TokenInputs read_inputs(const std::string& path);
 
-// Checks every id is in [0, vocab) and S <= max_positions; throws naming the first offender.
+// Checks every id of every prompt (padding is never read) is in [0, vocab) and S <= max_positions;
+// throws naming the first offender.
 void check_inputs(const TokenInputs& in, int64_t vocab, int64_t max_positions, const std::string& path);
+
+// Sets every padding id (past a sequence's length) to 0, so that nothing downstream reads a value
+// nobody checked; the positions' results are never used.
+void zero_padding(TokenInputs& in);
 
 // Reads next_token and, when present, logits.
 TokenAnswers read_answers(const std::string& path);
@@ -46,6 +58,9 @@ struct TokenOutputs {
   std::vector<float> logits;        // (N, V) last position, or empty
   std::vector<float> margin;        // (N) top-1 minus runner-up logit, or empty
   std::vector<float> all_logits;    // (N, S, V) or empty
+  int64_t n_new = 0;                // K
+  std::vector<int32_t> generated;   // (N, K) generated tokens (after EOS: the EOS id repeated), or empty
+  std::vector<int32_t> n_generated; // (N) tokens generated per sequence (EOS included), or empty
 };
 
 // Writes outputs atomically (path + ".tmp.<pid>", then rename); `metadata` (a JSON object of

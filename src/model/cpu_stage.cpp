@@ -61,14 +61,16 @@ class CpuStage final : public StageExecutor {
     return host_.back().get();
   }
 
-  void head(const void* x, int64_t n_seq, int64_t seq_len, const HeadOutputs& out) override {
+  void head(const void* x, int64_t n_seq, int64_t seq_len, const int32_t* lengths, const HeadOutputs& out) override {
     LFM2_CHECK(w_.is_last, "cpu stage: head() on a stage that is not last");
     const float* h = static_cast<const float*>(x);
     const int64_t H = cfg_.hidden_size, V = cfg_.vocab_size;
     const float eps = float(cfg_.norm_eps);
     std::vector<float> normed(size_t(n_seq * H));
-    for (int64_t s = 0; s < n_seq; ++s)  // each sequence's last position
-      cpu::rmsnorm(normed.data() + s * H, h + ((s + 1) * seq_len - 1) * H, w_.embedding_norm.data(), 1, H, eps, 1);
+    for (int64_t s = 0; s < n_seq; ++s) {  // each sequence's last position
+      const int64_t last = s * seq_len + (lengths ? lengths[s] : seq_len) - 1;
+      cpu::rmsnorm(normed.data() + s * H, h + last * H, w_.embedding_norm.data(), 1, H, eps, 1);
+    }
     float* logits = out.logits ? out.logits : grow(head_logits_, n_seq * V);
     cpu::linear(logits, normed.data(), w_.head_matrix(), n_seq, H, V, n_threads_);
     if (out.next_token) {

@@ -100,16 +100,18 @@ class WeightArena {
 // while the next rows are computed into the other) and the top-1 / margin of one slot's rows.
 class HeadBuffers {
  public:
-  int32_t* top = nullptr;  // (kHeadRows)
-  float* margin = nullptr; // (kHeadRows)
+  int32_t* top = nullptr;      // (kHeadRows)
+  float* margin = nullptr;     // (kHeadRows)
+  int32_t* lengths = nullptr;  // (kHeadRows) the rows' sequence lengths
 
   void allocate(int64_t vocab, int device) {
     if (base_) return;
     slot_floats_ = kHeadRows * vocab;
-    const int64_t bytes = 2 * align_up(slot_floats_ * 4) + 2 * align_up(kHeadRows * 4);
+    const int64_t bytes = 2 * align_up(slot_floats_ * 4) + 3 * align_up(kHeadRows * 4);
     base_ = static_cast<char*>(device_alloc(bytes, "the LM head's logits", device));
     top = reinterpret_cast<int32_t*>(base_ + 2 * align_up(slot_floats_ * 4));
     margin = reinterpret_cast<float*>(base_ + 2 * align_up(slot_floats_ * 4) + align_up(kHeadRows * 4));
+    lengths = reinterpret_cast<int32_t*>(base_ + 2 * align_up(slot_floats_ * 4) + 2 * align_up(kHeadRows * 4));
     for (int i = 0; i < 2; ++i) {
       CUDA_CHECK(cudaEventCreateWithFlags(&computed_[i], cudaEventDisableTiming));
       CUDA_CHECK(cudaEventCreateWithFlags(&copied_[i], cudaEventDisableTiming));
@@ -241,7 +243,7 @@ class CudaStage final : public CudaStageExecutor {
   // Last positions: norm, LM head (fp32 logits, kHeadRows rows at a time), top-1 and margin on the
   // device; the two small results follow on the compute stream, the logits (where asked) on a copy
   // stream while the next rows are computed (two logits slots, each reused once its copy is done).
-  void head(const void* xv, int64_t n_seq, int64_t seq_len, const HeadOutputs& out) override {
+  void head(const void* xv, int64_t n_seq, int64_t seq_len, const int32_t* lengths, const HeadOutputs& out) override {
     LFM2_CHECK(range_.is_last, "cuda stage: head() on a stage that is not last");
     check_capacity(n_seq * seq_len, "head");
     CUDA_CHECK(cudaSetDevice(device_));
@@ -251,7 +253,11 @@ class CudaStage final : public CudaStageExecutor {
     for (int64_t r0 = 0; r0 < n_seq; r0 += kHeadRows) {
       const int64_t rows = std::min(kHeadRows, n_seq - r0);
       float* logits = head_.take_slot(stream_);
-      cuda::rmsnorm_last(y_, x + r0 * seq_len * H, final_norm_, rows, seq_len, H, eps, stream_);
+      if (lengths)  // each sequence's own last position (pinned host memory, read when the copy runs)
+        CUDA_CHECK(cudaMemcpyAsync(head_.lengths, lengths + r0, size_t(rows) * sizeof(int32_t), cudaMemcpyHostToDevice,
+                                   stream_));
+      cuda::rmsnorm_last(y_, x + r0 * seq_len * H, final_norm_, rows, seq_len, H, eps, stream_,
+                         lengths ? head_.lengths : nullptr);
       cuda::linear_f32out(logits, y_, head_w_, rows, H, V, stream_, tf32_);
       cuda::argmax_margin(head_.top, head_.margin, logits, rows, V, stream_);
       if (out.next_token) copy_to_host(out.next_token + r0, head_.top, rows * int64_t(sizeof(int32_t)));

@@ -49,9 +49,11 @@ class StageExecutor {
   virtual void embed(const int32_t* ids, int64_t n_seq, int64_t seq_len, void* x) = 0;
   // This stage's layers, in place on x.
   virtual void forward(void* x, int64_t n_seq, int64_t seq_len) = 0;
-  // Last stage: final norm, LM head and the top-1 with its margin, into `out` (see HeadOutputs).
-  // next_token and margin are always computed; the logits cross to the host only where asked.
-  virtual void head(const void* x, int64_t n_seq, int64_t seq_len, const HeadOutputs& out) = 0;
+  // Last stage: final norm, LM head and the top-1 with its margin, into `out` (see HeadOutputs), at
+  // each sequence's last position: lengths[s] - 1 (lengths: host memory from alloc_host, unchanged
+  // until the queued work is done), or seq_len - 1 without lengths. next_token and margin are always
+  // computed; the logits cross to the host only where asked.
+  virtual void head(const void* x, int64_t n_seq, int64_t seq_len, const int32_t* lengths, const HeadOutputs& out) = 0;
   // Blocks until queued work is done (a no-op on the CPU).
   virtual void synchronize() = 0;
 };

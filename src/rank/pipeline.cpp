@@ -40,6 +40,12 @@ Pipeline::Pipeline(const WorldConfig& world, StageExecutor& exec, Transport& tra
     margin_ = static_cast<float*>(exec_.alloc_host(N * int64_t(sizeof(float))));
     if (shape_.logits) logits_ = static_cast<float*>(exec_.alloc_host(N * V * int64_t(sizeof(float))));
     if (shape_.all_logits) all_logits_ = static_cast<float*>(exec_.alloc_host(N * S * V * int64_t(sizeof(float))));
+    if (!shape_.lengths.empty()) {
+      LFM2_CHECK(int64_t(shape_.lengths.size()) == N, "pipeline: ", shape_.lengths.size(), " lengths for ", N,
+                 " sequences");
+      lengths_ = static_cast<int32_t*>(exec_.alloc_host(N * int64_t(sizeof(int32_t))));
+      std::copy(shape_.lengths.begin(), shape_.lengths.end(), lengths_);
+    }
   }
 }
 
@@ -169,7 +175,8 @@ class Pipeline::Run {
       out.margin = p_.margin_ + seq0;
       out.logits = p_.logits_ ? p_.logits_ + seq0 * V : nullptr;
       out.all_logits = p_.all_logits_ ? p_.all_logits_ + seq0 * S * V : nullptr;
-      step("head", m, [&] { p_.exec_.head(x, n, S, out); });
+      const int32_t* lengths = p_.lengths_ ? p_.lengths_ + seq0 : nullptr;
+      step("head", m, [&] { p_.exec_.head(x, n, S, lengths, out); });
     }
   }
 

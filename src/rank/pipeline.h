@@ -39,6 +39,7 @@ struct PipelineShape {
   int64_t hidden = 0, vocab = 0;
   bool logits = true;       // bring the last position's logits to the host (else next token and margin only)
   bool all_logits = false;  // also the logits of every position
+  std::vector<int32_t> lengths;  // (N) prompt lengths: the head reads position lengths[i] - 1; empty: S
 
   int64_t n_micro() const { return (n_seq + microbatch - 1) / microbatch; }
   int64_t micro_begin(int64_t m) const { return m * microbatch; }
@@ -112,6 +113,7 @@ class Pipeline {
   float* margin_ = nullptr;       // (N)
   float* logits_ = nullptr;       // (N, V) with shape.logits
   float* all_logits_ = nullptr;   // (N, S, V) with shape.all_logits
+  int32_t* lengths_ = nullptr;    // (N) last stage with shape.lengths, alloc_host memory
   BusyTimer* timer_ = nullptr;
   bool tracing_ = false;
   std::vector<TraceSpan> trace_;

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <climits>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -252,6 +253,16 @@ std::vector<std::string> pipeline_report(const std::vector<StageTiming>& timing,
   return lines;
 }
 
+// Rank 0's n ints to every rank.
+std::vector<int32_t> broadcast_ints(const WorldConfig& world, std::vector<int32_t> v, int64_t n, double timeout_s) {
+  v.resize(size_t(n));
+  LFM2_CHECK(n <= INT32_MAX, "broadcasting ", n, " values");
+  MPI_Request req;
+  MPI_CHECK(MPI_Ibcast(v.data(), int(n), MPI_INT32_T, 0, world.comm, &req), "broadcasting the prompt lengths");
+  wait_mpi_request(&req, timeout_s, "broadcasting the prompt lengths");
+  return v;
+}
+
 // An output path whose directory exists and is writable, and that is not a directory itself.
 void check_writable_path(const std::string& path, const char* what) {
   const fs::path dir = fs::absolute(path).parent_path();
@@ -314,16 +325,22 @@ int run_rank(const WorldConfig& world, RankOptions opt) {
       inputs = read_inputs(opt.inputs);
       const ModelConfig& cfg = weights->config();
       check_inputs(inputs, cfg.vocab_size, cfg.max_position_embeddings, opt.inputs);
+      zero_padding(inputs);
     });
   // --device auto: CUDA only when every rank sees a GPU (one transport for the whole job).
   int64_t no_gpu = 1;
 #ifdef LFM2_HAVE_CUDA
   if (opt.device != "cpu") no_gpu = visible_gpu_count() > 0 ? 0 : 1;
 #endif
-  const auto agreed = allreduce_max(world, {ok ? 0 : 1, inputs.n_seq, inputs.seq_len, no_gpu}, opt.timeout_s,
-                                    "the start-up agreement");
+  const auto agreed = allreduce_max(
+      world, {ok ? 0 : 1, inputs.n_seq, inputs.seq_len, no_gpu, inputs.lengths.empty() ? 0 : 1}, opt.timeout_s,
+      "the start-up agreement");
   if (agreed[0] != 0) return kExitError;
   const int64_t N = agreed[1], S = agreed[2];
+  // Every rank learns the prompt lengths (the last one reads each sequence's last position there).
+  std::vector<int32_t> lengths = inputs.lengths;
+  if (agreed[4] != 0 && !startup_step([&] { lengths = broadcast_ints(world, lengths, N, opt.timeout_s); }))
+    return kExitError;
   const bool use_cuda = opt.device == "cuda" || (opt.device == "auto" && agreed[3] == 0);
   const DType dtype = use_cuda ? parse_dtype(opt.dtype) : DType::F32;
 
@@ -433,7 +450,7 @@ int run_rank(const WorldConfig& world, RankOptions opt) {
       // The logits cross to the host only for someone who reads them: the output file, or answers
       // with logits to compare (not in a benchmark, which validates the top-1 only).
       const bool want_logits = !opt.benchmark && (!opt.output.empty() || answers.has_logits());
-      PipelineShape shape{N, S, microbatch, cfg.hidden_size, cfg.vocab_size, want_logits, opt.all_logits};
+      PipelineShape shape{N, S, microbatch, cfg.hidden_size, cfg.vocab_size, want_logits, opt.all_logits, lengths};
       pipeline = std::make_unique<Pipeline>(world, *exec, *transport, shape);
       pipeline->set_tracing(!opt.trace.empty());
       install_kill_hook(*pipeline, world.rank);

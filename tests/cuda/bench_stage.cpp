@@ -103,10 +103,10 @@ int main(int argc, char** argv) {
     std::vector<float> logits(static_cast<size_t>(n_seq * cfg.vocab_size));
     HeadOutputs head;
     head.logits = logits.data();
-    st->head(x, n_seq, seq_len, head);
+    st->head(x, n_seq, seq_len, nullptr, head);
     st->synchronize();
     t0 = now_s();
-    st->head(x, n_seq, seq_len, head);
+    st->head(x, n_seq, seq_len, nullptr, head);
     st->synchronize();
     const double head_ms = (now_s() - t0) * 1e3;
     est += head_ms;

@@ -61,7 +61,7 @@ std::vector<float> run_cpu(WeightReader& reader, const std::vector<int32_t>& ids
   std::vector<float> logits(static_cast<size_t>(n_seq * seq_len * cfg.vocab_size));
   HeadOutputs head;
   head.all_logits = logits.data();
-  stage->head(x, n_seq, seq_len, head);
+  stage->head(x, n_seq, seq_len, nullptr, head);
   return logits;
 }
 
@@ -87,7 +87,7 @@ std::vector<float> run_cuda(WeightReader& reader, const std::vector<StageRange>&
     if (r.is_last) {
       HeadOutputs head;
       (all_positions ? head.all_logits : head.logits) = logits.data();
-      stage->head(x, n_seq, seq_len, head);
+      stage->head(x, n_seq, seq_len, nullptr, head);
       stage->synchronize();
     }
   }
@@ -212,7 +212,7 @@ TEST_F(CudaStageTest, HeadOnTheDeviceAndGraphs) {
     for (int rep = 0; rep < 2; ++rep) {  // the second replays the captured graph
       st->embed(h_ids, n_seq, seq_len, x);
       st->forward(x, n_seq, seq_len);
-      st->head(x, n_seq, seq_len, out);
+      st->head(x, n_seq, seq_len, nullptr, out);
     }
     st->synchronize();
     std::vector<int32_t> top(static_cast<size_t>(n_seq));

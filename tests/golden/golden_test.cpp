@@ -94,7 +94,7 @@ Logits run_stages(WeightReader& reader, const std::vector<StageRange>& ranges, c
       HeadOutputs head;
       head.logits = out.last.data();
       head.all_logits = out.all.data();
-      stage->head(x, g.n_seq, g.seq_len, head);
+      stage->head(x, g.n_seq, g.seq_len, nullptr, head);
     } else {
       std::memcpy(carried.data(), x, carried.size() * sizeof(float));
     }

@@ -37,7 +37,7 @@ std::vector<float> run(WeightReader& reader, const std::vector<StageRange>& rang
     if (r.is_last) {
       HeadOutputs head;
       head.all_logits = logits.data();
-      stage->head(x, n_seq, seq_len, head);
+      stage->head(x, n_seq, seq_len, nullptr, head);
     }
   }
   return logits;

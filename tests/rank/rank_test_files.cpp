@@ -5,6 +5,7 @@
 //   rank_test_files perturb IN.h5 OUT.h5   answers with one wrong top-1 and logits off by 1
 //   rank_test_files same A.h5 B.h5 ...     every file's datasets equal A's, bit for bit
 //   rank_test_files check-trace T.json P M  a --trace file of P ranks and M microbatches is whole
+//   rank_test_files rows-match R.h5 'S%d.h5' row i of R (ragged prompts) equals prompt i run alone
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <cstring>
@@ -41,6 +42,19 @@ void make(const std::string& dir, const std::string& model) {
   TokenInputs longer{1, cfg.max_position_embeddings + 1, {}};
   longer.ids.assign(size_t(longer.seq_len), 1);
   write_inputs(dir + "/too_long.h5", longer);
+  // Ragged prompts (right-padded with ids outside the vocabulary: padding must never be read), and
+  // each prompt alone at its own length.
+  TokenInputs ragged{6, 9, {}, {9, 1, 5, 9, 3, 7}};
+  for (int64_t s = 0; s < 6; ++s) {
+    TokenInputs one{1, ragged.lengths[size_t(s)], {}};
+    for (int64_t p = 0; p < 9; ++p) {
+      const bool pad = p >= ragged.lengths[size_t(s)];
+      ragged.ids.push_back(pad ? int32_t(cfg.vocab_size + 7) : in.ids[size_t(s * 9 + p)]);
+      if (!pad) one.ids.push_back(in.ids[size_t(s * 9 + p)]);
+    }
+    write_inputs(dir + "/single_" + std::to_string(s) + ".h5", one);
+  }
+  write_inputs(dir + "/ragged.h5", ragged);
   TokenOutputs short_answers;
   short_answers.n_seq = 11;
   short_answers.next_token.assign(11, 0);
@@ -90,6 +104,24 @@ int same(const std::vector<std::string>& files) {
     bad += ok ? 0 : 1;
   }
   std::printf("%zu files compared with %s: %d differ\n", files.size() - 1, files[0].c_str(), bad);
+  return bad ? 1 : 0;
+}
+
+// Row i of a ragged run's outputs equals row 0 of `pattern` with %d = i (the prompt run alone), bit
+// for bit: next_token, margin and the last position's logits.
+int rows_match(const std::string& ragged, const std::string& pattern) {
+  const TokenOutputs all = read_outputs(ragged);
+  const size_t pos = pattern.find("%d");
+  LFM2_CHECK(pos != std::string::npos, pattern, ": needs %d");
+  int bad = 0;
+  for (int64_t i = 0; i < all.n_seq; ++i) {
+    const TokenOutputs one = read_outputs(pattern.substr(0, pos) + std::to_string(i) + pattern.substr(pos + 2));
+    const int64_t V = all.vocab;
+    const bool ok = one.next_token[0] == all.next_token[size_t(i)] && one.margin[0] == all.margin[size_t(i)] &&
+                    std::memcmp(one.logits.data(), all.logits.data() + i * V, size_t(V) * sizeof(float)) == 0;
+    std::printf("sequence %lld: %s\n", (long long)i, ok ? "same as alone" : "DIFFERENT");
+    bad += ok ? 0 : 1;
+  }
   return bad ? 1 : 0;
 }
 
@@ -163,6 +195,9 @@ int main(int argc, char** argv) {
   auto* sm = app.add_subcommand("same", "outputs bit-identical to the first");
   sm->add_option("files", files)->required()->expected(2, 100);
   int m = 0;
+  auto* rm = app.add_subcommand("rows-match", "a ragged run's rows equal each prompt run alone");
+  rm->add_option("ragged", a)->required();
+  rm->add_option("pattern", b)->required();
   auto* tr = app.add_subcommand("check-trace", "a --trace file is whole and ordered");
   tr->add_option("trace", a)->required();
   tr->add_option("ranks", n)->required();
@@ -174,6 +209,7 @@ int main(int argc, char** argv) {
     if (*per) perturb(a, b);
     if (*sm) return same(files);
     if (*tr) return check_trace(a, n, m);
+    if (*rm) return rows_match(a, b);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rank_test_files: error: %s\n", e.what());
     return 1;

@@ -52,10 +52,10 @@ class FakeStage final : public StageExecutor {
     seen_.push_back(n_seq);
     if (on_forward) on_forward();
   }
-  void head(const void* x, int64_t n_seq, int64_t seq_len, const HeadOutputs& out) override {
+  void head(const void* x, int64_t n_seq, int64_t seq_len, const int32_t* lengths, const HeadOutputs& out) override {
     EXPECT_TRUE(last_);
     std::vector<float> last(size_t(n_seq * kVocab));
-    scores(x, n_seq, seq_len, false, last.data());
+    scores(x, n_seq, seq_len, false, last.data(), lengths);
     if (out.logits) std::copy(last.begin(), last.end(), out.logits);
     if (out.all_logits) scores(x, n_seq, seq_len, true, out.all_logits);
     std::vector<float> margin(static_cast<size_t>(n_seq));
@@ -68,11 +68,12 @@ class FakeStage final : public StageExecutor {
   std::function<void()> on_forward;  // called after each forward()
 
  private:
-  static void scores(const void* x, int64_t n_seq, int64_t seq_len, bool all_positions, float* logits) {
+  static void scores(const void* x, int64_t n_seq, int64_t seq_len, bool all_positions, float* logits,
+                     const int32_t* lengths = nullptr) {
     const float* h = static_cast<const float*>(x);
     const int64_t rows = all_positions ? n_seq * seq_len : n_seq;
     for (int64_t r = 0; r < rows; ++r) {
-      const int64_t t = all_positions ? r : r * seq_len + seq_len - 1;
+      const int64_t t = all_positions ? r : r * seq_len + (lengths ? lengths[r] : seq_len) - 1;
       for (int64_t v = 0; v < kVocab; ++v) {
         float s = 0;
         for (int64_t c = 0; c < kHidden; ++c) s += h[t * kHidden + c] * float(v - c);
@@ -198,7 +199,7 @@ struct RunOut {
 };
 
 RunOut run_pipeline(const std::vector<int>& counts, int64_t n_seq, int64_t seq_len, int64_t microbatch,
-                    bool all_logits, bool device = false) {
+                    bool all_logits, bool device = false, std::vector<int32_t> lengths = {}) {
   std::vector<int32_t> ids(size_t(n_seq * seq_len));
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i * 7919) % 101);
   const auto plans = make_stage_plans(counts);
@@ -229,7 +230,7 @@ RunOut run_pipeline(const std::vector<int>& counts, int64_t n_seq, int64_t seq_l
           out.posted_at_forward[size_t(r)].push_back(transport.posted_recvs);
         };
         CountingTimer timer;
-        Pipeline pipe(w, stage, transport, PipelineShape{n_seq, seq_len, microbatch, kHidden, kVocab, true, all_logits});
+        Pipeline pipe(w, stage, transport, PipelineShape{n_seq, seq_len, microbatch, kHidden, kVocab, true, all_logits, lengths});
         if (device) pipe.set_busy_timer(&timer);
         const StageTiming t = pipe.run(r == 0 ? ids.data() : nullptr, p.is_last() ? &out.result : nullptr);
         out.seen[size_t(r)] = stage.seen_;
@@ -315,6 +316,21 @@ TEST(PipelineSchedule, DeviceHostNeverWaitsAndReceivesRunAhead) {
   const RunOut cpu = run_pipeline({2, 2, 2}, 10, 4, 1, false);
   EXPECT_GE(cpu.waits_at_forward[1].back(), 10);
   for (int m = 0; m < 10; ++m) EXPECT_GE(cpu.posted_at_forward[1][size_t(m)], m + 1);
+}
+
+// Ragged prompts: the head reads each sequence's own last position, whatever P and the microbatch.
+TEST(PipelineSchedule, RaggedPromptsUseTheirOwnLastPosition) {
+  const std::vector<int32_t> lengths = {4, 1, 3, 2, 4, 1, 2};
+  for (const std::vector<int>& counts : {std::vector<int>{int(kLayers)}, {2, 4}, {1, 2, 3}})
+    for (int64_t mb : {1, 3, 7})
+      for (bool device : {false, true}) {
+        const RunOut r = run_pipeline(counts, 7, 4, mb, true, device, lengths);
+        for (int64_t s = 0; s < 7; ++s)
+          EXPECT_EQ(0, std::memcmp(r.result.logits.data() + s * kVocab,
+                                   r.result.all_logits.data() + (s * 4 + lengths[size_t(s)] - 1) * kVocab,
+                                   kVocab * sizeof(float)))
+              << counts.size() << " ranks, microbatch " << mb << ", sequence " << s;
+      }
 }
 
 TEST(PipelineSchedule, MarginIsTheGapToTheRunnerUp) {

@@ -62,6 +62,56 @@ TEST_F(TokenFiles, InputsRoundTrip) {
   EXPECT_NO_THROW(check_inputs(back, 512, 4, "in.h5"));
 }
 
+// Ragged prompts: lengths travel with the ids; padding is never checked against the vocabulary;
+// a length of 0, past the padded row or of the wrong shape is named.
+TEST_F(TokenFiles, LengthsRoundTripAndAreChecked) {
+  TokenInputs in{3, 4, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, {4, 1, 2}};
+  in.ids[5] = 9999;  // padding of sequence 1 (length 1): never read
+  write_inputs(path("ragged.h5"), in);
+  const TokenInputs back = read_inputs(path("ragged.h5"));
+  EXPECT_EQ(back.lengths, in.lengths);
+  EXPECT_EQ(back.length(1), 1);
+  EXPECT_NO_THROW(check_inputs(back, 512, 4, "ragged.h5"));
+  in.ids[4] = 9999;  // sequence 1's one token
+  EXPECT_NE(error_of([&] { check_inputs(in, 512, 4, "r.h5"); }).find("input_ids[1, 0] = 9999"), std::string::npos);
+  for (int32_t bad : {0, 5, -1}) {
+    TokenInputs b{2, 4, std::vector<int32_t>(8, 1), {2, bad}};
+    write_inputs(path("bad_len.h5"), b);
+    EXPECT_NE(error_of([&] { read_inputs(path("bad_len.h5")); }).find("lengths[1] = " + std::to_string(bad) +
+                                                                        " is outside [1, 4]"),
+              std::string::npos);
+  }
+  const int32_t three[3] = {1, 1, 1};
+  const int32_t ids[4] = {1, 2, 3, 4};
+  write_raw(path("len_shape.h5"), "input_ids", H5T_NATIVE_INT32, {2, 2}, ids);
+  {
+    H5Handle f(H5Fopen(path("len_shape.h5").c_str(), H5F_ACC_RDWR, H5P_DEFAULT));
+    hsize_t n = 3;
+    H5Handle sp(H5Screate_simple(1, &n, nullptr));
+    H5Handle d(H5Dcreate2(f.get(), "lengths", H5T_STD_I32LE, sp.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+    H5Dwrite(d.get(), H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, three);
+  }
+  EXPECT_NE(error_of([&] { read_inputs(path("len_shape.h5")); }).find("lengths (3,) does not match input_ids (2"),
+            std::string::npos);
+}
+
+TEST_F(TokenFiles, GeneratedRoundTrips) {
+  TokenOutputs out;
+  out.n_seq = 2;
+  out.vocab = 3;
+  out.next_token = {1, 2};
+  out.n_new = 3;
+  out.generated = {1, 2, 0, 2, 2, 2};
+  out.n_generated = {3, 1};
+  write_outputs(path("gen.h5"), out, nlohmann::json::object());
+  const TokenOutputs back = read_outputs(path("gen.h5"));
+  EXPECT_EQ(back.generated, out.generated);
+  EXPECT_EQ(back.n_generated, out.n_generated);
+  const TokenAnswers a = read_answers(path("gen.h5"));
+  EXPECT_EQ(a.n_new, 3);
+  EXPECT_EQ(a.generated, out.generated);
+}
+
 TEST_F(TokenFiles, Int64InputsAreAccepted) {
   const int64_t ids[6] = {5, 4, 3, 2, 1, 0};
   write_raw(path("in64.h5"), "input_ids", H5T_NATIVE_INT64, {2, 3}, ids);

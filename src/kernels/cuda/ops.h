@@ -31,10 +31,12 @@ void rmsnorm(T* out, const float* in, const float* weight, int64_t n_rows, int64
 template <typename T>
 void add_rmsnorm(T* out, float* x, const T* delta, const float* weight, int64_t n_rows, int64_t dim, float eps,
                  cudaStream_t stream);
-// RMSNorm of the last token of each sequence only: out (n_seq, dim); in (n_seq * seq_len, dim).
+// RMSNorm of the last token of each sequence only: out (n_seq, dim); in (n_seq * seq_len, dim);
+// lengths (n_seq, device) gives each sequence's own length (its last row is lengths[s] - 1), or null
+// for seq_len.
 template <typename T>
 void rmsnorm_last(T* out, const float* in, const float* weight, int64_t n_seq, int64_t seq_len, int64_t dim,
-                  float eps, cudaStream_t stream);
+                  float eps, cudaStream_t stream, const int32_t* lengths = nullptr);
 
 // --- add.cu: out = a + b (n); out may equal a. The residual add when no norm follows.
 template <typename T>
