@@ -67,27 +67,27 @@ std::vector<std::string> BenchmarkSummary::report() const {
   return lines;
 }
 
-BenchmarkSummary run_benchmark(const WorldConfig& world, Pipeline& pipeline, const std::vector<StagePlan>& plans,
-                               const int32_t* ids, PipelineResult* result, int warmup, int repeat, double timeout_s) {
+BenchmarkSummary run_benchmark(const WorldConfig& world, Pipeline& pipeline, ScoreJob& job,
+                               const std::vector<StagePlan>& plans, int warmup, int repeat, double timeout_s) {
   LFM2_CHECK(repeat >= 1, "--repeat must be at least 1");
   BenchmarkSummary s;
   s.n_ranks = world.size;
-  s.n_seq = pipeline.shape().n_seq;
-  s.seq_len = pipeline.shape().seq_len;
-  s.n_micro = pipeline.shape().n_micro();
-  s.microbatch = pipeline.shape().microbatch;
+  s.n_seq = job.shape().n_seq;
+  s.seq_len = job.shape().seq_len;
+  s.n_micro = job.shape().n_micro();
+  s.microbatch = job.shape().microbatch;
   s.repeat = repeat;
   s.plans = plans;
   for (int i = 0; i < warmup; ++i) {
     if (world.is_first()) log_info(cat("benchmark: warm-up ", i + 1, "/", warmup));
     barrier(world, timeout_s);
-    pipeline.run(ids, result);
+    pipeline.run(job);
   }
   double busy = 0, wall_sum = 0, wall_min = 1e300;
   for (int i = 0; i < repeat; ++i) {
     barrier(world, timeout_s);
     const double t0 = now_s();
-    busy += pipeline.run(ids, result).busy_s;
+    busy += pipeline.run(job).busy_s;
     barrier(world, timeout_s);
     const double wall = now_s() - t0;
     wall_sum += wall;

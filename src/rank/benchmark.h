@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "rank/pipeline.h"
+#include "rank/score_job.h"
 #include "rank/stage_plan.h"
 
 namespace lfm2 {
@@ -32,9 +33,9 @@ struct BenchmarkSummary {
   std::vector<std::string> report() const;  // the lines rank 0 prints
 };
 
-// Runs `warmup` untimed and `repeat` timed repetitions on every rank; the summary is complete on
-// rank 0. `result` (last rank) receives the last repetition's outputs.
-BenchmarkSummary run_benchmark(const WorldConfig& world, Pipeline& pipeline, const std::vector<StagePlan>& plans,
-                               const int32_t* ids, PipelineResult* result, int warmup, int repeat, double timeout_s);
+// Runs `warmup` untimed and `repeat` timed repetitions of `job` on every rank; the summary is
+// complete on rank 0. The job holds the last repetition's results.
+BenchmarkSummary run_benchmark(const WorldConfig& world, Pipeline& pipeline, ScoreJob& job,
+                               const std::vector<StagePlan>& plans, int warmup, int repeat, double timeout_s);
 
 }  // namespace lfm2

@@ -5,6 +5,8 @@
 #include <csignal>
 #include <cstring>
 #include <future>
+#include <iterator>
+#include <map>
 
 #include "common/error.h"
 
@@ -17,40 +19,19 @@ double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock:
 // still unambiguous.
 int tag_of(int64_t m) { return int(m % 32767); }
 
-std::string what(int64_t m) { return cat("microbatch ", m); }
-
 }  // namespace
-
-int64_t PipelineShape::micro_size(int64_t m) const { return std::min(microbatch, n_seq - m * microbatch); }
 
 double gpipe_bubble(int n_stages, int64_t n_micro) { return double(n_stages - 1) / double(n_micro + n_stages - 1); }
 
-Pipeline::Pipeline(const WorldConfig& world, StageExecutor& exec, Transport& transport, const PipelineShape& shape)
-    : world_(world), exec_(exec), transport_(transport), shape_(shape) {
-  LFM2_CHECK(shape_.n_seq > 0 && shape_.seq_len > 0 && shape_.microbatch > 0, "pipeline: empty batch");
+Pipeline::Pipeline(const WorldConfig& world, StageExecutor& exec, Transport& transport, int64_t hidden,
+                   int64_t max_item_tokens)
+    : world_(world), exec_(exec), transport_(transport) {
+  LFM2_CHECK(max_item_tokens > 0, "pipeline: empty items");
   LFM2_CHECK(!exec_.on_device() || transport_.accepts_device_memory(), "the ", transport_.name(),
              " transport cannot move device buffers");
-  const int64_t N = shape_.n_seq, S = shape_.seq_len, V = shape_.vocab;
-  const int64_t max_tokens = std::min(shape_.microbatch, N) * S;
   n_buf_ = world_.size == 1 ? 1 : 3;
-  for (int b = 0; b < n_buf_; ++b) buf_.push_back(exec_.alloc_hidden(max_tokens));
-  if (world_.is_first()) ids_ = static_cast<int32_t*>(exec_.alloc_host(N * S * int64_t(sizeof(int32_t))));
-  if (world_.is_last()) {
-    next_token_ = static_cast<int32_t*>(exec_.alloc_host(N * int64_t(sizeof(int32_t))));
-    margin_ = static_cast<float*>(exec_.alloc_host(N * int64_t(sizeof(float))));
-    if (shape_.logits) logits_ = static_cast<float*>(exec_.alloc_host(N * V * int64_t(sizeof(float))));
-    if (shape_.all_logits) all_logits_ = static_cast<float*>(exec_.alloc_host(N * S * V * int64_t(sizeof(float))));
-    if (!shape_.lengths.empty()) {
-      LFM2_CHECK(int64_t(shape_.lengths.size()) == N, "pipeline: ", shape_.lengths.size(), " lengths for ", N,
-                 " sequences");
-      lengths_ = static_cast<int32_t*>(exec_.alloc_host(N * int64_t(sizeof(int32_t))));
-      std::copy(shape_.lengths.begin(), shape_.lengths.end(), lengths_);
-    }
-  }
-}
-
-size_t Pipeline::micro_bytes(int64_t m) const {
-  return size_t(shape_.micro_size(m) * shape_.seq_len * shape_.hidden) * dtype_size(exec_.act_dtype());
+  buffer_bytes_ = size_t(max_item_tokens * hidden) * dtype_size(exec_.act_dtype());
+  for (int b = 0; b < n_buf_; ++b) buf_.push_back(exec_.alloc_hidden(max_item_tokens));
 }
 
 void Pipeline::set_tracing(bool on) {
@@ -58,16 +39,15 @@ void Pipeline::set_tracing(bool on) {
   transport_.set_tracing(on);
 }
 
-// One run of the schedule on this rank (see pipeline.h). `device` selects the queue-only path.
+// One run of a job on this rank (see pipeline.h). `device` selects the queue-only path.
 class Pipeline::Run {
  public:
   using Handle = Transport::Handle;
 
-  Run(Pipeline& p, PipelineResult* result)
+  Run(Pipeline& p, PipelineJob& job)
       : p_(p),
-        sh_(p.shape_),
-        result_(result),
-        M_(sh_.n_micro()),
+        job_(job),
+        M_(job.n_items()),
         B_(p.n_buf_),
         first_(p.world_.is_first()),
         last_(p.world_.is_last()),
@@ -78,68 +58,74 @@ class Pipeline::Run {
   StageTiming go() {
     origin_ = now_s();
     if (device_) p_.timer_->reset();
-    for (int64_t m = 0; m < M_; ++m) {
+    for (int64_t i = 0; i < M_; ++i) {
       const double t_queue = now_s();
       {
-        NvtxRange range("queue microbatch");
-        acquire(m);
-        post_recvs_ahead(m);
-        compute(m);
-        if (!last_) send(m);
+        NvtxRange range("queue item");
+        acquire(i);
+        post_recvs_ahead(i);
+        compute(i);
+        if (!last_) send(i);
         release_done();
       }
-      if (device_) host_span("queue", m, t_queue);
-      if (m == p_.kill_after_) std::raise(p_.kill_signal_);
+      if (device_) host_span("queue", i, t_queue);
+      if (i == p_.kill_after_) std::raise(p_.kill_signal_);
     }
     finish();
     StageTiming t;
     t.wall_s = now_s() - (t_first_ < 0 ? origin_ : t_first_);
     t.busy_s = device_ ? p_.timer_->busy_s() : busy_s_;
     if (p_.tracing_) collect_trace();
-    if (last_) copy_results();
     return t;
   }
 
  private:
+  enum class Kind { kRecv, kSend, kFeedbackRecv, kFeedbackSend };
   struct Pending {
     Handle h;
-    int64_t m;
-    bool is_send;
+    int64_t i;
+    Kind kind;
     bool ordered;  // device receive: the compute stream already waits for it
     double posted_s;
+    bool is_send() const { return kind == Kind::kSend || kind == Kind::kFeedbackSend; }
   };
 
-  int buffer_of(int64_t m) const { return int(m % B_); }
+  int buffer_of(int64_t i) const { return int(i % B_); }
+  size_t bytes_of(int64_t i) const {
+    const size_t b = job_.item_bytes(i);
+    LFM2_CHECK(b <= p_.buffer_bytes_, "pipeline: item ", i, " of ", b, " bytes, buffers of ", p_.buffer_bytes_);
+    return b;
+  }
 
-  // Buffer m % B holds m's input: on the first stage it is free to embed into (the send out of it,
-  // of microbatch m - B, is done), elsewhere microbatch m has been received into it.
-  void acquire(int64_t m) {
-    const int b = buffer_of(m);
+  // Buffer i % B holds i's input: on the first stage it is free to embed into (the send out of it,
+  // of item i - B, is done) and the feedback i needs has arrived; elsewhere item i has been received.
+  void acquire(int64_t i) {
+    const int b = buffer_of(i);
     if (first_) {
-      if (send_h_[size_t(b)] == Transport::kNone) return;
-      if (device_)
-        p_.transport_.order_compute_after(send_h_[size_t(b)]);
-      else
-        wait_pending(send_h_[size_t(b)], "wait send", m - B_);
+      if (send_h_[size_t(b)] != Transport::kNone) after_done(send_h_[size_t(b)], "wait send", i - B_);
       send_h_[size_t(b)] = Transport::kNone;
+      receive_feedback(i);
       return;
     }
-    while (next_recv_ <= m) post_recv(next_recv_++);
+    while (next_recv_ <= i) post_recv(next_recv_++);
     const Handle h = recv_h_[size_t(b)];
     recv_h_[size_t(b)] = Transport::kNone;
-    if (device_) {
-      p_.transport_.order_compute_after(h);
-      for (Pending& q : pending_)
-        if (q.h == h && !q.is_send) q.ordered = true;
-    } else {
-      wait_pending(h, "wait recv", m);
-    }
+    after_done(h, "wait recv", i);
     if (t_first_ < 0) t_first_ = now_s();
   }
 
-  // Starts receiving microbatch j into buffer j % B, whose last reader (microbatch j - B) has been
-  // queued. A device transport orders the receive after the send out of that buffer; on the host
-  // that send is waited for here.
+  // The compute queued next follows operation h: ordered on the device (h stays pending, marked
+  // ordered), or waited for on the host (h released).
+  void after_done(Handle h, const char* what, int64_t i) {
+    if (!device_) return wait_pending(h, what, i);
+    p_.transport_.order_compute_after(h);
+    for (Pending& q : pending_)
+      if (q.h == h) q.ordered = true;
+  }
+
+  // Starts receiving item j into buffer j % B, whose last reader (item j - B) has been queued. A
+  // device transport orders the receive after the send out of that buffer; on the host that send
+  // is waited for here.
   void post_recv(int64_t j) {
     const int b = buffer_of(j);
     Handle after = send_h_[size_t(b)];
@@ -148,53 +134,67 @@ class Pipeline::Run {
       wait_pending(after, "wait send", j - B_);
       after = Transport::kNone;
     }
-    const Handle h = p_.transport_.irecv(p_.buf_[size_t(b)], p_.micro_bytes(j), p_.world_.prev(), tag_of(j), after);
+    const Handle h = p_.transport_.irecv(p_.buf_[size_t(b)], bytes_of(j), p_.world_.prev(), tag_of(j), after);
     recv_h_[size_t(b)] = h;
-    pending_.push_back({h, j, false, false, now_s()});
+    pending_.push_back({h, j, Kind::kRecv, false, now_s()});
   }
 
-  // The receives of m+1 .. m+B-1 that can start now, so that they overlap m's compute. On the host
+  // The receives of i+1 .. i+B-1 that can start now, so that they overlap i's compute. On the host
   // only those whose buffer's last send has completed (tested, not waited for).
-  void post_recvs_ahead(int64_t m) {
+  void post_recvs_ahead(int64_t i) {
     if (first_) return;
-    while (next_recv_ < std::min(M_, m + B_)) {
+    while (next_recv_ < std::min(M_, i + B_)) {
       const Handle s = send_h_[size_t(buffer_of(next_recv_))];
       if (!device_ && s != Transport::kNone && !test_pending(s)) return;
       post_recv(next_recv_++);
     }
   }
 
-  void compute(int64_t m) {
-    const int64_t seq0 = sh_.micro_begin(m), n = sh_.micro_size(m), S = sh_.seq_len, V = sh_.vocab;
-    void* x = p_.buf_[size_t(buffer_of(m))];
-    if (first_) step("embed", m, [&] { p_.exec_.embed(p_.ids_ + seq0 * S, n, S, x); });
-    step("forward", m, [&] { p_.exec_.forward(x, n, S); });
-    if (last_) {
-      HeadOutputs out;
-      out.next_token = p_.next_token_ + seq0;
-      out.margin = p_.margin_ + seq0;
-      out.logits = p_.logits_ ? p_.logits_ + seq0 * V : nullptr;
-      out.all_logits = p_.all_logits_ ? p_.all_logits_ + seq0 * S * V : nullptr;
-      const int32_t* lengths = p_.lengths_ ? p_.lengths_ + seq0 : nullptr;
-      step("head", m, [&] { p_.exec_.head(x, n, S, lengths, out); });
-    }
+  // First stage, P > 1: the feedback item i needs (the last stage's output of an earlier item),
+  // received into its slot, whose last reader (an earlier input) has been queued.
+  void receive_feedback(int64_t i) {
+    const int64_t src = job_.feedback_source(i);
+    if (src < 0 || last_) return;  // none, or one stage: the input reads what the output wrote
+    const int slot = job_.feedback_slot(src);
+    const Handle h = p_.transport_.irecv(job_.feedback_buffer(slot), job_.feedback_bytes(), p_.world_.size - 1,
+                                         tag_of(src), Transport::kNone);
+    pending_.push_back({h, src, Kind::kFeedbackRecv, false, now_s()});
+    after_done(h, "wait feedback", src);
   }
 
-  void send(int64_t m) {
-    const int b = buffer_of(m);
-    const Handle h = p_.transport_.isend(p_.buf_[size_t(b)], p_.micro_bytes(m), p_.world_.next(), tag_of(m));
+  void compute(int64_t i) {
+    void* x = p_.buf_[size_t(buffer_of(i))];
+    if (first_) step(job_.input_name(), i, [&] { job_.input(i, x); });
+    step(job_.layers_name(), i, [&] { job_.layers(i, x); });
+    if (!last_) return;
+    const bool feeds = job_.feeds_back(i) && !first_;
+    const int slot = feeds ? job_.feedback_slot(i) : 0;
+    if (feeds && fb_send_h_.count(slot)) {  // the slot's last send must be done before it is rewritten
+      after_done(fb_send_h_[slot], "wait feedback send", i);
+      fb_send_h_.erase(slot);
+    }
+    step(job_.output_name(), i, [&] { job_.output(i, x); });
+    if (!feeds) return;
+    const Handle h = p_.transport_.isend(job_.feedback_buffer(slot), job_.feedback_bytes(), 0, tag_of(i));
+    fb_send_h_[slot] = h;
+    pending_.push_back({h, i, Kind::kFeedbackSend, false, now_s()});
+  }
+
+  void send(int64_t i) {
+    const int b = buffer_of(i);
+    const Handle h = p_.transport_.isend(p_.buf_[size_t(b)], bytes_of(i), p_.world_.next(), tag_of(i));
     send_h_[size_t(b)] = h;
-    pending_.push_back({h, m, true, false, now_s()});
+    pending_.push_back({h, i, Kind::kSend, false, now_s()});
   }
 
   // One step of compute. Device: only queued, bracketed by the timer's events. Host: run to
   // completion on a worker thread while this (the MPI) thread keeps the transfers moving; with a
   // single stage there is nothing to move and it runs inline.
   template <typename Fn>
-  void step(const char* name, int64_t m, Fn&& fn) {
+  void step(const char* name, int64_t i, Fn&& fn) {
     if (t_first_ < 0) t_first_ = now_s();
     if (device_) {
-      p_.timer_->begin(name, m);
+      p_.timer_->begin(name, i);
       fn();
       p_.timer_->end();
       return;
@@ -213,7 +213,7 @@ class Pipeline::Run {
     }
     const double t1 = now_s();
     busy_s_ += t1 - t0;
-    span(Track::kCompute, name, m, t0, t1);
+    span(Track::kCompute, name, i, t0, t1);
   }
 
   // Releases the transfers at the front of the queue that have completed (a test, never a wait).
@@ -221,7 +221,7 @@ class Pipeline::Run {
   void release_done() {
     while (!pending_.empty()) {
       const Pending& q = pending_.front();
-      if (!q.is_send && !q.ordered) return;
+      if (!q.is_send() && !q.ordered) return;
       if (!p_.transport_.test(q.h)) return;
       released(q);
       pending_.erase(pending_.begin());
@@ -233,8 +233,8 @@ class Pipeline::Run {
     while (!pending_.empty()) {
       const Pending q = pending_.front();
       const double t0 = now_s();
-      p_.transport_.wait(q.h, what(q.m));
-      host_span(q.is_send ? "wait send" : "wait recv", q.m, t0);
+      p_.transport_.wait(q.h, job_.item_name(q.i));
+      host_span(q.is_send() ? "wait send" : "wait recv", q.i, t0);
       released(q);
       pending_.erase(pending_.begin());
     }
@@ -247,11 +247,11 @@ class Pipeline::Run {
 
   // Host path: waits for one pending operation (a send whose buffer is needed, or a receive whose
   // data is), releasing it.
-  void wait_pending(Handle h, const char* name, int64_t m) {
+  void wait_pending(Handle h, const char* name, int64_t i) {
     const auto it = find(h);
     const double t0 = now_s();
-    p_.transport_.wait(h, what(it->m));
-    host_span(name, m, t0);
+    p_.transport_.wait(h, job_.item_name(it->i));
+    host_span(name, i, t0);
     released(*it);
     pending_.erase(it);
   }
@@ -274,15 +274,22 @@ class Pipeline::Run {
   // A released handle may be reused by the transport: forget it everywhere. The host path records
   // the transfer's span as the host saw it (posted to found complete).
   void released(const Pending& q) {
-    for (Handle& h : q.is_send ? send_h_ : recv_h_)
-      if (h == q.h) h = Transport::kNone;
-    if (!device_) span(q.is_send ? Track::kSend : Track::kRecv, q.is_send ? "send" : "recv", q.m, q.posted_s, now_s());
+    for (std::vector<Handle>* v : {&send_h_, &recv_h_})
+      for (Handle& h : *v)
+        if (h == q.h) h = Transport::kNone;
+    for (auto it = fb_send_h_.begin(); it != fb_send_h_.end();)
+      it = it->second == q.h ? fb_send_h_.erase(it) : std::next(it);
+    if (device_) return;
+    const bool feedback = q.kind == Kind::kFeedbackRecv || q.kind == Kind::kFeedbackSend;
+    span(q.is_send() ? Track::kSend : Track::kRecv, feedback ? (q.is_send() ? "feedback send" : "feedback recv")
+                                                             : (q.is_send() ? "send" : "recv"),
+         q.i, q.posted_s, now_s());
   }
 
-  void span(Track track, const char* name, int64_t m, double t0, double t1) {
-    if (p_.tracing_) trace_.push_back({track, name, m, t0 - origin_, t1 - origin_});
+  void span(Track track, const char* name, int64_t i, double t0, double t1) {
+    if (p_.tracing_) trace_.push_back({track, name, i, t0 - origin_, t1 - origin_});
   }
-  void host_span(const char* name, int64_t m, double t0) { span(Track::kHost, name, m, t0, now_s()); }
+  void host_span(const char* name, int64_t i, double t0) { span(Track::kHost, name, i, t0, now_s()); }
 
   void collect_trace() {
     if (device_) {
@@ -295,33 +302,19 @@ class Pipeline::Run {
     p_.trace_ = std::move(trace_);
   }
 
-  void copy_results() {
-    LFM2_CHECK(result_, "pipeline: the last stage needs a result");
-    const int64_t N = sh_.n_seq, S = sh_.seq_len, V = sh_.vocab;
-    result_->next_token.assign(p_.next_token_, p_.next_token_ + N);
-    result_->margin.assign(p_.margin_, p_.margin_ + N);
-    result_->logits.assign(p_.logits_, p_.logits_ ? p_.logits_ + N * V : p_.logits_);
-    result_->all_logits.assign(p_.all_logits_, p_.all_logits_ ? p_.all_logits_ + N * S * V : p_.all_logits_);
-  }
-
   Pipeline& p_;
-  const PipelineShape& sh_;
-  PipelineResult* result_;
+  PipelineJob& job_;
   const int64_t M_;
   const int B_;
   const bool first_, last_, device_;
   std::vector<Handle> recv_h_, send_h_;  // per buffer: its pending receive / the last send out of it
+  std::map<int, Handle> fb_send_h_;      // per feedback slot: the last send out of it (last stage)
   std::vector<Pending> pending_;         // transfers not yet released, in the order posted
-  int64_t next_recv_ = 0;                // the next microbatch to post a receive for
+  int64_t next_recv_ = 0;                // the next item to post a receive for
   double origin_ = 0, t_first_ = -1, busy_s_ = 0;
   std::vector<TraceSpan> trace_;
 };
 
-StageTiming Pipeline::run(const int32_t* ids, PipelineResult* result) {
-  LFM2_CHECK(!world_.is_first() || ids, "pipeline: the first stage needs the input ids");
-  LFM2_CHECK(!world_.is_last() || result, "pipeline: the last stage needs a result");
-  if (world_.is_first()) std::memcpy(ids_, ids, size_t(shape_.n_seq * shape_.seq_len) * sizeof(int32_t));
-  return Run(*this, result).go();
-}
+StageTiming Pipeline::run(PipelineJob& job) { return Run(*this, job).go(); }
 
 }  // namespace lfm2

@@ -1,28 +1,29 @@
-// The GPipe schedule of one stage: microbatches flow rank 0 -> 1 -> ... -> P-1.
+// The pipeline engine of one stage: work items flow rank 0 -> 1 -> ... -> P-1.
 //
-// N sequences of S tokens are cut into M microbatches of `microbatch` sequences (the last may be
-// smaller). Rank 0 embeds microbatch m and sends it on as soon as its layers are done; every other
-// rank receives m, runs its layers and sends m on; the last rank applies the final norm and the LM
-// head and takes the top-1 token (fill and drain: the bubble is (P-1)/(M+P-1)). Each microbatch's
-// rows are computed independently of how the batch was cut, so the results are bit-identical for
-// any P and microbatch size.
+// A job (PipelineJob) says what the items are and what each stage does with one: the first stage
+// makes its input (embed), every stage runs its layers, the last stage takes its output (the head).
+// Scoring has one item per microbatch (score_job.h); generation one per microbatch and step, and
+// the last stage's output of an item (the chosen tokens) feeds back to the first stage's input of a
+// later one (generate_job.h). Items run in order on every stage (GPipe fill and drain: with M items
+// the bubble is (P-1)/(M+P-1)).
 //
-// Three hidden-state buffers per stage (P > 1) let a stage compute m while it receives m+1 and
-// sends m-1; buffer m % 3 is reused by m+3 once m has been sent. Sends and receives are separate
+// Three hidden-state buffers per stage (P > 1) let a stage compute item i while it receives i+1 and
+// sends i-1; buffer i % 3 is reused by i+3 once i has been sent. Sends and receives are separate
 // operations of the transport (on a GPU, separate NCCL communicators and streams), so neither
-// queues behind the other.
+// queues behind the other; the feedback link (last -> first) has its own too.
 //
-// Device executors (CUDA): the host only queues. For each microbatch it posts the receive (ordered
-// on the device after the compute that last read its buffer and the send out of it), orders the
-// compute stream after it, queues the step and the send, and goes on to the next microbatch
-// without waiting; completed transfers are released as the host passes by (a test, never a wait).
-// It waits only at the end of the run, for every transfer in order (each against --timeout), and
-// then for the compute stream. Busy time and spans come from a BusyTimer (CUDA events).
+// Device executors (CUDA): the host only queues. For each item it posts the receive (ordered on
+// the device after the compute that last read its buffer and the send out of it), orders the
+// compute stream after it, queues the steps and the send, and goes on to the next item without
+// waiting; completed transfers are released as the host passes by (a test, never a wait). It waits
+// only at the end of the run, for every transfer in order (each against --timeout), and then for
+// the compute stream. Busy time and spans come from a BusyTimer (CUDA events).
 // Host executors (CPU): each step runs to completion on a worker thread while this thread keeps
 // MPI progressing; a receive is waited for before its compute, a send before its buffer is reused.
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "model/stage_executor.h"
@@ -33,25 +34,46 @@
 
 namespace lfm2 {
 
-struct PipelineShape {
-  int64_t n_seq = 0, seq_len = 0;  // the whole batch (N, S)
-  int64_t microbatch = 1;          // sequences per microbatch
-  int64_t hidden = 0, vocab = 0;
-  bool logits = true;       // bring the last position's logits to the host (else next token and margin only)
-  bool all_logits = false;  // also the logits of every position
-  std::vector<int32_t> lengths;  // (N) prompt lengths: the head reads position lengths[i] - 1; empty: S
+class PipelineJob {
+ public:
+  virtual ~PipelineJob() = default;
+  virtual int64_t n_items() const = 0;
+  // Bytes of hidden states item i carries from stage to stage (at most the engine's buffer size).
+  virtual size_t item_bytes(int64_t i) const = 0;
 
-  int64_t n_micro() const { return (n_seq + microbatch - 1) / microbatch; }
-  int64_t micro_begin(int64_t m) const { return m * microbatch; }
-  int64_t micro_size(int64_t m) const;
-};
+  // The steps of an item, each queued on the executor: the first stage's input into x, every
+  // stage's layers on x, the last stage's output from x. Their names label busy spans and traces.
+  virtual void input(int64_t i, void* x) = 0;
+  virtual void layers(int64_t i, void* x) = 0;
+  virtual void output(int64_t i, void* x) = 0;
+  // "microbatch 3": how errors and timeouts name an item.
+  virtual std::string item_name(int64_t i) const = 0;
+  virtual const char* input_name() const { return "embed"; }
+  virtual const char* layers_name() const { return "forward"; }
+  virtual const char* output_name() const { return "head"; }
 
-// Results, filled on the last rank only.
-struct PipelineResult {
-  std::vector<int32_t> next_token;  // (N)
-  std::vector<float> margin;        // (N) top-1 logit minus the runner-up's
-  std::vector<float> logits;        // (N, V) last position, when shape.logits
-  std::vector<float> all_logits;    // (N, S, V) with all_logits
+  // Feedback (last stage -> first stage): item i's input needs what the output of item
+  // feedback_source(i) (< i) left in feedback slot feedback_slot(that item); -1: none. A slot's
+  // buffer is job-owned memory of feedback_bytes() bytes on each of the two stages (the executor's:
+  // device memory on a GPU); the engine sends it from the last stage to the first, or, with one
+  // stage, the input reads what the output wrote.
+  virtual int64_t feedback_source(int64_t i) const {
+    (void)i;
+    return -1;
+  }
+  virtual bool feeds_back(int64_t item) const {  // some later item's feedback_source
+    (void)item;
+    return false;
+  }
+  virtual int feedback_slot(int64_t item) const {
+    (void)item;
+    return 0;
+  }
+  virtual void* feedback_buffer(int slot) {
+    (void)slot;
+    return nullptr;
+  }
+  virtual size_t feedback_bytes() const { return 0; }
 };
 
 // Busy time of an executor whose work is asynchronous: begin()/end() bracket one step's queued work;
@@ -69,23 +91,23 @@ class BusyTimer {
 
 struct StageTiming {
   double wall_s = 0;  // first compute to last send done
-  double busy_s = 0;  // inside embed / forward / head
+  double busy_s = 0;  // inside the steps
 };
 
 class Pipeline {
  public:
-  // Allocates this stage's hidden-state and result buffers through the executor (before the ready
-  // agreement).
-  Pipeline(const WorldConfig& world, StageExecutor& exec, Transport& transport, const PipelineShape& shape);
+  // Allocates this stage's hidden-state buffers of max_item_tokens tokens each through the executor
+  // (before the ready agreement).
+  Pipeline(const WorldConfig& world, StageExecutor& exec, Transport& transport, int64_t hidden,
+           int64_t max_item_tokens);
 
-  // Runs the whole batch once. ids (N, S) is needed on the first rank only. Fills `result` on the
-  // last rank. Transport errors and timeouts throw.
-  StageTiming run(const int32_t* ids, PipelineResult* result);
+  // Runs every item of `job` once on this stage. Transport errors and timeouts throw.
+  StageTiming run(PipelineJob& job);
 
-  // Test hook: this rank raises `signal` (SIGKILL: dies; SIGSTOP: stalls) after finishing
-  // microbatch `m` (-1: never).
-  void set_kill_after(int64_t m, int signal) {
-    kill_after_ = m;
+  // Test hook: this rank raises `signal` (SIGKILL: dies; SIGSTOP: stalls) after finishing item `i`
+  // (-1: never).
+  void set_kill_after(int64_t i, int signal) {
+    kill_after_ = i;
     kill_signal_ = signal;
   }
 
@@ -95,25 +117,20 @@ class Pipeline {
   void set_tracing(bool on);
   const std::vector<TraceSpan>& trace() const { return trace_; }
 
-  const PipelineShape& shape() const { return shape_; }
   int n_buffers() const { return n_buf_; }
+  size_t buffer_bytes() const { return buffer_bytes_; }
+  StageExecutor& executor() { return exec_; }
+  const WorldConfig& world() const { return world_; }
 
  private:
   class Run;
-  size_t micro_bytes(int64_t m) const;
 
   WorldConfig world_;
   StageExecutor& exec_;
   Transport& transport_;
-  PipelineShape shape_;
   int n_buf_ = 1;
-  std::vector<void*> buf_;        // hidden states of microbatch * seq_len tokens each
-  int32_t* ids_ = nullptr;        // (N, S) first stage: the run's ids, in alloc_host memory
-  int32_t* next_token_ = nullptr;  // (N) last stage, alloc_host memory
-  float* margin_ = nullptr;       // (N)
-  float* logits_ = nullptr;       // (N, V) with shape.logits
-  float* all_logits_ = nullptr;   // (N, S, V) with shape.all_logits
-  int32_t* lengths_ = nullptr;    // (N) last stage with shape.lengths, alloc_host memory
+  size_t buffer_bytes_ = 0;
+  std::vector<void*> buf_;  // hidden states of max_item_tokens tokens each
   BusyTimer* timer_ = nullptr;
   bool tracing_ = false;
   std::vector<TraceSpan> trace_;

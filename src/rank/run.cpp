@@ -35,6 +35,7 @@
 #include "rank/gpu_identity.h"
 #include "rank/options.h"
 #include "rank/pipeline.h"
+#include "rank/score_job.h"
 #include "rank/stage_plan.h"
 #include "rank/transport.h"
 #include "rank/validate.h"
@@ -281,18 +282,17 @@ std::vector<StageTiming> gather_timing(const WorldConfig& world, const StageTimi
 }
 
 // Every rank's trace events to rank 0, which writes the file (whole or not at all).
-void deliver_trace(const WorldConfig& world, const Pipeline& pipeline, const std::vector<StagePlan>& plans,
-                   const RankOptions& opt, double timeout_s) {
+void deliver_trace(const WorldConfig& world, const Pipeline& pipeline, const PipelineShape& shape,
+                   const std::vector<StagePlan>& plans, const RankOptions& opt, double timeout_s) {
   const StagePlan& p = plans[size_t(world.rank)];
   const std::string label = cat("rank ", world.rank, ": layers ", p.layer_begin, "-", p.layer_end - 1,
                                 world.size > 1 ? cat(" on ", world.host) : std::string());
   const std::vector<std::string> all = gather_strings(world, trace_events_json(world.rank, label, pipeline.trace()),
                                                       timeout_s, "gathering the trace");
   if (!world.is_first()) return;
-  const nlohmann::json meta = {{"tool", "lfm2-rank"},        {"ranks", world.size},
-                               {"microbatch", pipeline.shape().microbatch},
-                               {"microbatches", pipeline.shape().n_micro()},
-                               {"sequences", pipeline.shape().n_seq}, {"seq_len", pipeline.shape().seq_len},
+  const nlohmann::json meta = {{"tool", "lfm2-rank"},      {"ranks", world.size},
+                               {"microbatch", shape.microbatch}, {"microbatches", shape.n_micro()},
+                               {"sequences", shape.n_seq},  {"seq_len", shape.seq_len},
                                {"dtype", opt.dtype},        {"created", utc_now()}};
   write_trace_file(opt.trace, all, meta.dump());
   log_info(cat("trace: wrote ", opt.trace, " (", pipeline.trace().size(), " spans on rank 0; open it in Perfetto or ",
@@ -367,6 +367,7 @@ int run_rank(const WorldConfig& world, RankOptions opt) {
   std::unique_ptr<StageExecutor> exec;
   std::unique_ptr<Transport> transport;
   std::unique_ptr<Pipeline> pipeline;
+  std::unique_ptr<ScoreJob> job;
   TokenAnswers answers;
   RankFacts facts{};
   facts.gpu = -1;
@@ -451,7 +452,8 @@ int run_rank(const WorldConfig& world, RankOptions opt) {
       // with logits to compare (not in a benchmark, which validates the top-1 only).
       const bool want_logits = !opt.benchmark && (!opt.output.empty() || answers.has_logits());
       PipelineShape shape{N, S, microbatch, cfg.hidden_size, cfg.vocab_size, want_logits, opt.all_logits, lengths};
-      pipeline = std::make_unique<Pipeline>(world, *exec, *transport, shape);
+      pipeline = std::make_unique<Pipeline>(world, *exec, *transport, cfg.hidden_size, shape.max_micro_tokens());
+      job = std::make_unique<ScoreJob>(world, *exec, shape);
       pipeline->set_tracing(!opt.trace.empty());
       install_kill_hook(*pipeline, world.rank);
 #ifdef LFM2_HAVE_CUDA
@@ -484,7 +486,7 @@ int run_rank(const WorldConfig& world, RankOptions opt) {
   // ---- phase C: the exchange. From here on an error ends the whole job.
   try {
     const auto all = gather_facts(world, facts, opt.timeout_s);
-    const int64_t M = pipeline->shape().n_micro();
+    const int64_t M = job->shape().n_micro();
     if (r0) {
       log_info(cat("plan: ", P, " ranks over ", cfg.num_hidden_layers, " layers (",
                    !opt.layers.empty()         ? "--layers " + opt.layers
@@ -514,22 +516,23 @@ int run_rank(const WorldConfig& world, RankOptions opt) {
     }
 
     PipelineResult result;
-    const int32_t* ids = r0 ? inputs.ids.data() : nullptr;
+    if (r0) job->set_ids(inputs.ids.data());
     const double t0 = now_s();
     std::vector<std::string> bench_lines;
     if (opt.benchmark) {
-      BenchmarkSummary b = run_benchmark(world, *pipeline, plans, ids, &result, opt.warmup, opt.repeat, opt.timeout_s);
+      BenchmarkSummary b = run_benchmark(world, *pipeline, *job, plans, opt.warmup, opt.repeat, opt.timeout_s);
       if (r0) bench_lines = b.report();
     } else {
       // A traced run starts together on every rank, so that the ranks' timelines line up.
       if (!opt.trace.empty()) allreduce_max(world, {0}, opt.timeout_s, "the trace's start");
-      const StageTiming t = pipeline->run(ids, &result);
+      const StageTiming t = pipeline->run(*job);
       const auto timing = gather_timing(world, t, opt.timeout_s);
       if (r0) bench_lines = pipeline_report(timing, plans, M);
     }
     const double run_s = now_s() - t0;
     for (const auto& l : bench_lines) log_info(l);
-    if (!opt.trace.empty()) deliver_trace(world, *pipeline, plans, opt, opt.timeout_s);
+    if (!opt.trace.empty()) deliver_trace(world, *pipeline, job->shape(), plans, opt, opt.timeout_s);
+    if (last) job->take_results(&result);
 
     int code = kExitOk;
     std::vector<std::string> lines;

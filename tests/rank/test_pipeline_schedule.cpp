@@ -16,6 +16,7 @@
 #include "common/error.h"
 #include "kernels/argmax.h"
 #include "rank/pipeline.h"
+#include "rank/score_job.h"
 #include "rank/stage_plan.h"
 
 namespace lfm2 {
@@ -230,9 +231,13 @@ RunOut run_pipeline(const std::vector<int>& counts, int64_t n_seq, int64_t seq_l
           out.posted_at_forward[size_t(r)].push_back(transport.posted_recvs);
         };
         CountingTimer timer;
-        Pipeline pipe(w, stage, transport, PipelineShape{n_seq, seq_len, microbatch, kHidden, kVocab, true, all_logits, lengths});
+        const PipelineShape shape{n_seq, seq_len, microbatch, kHidden, kVocab, true, all_logits, lengths};
+        Pipeline pipe(w, stage, transport, kHidden, shape.max_micro_tokens());
+        ScoreJob job(w, stage, shape);
         if (device) pipe.set_busy_timer(&timer);
-        const StageTiming t = pipe.run(r == 0 ? ids.data() : nullptr, p.is_last() ? &out.result : nullptr);
+        job.set_ids(ids.data());
+        const StageTiming t = pipe.run(job);
+        if (p.is_last()) job.take_results(&out.result);
         out.seen[size_t(r)] = stage.seen_;
         out.syncs[size_t(r)] = stage.syncs_;
         out.steps[size_t(r)] = timer.ends;
@@ -362,10 +367,11 @@ TEST(PipelineSchedule, AWaitForASilentPeerTimesOut) {
   w.size = 2;
   FakeStage stage(3, 6, false, true);
   LoopbackTransport transport(hub, 1, 0.2);
-  Pipeline pipe(w, stage, transport, PipelineShape{4, 2, 2, kHidden, kVocab, true, false});
-  PipelineResult result;
+  const PipelineShape shape{4, 2, 2, kHidden, kVocab, true, false};
+  Pipeline pipe(w, stage, transport, kHidden, shape.max_micro_tokens());
+  ScoreJob job(w, stage, shape);
   try {
-    pipe.run(nullptr, &result);
+    pipe.run(job);
     FAIL() << "no timeout";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("timed out waiting for microbatch 0"), std::string::npos) << e.what();

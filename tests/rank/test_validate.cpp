@@ -3,7 +3,7 @@
 
 #include <cmath>
 
-#include "rank/pipeline.h"
+#include "rank/score_job.h"
 #include "rank/validate.h"
 
 namespace lfm2 {
