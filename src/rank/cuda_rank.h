@@ -43,7 +43,8 @@ std::unique_ptr<CudaBusyTimer> make_cuda_busy_timer(CudaStageExecutor& exec);
 // The NCCL transport: ncclSend / ncclRecv of device hidden-state buffers, ordered against the
 // executor's compute stream by CUDA events. The link r -> r+1 has its own communicator (two, used
 // alternately: link r on communicator r % 2), so a stage's sends and receives are on different
-// communicators and streams and never queue behind each other. Constructing it allocates its
+// communicators and streams and never queue behind each other; the feedback link from the last
+// rank to rank 0 (generation's tokens) has a third. Constructing it allocates its
 // streams, events and warm-up buffers but does not touch NCCL; connect() then creates the
 // communicators and runs a warm-up exchange.
 class NcclTransport : public Transport {

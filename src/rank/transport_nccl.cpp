@@ -13,7 +13,8 @@
 //                      before anyone ordered the compute after it is ordered then.
 // Sends use the communicator of link rank -> rank+1, receives that of link rank-1 -> rank: on
 // different communicators (link parities), each with its own stream, a stage's send of m and its
-// receive of m+1 run side by side. On an NCCL error or a timeout the communicators are aborted
+// receive of m+1 run side by side. The feedback link (last rank -> rank 0: generation's tokens) has
+// a third communicator and a stream of its own. On an NCCL error or a timeout the communicators are aborted
 // (ncclCommAbort: nothing of them can hang any more) and lfm2::Error is thrown; lfm2-rank then ends
 // the job with MPI_Abort.
 #include <algorithm>
@@ -36,7 +37,8 @@ constexpr size_t kWarmupBytes = size_t(1) << 20;  // per direction
 // Creating a communicator takes seconds (topology discovery, connections): its deadline is --timeout
 // but never under this, so that a short --timeout meant for stalled peers does not fail a healthy init.
 constexpr double kMinInitTimeoutS = 60;
-constexpr int kLinkComms = 2;  // link r -> r+1 uses communicator r % 2
+constexpr int kLinkComms = 2;   // link r -> r+1 uses communicator r % 2
+constexpr int kFeedbackComm = 2;  // the link P-1 -> 0 (generation's tokens) uses its own
 
 class NcclTransportImpl final : public NcclTransport {
  public:
@@ -44,7 +46,8 @@ class NcclTransportImpl final : public NcclTransport {
       : world_(world), exec_(exec), device_(exec.device()) {
     timeout_s_ = timeout_s;
     CUDA_CHECK(cudaSetDevice(device_));
-    for (cudaStream_t* s : {&send_stream_, &recv_stream_}) CUDA_CHECK(cudaStreamCreateWithFlags(s, cudaStreamNonBlocking));
+    for (cudaStream_t* s : {&send_stream_, &recv_stream_, &fb_stream_})
+      CUDA_CHECK(cudaStreamCreateWithFlags(s, cudaStreamNonBlocking));
     // Allocated before the communicators, like every other buffer of the run.
     CUDA_CHECK(cudaMalloc(&warm_, 2 * kWarmupBytes));
     CUDA_CHECK(cudaMemsetAsync(warm_, 0, 2 * kWarmupBytes, send_stream_));
@@ -53,13 +56,13 @@ class NcclTransportImpl final : public NcclTransport {
   ~NcclTransportImpl() override {
     cudaSetDevice(device_);
     finalize_comms();
-    for (cudaStream_t s : {send_stream_, recv_stream_})
+    for (cudaStream_t s : {send_stream_, recv_stream_, fb_stream_})
       if (s) cudaStreamSynchronize(s);
     for (auto& s : slots_)
       for (cudaEvent_t e : {s.ready, s.done, s.t_begin, s.t_end})
         if (e) cudaEventDestroy(e);
     if (warm_) cudaFree(warm_);
-    for (cudaStream_t s : {send_stream_, recv_stream_})
+    for (cudaStream_t s : {send_stream_, recv_stream_, fb_stream_})
       if (s) cudaStreamDestroy(s);
   }
 
@@ -75,18 +78,20 @@ class NcclTransportImpl final : public NcclTransport {
     // machines; the user's environment wins when it says otherwise.
     setenv("NCCL_NVLS_ENABLE", "0", 0);
     CUDA_CHECK(cudaSetDevice(device_));
-    const int n_comms = std::min(kLinkComms, world_.size - 1);  // P = 1 moves nothing
-    std::array<ncclUniqueId, kLinkComms> ids{};
+    if (world_.size == 1) return;  // P = 1 moves nothing
+    // The forward links' communicators (one for P = 2), then the feedback link's.
+    std::vector<int> wanted;
+    for (int c = 0; c < std::min(kLinkComms, world_.size - 1); ++c) wanted.push_back(c);
+    wanted.push_back(kFeedbackComm);
+    std::array<ncclUniqueId, kLinkComms + 1> ids{};
     if (world_.is_first())
-      for (int c = 0; c < n_comms; ++c) NCCL_CHECK(ncclGetUniqueId(&ids[size_t(c)]));
-    if (n_comms == 0) return;
+      for (int c : wanted) NCCL_CHECK(ncclGetUniqueId(&ids[size_t(c)]));
     MPI_Request req;
-    MPI_CHECK(MPI_Ibcast(ids.data(), int(sizeof(ncclUniqueId)) * n_comms, MPI_BYTE, 0, world_.comm, &req),
-              "broadcasting the NCCL unique ids");
+    MPI_CHECK(MPI_Ibcast(ids.data(), int(sizeof ids), MPI_BYTE, 0, world_.comm, &req), "broadcasting the NCCL unique ids");
     wait_mpi_request(&req, timeout_s_, "broadcasting the NCCL unique ids");
 
     const double init_s = std::max(timeout_s_, kMinInitTimeoutS);
-    for (int c = 0; c < n_comms; ++c) {
+    for (int c : wanted) {
       ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
       config.blocking = 0;  // init and every call return at once; we poll with a deadline instead
       ncclComm_t comm = nullptr;
@@ -111,38 +116,58 @@ class NcclTransportImpl final : public NcclTransport {
                  "the warm-up receive");
       settle(recv_comm(), "the warm-up receive", init_s);
     }
-    if (!poll_until([&] { return stream_idle(send_stream_) && stream_idle(recv_stream_); }, init_s))
+    ncclComm_t fb = comms_[kFeedbackComm];
+    if (world_.is_last()) {
+      check_call(fb, ncclSend(send_buf, kWarmupBytes, ncclUint8, 0, fb, fb_stream_), "the warm-up feedback send");
+      settle(fb, "the warm-up feedback send", init_s);
+    }
+    if (world_.is_first()) {
+      check_call(fb, ncclRecv(recv_buf, kWarmupBytes, ncclUint8, world_.size - 1, fb, fb_stream_),
+                 "the warm-up feedback receive");
+      settle(fb, "the warm-up feedback receive", init_s);
+    }
+    if (!poll_until([&] { return stream_idle(send_stream_) && stream_idle(recv_stream_) && stream_idle(fb_stream_); },
+                    init_s))
       fail(cat("timed out after ", init_s, " s in the warm-up exchange with the neighbouring ranks",
                " (did a rank stop? see --timeout)"));
   }
 
+  // Sends go to the next rank, or from the last rank to rank 0 (feedback); each link has its own
+  // communicator and stream.
   Handle isend(const void* buf, size_t bytes, int peer, int tag) override {
-    LFM2_CHECK(peer == world_.next(), "nccl transport: sends go to the next rank, not ", peer);
+    const bool feedback = peer != world_.next();
+    LFM2_CHECK(!feedback || (world_.is_last() && peer == 0), "nccl transport: rank ", world_.rank,
+               " sends to the next rank (or, the last, to rank 0), not to ", peer);
+    ncclComm_t comm = feedback ? comms_[kFeedbackComm] : send_comm();
+    cudaStream_t stream = feedback ? fb_stream_ : send_stream_;
     const Handle h = take_slot(peer, tag, true);
     Slot& s = slots_[size_t(h)];
-    enqueue_after_compute(s, send_stream_);
-    mark(s.t_begin, send_stream_);
-    check_call(send_comm(), ncclSend(buf, bytes, ncclUint8, peer, send_comm(), send_stream_),
-               cat("ncclSend of ", bytes, " bytes to rank ", peer));
-    settle(send_comm(), cat("ncclSend to rank ", peer));
-    mark(s.t_end, send_stream_);
-    CUDA_CHECK(cudaEventRecord(s.done, send_stream_));
+    enqueue_after_compute(s, stream);
+    mark(s.t_begin, stream);
+    check_call(comm, ncclSend(buf, bytes, ncclUint8, peer, comm, stream), cat("ncclSend of ", bytes, " bytes to rank ", peer));
+    settle(comm, cat("ncclSend to rank ", peer));
+    mark(s.t_end, stream);
+    CUDA_CHECK(cudaEventRecord(s.done, stream));
     return h;
   }
 
+  // Receives come from the previous rank, or on rank 0 from the last rank (feedback).
   Handle irecv(void* buf, size_t bytes, int peer, int tag, Handle after) override {
-    LFM2_CHECK(peer == world_.prev(), "nccl transport: receives come from the previous rank, not ", peer);
+    const bool feedback = peer != world_.prev();
+    LFM2_CHECK(!feedback || (world_.is_first() && peer == world_.size - 1), "nccl transport: rank ", world_.rank,
+               " receives from the previous rank (or, rank 0, from the last), not from ", peer);
     if (after != kNone) LFM2_CHECK(slot(after).is_send, "nccl transport: a receive follows a send, not a receive");
+    ncclComm_t comm = feedback ? comms_[kFeedbackComm] : recv_comm();
+    cudaStream_t stream = feedback ? fb_stream_ : recv_stream_;
     const Handle h = take_slot(peer, tag, false);
     Slot& s = slots_[size_t(h)];
-    enqueue_after_compute(s, recv_stream_);
-    if (after != kNone) CUDA_CHECK(cudaStreamWaitEvent(recv_stream_, slot(after).done, 0));
-    mark(s.t_begin, recv_stream_);
-    check_call(recv_comm(), ncclRecv(buf, bytes, ncclUint8, peer, recv_comm(), recv_stream_),
-               cat("ncclRecv of ", bytes, " bytes from rank ", peer));
-    settle(recv_comm(), cat("ncclRecv from rank ", peer));
-    mark(s.t_end, recv_stream_);
-    CUDA_CHECK(cudaEventRecord(s.done, recv_stream_));
+    enqueue_after_compute(s, stream);
+    if (after != kNone) CUDA_CHECK(cudaStreamWaitEvent(stream, slot(after).done, 0));
+    mark(s.t_begin, stream);
+    check_call(comm, ncclRecv(buf, bytes, ncclUint8, peer, comm, stream), cat("ncclRecv of ", bytes, " bytes from rank ", peer));
+    settle(comm, cat("ncclRecv from rank ", peer));
+    mark(s.t_end, stream);
+    CUDA_CHECK(cudaEventRecord(s.done, stream));
     return h;
   }
 
@@ -188,10 +213,10 @@ class NcclTransportImpl final : public NcclTransport {
   };
 
   ncclComm_t send_comm() const { return comms_[size_t(world_.rank % kLinkComms)]; }
-  ncclComm_t recv_comm() const { return comms_[size_t((world_.rank - 1) % kLinkComms)]; }
+  ncclComm_t recv_comm() const { return comms_[size_t((world_.rank + kLinkComms - 1) % kLinkComms)]; }
 
   Handle take_slot(int peer, int tag, bool is_send) {
-    LFM2_CHECK(comms_[0], "nccl: the transport is not connected");
+    LFM2_CHECK(comms_[kFeedbackComm], "nccl: the transport is not connected");
     size_t i = 0;
     while (i < slots_.size() && slots_[i].used) ++i;
     if (i == slots_.size()) {
@@ -314,8 +339,8 @@ class NcclTransportImpl final : public NcclTransport {
   WorldConfig world_;
   CudaStageExecutor& exec_;
   int device_;
-  cudaStream_t send_stream_ = nullptr, recv_stream_ = nullptr;
-  std::array<ncclComm_t, kLinkComms> comms_{};
+  cudaStream_t send_stream_ = nullptr, recv_stream_ = nullptr, fb_stream_ = nullptr;
+  std::array<ncclComm_t, kLinkComms + 1> comms_{};  // forward links by parity, then the feedback link
   bool connected_ = false, tracing_ = false;
   CudaBusyTimer* timeline_ = nullptr;
   void* warm_ = nullptr;
