@@ -48,4 +48,41 @@ void attention(float* out, const float* q, const float* k, const float* v, int64
   }, 4);
 }
 
+void attention_decode(float* out, const float* q, const float* k_cache, const float* v_cache, int64_t first_seq,
+                      int64_t n, const int64_t* positions, int64_t max_len, int64_t n_heads, int64_t n_kv_heads,
+                      int64_t head_dim, float scale, float* scratch, int n_threads) {
+  LFM2_CHECK(n_kv_heads > 0 && n_heads % n_kv_heads == 0, "attention: ", n_heads, " heads not a multiple of ",
+             n_kv_heads, " kv heads");
+  const int64_t group = n_heads / n_kv_heads;
+  const int64_t q_stride = n_heads * head_dim, kv_stride = n_kv_heads * head_dim;
+  parallel_for(n * n_heads, n_threads, [&](int64_t b, int64_t e, int worker) {
+    float* p = scratch + int64_t(worker) * max_len;
+    for (int64_t item = b; item < e; ++item) {
+      const int64_t i = item / n_heads, h = item % n_heads, t = positions[i], kvh = h / group;
+      LFM2_CHECK(t >= 0 && t < max_len, "attention_decode: position ", t, " outside the cache of ", max_len);
+      const float* kc = k_cache + (first_seq + i) * max_len * kv_stride + kvh * head_dim;
+      const float* vc = v_cache + (first_seq + i) * max_len * kv_stride + kvh * head_dim;
+      const float* qr = q + i * q_stride + h * head_dim;
+      float mx = -INFINITY;
+      for (int64_t j = 0; j <= t; ++j) {
+        p[j] = dot(qr, kc + j * kv_stride, head_dim) * scale;
+        mx = std::fmax(mx, p[j]);
+      }
+      float sum = 0;
+      for (int64_t j = 0; j <= t; ++j) {
+        p[j] = std::exp(p[j] - mx);
+        sum += p[j];
+      }
+      const float inv = 1.0f / sum;
+      float* o = out + i * q_stride + h * head_dim;
+      for (int64_t d = 0; d < head_dim; ++d) o[d] = 0;
+      for (int64_t j = 0; j <= t; ++j) {
+        const float w = p[j] * inv;
+        const float* vr = vc + j * kv_stride;
+        for (int64_t d = 0; d < head_dim; ++d) o[d] += w * vr[d];
+      }
+    }
+  }, 4);
+}
+
 }  // namespace lfm2::cpu

@@ -15,4 +15,16 @@ namespace lfm2::cpu {
 void short_conv(float* out, const float* bcx, const float* conv_w, int64_t n_seq, int64_t seq_len, int64_t hidden,
                 int64_t L, int n_threads = 1);
 
+// The conv state of a sequence after `length` tokens: u = B * x of its last L-1 positions,
+// state (L-1, hidden), oldest first; positions before the sequence start hold 0 (never read).
+// bcx rows of that sequence (seq_len of them, the prompt being the first `length`).
+void short_conv_state(float* state, const float* bcx, int64_t length, int64_t hidden, int64_t L);
+
+// One token per sequence (generation's decode step): out (n, hidden) from bcx (n, 3 * hidden) and
+// each sequence's state (n, L-1, hidden), which is then shifted to take the new u; row i is at
+// position positions[i] (taps before the sequence start are skipped, as short_conv does, so a
+// decoded token gets the bits a prefill gives it).
+void short_conv_decode(float* out, const float* bcx, const float* conv_w, float* state, const int64_t* positions,
+                       int64_t n, int64_t hidden, int64_t L, int n_threads = 1);
+
 }  // namespace lfm2::cpu

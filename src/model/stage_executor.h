@@ -12,6 +12,7 @@
 
 #include "common/dtype.h"
 #include "io/weight_file.h"
+#include "kernels/sample.h"
 
 namespace lfm2 {
 
@@ -56,6 +57,29 @@ class StageExecutor {
   virtual void head(const void* x, int64_t n_seq, int64_t seq_len, const int32_t* lengths, const HeadOutputs& out) = 0;
   // Blocks until queued work is done (a no-op on the CPU).
   virtual void synchronize() = 0;
+
+  // ---- generation (SPEC §3 "Generation"): each sequence's state in this stage's layers, the KV
+  // cache of its attention layers and the last conv_L_cache - 1 inputs of its conv layers.
+  // Bytes alloc_state() takes for n_seq sequences of at most max_len positions.
+  virtual int64_t state_bytes(int64_t n_seq, int64_t max_len) const;
+  // Allocates the state once. lengths (n_seq, host) are the prompt lengths; sampling is how the
+  // last stage chooses tokens.
+  virtual void alloc_state(int64_t n_seq, int64_t max_len, const int32_t* lengths, const SamplingParams& sampling);
+  // Prefill: forward() of sequences [first_seq, first_seq + n_seq), x (n_seq * seq_len rows), that
+  // also stores their state (the last stage also forgets whether they had finished).
+  virtual void prefill(void* x, int64_t first_seq, int64_t n_seq, int64_t seq_len);
+  // Decode step `step` (>= 1): x holds one token per sequence, each at position lengths[s] + step - 1;
+  // reads and extends their state.
+  virtual void decode(void* x, int64_t first_seq, int64_t n_seq, int64_t step);
+  // Token buffers the executor computes with (device memory on a GPU): alloc_tokens(n) of n ids.
+  virtual int32_t* alloc_tokens(int64_t n);
+  // First stage: x = embed_tokens[tokens], tokens from alloc_tokens().
+  virtual void embed_tokens(const int32_t* tokens, int64_t n_seq, void* x);
+  // Last stage: the token of step `step` of each sequence (SamplingParams) from x: its last position
+  // (lengths[s] - 1 of seq_len rows) after the prefill, its one row after a decode step; into
+  // tokens (alloc_tokens), and copied to host (alloc_host memory, readable after synchronize()).
+  virtual void choose(const void* x, int64_t first_seq, int64_t n_seq, int64_t seq_len, int64_t step,
+                      int32_t* tokens, int32_t* host);
 };
 
 // The CPU reference executor: fp32 weights and activations, fp32 accumulation, n_threads workers

@@ -1,0 +1,21 @@
+// The generation methods' defaults: a backend that has not implemented them says so.
+#include "model/stage_executor.h"
+
+#include "common/error.h"
+
+namespace lfm2 {
+namespace {
+
+[[noreturn]] void no_generation() { LFM2_FAIL("this backend does not generate yet (use --device cpu)"); }
+
+}  // namespace
+
+int64_t StageExecutor::state_bytes(int64_t, int64_t) const { no_generation(); }
+void StageExecutor::alloc_state(int64_t, int64_t, const int32_t*, const SamplingParams&) { no_generation(); }
+void StageExecutor::prefill(void*, int64_t, int64_t, int64_t) { no_generation(); }
+void StageExecutor::decode(void*, int64_t, int64_t, int64_t) { no_generation(); }
+int32_t* StageExecutor::alloc_tokens(int64_t) { no_generation(); }
+void StageExecutor::embed_tokens(const int32_t*, int64_t, void*) { no_generation(); }
+void StageExecutor::choose(const void*, int64_t, int64_t, int64_t, int64_t, int32_t*, int32_t*) { no_generation(); }
+
+}  // namespace lfm2
