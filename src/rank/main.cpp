@@ -4,6 +4,7 @@
 //
 // With no arguments it runs and validates the shipped default under data/default (docs/pipeline.md).
 #include <CLI/CLI.hpp>
+#include <cmath>
 #include <cstdio>
 
 #include "common/error.h"
@@ -62,6 +63,51 @@ int main(int argc, char** argv) {
   app.add_option("--timeout", opt.timeout_s, "seconds any wait for another rank may take before the job aborts")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  auto* gen = app.add_option("--max-new-tokens", opt.max_new_tokens,
+                             "generate this many tokens after each prompt (greedy unless --temperature)")
+                  ->check(CLI::Validator(
+                      [](std::string& v) {
+                        try {
+                          size_t used = 0;
+                          const long long n = std::stoll(v, &used);
+                          if (used != v.size()) return "not a whole number: " + v;
+                          return n >= 1 ? std::string() : "must be at least 1, got " + v;
+                        } catch (const std::exception&) {
+                          return "not a whole number: " + v;
+                        }
+                      },
+                      "INT >= 1"));
+  app.add_option("--temperature", opt.temperature, "sampling temperature (0: greedy)")
+      ->needs(gen)
+      ->check(CLI::Validator(
+          [](std::string& v) {
+            try {
+              const double t = std::stod(v);
+              return std::isfinite(t) && t >= 0 ? std::string() : "must be a finite number >= 0, got " + v;
+            } catch (const std::exception&) {
+              return "not a number: " + v;
+            }
+          },
+          "NUMBER >= 0"));
+  app.add_option("--top-k", opt.top_k, "sample among the k most likely tokens (0: all)")
+      ->needs(gen)
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--top-p", opt.top_p, "then among the smallest set whose probability reaches p, in (0, 1]")
+      ->needs(gen)
+      ->check(CLI::Validator(
+          [](std::string& v) {
+            try {
+              const double p = std::stod(v);
+              return p > 0 && p <= 1 ? std::string() : "must be in (0, 1], got " + v;
+            } catch (const std::exception&) {
+              return "not a number: " + v;
+            }
+          },
+          "(0, 1]"));
+  app.add_option("--seed", opt.seed, "sampling seed (the same seed gives the same tokens for any P and microbatch)")
+      ->needs(gen);
+  app.add_option("--eos", opt.eos, "end-of-sequence token id (repeatable): a sequence stops after it")->needs(gen);
+  app.add_flag("--stream", opt.stream, "print sequence 0's tokens as they are generated")->needs(gen);
   app.add_option("--trace", opt.trace,
                  "write a timeline of the run (every rank's compute, transfers and waits) as Chrome "
                  "trace-event JSON (Perfetto, chrome://tracing, tools/trace_gantt.py)");

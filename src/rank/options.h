@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "rank/world.h"
 
@@ -24,6 +25,14 @@ struct RankOptions {
   int threads = 0;     // 0: the node's cores shared among its ranks
   double timeout_s = 600;
   std::string trace;         // optional: write the run's timeline here (Chrome trace-event JSON)
+  // Generation (--max-new-tokens > 0; 0: scoring).
+  int64_t max_new_tokens = 0;
+  double temperature = 0;    // 0: greedy
+  int64_t top_k = 0;         // 0: all
+  double top_p = 1;
+  uint64_t seed = 0;
+  std::vector<int64_t> eos;  // end-of-sequence ids
+  bool stream = false;       // print sequence 0's tokens as they come
   bool cuda_graphs = true;   // CUDA: replay each stage's layers from a captured CUDA Graph
   bool use_default = false;  // no model/inputs given: run the shipped default under data/default
 };

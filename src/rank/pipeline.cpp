@@ -156,7 +156,7 @@ class Pipeline::Run {
     const int64_t src = job_.feedback_source(i);
     if (src < 0 || last_) return;  // none, or one stage: the input reads what the output wrote
     const int slot = job_.feedback_slot(src);
-    const Handle h = p_.transport_.irecv(job_.feedback_buffer(slot), job_.feedback_bytes(), p_.world_.size - 1,
+    const Handle h = p_.transport_.irecv(job_.feedback_buffer(slot), job_.feedback_bytes(src), p_.world_.size - 1,
                                          tag_of(src), Transport::kNone);
     pending_.push_back({h, src, Kind::kFeedbackRecv, false, now_s()});
     after_done(h, "wait feedback", src);
@@ -175,7 +175,7 @@ class Pipeline::Run {
     }
     step(job_.output_name(), i, [&] { job_.output(i, x); });
     if (!feeds) return;
-    const Handle h = p_.transport_.isend(job_.feedback_buffer(slot), job_.feedback_bytes(), 0, tag_of(i));
+    const Handle h = p_.transport_.isend(job_.feedback_buffer(slot), job_.feedback_bytes(i), 0, tag_of(i));
     fb_send_h_[slot] = h;
     pending_.push_back({h, i, Kind::kFeedbackSend, false, now_s()});
   }

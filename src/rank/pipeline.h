@@ -54,9 +54,9 @@ class PipelineJob {
 
   // Feedback (last stage -> first stage): item i's input needs what the output of item
   // feedback_source(i) (< i) left in feedback slot feedback_slot(that item); -1: none. A slot's
-  // buffer is job-owned memory of feedback_bytes() bytes on each of the two stages (the executor's:
-  // device memory on a GPU); the engine sends it from the last stage to the first, or, with one
-  // stage, the input reads what the output wrote.
+  // buffer is job-owned memory on each of the two stages (the executor's: device memory on a GPU),
+  // feedback_bytes(item) of it used by that item; the engine sends it from the last stage to the
+  // first, or, with one stage, the input reads what the output wrote.
   virtual int64_t feedback_source(int64_t i) const {
     (void)i;
     return -1;
@@ -73,7 +73,10 @@ class PipelineJob {
     (void)slot;
     return nullptr;
   }
-  virtual size_t feedback_bytes() const { return 0; }
+  virtual size_t feedback_bytes(int64_t item) const {
+    (void)item;
+    return 0;
+  }
 };
 
 // Busy time of an executor whose work is asynchronous: begin()/end() bracket one step's queued work;

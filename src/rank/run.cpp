@@ -30,15 +30,14 @@
 #include "io/token_files.h"
 #include "io/weight_file.h"
 #include "model/stage_executor.h"
-#include "rank/benchmark.h"
 #include "rank/fatal.h"
 #include "rank/gpu_identity.h"
+#include "rank/jobs.h"
 #include "rank/options.h"
 #include "rank/pipeline.h"
-#include "rank/score_job.h"
+#include "rank/run_report.h"
 #include "rank/stage_plan.h"
 #include "rank/transport.h"
-#include "rank/validate.h"
 #ifdef LFM2_HAVE_CUDA
 #include "rank/cuda_rank.h"
 #endif
@@ -48,7 +47,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr int kReportTag = 32767;
 
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
@@ -179,81 +177,6 @@ std::vector<RankFacts> gather_facts(const WorldConfig& world, const RankFacts& m
   return all;
 }
 
-// The last rank's report lines reach rank 0, which prints them.
-void deliver_report(const WorldConfig& world, const std::vector<std::string>& lines, double timeout_s) {
-  if (world.size == 1) {
-    for (const auto& l : lines) log_info(l);
-    return;
-  }
-  if (world.is_last()) {
-    const std::string text = nlohmann::json(lines).dump();
-    MPI_Request req;
-    MPI_CHECK(MPI_Isend(text.data(), int(text.size()), MPI_CHAR, 0, kReportTag, world.comm, &req),
-              "sending the report");
-    wait_mpi_request(&req, timeout_s, "sending the report to rank 0");
-  } else if (world.is_first()) {
-    MPI_Status st;
-    int flag = 0;
-    auto arrived = [&] {
-      MPI_CHECK(MPI_Iprobe(world.size - 1, kReportTag, world.comm, &flag, &st), "waiting for the report");
-      return flag != 0;
-    };
-    if (!poll_until(arrived, timeout_s))
-      LFM2_FAIL("timed out after ", timeout_s, " s waiting for the last rank's report (see --timeout)");
-    int n = 0;
-    MPI_Get_count(&st, MPI_CHAR, &n);
-    std::string text(size_t(n), '\0');
-    MPI_CHECK(MPI_Recv(text.data(), n, MPI_CHAR, world.size - 1, kReportTag, world.comm, MPI_STATUS_IGNORE),
-              "receiving the report");
-    for (const auto& l : nlohmann::json::parse(text)) log_info(l.get<std::string>());
-  }
-}
-
-std::string utc_now() {
-  std::time_t t = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  return buf;
-}
-
-std::string fixed(double v, int digits) {
-  char buf[48];
-  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
-  return buf;
-}
-
-// ", smallest top-1 margin 0.012 (sequence 17)": how close the closest call of the run was.
-std::string smallest_margin(const std::vector<float>& margin) {
-  if (margin.empty()) return "";
-  size_t at = 0;
-  for (size_t i = 1; i < margin.size(); ++i)
-    if (margin[i] < margin[at] || margin[at] != margin[at]) at = i;
-  return cat("; smallest top-1 margin ", margin[at], " (sequence ", at, ")");
-}
-
-// The run report of a plain run: each stage's busy time and the bubble, measured and GPipe's.
-std::vector<std::string> pipeline_report(const std::vector<StageTiming>& timing, const std::vector<StagePlan>& plans,
-                                         int64_t n_micro) {
-  std::vector<std::string> lines;
-  double wall = 0, busy = 0, lo = 1e300, hi = 0;
-  for (const StageTiming& t : timing) {
-    wall = std::max(wall, t.wall_s);
-    busy += t.busy_s;
-    lo = std::min(lo, t.busy_s);
-    hi = std::max(hi, t.busy_s);
-  }
-  std::string stages = "pipeline: busy per stage";
-  for (size_t r = 0; r < timing.size(); ++r)
-    stages += cat(r ? ", " : " ", fixed(timing[r].busy_s, 4), " s (layers ", plans[r].layer_begin, "-",
-                  plans[r].layer_end - 1, ")");
-  lines.push_back(stages + cat("; spread ", fixed(hi > 0 ? 100 * (hi - lo) / hi : 0, 1), "%"));
-  const int P = int(timing.size());
-  lines.push_back(cat("pipeline: wall ", fixed(wall, 4), " s; bubble ",
-                      fixed(wall > 0 ? 100 * (1 - busy / (P * wall)) : 0, 1), "% measured, GPipe ",
-                      fixed(100 * gpipe_bubble(P, n_micro), 1), "% for ", n_micro, " microbatches"));
-  return lines;
-}
-
 // Rank 0's n ints to every rank.
 std::vector<int32_t> broadcast_ints(const WorldConfig& world, std::vector<int32_t> v, int64_t n, double timeout_s) {
   v.resize(size_t(n));
@@ -264,39 +187,43 @@ std::vector<int32_t> broadcast_ints(const WorldConfig& world, std::vector<int32_
   return v;
 }
 
+SamplingParams sampling_params(const RankOptions& opt) {
+  SamplingParams p;
+  p.temperature = float(opt.temperature);
+  p.top_k = opt.top_k;
+  p.top_p = float(opt.top_p);
+  p.seed = opt.seed;
+  for (int64_t e : opt.eos) p.eos.push_back(int32_t(e));
+  return p;
+}
+
+// Generation's options against the model (every rank checks; rank 0 reports).
+void check_generation(const RankOptions& opt, const ModelConfig& cfg, int64_t seq_len) {
+  if (opt.max_new_tokens <= 0) return;
+  LFM2_CHECK(!opt.all_logits, "--all-logits scores prompts; it does not go with --max-new-tokens");
+  LFM2_CHECK(seq_len + opt.max_new_tokens - 1 <= cfg.max_position_embeddings, "--max-new-tokens ",
+             opt.max_new_tokens, " after prompts of up to ", seq_len, " tokens needs ", seq_len + opt.max_new_tokens - 1,
+             " positions, past the model's max_position_embeddings ", cfg.max_position_embeddings);
+  for (int64_t e : opt.eos)
+    LFM2_CHECK(e >= 0 && e < cfg.vocab_size, "--eos ", e, " is outside the vocabulary [0, ", cfg.vocab_size, ")");
+}
+
+// The generation state of this stage must fit in the memory it lives in, checked before any work.
+void check_state_fits(const StageExecutor& exec, const GenerateShape& shape, bool on_gpu) {
+  const int64_t need = exec.state_bytes(shape.n_seq, shape.max_len());
+  if (on_gpu) return;  // the CUDA executor names the bytes itself when its allocation fails
+  const int64_t free = free_host_bytes();
+  LFM2_CHECK(free < 0 || need <= free, "the generation state (KV cache and conv state) of ", shape.n_seq,
+             " sequences x ", shape.max_len(), " positions needs ", need >> 20, " MiB on this rank, ", free >> 20,
+             " MiB of host memory are free (fewer sequences, shorter prompts or fewer new tokens)");
+}
+
 // An output path whose directory exists and is writable, and that is not a directory itself.
 void check_writable_path(const std::string& path, const char* what) {
   const fs::path dir = fs::absolute(path).parent_path();
   LFM2_CHECK(!fs::is_directory(path), what, " ", path, ": is a directory");
   LFM2_CHECK(fs::is_directory(dir) && ::access(dir.c_str(), W_OK) == 0, what, " ", path, ": cannot write into ",
              dir.string());
-}
-
-// Each rank's busy and wall time of one run, gathered to rank 0 (the run report).
-std::vector<StageTiming> gather_timing(const WorldConfig& world, const StageTiming& mine, double timeout_s) {
-  std::vector<StageTiming> all(size_t(world.size));
-  MPI_Request req;
-  MPI_CHECK(MPI_Igather(&mine, 2, MPI_DOUBLE, all.data(), 2, MPI_DOUBLE, 0, world.comm, &req), "gathering stage times");
-  wait_mpi_request(&req, timeout_s, "gathering stage times");
-  return all;
-}
-
-// Every rank's trace events to rank 0, which writes the file (whole or not at all).
-void deliver_trace(const WorldConfig& world, const Pipeline& pipeline, const PipelineShape& shape,
-                   const std::vector<StagePlan>& plans, const RankOptions& opt, double timeout_s) {
-  const StagePlan& p = plans[size_t(world.rank)];
-  const std::string label = cat("rank ", world.rank, ": layers ", p.layer_begin, "-", p.layer_end - 1,
-                                world.size > 1 ? cat(" on ", world.host) : std::string());
-  const std::vector<std::string> all = gather_strings(world, trace_events_json(world.rank, label, pipeline.trace()),
-                                                      timeout_s, "gathering the trace");
-  if (!world.is_first()) return;
-  const nlohmann::json meta = {{"tool", "lfm2-rank"},      {"ranks", world.size},
-                               {"microbatch", shape.microbatch}, {"microbatches", shape.n_micro()},
-                               {"sequences", shape.n_seq},  {"seq_len", shape.seq_len},
-                               {"dtype", opt.dtype},        {"created", utc_now()}};
-  write_trace_file(opt.trace, all, meta.dump());
-  log_info(cat("trace: wrote ", opt.trace, " (", pipeline.trace().size(), " spans on rank 0; open it in Perfetto or ",
-               "draw it with tools/trace_gantt.py)"));
 }
 
 }  // namespace
@@ -360,6 +287,7 @@ int run_rank(const WorldConfig& world, RankOptions opt) {
         else
           plans = default_stage_plans(cfg, P, S, opt.all_logits, use_cuda ? CostModel::kGpu : CostModel::kFlops);
         if (!use_cuda) check_cpu_fallback(opt);
+        check_generation(opt, cfg, S);
       },
       r0);
   const int n_threads = opt.threads > 0 ? opt.threads : default_threads(world);
@@ -367,7 +295,8 @@ int run_rank(const WorldConfig& world, RankOptions opt) {
   std::unique_ptr<StageExecutor> exec;
   std::unique_ptr<Transport> transport;
   std::unique_ptr<Pipeline> pipeline;
-  std::unique_ptr<ScoreJob> job;
+  std::unique_ptr<ScoreJob> score;
+  std::unique_ptr<GenerateJob> generate;
   TokenAnswers answers;
   RankFacts facts{};
   facts.gpu = -1;
@@ -448,12 +377,19 @@ int run_rank(const WorldConfig& world, RankOptions opt) {
       }
 #endif
       if (!transport) transport = make_mpi_transport(world, opt.timeout_s);
-      // The logits cross to the host only for someone who reads them: the output file, or answers
-      // with logits to compare (not in a benchmark, which validates the top-1 only).
-      const bool want_logits = !opt.benchmark && (!opt.output.empty() || answers.has_logits());
-      PipelineShape shape{N, S, microbatch, cfg.hidden_size, cfg.vocab_size, want_logits, opt.all_logits, lengths};
-      pipeline = std::make_unique<Pipeline>(world, *exec, *transport, cfg.hidden_size, shape.max_micro_tokens());
-      job = std::make_unique<ScoreJob>(world, *exec, shape);
+      if (opt.max_new_tokens > 0) {
+        const GenerateShape shape{N, S, microbatch, cfg.hidden_size, opt.max_new_tokens, lengths};
+        check_state_fits(*exec, shape, use_cuda);
+        pipeline = std::make_unique<Pipeline>(world, *exec, *transport, cfg.hidden_size, shape.max_item_tokens());
+        generate = std::make_unique<GenerateJob>(world, *exec, shape, sampling_params(opt));
+      } else {
+        // The logits cross to the host only for someone who reads them: the output file, or answers
+        // with logits to compare (not in a benchmark, which validates the top-1 only).
+        const bool want_logits = !opt.benchmark && (!opt.output.empty() || answers.has_logits());
+        PipelineShape shape{N, S, microbatch, cfg.hidden_size, cfg.vocab_size, want_logits, opt.all_logits, lengths};
+        pipeline = std::make_unique<Pipeline>(world, *exec, *transport, cfg.hidden_size, shape.max_micro_tokens());
+        score = std::make_unique<ScoreJob>(world, *exec, shape);
+      }
       pipeline->set_tracing(!opt.trace.empty());
       install_kill_hook(*pipeline, world.rank);
 #ifdef LFM2_HAVE_CUDA
@@ -486,7 +422,7 @@ int run_rank(const WorldConfig& world, RankOptions opt) {
   // ---- phase C: the exchange. From here on an error ends the whole job.
   try {
     const auto all = gather_facts(world, facts, opt.timeout_s);
-    const int64_t M = job->shape().n_micro();
+    const int64_t M = score ? score->shape().n_micro() : generate->shape().n_micro();
     if (r0) {
       log_info(cat("plan: ", P, " ranks over ", cfg.num_hidden_layers, " layers (",
                    !opt.layers.empty()         ? "--layers " + opt.layers
@@ -515,73 +451,23 @@ int run_rank(const WorldConfig& world, RankOptions opt) {
                      int(100 * gpipe_bubble(P, M)), "%); use a smaller --microbatch"));
     }
 
-    PipelineResult result;
-    if (r0) job->set_ids(inputs.ids.data());
-    const double t0 = now_s();
-    std::vector<std::string> bench_lines;
-    if (opt.benchmark) {
-      BenchmarkSummary b = run_benchmark(world, *pipeline, *job, plans, opt.warmup, opt.repeat, opt.timeout_s);
-      if (r0) bench_lines = b.report();
-    } else {
-      // A traced run starts together on every rank, so that the ranks' timelines line up.
-      if (!opt.trace.empty()) allreduce_max(world, {0}, opt.timeout_s, "the trace's start");
-      const StageTiming t = pipeline->run(*job);
-      const auto timing = gather_timing(world, t, opt.timeout_s);
-      if (r0) bench_lines = pipeline_report(timing, plans, M);
-    }
-    const double run_s = now_s() - t0;
-    for (const auto& l : bench_lines) log_info(l);
-    if (!opt.trace.empty()) deliver_trace(world, *pipeline, job->shape(), plans, opt, opt.timeout_s);
-    if (last) job->take_results(&result);
-
-    int code = kExitOk;
-    std::vector<std::string> lines;
-    if (last) {
-      std::string head = "results: next_token =";
-      for (int64_t i = 0; i < std::min<int64_t>(N, 8); ++i) head += cat(" ", result.next_token[size_t(i)]);
-      lines.push_back(head + (N > 8 ? " ..." : "") + smallest_margin(result.margin));
-      nlohmann::json meta = {{"format", "lfm2-rank-outputs"},
-                             {"model", opt.model},
-                             {"inputs", opt.inputs},
-                             {"n_ranks", P},
-                             {"microbatch", microbatch},
-                             {"n_microbatches", M},
-                             {"layers", join([&] {
-                                std::vector<int> c;
-                                for (const auto& p : plans) c.push_back(p.n_layers());
-                                return c;
-                              }())},
-                             {"dtype", dtype_name(dtype)},
-                             {"tf32", use_cuda && opt.tf32},
-                             {"device", use_cuda ? "cuda" : "cpu"},
-                             {"all_logits", opt.all_logits},
-                             {"created", utc_now()}};
-      if (!opt.answers.empty()) {
-        // TF32 keeps fp16's 10 mantissa bits, so a --tf32 run is held to fp16's tolerance.
-        const DType vt = dtype == DType::F32 && use_cuda && opt.tf32 ? DType::F16 : dtype;
-        const ValidationResult v =
-            validate_outputs(result.next_token, result.logits, cfg.vocab_size, answers, tolerance_for(vt));
-        for (const auto& l : v.report(vt)) lines.push_back(l);
-        meta["validation"] = v.passed ? "PASS" : "FAIL";
-        meta["top1_agree"] = v.agree;
-        meta["max_abs_dlogit"] = v.max_abs_dlogit;
-        meta["mean_abs_dlogit"] = v.mean_abs_dlogit;
-        code = v.passed ? kExitOk : kExitValidationFailed;
-      }
-      if (!opt.output.empty()) {
-        TokenOutputs out{N, S, cfg.vocab_size, result.next_token, result.logits, result.margin, result.all_logits};
-        write_outputs(opt.output, out, meta);
-        lines.push_back("wrote " + opt.output);
-      }
-    }
-    deliver_report(world, lines, opt.timeout_s);
-    code = int(allreduce_max(world, {code}, opt.timeout_s, "the exit agreement")[0]);
-    if (r0 && !opt.benchmark) {
-      char buf[160];
-      std::snprintf(buf, sizeof buf, "done: %lld sequences x %lld tokens in %.3f s (%.1f samples/s), exit %d",
-                    (long long)N, (long long)S, run_s, double(N) / run_s, code);
-      log_info(buf);
-    }
+    RankSetup setup;
+    setup.world = world;
+    setup.opt = opt;
+    setup.cfg = cfg;
+    setup.plans = plans;
+    setup.n_seq = N;
+    setup.seq_len = S;
+    setup.microbatch = microbatch;
+    setup.dtype = dtype;
+    setup.use_cuda = use_cuda;
+    setup.inputs = std::move(inputs);
+    setup.answers = std::move(answers);
+    setup.pipeline = pipeline.get();
+    const JobOutcome out = score ? run_scoring(setup, *score) : run_generation(setup, *generate);
+    deliver_report(world, out.lines, opt.timeout_s);
+    const int code = int(allreduce_max(world, {out.code}, opt.timeout_s, "the exit agreement")[0]);
+    if (r0 && !out.done.empty()) log_info(cat(out.done, ", exit ", code));
     return code;
   } catch (const std::exception& e) {
     abort_job(world, e.what());

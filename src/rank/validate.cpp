@@ -104,4 +104,44 @@ std::vector<std::string> ValidationResult::report(DType act_dtype) const {
   return lines;
 }
 
+GenerationCheck check_generated(const std::vector<int32_t>& generated, int64_t n_new, const TokenAnswers& answers,
+                                bool exact_required) {
+  GenerationCheck c;
+  c.exact_required = exact_required;
+  c.n_seq = answers.n_seq;
+  LFM2_CHECK(int64_t(generated.size()) == answers.n_seq * n_new, "validation: ", generated.size(),
+             " generated tokens for ", answers.n_seq, " x ", n_new);
+  const int64_t K = std::min(n_new, answers.n_new);
+  for (int64_t s = 0; s < c.n_seq; ++s) {
+    bool same = true;
+    for (int64_t t = 0; t < K; ++t) {
+      const bool eq = generated[size_t(s * n_new + t)] == answers.generated[size_t(s * answers.n_new + t)];
+      c.equal += eq ? 1 : 0;
+      if (!eq && c.first_seq < 0) {
+        c.first_seq = s;
+        c.first_step = t;
+      }
+      same = same && eq;
+    }
+    c.compared += K;
+    c.sequences_equal += same ? 1 : 0;
+  }
+  // fp32 greedy must match token for token; 16-bit runs drift (their top-1 floor, as for scoring).
+  c.passed = exact_required ? c.equal == c.compared : c.compared > 0 && 2 * c.equal >= c.compared;
+  return c;
+}
+
+std::vector<std::string> GenerationCheck::report() const {
+  std::vector<std::string> lines;
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "validation (generation): %lld/%lld tokens equal (%.2f%%), %lld/%lld sequences whole%s",
+                (long long)equal, (long long)compared, compared ? 100.0 * double(equal) / double(compared) : 0.0,
+                (long long)sequences_equal, (long long)n_seq,
+                first_seq < 0 ? "" : cat("; first difference: sequence ", first_seq, ", token ", first_step + 1).c_str());
+  lines.push_back(buf);
+  lines.push_back(cat("validation: ", passed ? "PASS" : "FAIL",
+                      exact_required ? " (fp32 greedy: every token must match)" : " (16-bit: at least half the tokens)"));
+  return lines;
+}
+
 }  // namespace lfm2

@@ -53,6 +53,20 @@ struct ValidationResult {
 ValidationResult validate_outputs(const std::vector<int32_t>& next_token, const std::vector<float>& logits,
                                   int64_t vocab, const TokenAnswers& answers, const Tolerance& tol);
 
+// Generated tokens (N, K) against the answers' `generated` (N, K'): the first min(K, K') of each
+// sequence compared position by position.
+struct GenerationCheck {
+  int64_t n_seq = 0, compared = 0;  // positions compared in all
+  int64_t equal = 0;                // of them identical
+  int64_t sequences_equal = 0;      // sequences identical over the compared positions
+  int64_t first_seq = -1, first_step = -1;  // the first difference (sequence-major), or -1
+  bool exact_required = true;       // fp32 greedy: every token must match
+  bool passed = false;
+  std::vector<std::string> report() const;
+};
+GenerationCheck check_generated(const std::vector<int32_t>& generated, int64_t n_new, const TokenAnswers& answers,
+                                bool exact_required);
+
 // The index of the largest value (the first one on ties), as every top-1 in the project is taken.
 int32_t argmax(const float* v, int64_t n);
 

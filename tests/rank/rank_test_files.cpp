@@ -6,6 +6,8 @@
 //   rank_test_files same A.h5 B.h5 ...     every file's datasets equal A's, bit for bit
 //   rank_test_files check-trace T.json P M  a --trace file of P ranks and M microbatches is whole
 //   rank_test_files rows-match R.h5 'S%d.h5' row i of R (ragged prompts) equals prompt i run alone
+//   rank_test_files extend IN.h5 GEN.h5 OUT.h5 each prompt + its first t generated tokens, t < K
+//   rank_test_files extended-match GEN.h5 SCORED.h5  scoring those gives the generated tokens
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <cstring>
@@ -92,19 +94,81 @@ bool bits_equal(const std::vector<T>& a, const std::vector<T>& b) {
 
 int same(const std::vector<std::string>& files) {
   const TokenOutputs ref = read_outputs(files[0]);
-  LFM2_CHECK(!ref.next_token.empty() && !ref.logits.empty(), files[0], ": no results");
+  LFM2_CHECK(!ref.next_token.empty() && (!ref.logits.empty() || !ref.generated.empty()), files[0], ": no results");
   int bad = 0;
   for (size_t i = 1; i < files.size(); ++i) {
     const TokenOutputs o = read_outputs(files[i]);
     const bool ok = bits_equal(o.next_token, ref.next_token) && bits_equal(o.logits, ref.logits) &&
+                    bits_equal(o.generated, ref.generated) && bits_equal(o.n_generated, ref.n_generated) &&
                     (o.margin.empty() || ref.margin.empty() || bits_equal(o.margin, ref.margin)) &&
                     (o.all_logits.empty() || ref.all_logits.empty() || bits_equal(o.all_logits, ref.all_logits));
     std::printf("%s %s: %s\n", ok ? "same" : "DIFFERENT", files[i].c_str(),
-                o.all_logits.empty() ? "next_token, logits" : "next_token, logits, all_logits");
+                !o.generated.empty()    ? "generated, n_generated"
+                : o.all_logits.empty() ? "next_token, logits"
+                                       : "next_token, logits, all_logits");
     bad += ok ? 0 : 1;
   }
   std::printf("%zu files compared with %s: %d differ\n", files.size() - 1, files[0].c_str(), bad);
   return bad ? 1 : 0;
+}
+
+// Generation against scoring: for each sequence s and step t, the prompt followed by its first t
+// generated tokens (one ragged inputs file of N * K prompts, t-major within s) ...
+void extend(const std::string& inputs, const std::string& generated, const std::string& out) {
+  const TokenInputs in = read_inputs(inputs);
+  const TokenOutputs gen = read_outputs(generated);
+  const int64_t K = gen.n_new;
+  LFM2_CHECK(K > 0 && gen.n_seq == in.n_seq, generated, ": no generated tokens for ", inputs);
+  TokenInputs ext{in.n_seq * K, in.seq_len + K - 1, {}, {}};
+  for (int64_t s = 0; s < in.n_seq; ++s)
+    for (int64_t t = 0; t < K; ++t) {
+      std::vector<int32_t> row(in.ids.begin() + s * in.seq_len, in.ids.begin() + s * in.seq_len + in.length(s));
+      for (int64_t j = 0; j < t; ++j) row.push_back(gen.generated[size_t(s * K + j)]);
+      ext.lengths.push_back(int32_t(row.size()));
+      row.resize(size_t(ext.seq_len), 0);
+      ext.ids.insert(ext.ids.end(), row.begin(), row.end());
+    }
+  write_inputs(out, ext);
+}
+
+// ... whose scored next tokens (scored.h5) must be the generated ones: a token decoded against the
+// KV cache and conv state is the token a prefill of the longer prompt gives.
+int extended_match(const std::string& generated, const std::string& scored) {
+  const TokenOutputs gen = read_outputs(generated), sc = read_outputs(scored);
+  const int64_t K = gen.n_new;
+  LFM2_CHECK(sc.n_seq == gen.n_seq * K, scored, ": ", sc.n_seq, " results for ", gen.n_seq, " x ", K);
+  int64_t bad = 0;
+  for (int64_t i = 0; i < sc.n_seq; ++i)
+    if (sc.next_token[size_t(i)] != gen.generated[size_t(i)]) {
+      if (bad++ < 5)
+        std::printf("sequence %lld, token %lld: generated %d, scored %d\n", (long long)(i / K), (long long)(i % K + 1),
+                    gen.generated[size_t(i)], sc.next_token[size_t(i)]);
+    }
+  std::printf("%lld of %lld generated tokens differ from scoring the extended prompts\n", (long long)bad,
+              (long long)sc.n_seq);
+  return bad ? 1 : 0;
+}
+
+// --eos: every sequence of OUT equals GREEDY up to and including its first `eos`, then repeats it;
+// n_generated counts up to it (K where there is none).
+int eos_check(const std::string& greedy, const std::string& out, int32_t eos) {
+  const TokenOutputs g = read_outputs(greedy), o = read_outputs(out);
+  const int64_t K = g.n_new;
+  int bad = 0, stopped = 0;
+  for (int64_t s = 0; s < g.n_seq; ++s) {
+    int64_t stop = K;
+    for (int64_t t = 0; t < K && stop == K; ++t)
+      if (g.generated[size_t(s * K + t)] == eos) stop = t + 1;
+    bool ok = o.n_generated[size_t(s)] == stop;
+    for (int64_t t = 0; t < K; ++t)
+      ok = ok && o.generated[size_t(s * K + t)] == (t < stop ? g.generated[size_t(s * K + t)] : eos);
+    stopped += stop < K ? 1 : 0;
+    if (!ok) std::printf("sequence %lld: wrong after its EOS (n_generated %d, expected %lld)\n", (long long)s,
+                         o.n_generated[size_t(s)], (long long)stop);
+    bad += ok ? 0 : 1;
+  }
+  std::printf("eos %d: %d of %lld sequences stopped early, %d wrong\n", eos, stopped, (long long)g.n_seq, bad);
+  return bad || stopped == 0 ? 1 : 0;
 }
 
 // Row i of a ragged run's outputs equals row 0 of `pattern` with %d = i (the prompt run alone), bit
@@ -194,7 +258,23 @@ int main(int argc, char** argv) {
   per->add_option("out", b)->required();
   auto* sm = app.add_subcommand("same", "outputs bit-identical to the first");
   sm->add_option("files", files)->required()->expected(2, 100);
+  std::string c;
   int m = 0;
+  auto* ex = app.add_subcommand("extend", "prompts extended by their generated tokens, for scoring");
+  ex->add_option("inputs", a)->required();
+  ex->add_option("generated", b)->required();
+  ex->add_option("out", c)->required();
+  auto* em = app.add_subcommand("extended-match", "scoring of the extended prompts gives the generated tokens");
+  em->add_option("generated", a)->required();
+  em->add_option("scored", b)->required();
+  auto* tk = app.add_subcommand("token", "prints generated[sequence, step] of an output");
+  tk->add_option("file", a)->required();
+  tk->add_option("sequence", n)->required();
+  tk->add_option("step", m)->required();
+  auto* ec = app.add_subcommand("eos-check", "an --eos run stops each sequence at its first EOS");
+  ec->add_option("greedy", a)->required();
+  ec->add_option("out", b)->required();
+  ec->add_option("eos", n)->required();
   auto* rm = app.add_subcommand("rows-match", "a ragged run's rows equal each prompt run alone");
   rm->add_option("ragged", a)->required();
   rm->add_option("pattern", b)->required();
@@ -210,6 +290,13 @@ int main(int argc, char** argv) {
     if (*sm) return same(files);
     if (*tr) return check_trace(a, n, m);
     if (*rm) return rows_match(a, b);
+    if (*ex) extend(a, b, c);
+    if (*em) return extended_match(a, b);
+    if (*tk) {
+      const TokenOutputs g = read_outputs(a);
+      std::printf("%d\n", g.generated.at(size_t(n * g.n_new + m)));
+    }
+    if (*ec) return eos_check(a, b, int32_t(n));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rank_test_files: error: %s\n", e.what());
     return 1;

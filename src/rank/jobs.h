@@ -1,0 +1,53 @@
+// The jobs of lfm2-rank over one start-up (run.cpp): scoring (the next token of every prompt) and
+// generation (--max-new-tokens). Start-up builds everything a job needs and agrees on it across
+// ranks (RankSetup); a job then runs the pipeline, reports, validates and writes its output, and
+// says how it ended. Nothing here depends on the backend.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/dtype.h"
+#include "io/model_config.h"
+#include "io/token_files.h"
+#include "model/stage_executor.h"
+#include "rank/generate_job.h"
+#include "rank/options.h"
+#include "rank/pipeline.h"
+#include "rank/score_job.h"
+#include "rank/stage_plan.h"
+#include "rank/world.h"
+
+namespace lfm2 {
+
+// What start-up leaves for a job.
+struct RankSetup {
+  WorldConfig world;
+  RankOptions opt;
+  ModelConfig cfg;
+  std::vector<StagePlan> plans;
+  int64_t n_seq = 0, seq_len = 0, microbatch = 1;
+  DType dtype = DType::F32;
+  bool use_cuda = false;
+  TokenInputs inputs;    // rank 0
+  TokenAnswers answers;  // last rank, with --answers
+  Pipeline* pipeline = nullptr;
+};
+
+// How a job ended: its exit code, the last rank's report lines (rank 0 prints them) and rank 0's
+// closing line.
+struct JobOutcome {
+  int code = 0;
+  std::vector<std::string> lines;
+  std::string done;
+};
+
+JobOutcome run_scoring(RankSetup& s, ScoreJob& job);
+JobOutcome run_generation(RankSetup& s, GenerateJob& job);
+
+// The output file's run metadata common to both jobs.
+nlohmann::json run_metadata(const RankSetup& s, int64_t n_items);
+
+}  // namespace lfm2

@@ -1,0 +1,118 @@
+#include "rank/run_report.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <ctime>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "rank/trace.h"
+#include "rank/transport.h"
+
+namespace lfm2 {
+namespace {
+
+constexpr int kReportTag = 32767;
+
+}  // namespace
+
+// The last rank's report lines reach rank 0, which prints them.
+void deliver_report(const WorldConfig& world, const std::vector<std::string>& lines, double timeout_s) {
+  if (world.size == 1) {
+    for (const auto& l : lines) log_info(l);
+    return;
+  }
+  if (world.is_last()) {
+    const std::string text = nlohmann::json(lines).dump();
+    MPI_Request req;
+    MPI_CHECK(MPI_Isend(text.data(), int(text.size()), MPI_CHAR, 0, kReportTag, world.comm, &req),
+              "sending the report");
+    wait_mpi_request(&req, timeout_s, "sending the report to rank 0");
+  } else if (world.is_first()) {
+    MPI_Status st;
+    int flag = 0;
+    auto arrived = [&] {
+      MPI_CHECK(MPI_Iprobe(world.size - 1, kReportTag, world.comm, &flag, &st), "waiting for the report");
+      return flag != 0;
+    };
+    if (!poll_until(arrived, timeout_s))
+      LFM2_FAIL("timed out after ", timeout_s, " s waiting for the last rank's report (see --timeout)");
+    int n = 0;
+    MPI_Get_count(&st, MPI_CHAR, &n);
+    std::string text(size_t(n), '\0');
+    MPI_CHECK(MPI_Recv(text.data(), n, MPI_CHAR, world.size - 1, kReportTag, world.comm, MPI_STATUS_IGNORE),
+              "receiving the report");
+    for (const auto& l : nlohmann::json::parse(text)) log_info(l.get<std::string>());
+  }
+}
+
+std::string utc_now() {
+  std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+std::string fixed(double v, int digits) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+// The run report of a plain run: each stage's busy time and the bubble, measured and GPipe's.
+std::vector<std::string> pipeline_report(const std::vector<StageTiming>& timing, const std::vector<StagePlan>& plans,
+                                         int64_t n_micro) {
+  std::vector<std::string> lines;
+  double wall = 0, busy = 0, lo = 1e300, hi = 0;
+  for (const StageTiming& t : timing) {
+    wall = std::max(wall, t.wall_s);
+    busy += t.busy_s;
+    lo = std::min(lo, t.busy_s);
+    hi = std::max(hi, t.busy_s);
+  }
+  std::string stages = "pipeline: busy per stage";
+  for (size_t r = 0; r < timing.size(); ++r)
+    stages += cat(r ? ", " : " ", fixed(timing[r].busy_s, 4), " s (layers ", plans[r].layer_begin, "-",
+                  plans[r].layer_end - 1, ")");
+  lines.push_back(stages + cat("; spread ", fixed(hi > 0 ? 100 * (hi - lo) / hi : 0, 1), "%"));
+  const int P = int(timing.size());
+  lines.push_back(cat("pipeline: wall ", fixed(wall, 4), " s; bubble ",
+                      fixed(wall > 0 ? 100 * (1 - busy / (P * wall)) : 0, 1), "% measured, GPipe ",
+                      fixed(100 * gpipe_bubble(P, n_micro), 1), "% for ", n_micro, " microbatches"));
+  return lines;
+}
+
+// Each rank's busy and wall time of one run, gathered to rank 0 (the run report).
+std::vector<StageTiming> gather_timing(const WorldConfig& world, const StageTiming& mine, double timeout_s) {
+  std::vector<StageTiming> all(size_t(world.size));
+  MPI_Request req;
+  MPI_CHECK(MPI_Igather(&mine, 2, MPI_DOUBLE, all.data(), 2, MPI_DOUBLE, 0, world.comm, &req), "gathering stage times");
+  wait_mpi_request(&req, timeout_s, "gathering stage times");
+  return all;
+}
+
+// Every rank's trace events to rank 0, which writes the file (whole or not at all).
+void deliver_trace(const WorldConfig& world, const Pipeline& pipeline, const std::vector<StagePlan>& plans,
+                   const std::string& path, const nlohmann::json& meta, double timeout_s) {
+  const StagePlan& p = plans[size_t(world.rank)];
+  const std::string label = cat("rank ", world.rank, ": layers ", p.layer_begin, "-", p.layer_end - 1,
+                                world.size > 1 ? cat(" on ", world.host) : std::string());
+  const std::vector<std::string> all = gather_strings(world, trace_events_json(world.rank, label, pipeline.trace()),
+                                                      timeout_s, "gathering the trace");
+  if (!world.is_first()) return;
+  nlohmann::json m = meta;
+  m["tool"] = "lfm2-rank";
+  m["ranks"] = world.size;
+  m["created"] = utc_now();
+  write_trace_file(path, all, m.dump());
+  log_info(cat("trace: wrote ", path, " (", pipeline.trace().size(), " spans on rank 0; open it in Perfetto or ",
+               "draw it with tools/trace_gantt.py)"));
+}
+
+std::string layer_counts(const std::vector<StagePlan>& plans) {
+  std::string s;
+  for (size_t i = 0; i < plans.size(); ++i) s += (i ? "," : "") + std::to_string(plans[i].n_layers());
+  return s;
+}
+
+}  // namespace lfm2
