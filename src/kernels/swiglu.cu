@@ -7,13 +7,29 @@
 namespace lfm2::cuda {
 namespace {
 
-template <typename T>
+// V consecutive elements per thread (16-byte loads and stores when the rows allow, else 1).
+template <typename T, int V>
 __global__ void swiglu_kernel(T* out, const T* gate_up, int64_t n_rows, int64_t inter) {
-  const int64_t n = n_rows * inter;
+  const int64_t groups = inter / V, n = n_rows * groups;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = i / inter, c = i - r * inter;
-    const float g = to_f32(gate_up[r * 2 * inter + c]), u = to_f32(gate_up[r * 2 * inter + inter + c]);
-    out[i] = from_f32<T>(g / (1.0f + expf(-g)) * u);
+    const int64_t r = i / groups, c = (i - r * groups) * V;
+    alignas(16) T g[V], u[V], o[V];
+    if constexpr (V > 1) {
+      *reinterpret_cast<uint4*>(g) = *reinterpret_cast<const uint4*>(gate_up + r * 2 * inter + c);
+      *reinterpret_cast<uint4*>(u) = *reinterpret_cast<const uint4*>(gate_up + r * 2 * inter + inter + c);
+    } else {
+      g[0] = gate_up[r * 2 * inter + c];
+      u[0] = gate_up[r * 2 * inter + inter + c];
+    }
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const float gf = to_f32(g[j]);
+      o[j] = from_f32<T>(gf / (1.0f + expf(-gf)) * to_f32(u[j]));
+    }
+    if constexpr (V > 1)
+      *reinterpret_cast<uint4*>(out + r * inter + c) = *reinterpret_cast<const uint4*>(o);
+    else
+      out[r * inter + c] = o[0];
   }
 }
 
@@ -23,7 +39,13 @@ template <typename T>
 void swiglu(T* out, const T* gate_up, int64_t n_rows, int64_t inter, cudaStream_t stream) {
   const int64_t n = n_rows * inter;
   if (n == 0) return;
-  swiglu_kernel<<<grid_for(n, 256 * 4), 256, 0, stream>>>(out, gate_up, n_rows, inter);
+  constexpr int V = 16 / sizeof(T);
+  const bool vec = inter % V == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(gate_up) % 16 == 0;
+  if (vec)
+    swiglu_kernel<T, V><<<grid_for(n / V, 256 * 4), 256, 0, stream>>>(out, gate_up, n_rows, inter);
+  else
+    swiglu_kernel<T, 1><<<grid_for(n, 256 * 4), 256, 0, stream>>>(out, gate_up, n_rows, inter);
   CUDA_CHECK_LAUNCH("swiglu_kernel");
 }
 

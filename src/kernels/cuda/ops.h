@@ -40,15 +40,23 @@ void rmsnorm_last(T* out, const float* in, const float* weight, int64_t n_seq, i
 template <typename T>
 void add(float* out, const float* a, const T* b, int64_t n, cudaStream_t stream);
 
-// --- linear.cu: out (n_rows, n_out) = in (n_rows, n_in) W^T, W (n_out, n_in), through cuBLAS with
+// --- linear.cu: out (n_rows, n_out) = in (n_rows, n_in) W^T, W (n_out, n_in), through cuBLASLt with
 // fp32 accumulation: fp32 exact unless tf32; bf16/fp16 on tensor cores. linear_f32out writes fp32
-// (router logits, LM head).
+// (router logits, LM head); linear_add_f32 adds the product into x (n_rows, n_out) fp32 (the residual
+// add fused into the GEMM: x = x + in W^T). Buffers 16-byte aligned. The algorithm is pinned per
+// (types, n_in, n_out) and reused for every n_rows, without split-K, so a row's bits do not depend
+// on n_rows; set_gemm_pinning(false) (or LFM2_GEMM_PIN=0) lets cuBLASLt choose per n_rows instead.
 template <typename T>
 void linear(T* out, const T* in, const T* weight, int64_t n_rows, int64_t n_in, int64_t n_out, cudaStream_t stream,
             bool tf32 = false);
 template <typename T>
 void linear_f32out(float* out, const T* in, const T* weight, int64_t n_rows, int64_t n_in, int64_t n_out,
                    cudaStream_t stream, bool tf32 = false);
+template <typename T>
+void linear_add_f32(float* x, const T* in, const T* weight, int64_t n_rows, int64_t n_in, int64_t n_out,
+                    cudaStream_t stream, bool tf32 = false);
+void set_gemm_pinning(bool pinned);
+bool gemm_pinning();
 
 // --- rope.cu: fused per-head q/k RMSNorm + RoPE (cpu::rmsnorm per head, then cpu::rope with
 // position = row % seq_len), in place on qkv (n_seq * seq_len, (n_heads + 2 * n_kv_heads) * head_dim)
@@ -94,14 +102,21 @@ int64_t moe_permute_scratch_ints(int64_t n_tokens, int64_t n_experts, int64_t to
 void moe_permute(int32_t* offsets, int32_t* src_token, int32_t* dest_row, const int32_t* experts, int64_t n_tokens,
                  int64_t n_experts, int64_t top_k, int32_t* scratch, cudaStream_t stream);
 
-// --- moe_grouped_matmul.cu: for each expert e and each row r in [offsets[e], offsets[e+1]):
-// out[r] = in[gather ? gather[r] : r] W_e^T; out (max_rows, n_out); W (n_experts, n_out, n_in).
-// The row counts stay on the device: the grid covers the worst case (max_rows rows in all) and
-// tiles past an expert's rows exit. bf16/fp16: tensor cores (wmma, fp32 accumulation); fp32: a tiled
-// SIMT kernel (exact fp32).
+// --- moe_grouped_matmul.cu: the rows of each expert in order, then one GEMM per expert.
+// moe_gather: out[r] = in[src_token[r]] for r < n_rows; out (n_rows, hidden), in (n_tokens, hidden).
 template <typename T>
-void moe_grouped_matmul(T* out, const T* in, const int32_t* gather, const T* weight, const int32_t* offsets,
-                        int64_t max_rows, int64_t n_experts, int64_t n_in, int64_t n_out, cudaStream_t stream);
+void moe_gather(T* out, const T* in, const int32_t* src_token, int64_t n_rows, int64_t hidden, cudaStream_t stream);
+// moe_grouped_matmul: for each expert e and each row r in [offsets[e], offsets[e+1]):
+// out[r] = in[r] W_e^T; out (max_rows, n_out), in (max_rows, n_in), W (n_experts, n_out, n_in).
+// The row counts stay on the device (the host passes only the total). bf16/fp16: CUTLASS's sm90
+// grouped GEMM (Hopper only; n_in, n_out multiples of 8, 16-byte aligned pointers); fp32: an exact
+// SIMT kernel (any shape). workspace: moe_grouped_matmul_workspace_bytes(n_experts) bytes, 16-byte
+// aligned, for the current device (unused by fp32). No split-K: a row's bits do not depend on
+// max_rows or on the other rows.
+int64_t moe_grouped_matmul_workspace_bytes(int64_t n_experts);
+template <typename T>
+void moe_grouped_matmul(T* out, const T* in, const T* weight, const int32_t* offsets, int64_t max_rows,
+                        int64_t n_experts, int64_t n_in, int64_t n_out, void* workspace, cudaStream_t stream);
 
 // --- moe_combine.cu: weighted un-permutation fused with the residual add:
 // x[t] += sum over t's experts in ascending order of weights[t, k] * expert_out[dest_row[t, k]]
