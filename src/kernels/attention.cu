@@ -112,7 +112,8 @@ __global__ void __launch_bounds__(kBQ) attention_kernel(T* out, const T* q, cons
 // ---------------------------------------------------------------- tensor cores (bf16 / fp16)
 namespace tc {
 
-constexpr int kWarps = 4, kThreads = kWarps * 32, BQ = kWarps * 16, BKV = 64;
+// Block shapes: kWarps warps of 16 queries each, key/value tiles of BKV rows. (4, 64) in general;
+// (2, 32) for sequences of at most 32 tokens, where a 64-query block would leave half its warps idle.
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -172,19 +173,21 @@ __device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
   return *reinterpret_cast<uint32_t*>(&v);
 }
 
-template <int HD>
+template <int HD, int kWarps, int BKV>
 struct Smem {
+  static constexpr int BQ = kWarps * 16;
   static constexpr int LD = HD + 8;  // padded rows: ldmatrix's 8 row addresses hit 8 distinct bank groups
   static constexpr int kQ = BQ * LD, kKV = BKV * LD;
   static constexpr size_t kBytes = size_t(kQ + 4 * kKV) * 2;  // Q, K[2], V[2]
 };
 
-template <typename T, int HD>
-__global__ void __launch_bounds__(kThreads)
+template <typename T, int HD, int kWarps, int BKV>
+__global__ void __launch_bounds__(kWarps * 32)
     attention_tc_kernel(T* out, const T* q, const T* k, const T* v, int64_t seq_len, int n_heads, int group,
                         int64_t n_qtiles, int64_t q_stride, int64_t kv_stride, float scale_log2) {
-  static_assert(HD % 16 == 0 && HD <= 256, "head_dim");
-  using S = Smem<HD>;
+  static_assert(HD % 16 == 0 && HD <= 256 && BKV % 16 == 0, "head_dim, key tile");
+  using S = Smem<HD, kWarps, BKV>;
+  constexpr int kThreads = kWarps * 32, BQ = S::BQ;
   constexpr int LD = S::LD, NT = BKV / 8, DT = HD / 8, KC = HD / 16;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   T* sq = reinterpret_cast<T*>(smem_raw);
@@ -361,22 +364,33 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+template <typename T, int HD, int kWarps, int BKV>
+void launch_shape(T* out, const T* q, const T* k, const T* v, int64_t n_seq, int64_t seq_len, int64_t n_heads,
+                  int64_t n_kv_heads, float scale, cudaStream_t stream, int64_t q_stride, int64_t kv_stride) {
+  using S = Smem<HD, kWarps, BKV>;
+  const int64_t n_qtiles = (seq_len + S::BQ - 1) / S::BQ;
+  const int64_t blocks = n_qtiles * n_heads * n_seq;
+  LFM2_CHECK(blocks < (int64_t(1) << 31), "attention: ", blocks, " blocks is too many for one launch");
+  auto kernel = attention_tc_kernel<T, HD, kWarps, BKV>;
+  constexpr size_t smem = S::kBytes;
+  if (smem > (size_t(48) << 10)) raise_smem_limit(reinterpret_cast<const void*>(kernel), int(smem));
+  kernel<<<unsigned(blocks), kWarps * 32, smem, stream>>>(out, q, k, v, seq_len, int(n_heads),
+                                                          int(n_heads / n_kv_heads), n_qtiles, q_stride, kv_stride,
+                                                          scale * 1.4426950408889634f);
+  CUDA_CHECK_LAUNCH("attention_tc_kernel");
+}
+
 template <typename T, int HD>
 void launch(T* out, const T* q, const T* k, const T* v, int64_t n_seq, int64_t seq_len, int64_t n_heads,
             int64_t n_kv_heads, float scale, cudaStream_t stream, int64_t q_stride, int64_t kv_stride) {
-  const int64_t n_qtiles = (seq_len + BQ - 1) / BQ;
-  const int64_t blocks = n_qtiles * n_heads * n_seq;
-  LFM2_CHECK(blocks < (int64_t(1) << 31), "attention: ", blocks, " blocks is too many for one launch");
   for (const void* p : {static_cast<const void*>(q), static_cast<const void*>(k), static_cast<const void*>(v),
                         static_cast<const void*>(out)})
     LFM2_CHECK(reinterpret_cast<uintptr_t>(p) % 16 == 0, "attention: 16-bit q/k/v/out must be 16-byte aligned");
   LFM2_CHECK(q_stride % 8 == 0 && kv_stride % 8 == 0, "attention: 16-bit row strides must be multiples of 8");
-  auto kernel = attention_tc_kernel<T, HD>;
-  constexpr size_t smem = Smem<HD>::kBytes;
-  if (smem > (size_t(48) << 10)) raise_smem_limit(reinterpret_cast<const void*>(kernel), int(smem));
-  kernel<<<unsigned(blocks), kThreads, smem, stream>>>(out, q, k, v, seq_len, int(n_heads), int(n_heads / n_kv_heads),
-                                                       n_qtiles, q_stride, kv_stride, scale * 1.4426950408889634f);
-  CUDA_CHECK_LAUNCH("attention_tc_kernel");
+  if (seq_len <= 32)
+    launch_shape<T, HD, 2, 32>(out, q, k, v, n_seq, seq_len, n_heads, n_kv_heads, scale, stream, q_stride, kv_stride);
+  else
+    launch_shape<T, HD, 4, 64>(out, q, k, v, n_seq, seq_len, n_heads, n_kv_heads, scale, stream, q_stride, kv_stride);
 }
 
 }  // namespace tc

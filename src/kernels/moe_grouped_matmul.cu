@@ -11,6 +11,7 @@
 // Each output element is one dot product in a fixed k order, without split-K, so a row's result
 // does not depend on how many rows share the product: bit-identical for any microbatch.
 #include <cstdlib>
+#include <string>
 #include <type_traits>
 
 #include "common/cuda_check.h"
@@ -173,6 +174,27 @@ int& forced_config() {
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+bool& fused_swiglu_flag() {
+  static bool on = [] {
+    const char* e = std::getenv("LFM2_FUSED_SWIGLU");
+    return !(e && std::string(e) == "0");
+  }();
+  return on;
+}
+
+// The checks every bf16/fp16 grouped product makes; returns the device.
+int check_sixteen_bit(const void* in, const void* weight, const void* out, int64_t n_in, int64_t n_out,
+                      const void* workspace, const char* what) {
+  const int device = current_device();
+  const DeviceInfo& info = device_info(device);
+  LFM2_CHECK(info.major == 9 && info.minor == 0, what, ": the bf16/fp16 grouped GEMM is built for Hopper (sm_90a); ",
+             "device ", device, " is sm_", info.major, info.minor);
+  LFM2_CHECK(n_in % 8 == 0 && n_out % 8 == 0 && aligned16(in) && aligned16(weight) && aligned16(out), what,
+             ": bf16/fp16 needs 16-byte rows and pointers (n_in ", n_in, ", n_out ", n_out, " multiples of 8)");
+  LFM2_CHECK(workspace != nullptr && aligned16(workspace), what, ": no workspace");
+  return device;
+}
+
 }  // namespace
 
 namespace grouped {
@@ -181,6 +203,9 @@ void force_config(int config) {
   LFM2_CHECK(config >= -1 && config < kGroupedConfigCount, "grouped GEMM: no tile configuration ", config);
   forced_config() = config;
 }
+
+bool fused_swiglu() { return fused_swiglu_flag(); }
+void set_fused_swiglu(bool on) { fused_swiglu_flag() = on; }
 
 int pick_config(int64_t max_rows, int64_t n_experts) {
   if (forced_config() >= 0) return forced_config();
@@ -230,17 +255,27 @@ void moe_grouped_matmul(T* out, const T* in, const T* weight, const int32_t* off
                                                                 int(n_out), int(n_in));
     CUDA_CHECK_LAUNCH("grouped_simt_kernel");
   } else {
-    const int device = current_device();
-    const DeviceInfo& info = device_info(device);
-    LFM2_CHECK(info.major == 9 && info.minor == 0, "moe_grouped_matmul: the bf16/fp16 grouped GEMM is built for ",
-               "Hopper (sm_90a); device ", device, " is sm_", info.major, info.minor);
-    LFM2_CHECK(n_in % 8 == 0 && n_out % 8 == 0 && aligned16(in) && aligned16(weight) && aligned16(out),
-               "moe_grouped_matmul: bf16/fp16 needs 16-byte rows and pointers (n_in ", n_in, ", n_out ", n_out,
-               " multiples of 8)");
-    LFM2_CHECK(workspace != nullptr && aligned16(workspace), "moe_grouped_matmul: no workspace");
+    const int device = check_sixteen_bit(in, weight, out, n_in, n_out, workspace, "moe_grouped_matmul");
     grouped::run<T>(grouped::pick_config(max_rows, n_experts), out, in, weight, offsets, n_experts, n_in, n_out,
-                    workspace, info.sm_count, device, stream);
+                    workspace, device_info(device).sm_count, device, stream);
   }
+}
+
+template <typename T>
+void moe_grouped_swiglu(T* act, const T* in, const T* w13, const int32_t* offsets, int64_t max_rows,
+                        int64_t n_experts, int64_t n_in, int64_t inter, void* workspace, cudaStream_t stream) {
+  static_assert(!std::is_same<T, float>::value, "fp32 runs the SIMT product and swiglu_pairs");
+  if (max_rows == 0 || inter == 0) return;
+  LFM2_CHECK(n_experts >= 1 && n_in < (int64_t(1) << 31) && 2 * inter < (int64_t(1) << 31) &&
+                 max_rows < (int64_t(1) << 31),
+             "moe_grouped_swiglu: sizes ", max_rows, " rows, ", n_experts, " experts, ", n_in, " -> 2 x ", inter);
+  const int device = check_sixteen_bit(in, w13, act, n_in, 2 * inter, workspace, "moe_grouped_swiglu");
+  LFM2_CHECK(inter % 8 == 0, "moe_grouped_swiglu: inter ", inter, " must be a multiple of 8");
+  // the fused epilogue exists for the table's configurations; a forced other one falls back to the first
+  int config = grouped::pick_config(max_rows, n_experts);
+  if (config != 0 && config != 1) config = 0;
+  grouped::run_swiglu<T>(config, act, in, w13, offsets, n_experts, n_in, inter, workspace,
+                         device_info(device).sm_count, device, stream);
 }
 
 #define INST(T)                                                                                              \
@@ -248,6 +283,12 @@ void moe_grouped_matmul(T* out, const T* in, const T* weight, const int32_t* off
   template void moe_grouped_matmul<T>(T*, const T*, const T*, const int32_t*, int64_t, int64_t, int64_t, int64_t, \
                                       void*, cudaStream_t);
 LFM2_FOR_EACH_T(INST)
+#undef INST
+#define INST(T)                                                                                              \
+  template void moe_grouped_swiglu<T>(T*, const T*, const T*, const int32_t*, int64_t, int64_t, int64_t, int64_t, \
+                                      void*, cudaStream_t);
+INST(__nv_bfloat16)
+INST(__half)
 #undef INST
 
 }  // namespace lfm2::cuda

@@ -10,6 +10,7 @@ namespace {
 // V consecutive elements per thread (16-byte loads and stores when the rows allow, else 1).
 template <typename T, int V>
 __global__ void swiglu_kernel(T* out, const T* gate_up, int64_t n_rows, int64_t inter) {
+  static_assert(V >= 1, "width");
   const int64_t groups = inter / V, n = n_rows * groups;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = i / groups, c = (i - r * groups) * V;
@@ -33,7 +34,36 @@ __global__ void swiglu_kernel(T* out, const T* gate_up, int64_t n_rows, int64_t 
   }
 }
 
+// Interleaved rows [g_0, u_0, g_1, u_1, ...]: V outputs from 2V consecutive inputs per thread.
+template <typename T, int V>
+__global__ void swiglu_pairs_kernel(T* out, const T* gate_up, int64_t n_rows, int64_t inter) {
+  const int64_t groups = inter / V, n = n_rows * groups;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / groups, c = (i - r * groups) * V;
+    const T* src = gate_up + r * 2 * inter + 2 * c;
+    alignas(16) T o[V];
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const float g = to_f32(src[2 * j]), u = to_f32(src[2 * j + 1]);
+      o[j] = from_f32<T>(g / (1.0f + expf(-g)) * u);
+    }
+#pragma unroll
+    for (int j = 0; j < V; ++j) out[r * inter + c + j] = o[j];
+  }
+}
+
 }  // namespace
+
+template <typename T>
+void swiglu_pairs(T* out, const T* gate_up, int64_t n_rows, int64_t inter, cudaStream_t stream) {
+  const int64_t n = n_rows * inter;
+  if (n == 0) return;
+  if (inter % 4 == 0)
+    swiglu_pairs_kernel<T, 4><<<grid_for(n / 4, 256 * 4), 256, 0, stream>>>(out, gate_up, n_rows, inter);
+  else
+    swiglu_pairs_kernel<T, 1><<<grid_for(n, 256 * 4), 256, 0, stream>>>(out, gate_up, n_rows, inter);
+  CUDA_CHECK_LAUNCH("swiglu_pairs_kernel");
+}
 
 template <typename T>
 void swiglu(T* out, const T* gate_up, int64_t n_rows, int64_t inter, cudaStream_t stream) {
@@ -49,7 +79,9 @@ void swiglu(T* out, const T* gate_up, int64_t n_rows, int64_t inter, cudaStream_
   CUDA_CHECK_LAUNCH("swiglu_kernel");
 }
 
-#define INST(T) template void swiglu<T>(T*, const T*, int64_t, int64_t, cudaStream_t);
+#define INST(T)                                                               \
+  template void swiglu<T>(T*, const T*, int64_t, int64_t, cudaStream_t); \
+  template void swiglu_pairs<T>(T*, const T*, int64_t, int64_t, cudaStream_t);
 LFM2_FOR_EACH_T(INST)
 #undef INST
 

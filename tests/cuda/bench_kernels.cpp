@@ -140,17 +140,37 @@ void bench_moe(const char* name, cudaStream_t s, int64_t n_tokens, bool sweep) {
     }
     cuda::grouped::force_config(-1);
   }
+  if (!std::is_same<T, float>::value) {  // the gate/up product with SwiGLU fused in its epilogue
+    if constexpr (!std::is_same<T, float>::value) {
+      for (int pass = 0; pass < 2; ++pass) {
+        const int32_t* o = pass == 0 ? bal : off;
+        const double tf1 = median_ms(s, [&] { cuda::moe_grouped_swiglu(act, xs, w13, o, P, E, H, Im, ws, s); });
+        const double tu1 = median_ms(s, [&] {
+          cuda::moe_grouped_matmul(gu, xs, w13, o, P, E, H, 2 * Im, ws, s);
+          cuda::swiglu_pairs(act, gu, P, Im, s);
+        });
+        std::printf("%-5s moe %5lld tok %-8s gate_up+SwiGLU fused %s | product + swiglu_pairs %s\n", name,
+                    (long long)n_tokens, pass == 0 ? "balanced" : "routed", tf(f1, tf1).c_str(), tf(f1, tu1).c_str());
+      }
+    }
+  }
   const double t_route = median_ms(s, [&] { cuda::moe_router(wts, ids, logits, nullptr, n_tokens, E, k, true, 1.f, s); });
   const double t_perm = median_ms(s, [&] { cuda::moe_permute(off, src, dest, ids, n_tokens, E, k, pscr, s); });
   const double t_gather = median_ms(s, [&] { cuda::moe_gather(xs, in, src, P, H, s); });
-  const double t_swiglu = median_ms(s, [&] { cuda::swiglu(act, gu, P, Im, s); });
+  const double t_swiglu = median_ms(s, [&] { cuda::swiglu_pairs(act, gu, P, Im, s); });
   const double t_comb = median_ms(s, [&] { cuda::moe_combine(x, y, dest, wts, n_tokens, k, H, s); });
-  const double tall = median_ms(s, [&] {
+  auto whole = [&] {
     cuda::moe_router(wts, ids, logits, nullptr, n_tokens, E, k, true, 1.f, s);
     cuda::moe_experts(x, in, w13, w2, ids, wts, n_tokens, H, E, Im, k, scratch, s);
-  });
-  std::printf("%-5s moe %5lld tok route %.3f permute %.3f gather %.3f swiglu %.3f combine %.3f ms | route+experts %s\n",
-              name, (long long)n_tokens, t_route, t_perm, t_gather, t_swiglu, t_comb, tf(f1 + f2, tall).c_str());
+  };
+  const double tall = median_ms(s, whole);
+  cuda::grouped::set_fused_swiglu(false);
+  const double tall_unfused = median_ms(s, whole);
+  cuda::grouped::set_fused_swiglu(true);
+  std::printf("%-5s moe %5lld tok route %.3f permute %.3f gather %.3f swiglu %.3f combine %.3f ms | route+experts %s"
+              " | unfused SwiGLU %.3f ms\n",
+              name, (long long)n_tokens, t_route, t_perm, t_gather, t_swiglu, t_comb, tf(f1 + f2, tall).c_str(),
+              tall_unfused);
   for (void* p : std::initializer_list<void*>{in, w13, w2, logits, x, wts, ids, off, bal, src, dest, pscr, xs, gu, act,
                                               y, ws, scratch})
     cudaFree(p);
@@ -191,6 +211,29 @@ void bench_projections(cudaStream_t s) {
   cudaFree(a), cudaFree(w), cudaFree(o), cudaFree(x);
 }
 
+// The memory-bound kernels of a layer at n tokens (bf16): GB/s against the bytes each must move.
+void bench_layer_kernels(cudaStream_t s, int64_t n) {
+  using T = __nv_bfloat16;
+  const int64_t H = 2048, nh = 32, nkv = 8, hd = 64, width = (nh + 2 * nkv) * hd;
+  float* x = rand_dev<float>(n * H, 11, 3.f);
+  float* w = rand_dev<float>(H * 3, 12, 1.f);
+  T* y = dev_alloc<T>(n * H);
+  T* bcx = rand_dev<T>(n * 3 * H, 13, 1.f);
+  T* qkv = rand_dev<T>(n * width, 14, 1.f);
+  float* inv_freq = rand_dev<float>(hd / 2, 15, 0.01f);
+  auto gbs = [](double bytes, double ms) { return bytes / ms * 1e-6; };
+  const double t_norm = median_ms(s, [&] { cuda::rmsnorm(y, x, w, n, H, 1e-5f, s); });
+  const double t_conv = median_ms(s, [&] { cuda::short_conv(y, bcx, w, n / 32, 32, H, 3, s); });
+  const double t_rope = median_ms(s, [&] {
+    cuda::qk_norm_rope(qkv, w, w, inv_freq, n / 32, 32, nh, nkv, hd, 1e-5f, s);
+  });
+  std::printf("bf16  layer kernels %5lld tok: rmsnorm %.3f ms (%.0f GB/s) | short_conv %.3f ms (%.0f GB/s) | "
+              "qk_norm_rope %.3f ms (%.0f GB/s)\n",
+              (long long)n, t_norm, gbs(n * H * (4.0 + 2.0), t_norm), t_conv, gbs(n * H * (6.0 + 2.0), t_conv), t_rope,
+              gbs(n * (nh + nkv) * hd * 4.0, t_rope));
+  cudaFree(x), cudaFree(w), cudaFree(y), cudaFree(bcx), cudaFree(qkv), cudaFree(inv_freq);
+}
+
 template <typename T>
 void bench_attention(const char* name, cudaStream_t s, int64_t n_seq, int64_t S) {
   const int64_t nh = 32, nkv = 8, hd = 64, width = (nh + 2 * nkv) * hd, n = n_seq * S;
@@ -229,6 +272,7 @@ int main(int argc, char** argv) {
   bench_moe<float>("fp32", s, 4096, false);
   if (moe_only) return 0;
   bench_projections(s);
+  for (int64_t t : {4096, 16384}) bench_layer_kernels(s, t);
   for (auto [ns, S] : {std::pair<int64_t, int64_t>{128, 32}, {1024, 32}, {2, 2048}, {16, 2048}, {1, 8192}, {4, 8192}})
     bench_attention<__nv_bfloat16>("bf16", s, ns, S);
   bench_attention<__half>("fp16", s, 4, 8192);

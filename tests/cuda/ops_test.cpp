@@ -271,6 +271,18 @@ TYPED_TEST(CudaOps, Swiglu) {
     cuda::swiglu(d_out.get(), d_gu.get(), n, inter, this->stream_);
     this->sync();
     EXPECT_TRUE(close_t<T>(download(d_out.get(), ref.size()), ref)) << n << "x" << inter;
+    // the same rows interleaved [g0, u0, g1, u1, ...]
+    std::vector<T> pairs(raw.size());
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t j = 0; j < inter; ++j) {
+        pairs[(r * inter + j) * 2] = raw[r * 2 * inter + j];
+        pairs[(r * inter + j) * 2 + 1] = raw[r * 2 * inter + inter + j];
+      }
+    DevBuf<T> d_pairs(pairs.size()), d_out2(ref.size());
+    upload(d_pairs, pairs);
+    cuda::swiglu_pairs(d_out2.get(), d_pairs.get(), n, inter, this->stream_);
+    this->sync();
+    EXPECT_TRUE(close_t<T>(download(d_out2.get(), ref.size()), ref)) << "pairs " << n << "x" << inter;
   }
 }
 
@@ -311,12 +323,13 @@ TYPED_TEST(CudaOps, MoeExperts) {
         experts[t * k + j] = e;
         weights[t * k + j] = 0.1f + 0.2f * float((t + j) % 5);
       }
-    // w13 (E, 2I, H): each expert's w1 rows then its w3 rows
+    // w13 (E, 2I, H): each expert's w1 and w3 rows interleaved (row 2j = w1 row j, 2j + 1 = w3 row j)
     std::vector<float> w13(static_cast<size_t>(E * 2 * I * H));
-    for (int64_t e = 0; e < E; ++e) {
-      std::copy_n(w1.begin() + e * I * H, I * H, w13.begin() + e * 2 * I * H);
-      std::copy_n(w3.begin() + e * I * H, I * H, w13.begin() + e * 2 * I * H + I * H);
-    }
+    for (int64_t e = 0; e < E; ++e)
+      for (int64_t j = 0; j < I; ++j) {
+        std::copy_n(w1.begin() + (e * I + j) * H, H, w13.begin() + (e * 2 * I + 2 * j) * H);
+        std::copy_n(w3.begin() + (e * I + j) * H, H, w13.begin() + (e * 2 * I + 2 * j + 1) * H);
+      }
     auto w13_raw = round_to<T>(w13);
     auto w2_raw = round_to<T>(w2);
 
@@ -337,13 +350,20 @@ TYPED_TEST(CudaOps, MoeExperts) {
     upload(d_x, x);
     upload(d_w, weights);
     upload(d_e, experts);
-    cuda::moe_experts(d_x.get(), d_in.get(), d_w13.get(), d_w2.get(), d_e.get(), d_w.get(), n, H, E, I, k,
-                      d_scratch.get(), this->stream_);
-    this->sync();
-    // bf16/fp16 round gate/up, the activation and the expert outputs: three roundings
-    EXPECT_TRUE(close_t<T>(download(d_x.get(), ref.size()), ref, 3))
-        << n << " tokens, H " << H << ", " << E << " experts, I " << I << ", top " << k << ", routing "
-        << int(routing);
+    // bf16/fp16: SwiGLU fused into the gate/up product's epilogue, and the unfused path
+    for (bool fused : {true, false}) {
+      if (std::is_same<T, float>::value && !fused) continue;
+      cuda::grouped::set_fused_swiglu(fused);
+      upload(d_x, x);
+      cuda::moe_experts(d_x.get(), d_in.get(), d_w13.get(), d_w2.get(), d_e.get(), d_w.get(), n, H, E, I, k,
+                        d_scratch.get(), this->stream_);
+      this->sync();
+      // bf16/fp16 round the activation and the expert outputs (and gate/up unfused): up to three roundings
+      EXPECT_TRUE(close_t<T>(download(d_x.get(), ref.size()), ref, 3))
+          << n << " tokens, H " << H << ", " << E << " experts, I " << I << ", top " << k << ", routing "
+          << int(routing) << (fused ? ", SwiGLU fused" : ", SwiGLU separate");
+    }
+    cuda::grouped::set_fused_swiglu(true);
   }
 }
 
@@ -487,6 +507,57 @@ TYPED_TEST(CudaGrouped, MatchesLinearPerExpert) {
   }
 }
 
+// The gate/up product with SwiGLU in the CUTLASS epilogue (bf16/fp16), against cpu::linear per
+// expert on the interleaved w13 then cpu::swiglu; both fused configurations, bit-equal.
+TYPED_TEST(CudaGrouped, SwigluFusedMatchesCpu) {
+  using T = TypeParam;
+  if (std::is_same<T, float>::value) GTEST_SKIP() << "fp32 runs the SIMT product and swiglu_pairs";
+  if constexpr (!std::is_same<T, float>::value) {
+    for (const GroupedCase& c : std::vector<GroupedCase>{{200, 8, 64, 96, -1}, {37, 5, 40, 32, -1},
+                                                         {1, 3, 64, 64, -1}, {513, 7, 128, 64, 3},
+                                                         {4096, 32, 2048, 256, -1}}) {
+      const auto [rows, E, K, N, only] = c;  // N = 2 * inter
+      const int64_t inter = N / 2;
+      auto in = rand_vec(static_cast<size_t>(rows * K), 35);
+      auto w = rand_vec(static_cast<size_t>(E * N * K), 36, float(2 / std::sqrt(double(K))));
+      auto in_raw = round_to<T>(in);
+      auto w_raw = round_to<T>(w);
+      const auto off = grouped_offsets(c);
+      std::vector<float> ref(static_cast<size_t>(rows * inter)), gu(static_cast<size_t>(N)), g(static_cast<size_t>(inter)),
+          u(static_cast<size_t>(inter));
+      for (int64_t e = 0; e < E; ++e)
+        for (int64_t r = off[e]; r < off[e + 1]; ++r) {
+          cpu::linear(gu.data(), in.data() + r * K, w.data() + e * N * K, 1, K, N);
+          for (int64_t j = 0; j < inter; ++j) g[j] = gu[2 * j], u[j] = gu[2 * j + 1];
+          cpu::swiglu(ref.data() + r * inter, g.data(), u.data(), inter);
+        }
+      DevBuf<T> d_in(in.size()), d_w(w.size());
+      DevBuf<int32_t> d_off(off.size());
+      DevBuf<char> d_ws(static_cast<size_t>(cuda::moe_grouped_matmul_workspace_bytes(E)));
+      upload(d_in, in_raw);
+      upload(d_w, w_raw);
+      upload(d_off, off);
+      std::vector<float> first;
+      for (int cfg : {0, 1}) {
+        cuda::grouped::force_config(cfg);
+        DevBuf<T> d_act(ref.size());
+        cuda::moe_grouped_swiglu(d_act.get(), d_in.get(), d_w.get(), d_off.get(), rows, E, K, inter, d_ws.get(),
+                                 this->stream_);
+        this->sync();
+        const auto got = download(d_act.get(), ref.size());
+        // one rounding (the output) from fp32 accumulators
+        EXPECT_TRUE(close_t<T>(got, ref)) << rows << " rows, " << E << " experts, K " << K << ", inter " << inter
+                                          << ", " << cuda::grouped::kGroupedTiles[cfg].name;
+        if (cfg == 0)
+          first = got;
+        else
+          EXPECT_EQ(got, first) << "fused configurations differ in bits";
+      }
+      cuda::grouped::force_config(-1);
+    }
+  }
+}
+
 // A row's bits do not depend on the batch: one expert's rows computed alone (a problem of those rows
 // only, at offset 0) equal the same rows inside the full grouped product.
 TYPED_TEST(CudaGrouped, RowsBitIdenticalForAnyBatch) {
@@ -505,7 +576,7 @@ TYPED_TEST(CudaGrouped, RowsBitIdenticalForAnyBatch) {
                            this->stream_);
   this->sync();
   const auto all = download(d_out.get(), static_cast<size_t>(c.rows * c.N));
-  for (int64_t e : {int64_t(0), int64_t(5), int64_t(7)}) {
+  for (int64_t e : {int64_t(0), int64_t(5), int64_t(6)}) {  // (experts 1, 4, 7 have no rows)
     const int64_t r0 = off[e], n = off[e + 1] - r0;
     ASSERT_GT(n, 0);
     // expert e alone: offsets with every other expert empty, rows moved to the front

@@ -20,6 +20,7 @@
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
 #include "cutlass/epilogue/collective/collective_builder.hpp"
+#include "cutlass/epilogue/collective/detail.hpp"
 #include "cutlass/epilogue/thread/linear_combination.h"
 #include "cutlass/gemm/collective/collective_builder.hpp"
 #include "cutlass/gemm/device/gemm_universal_adapter.h"
@@ -48,9 +49,113 @@ struct CutlassElem<__half> {
   using type = cutlass::half_t;
 };
 
+// The epilogue of the gate/up product with SwiGLU fused: W13's rows are interleaved per expert
+// (row 2j = w1 row j, row 2j + 1 = w3 row j), so output columns (2j, 2j + 1) are (gate_j, up_j), and
+// in the wgmma accumulator layout a thread holds both of a pair in adjacent registers. Each thread
+// writes silu(gate) * up, from the fp32 accumulators, straight to D (M, N / 2) with plain stores: no
+// shared memory, no [gate | up] tensor in device memory. Used through CUTLASS's adapter for
+// operator-style epilogues (Sm90TmaWarpSpecializedAdapter), with the ptr-array cooperative mainloop.
+template <class Element>
+class SwigluEpilogue {
+ public:
+  using EpilogueSchedule = cutlass::epilogue::PtrArrayNoSmemWarpSpecialized;
+  using DispatchPolicy = EpilogueSchedule;
+  using ElementAccumulator = float;
+  using ElementCompute = float;
+  using ElementOutput = Element;
+  using ElementC = Element;  // never read (there is no C operand)
+  using ElementD = Element;
+  using InternalStrideC = cute::Stride<int64_t, _1, _0>;
+  using InternalStrideD = cute::Stride<int64_t, _1, _0>;
+  using StrideC = InternalStrideC*;
+  using StrideD = InternalStrideD*;
+  using GmemTiledCopyC = void;
+  using GmemTiledCopyD = void;
+  struct ThreadEpilogueOp {
+    using ElementOutput = Element;
+    using ElementAccumulator = float;
+    using ElementCompute = float;
+  };
+  struct SharedStorage {};
+  using TensorMapStorage = SharedStorage;
+
+  struct Arguments {
+    ElementD** ptr_D = nullptr;  // per group: the (M, N / 2) output
+    StrideD dD = nullptr;        // per group: its row stride (N / 2 for packed rows)
+  };
+  using Params = Arguments;
+
+  template <class ProblemShape>
+  static constexpr Params to_underlying_arguments(ProblemShape const&, Arguments const& args, void*) {
+    return args;
+  }
+  template <class ProblemShape>
+  static size_t get_workspace_size(ProblemShape const&, Arguments const&, int) {
+    return 0;
+  }
+  template <class ProblemShape>
+  static cutlass::Status initialize_workspace(ProblemShape const&, Arguments const&, void*, cudaStream_t,
+                                              cutlass::CudaHostAdapter* = nullptr) {
+    return cutlass::Status::kSuccess;
+  }
+  template <class ProblemShape>
+  static bool can_implement(ProblemShape const&, Arguments const& args) {
+    return args.ptr_D != nullptr && args.dD != nullptr;
+  }
+
+  CUTLASS_HOST_DEVICE SwigluEpilogue(Params const& params) : params_(params) {}
+
+  CUTLASS_DEVICE bool is_source_needed() { return false; }
+
+  template <class ProblemShapeMNKL, class BlockShapeMNK, class BlockCoordMNKL, class FrgEngine, class FrgLayout,
+            class TiledMma, class ResidueMNK>
+  CUTLASS_DEVICE void operator()(ProblemShapeMNKL problem_shape_mnkl, BlockShapeMNK blk_shape_mnk,
+                                 BlockCoordMNKL blk_coord_mnkl, cute::Tensor<FrgEngine, FrgLayout> const& acc,
+                                 TiledMma tiled_mma, ResidueMNK, int thread_idx, char*) {
+    static_assert(is_static<FrgLayout>::value, "accumulator layout must be static");
+    const int M = int(get<0>(problem_shape_mnkl)), N = int(get<1>(problem_shape_mnkl));
+    const auto m_coord = get<0>(blk_coord_mnkl), n_coord = get<1>(blk_coord_mnkl);
+    const auto l_coord = get<3>(blk_coord_mnkl);
+    Element* d = reinterpret_cast<Element*>(params_.ptr_D[l_coord]);
+    const int64_t ldd = get<0>(params_.dD[l_coord]);
+    auto thr_mma = tiled_mma.get_thread_slice(thread_idx);
+    Tensor coords = local_tile(make_identity_tensor(make_shape(M, N)), take<0, 2>(blk_shape_mnk),
+                               make_coord(m_coord, n_coord));
+    Tensor tc = thr_mma.partition_C(coords);  // (VEC, THR_M, THR_N) of (m, n)
+    static_assert(decltype(size(acc))::value % 2 == 0, "pairs of accumulators");
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < size(acc); i += 2) {
+      const int m = get<0>(tc(i)), n = get<1>(tc(i));
+      // the wgmma C layout puts columns n, n + 1 (n even) in values i, i + 1
+      if (get<1>(tc(i + 1)) != n + 1 || get<0>(tc(i + 1)) != m || (n & 1)) __trap();
+      if (m < M && n < N) {
+        const float g = acc(i), u = acc(i + 1);
+        d[int64_t(m) * ldd + (n >> 1)] = Element(g / (1.0f + expf(-g)) * u);
+      }
+    }
+  }
+
+ private:
+  Params params_;
+};
+
 // One kernel type per (element, tile, cluster, schedule), composed from CUTLASS's builders.
-template <typename T, int TM, int TN, int TK, int CM, int CN, bool kPingpong>
+template <class Element, class TileShape, class ClusterShape, class EpilogueSchedule, bool kSwiglu>
+struct EpilogueFor {  // the plain epilogue: TMA stores of D = acc, no C operand
+  using type = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, cutlass::layout::RowMajor*,
+      16 / int(sizeof(Element)), Element, cutlass::layout::RowMajor*, 16 / int(sizeof(Element)), EpilogueSchedule,
+      cutlass::epilogue::fusion::LinearCombination<Element, float>>::CollectiveOp;
+};
+template <class Element, class TileShape, class ClusterShape, class EpilogueSchedule>
+struct EpilogueFor<Element, TileShape, ClusterShape, EpilogueSchedule, true> {
+  using type = cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<SwigluEpilogue<Element>>;
+};
+
+template <typename T, int TM, int TN, int TK, int CM, int CN, bool kPingpong, bool kSwiglu = false>
 struct Kernel {
+  static constexpr bool kFusedSwiglu = kSwiglu;
   using Element = typename CutlassElem<T>::type;
   using ProblemShape = cutlass::gemm::GroupProblemShape<Shape<int, int, int>>;  // (M, N, K) per group
   using LayoutA = cutlass::layout::RowMajor;
@@ -64,12 +169,8 @@ struct Kernel {
   using EpilogueSchedule = cute::conditional_t<kPingpong, cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong,
                                                cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative>;
 
-  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-      cutlass::epilogue::collective::EpilogueTileAuto, float, float,
-      void, LayoutD*, kAlign,  // no C operand: D = acc
-      Element, LayoutD*, kAlign, EpilogueSchedule,
-      cutlass::epilogue::fusion::LinearCombination<Element, float>>::CollectiveOp;
+  static_assert(!kSwiglu || !kPingpong, "the SwiGLU epilogue is built for the cooperative schedule");
+  using CollectiveEpilogue = typename EpilogueFor<Element, TileShape, ClusterShape, EpilogueSchedule, kSwiglu>::type;
 
   using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, LayoutA*, kAlign, Element, LayoutB*, kAlign, float,
@@ -114,25 +215,27 @@ inline ArgLayout arg_layout(int64_t n_experts) {
   return l;
 }
 
-// Writes every expert's problem shape, pointers and strides from the routing offsets.
+// Writes every expert's problem shape, pointers and strides from the routing offsets. D has d_cols
+// columns: n, or n / 2 when the epilogue fuses SwiGLU.
 template <class K>
 __global__ void setup_kernel(typename K::Shape3* shapes, const typename K::Element** ptr_a,
                              const typename K::Element** ptr_b, typename K::Element** ptr_d,
                              typename K::StrideA* stride_a, typename K::StrideB* stride_b,
                              typename K::StrideD* stride_d, const int32_t* offsets, int n_experts, int n, int k,
-                             const typename K::Element* a, const typename K::Element* b, typename K::Element* d) {
+                             int d_cols, const typename K::Element* a, const typename K::Element* b,
+                             typename K::Element* d) {
   for (int e = threadIdx.x; e < n_experts; e += blockDim.x) {
     const int r0 = offsets[e], m = offsets[e + 1] - r0;
     shapes[e] = typename K::Shape3(m, n, k);
     ptr_a[e] = a + int64_t(r0) * k;
     ptr_b[e] = b + int64_t(e) * n * k;
-    ptr_d[e] = d + int64_t(r0) * n;
+    ptr_d[e] = d + int64_t(r0) * d_cols;
     typename K::StrideA sa{};
     typename K::StrideB sb{};
     typename K::StrideD sd{};
     cute::get<0>(sa) = k;
     cute::get<0>(sb) = k;
-    cute::get<0>(sd) = n;
+    cute::get<0>(sd) = d_cols;
     stride_a[e] = sa;
     stride_b[e] = sb;
     stride_d[e] = sd;
@@ -166,7 +269,8 @@ void run_kernel(T* out, const T* in, const T* weight, const int32_t* offsets, in
                 "argument array layout");
 
   setup_kernel<K><<<1, 128, 0, stream>>>(shapes, ptr_a, ptr_b, ptr_d, stride_a, stride_b, stride_d, offsets,
-                                         int(n_experts), int(n_out), int(n_in), reinterpret_cast<const E*>(in),
+                                         int(n_experts), int(n_out), int(n_in),
+                                         K::kFusedSwiglu ? int(n_out / 2) : int(n_out), reinterpret_cast<const E*>(in),
                                          reinterpret_cast<const E*>(weight), reinterpret_cast<E*>(out));
   CUDA_CHECK_LAUNCH("grouped GEMM setup_kernel");
 
@@ -174,10 +278,12 @@ void run_kernel(T* out, const T* in, const T* weight, const int32_t* offsets, in
   args.mode = cutlass::gemm::GemmUniversalMode::kGrouped;
   args.problem_shape = {int(n_experts), shapes, nullptr};  // shapes on the device only
   args.mainloop = {ptr_a, stride_a, ptr_b, stride_b};
-  args.epilogue.thread.alpha = 1.f;
-  args.epilogue.thread.beta = 0.f;
-  args.epilogue.ptr_C = nullptr;
-  args.epilogue.dC = nullptr;
+  if constexpr (!K::kFusedSwiglu) {
+    args.epilogue.thread.alpha = 1.f;
+    args.epilogue.thread.beta = 0.f;
+    args.epilogue.ptr_C = nullptr;
+    args.epilogue.dC = nullptr;
+  }
   args.epilogue.ptr_D = ptr_d;
   args.epilogue.dD = stride_d;
   args.hw_info.device_id = device;
@@ -195,7 +301,8 @@ void run_kernel(T* out, const T* in, const T* weight, const int32_t* offsets, in
   CUDA_CHECK_LAUNCH("CUTLASS grouped GEMM");
 }
 
-// The compiled configurations, in kGroupedTiles order.
+// The compiled configurations, in kGroupedTiles order, and the SwiGLU-fused gate/up products of
+// the two the table uses.
 template <typename T>
 using Config0 = Kernel<T, 128, 128, 64, 1, 2, false>;
 template <typename T>
@@ -205,8 +312,10 @@ using Config2 = Kernel<T, 128, 256, 64, 1, 2, false>;
 template <typename T>
 using Config3 = Kernel<T, 128, 128, 64, 1, 2, true>;
 template <typename T>
-using Config4 = Kernel<T, 256, 128, 64, 2, 1, false>;
-static_assert(kGroupedConfigCount == 5, "one ConfigN per kGroupedTiles row");
+using Swiglu0 = Kernel<T, 128, 128, 64, 1, 2, false, true>;
+template <typename T>
+using Swiglu1 = Kernel<T, 256, 128, 64, 1, 2, false, true>;
+static_assert(kGroupedConfigCount == 4, "one ConfigN per kGroupedTiles row");
 
 template <typename T, typename F>
 void with_config(int config, F&& f) {
@@ -215,8 +324,16 @@ void with_config(int config, F&& f) {
     case 1: return f(Config1<T>{});
     case 2: return f(Config2<T>{});
     case 3: return f(Config3<T>{});
-    case 4: return f(Config4<T>{});
     default: LFM2_FAIL("grouped GEMM: no tile configuration ", config);
+  }
+}
+
+template <typename T, typename F>
+void with_swiglu_config(int config, F&& f) {
+  switch (config) {
+    case 0: return f(Swiglu0<T>{});
+    case 1: return f(Swiglu1<T>{});
+    default: LFM2_FAIL("grouped GEMM: no SwiGLU-fused kernel for tile configuration ", config);
   }
 }
 
@@ -231,11 +348,24 @@ void run(int config, T* out, const T* in, const T* weight, const int32_t* offset
   });
 }
 
+template <typename T>
+void run_swiglu(int config, T* act, const T* in, const T* w13, const int32_t* offsets, int64_t n_experts,
+                int64_t n_in, int64_t inter, void* workspace, int sm_count, int device, cudaStream_t stream) {
+  detail::with_swiglu_config<T>(config, [&](auto k) {
+    using K = decltype(k);
+    detail::run_kernel<K>(act, in, w13, offsets, n_experts, n_in, 2 * inter, workspace, sm_count, device, stream);
+  });
+}
+
 // The workspace of the largest configuration (the same for both element types).
 inline size_t workspace_bytes_impl(int64_t n_experts, int sm_count) {
   size_t cutlass_bytes = 0;
   for (int c = 0; c < kGroupedConfigCount; ++c)
     detail::with_config<__nv_bfloat16>(c, [&](auto k) {
+      cutlass_bytes = std::max(cutlass_bytes, detail::cutlass_workspace_bytes<decltype(k)>(n_experts, sm_count));
+    });
+  for (int c : {0, 1})
+    detail::with_swiglu_config<__nv_bfloat16>(c, [&](auto k) {
       cutlass_bytes = std::max(cutlass_bytes, detail::cutlass_workspace_bytes<decltype(k)>(n_experts, sm_count));
     });
   return detail::arg_layout(n_experts).total_args + detail::align256(cutlass_bytes);

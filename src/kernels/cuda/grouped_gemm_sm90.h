@@ -33,13 +33,15 @@ inline constexpr TileConfig kGroupedTiles[] = {
     {"coop 256x128x64 c1x2", 256, 128, 64, 1, 2, false},
     {"coop 128x256x64 c1x2", 128, 256, 64, 1, 2, false},
     {"pingpong 128x128x64 c1x2", 128, 128, 64, 1, 2, true},
-    {"coop 256x128x64 c2x1", 256, 128, 64, 2, 1, false},
 };
 inline constexpr int kGroupedConfigCount = int(sizeof(kGroupedTiles) / sizeof(kGroupedTiles[0]));
 
 // The choice: the first row whose bound exceeds the mean rows per expert (max_rows / n_experts,
 // known on the host from the token count alone) names the configuration. Every configuration gives
 // bit-identical results (same k order, no split-K; tested), so the choice never changes numbers.
+// Measured on an H100 (docs/cuda-backend.md, "Tile table"): at 128 rows per expert (1024 tokens)
+// the 128 x 128 tiles lead (a 256-row tile wastes half its work), from 512 rows on 256 x 128.
+// The gate/up product with SwiGLU fused exists for the configurations this table names.
 struct TileChoice {
   int64_t mean_rows_below;
   int config;
@@ -65,5 +67,17 @@ size_t workspace_bytes(int64_t n_experts, int sm_count);
 template <typename T>
 void run(int config, T* out, const T* in, const T* weight, const int32_t* offsets, int64_t n_experts, int64_t n_in,
          int64_t n_out, void* workspace, int sm_count, int device, cudaStream_t stream);
+
+// The gate/up product with SwiGLU in the epilogue: act (rows, inter) = silu(gate) * up where w13
+// (n_experts, 2 inter, n_in) has each expert's w1 and w3 rows interleaved (2j: w1 row j, 2j + 1: w3
+// row j). config 0 or 1 (the table's). Same requirements as run().
+template <typename T>
+void run_swiglu(int config, T* act, const T* in, const T* w13, const int32_t* offsets, int64_t n_experts,
+                int64_t n_in, int64_t inter, void* workspace, int sm_count, int device, cudaStream_t stream);
+
+// Whether moe_experts uses run_swiglu (default) or the plain product and a SwiGLU kernel
+// (LFM2_FUSED_SWIGLU=0 at start-up, or set_fused_swiglu(false)).
+bool fused_swiglu();
+void set_fused_swiglu(bool on);
 
 }  // namespace lfm2::cuda::grouped

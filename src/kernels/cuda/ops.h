@@ -86,6 +86,10 @@ void short_conv(T* out, const T* bcx, const float* conv_w, int64_t n_seq, int64_
 // (cpu::swiglu on each row's two halves: the layout of one GEMM over stacked [w1; w3]).
 template <typename T>
 void swiglu(T* out, const T* gate_up, int64_t n_rows, int64_t inter, cudaStream_t stream);
+// swiglu_pairs: the same over rows of interleaved pairs [g_0, u_0, g_1, u_1, ...] (the layout of one
+// GEMM over an expert's interleaved w13, see moe_grouped_swiglu).
+template <typename T>
+void swiglu_pairs(T* out, const T* gate_up, int64_t n_rows, int64_t inter, cudaStream_t stream);
 
 // --- moe_router.cu: cpu::moe_router on the GPU. weights, experts (n_tokens, top_k); logits
 // (n_tokens, n_experts) fp32; expert_bias (n_experts) or null. Ties: the lower expert index.
@@ -117,6 +121,13 @@ int64_t moe_grouped_matmul_workspace_bytes(int64_t n_experts);
 template <typename T>
 void moe_grouped_matmul(T* out, const T* in, const T* weight, const int32_t* offsets, int64_t max_rows,
                         int64_t n_experts, int64_t n_in, int64_t n_out, void* workspace, cudaStream_t stream);
+// moe_grouped_swiglu (bf16/fp16 only): the gate/up product with SwiGLU in its epilogue,
+// act[r] (inter) = silu(g) * u where (g_j, u_j) = columns (2j, 2j + 1) of in[r] W13_e^T; w13
+// (n_experts, 2 inter, n_in) with each expert's w1 and w3 rows interleaved (row 2j = w1 row j,
+// 2j + 1 = w3 row j). Same requirements and workspace as moe_grouped_matmul; inter % 8 == 0.
+template <typename T>
+void moe_grouped_swiglu(T* act, const T* in, const T* w13, const int32_t* offsets, int64_t max_rows,
+                        int64_t n_experts, int64_t n_in, int64_t inter, void* workspace, cudaStream_t stream);
 
 // --- moe_combine.cu: weighted un-permutation fused with the residual add:
 // x[t] += sum over t's experts in ascending order of weights[t, k] * expert_out[dest_row[t, k]]
@@ -127,8 +138,10 @@ void moe_combine(float* x, const T* expert_out, const int32_t* dest_row, const f
 
 // --- moe_experts.cu: cpu::moe_experts followed by cpu::add into the residual, composed from the
 // kernels above: x (n_tokens, hidden) fp32 += experts(in). in (n_tokens, hidden);
-// w13 (n_experts, 2 * inter, hidden), each expert's w1 rows then its w3 rows; w2 (n_experts, hidden,
-// inter); experts, weights (n_tokens, top_k) from moe_router(); scratch of moe_experts_scratch_bytes().
+// w13 (n_experts, 2 * inter, hidden), each expert's w1 and w3 rows interleaved (row 2j = w1 row j,
+// 2j + 1 = w3 row j); w2 (n_experts, hidden, inter); experts, weights (n_tokens, top_k) from
+// moe_router(); scratch of moe_experts_scratch_bytes() (for the current device). bf16/fp16: hidden
+// and inter multiples of 8 (Hopper only). Queues kernels only: capturable in a CUDA graph.
 int64_t moe_experts_scratch_bytes(int64_t n_tokens, int64_t hidden, int64_t n_experts, int64_t inter, int64_t top_k,
                                   int64_t elem_bytes);
 template <typename T>
