@@ -5,9 +5,10 @@
 #   OUT=/some/dir STEPS="ops stage kbench roofline sbench memcheck" tests/cuda/device_check.sh
 # Steps:
 #   ops       cuda_ops_test (every op vs its CPU twin)           stage    cuda_stage_test
+#   opsfused  the SwiGLU-fused grouped GEMM tests alone (a device trap there cannot take the rest down)
 #   kbench    cuda_bench_kernels $KBENCH_MODE (default sweep)    roofline torchrun roofline.py (torch peers)
 #   sbench    cuda_bench_stage /tmp $SBENCH_SHAPES $SBENCH_DTYPES
-#   memcheck  compute-sanitizer memcheck on $MEMCHECK_FILTER
+#   memcheck  compute-sanitizer memcheck on $MEMCHECK_FILTER    racecheck  the same, racecheck, $RACECHECK_FILTER
 # The logs are packed into $OUT/logs.tar.gz; $OUT/summary.txt has each step's exit code and time
 # and the benchmarks' headline lines.
 set -u
@@ -38,6 +39,8 @@ step() {  # step NAME LIMIT_S command...
 
 for s in $steps; do
   case $s in
+    opsfused) step opsfused "${OPS_LIMIT:-240}" "$pack/bin/cuda_ops_test" --gtest_filter='*Swiglu*:*MoeExperts*'
+              grep -E "^\[  (PASSED|FAILED)|FAILED  \]|tests ran" "$logs/opsfused.log" | tail -20 >> "$summary" ;;
     ops) step ops "${OPS_LIMIT:-240}" "$pack/bin/cuda_ops_test" ${OPS_FILTER:+--gtest_filter=$OPS_FILTER}
          grep -E "^\[  (PASSED|FAILED)|FAILED  \]|tests ran" "$logs/ops.log" | tail -40 >> "$summary" ;;
     stage) step stage "${STAGE_LIMIT:-200}" "$pack/bin/cuda_stage_test"
@@ -52,6 +55,9 @@ for s in $steps; do
     memcheck) step memcheck "${MEMCHECK_LIMIT:-150}" compute-sanitizer --tool memcheck --error-exitcode 9 \
                 "$pack/bin/cuda_ops_test" --gtest_filter="${MEMCHECK_FILTER:-CudaGrouped/bf16.Gather*:CudaOps/bf16.MoeExperts:CudaGrouped/fp16.RowsBit*}"
               grep -E "ERROR SUMMARY|PASSED|FAILED" "$logs/memcheck.log" | tail -5 >> "$summary" ;;
+    racecheck) step racecheck "${RACECHECK_LIMIT:-150}" compute-sanitizer --tool racecheck --error-exitcode 9 \
+                "$pack/bin/cuda_ops_test" --gtest_filter="${RACECHECK_FILTER:-CudaOps/bf16.Attention}"
+              grep -E "ERROR SUMMARY|RACECHECK SUMMARY|hazard|PASSED|FAILED" "$logs/racecheck.log" | tail -5 >> "$summary" ;;
     *) echo "unknown step $s" >> "$summary" ;;
   esac
 done
