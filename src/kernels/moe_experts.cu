@@ -1,8 +1,8 @@
 // The routed experts of an MoE layer on the GPU, composed from the MoE kernels with everything on
 // the device (no host round trip, capturable in a CUDA graph): permutation by expert -> gather of
-// the token rows into expert order -> grouped GEMM over the interleaved [w1; w3] rows with SwiGLU in
-// its epilogue (bf16/fp16; fp32, or LFM2_FUSED_SWIGLU=0: the product, then swiglu_pairs) -> grouped
-// GEMM w2 -> weighted un-permutation added into the residual. Scratch is carved from one
+// the token rows into expert order -> grouped GEMM over the interleaved [w1; w3] rows -> SwiGLU over
+// the (gate, up) pairs (swiglu_pairs; or, bf16/fp16 with LFM2_FUSED_SWIGLU=1, SwiGLU in the GEMM's
+// epilogue) -> grouped GEMM w2 -> weighted un-permutation added into the residual. Scratch is carved from one
 // caller-owned buffer of moe_experts_scratch_bytes().
 #include <algorithm>
 #include <type_traits>

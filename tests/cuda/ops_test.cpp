@@ -363,7 +363,8 @@ TYPED_TEST(CudaOps, MoeExperts) {
     upload(d_x, x);
     upload(d_w, weights);
     upload(d_e, experts);
-    // bf16/fp16: SwiGLU fused into the gate/up product's epilogue, and the unfused path
+    // bf16/fp16: SwiGLU fused into the gate/up product's epilogue, and the unfused path (the default)
+    const bool default_fused = cuda::grouped::fused_swiglu();
     for (bool fused : {true, false}) {
       if (std::is_same<T, float>::value && !fused) continue;
       cuda::grouped::set_fused_swiglu(fused);
@@ -376,7 +377,7 @@ TYPED_TEST(CudaOps, MoeExperts) {
           << n << " tokens, H " << H << ", " << E << " experts, I " << I << ", top " << k << ", routing "
           << int(routing) << (fused ? ", SwiGLU fused" : ", SwiGLU separate");
     }
-    cuda::grouped::set_fused_swiglu(true);
+    cuda::grouped::set_fused_swiglu(default_fused);
   }
 }
 
