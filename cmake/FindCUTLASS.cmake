@@ -10,6 +10,12 @@
 set(LFM2_CUTLASS_DIR "${PROJECT_SOURCE_DIR}/.deps/cutlass-4.2.0" CACHE PATH
     "CUTLASS headers: the folder that holds include/cutlass/version.h (scripts/setup.sh fetches them)")
 
+# a changed LFM2_CUTLASS_DIR must not keep finding the old copy through the cache
+if(DEFINED _LFM2_CUTLASS_DIR_SEEN AND NOT _LFM2_CUTLASS_DIR_SEEN STREQUAL LFM2_CUTLASS_DIR)
+  unset(CUTLASS_INCLUDE_DIR CACHE)
+endif()
+set(_LFM2_CUTLASS_DIR_SEEN "${LFM2_CUTLASS_DIR}" CACHE INTERNAL "")
+
 find_path(CUTLASS_INCLUDE_DIR cutlass/version.h
           HINTS "${LFM2_CUTLASS_DIR}/include" "${LFM2_CUTLASS_DIR}"
           NO_DEFAULT_PATH)

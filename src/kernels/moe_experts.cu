@@ -1,15 +1,13 @@
 // The routed experts of an MoE layer on the GPU, composed from the MoE kernels with everything on
 // the device (no host round trip, capturable in a CUDA graph): permutation by expert -> gather of
-// the token rows into expert order -> grouped GEMM over the interleaved [w1; w3] rows -> SwiGLU over
-// the (gate, up) pairs (swiglu_pairs; or, bf16/fp16 with LFM2_FUSED_SWIGLU=1, SwiGLU in the GEMM's
-// epilogue) -> grouped GEMM w2 -> weighted un-permutation added into the residual. Scratch is carved from one
+// the token rows into expert order -> grouped GEMM [w1; w3] -> SwiGLU over the [gate | up] rows ->
+// grouped GEMM w2 -> weighted un-permutation added into the residual. (SwiGLU fused into the GEMM's
+// epilogue, moe_grouped_swiglu, was measured slower and is not used here: docs/cuda-backend.md.) Scratch is carved from one
 // caller-owned buffer of moe_experts_scratch_bytes().
 #include <algorithm>
-#include <type_traits>
 
 #include "common/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
-#include "kernels/cuda/grouped_gemm_sm90.h"
 #include "kernels/cuda/ops.h"
 
 namespace lfm2::cuda {
@@ -65,15 +63,8 @@ void moe_experts(float* x, const T* in, const T* w13, const T* w2, const int32_t
 
   moe_permute(offsets, src_token, dest_row, experts, n_tokens, n_experts, top_k, perm_scratch, stream);
   moe_gather(gathered, in, src_token, P, hidden, stream);
-  bool fused = false;
-  if constexpr (!std::is_same<T, float>::value) fused = grouped::fused_swiglu();
-  if (fused) {
-    if constexpr (!std::is_same<T, float>::value)
-      moe_grouped_swiglu(act, gathered, w13, offsets, P, n_experts, hidden, inter, grouped_ws, stream);
-  } else {
-    moe_grouped_matmul(gate_up, gathered, w13, offsets, P, n_experts, hidden, 2 * inter, grouped_ws, stream);
-    swiglu_pairs(act, gate_up, P, inter, stream);
-  }
+  moe_grouped_matmul(gate_up, gathered, w13, offsets, P, n_experts, hidden, 2 * inter, grouped_ws, stream);
+  swiglu(act, gate_up, P, inter, stream);
   moe_grouped_matmul(expert_out, act, w2, offsets, P, n_experts, inter, hidden, grouped_ws, stream);
   moe_combine(x, expert_out, dest_row, weights, n_tokens, top_k, hidden, stream);
 }

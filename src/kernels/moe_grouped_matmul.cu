@@ -11,7 +11,6 @@
 // Each output element is one dot product in a fixed k order, without split-K, so a row's result
 // does not depend on how many rows share the product: bit-identical for any microbatch.
 #include <cstdlib>
-#include <string>
 #include <type_traits>
 
 #include "common/cuda_check.h"
@@ -174,18 +173,6 @@ int& forced_config() {
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-// Off by default: measured on an H100 (docs/results.md, 2026-11-23 run 3), the fused epilogue's
-// scattered 2-byte stores stall the consumer warpgroups, and the product + swiglu_pairs is as fast
-// or faster from 4096 tokens on (7 % per MoE layer at 32768). The switch must not depend on the
-// microbatch size: the two paths round differently (fused: SwiGLU of the fp32 accumulators).
-bool& fused_swiglu_flag() {
-  static bool on = [] {
-    const char* e = std::getenv("LFM2_FUSED_SWIGLU");
-    return e && std::string(e) == "1";
-  }();
-  return on;
-}
-
 // The checks every bf16/fp16 grouped product makes; returns the device.
 int check_sixteen_bit(const void* in, const void* weight, const void* out, int64_t n_in, int64_t n_out,
                       const void* workspace, const char* what) {
@@ -207,9 +194,6 @@ void force_config(int config) {
   LFM2_CHECK(config >= -1 && config < kGroupedConfigCount, "grouped GEMM: no tile configuration ", config);
   forced_config() = config;
 }
-
-bool fused_swiglu() { return fused_swiglu_flag(); }
-void set_fused_swiglu(bool on) { fused_swiglu_flag() = on; }
 
 int pick_config(int64_t max_rows, int64_t n_experts) {
   if (forced_config() >= 0) return forced_config();

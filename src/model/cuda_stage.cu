@@ -70,7 +70,7 @@ struct DevLayer {
   const float* conv_w = nullptr; // (H, L)
   const T* conv_in = nullptr;    // (3H, H)
   const T* conv_out = nullptr;   // (H, H)
-  const T* w13 = nullptr;        // dense (2I, H): w1; w3    MoE (E, 2Im, H): per expert w1, w3 rows interleaved
+  const T* w13 = nullptr;        // dense (2I, H): w1; w3    MoE (E, 2Im, H): per expert w1; w3
   const T* w2 = nullptr;         // dense (H, I)              MoE (E, H, Im)
   const T* gate = nullptr;       // (E, H)
   const float* expert_bias = nullptr;  // (E) or null
@@ -265,16 +265,14 @@ class CudaStage final : public CudaStageExecutor {
       int64_t offset;
       std::vector<const std::vector<float>*> parts;  // concatenated in order (rows stacked)
       bool f32;
-      int64_t stride_parts = 0;  // >0: per expert (a block of this many floats per part), the parts'
-      int64_t row = 0;           // rows of this many floats interleaved: part 0 row j, part 1 row j, ...
+      int64_t stride_parts = 0;  // >0: interleave parts per expert, each part's block of this many floats
     };
     std::vector<Item> items;
-    auto add = [&](std::vector<const std::vector<float>*> parts, bool f32, int64_t stride_parts = 0,
-                   int64_t row = 0) -> int64_t {
+    auto add = [&](std::vector<const std::vector<float>*> parts, bool f32, int64_t stride_parts = 0) -> int64_t {
       int64_t n = 0;
       for (auto* p : parts) n += int64_t(p->size());
       const int64_t off = arena_.reserve(n * (f32 ? 4 : et));
-      items.push_back({off, std::move(parts), f32, stride_parts, row});
+      items.push_back({off, std::move(parts), f32, stride_parts});
       return off;
     };
     struct Offs {
@@ -300,9 +298,7 @@ class CudaStage final : public CudaStageExecutor {
       if (l.is_moe) {
         o.gate = add({&l.gate}, false);
         if (!l.expert_bias.empty()) o.bias = add({&l.expert_bias}, true);
-        // (E, 2 Im, H) with each expert's w1 and w3 rows interleaved: the grouped GEMM's SwiGLU
-        // epilogue pairs output columns (2j, 2j + 1) = (gate_j, up_j)
-        o.w13 = add({&l.experts_w1, &l.experts_w3}, false, Im * H, H);
+        o.w13 = add({&l.experts_w1, &l.experts_w3}, false, Im * H);
         o.w2 = add({&l.experts_w2}, false);
       } else {
         o.w13 = add({&l.w1, &l.w3}, false);
@@ -328,15 +324,14 @@ class CudaStage final : public CudaStageExecutor {
       const int64_t es = it.f32 ? 4 : et;
       staging.resize(size_t(std::max<int64_t>(n * es, 1)));
       const DType to = it.f32 ? DType::F32 : dtype_of<T>();
-      if (it.stride_parts > 0) {  // experts: the parts' rows interleaved within each expert
-        const int64_t blk = it.stride_parts, n_exp = int64_t(it.parts[0]->size()) / blk, row = it.row;
+      if (it.stride_parts > 0) {  // experts: [w1_e; w3_e] for each e
+        const int64_t blk = it.stride_parts, n_exp = int64_t(it.parts[0]->size()) / blk;
         int64_t pos = 0;
         for (int64_t e = 0; e < n_exp; ++e)
-          for (int64_t r = 0; r < blk; r += row)
-            for (auto* p : it.parts) {
-              convert_elements(staging.data() + pos * es, to, p->data() + e * blk + r, DType::F32, size_t(row));
-              pos += row;
-            }
+          for (auto* p : it.parts) {
+            convert_elements(staging.data() + pos * es, to, p->data() + e * blk, DType::F32, size_t(blk));
+            pos += blk;
+          }
       } else {
         int64_t pos = 0;
         for (auto* p : it.parts) {

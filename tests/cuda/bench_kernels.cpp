@@ -165,22 +165,15 @@ void bench_moe(const char* name, cudaStream_t s, int64_t n_tokens, bool sweep) {
   const double t_route = median_ms(s, [&] { cuda::moe_router(wts, ids, logits, nullptr, n_tokens, E, k, true, 1.f, s); });
   const double t_perm = median_ms(s, [&] { cuda::moe_permute(off, src, dest, ids, n_tokens, E, k, pscr, s); });
   const double t_gather = median_ms(s, [&] { cuda::moe_gather(xs, in, src, P, H, s); });
-  const double t_swiglu = median_ms(s, [&] { cuda::swiglu_pairs(act, gu, P, Im, s); });
+  const double t_swiglu = median_ms(s, [&] { cuda::swiglu(act, gu, P, Im, s); });
   const double t_comb = median_ms(s, [&] { cuda::moe_combine(x, y, dest, wts, n_tokens, k, H, s); });
   auto whole = [&] {
     cuda::moe_router(wts, ids, logits, nullptr, n_tokens, E, k, true, 1.f, s);
     cuda::moe_experts(x, in, w13, w2, ids, wts, n_tokens, H, E, Im, k, scratch, s);
   };
-  const bool default_fused = cuda::grouped::fused_swiglu();
-  cuda::grouped::set_fused_swiglu(false);
   const double tall = median_ms(s, whole);
-  cuda::grouped::set_fused_swiglu(true);
-  const double tall_fused = median_ms(s, whole);
-  cuda::grouped::set_fused_swiglu(default_fused);
-  std::printf("%-5s moe %5lld tok route %.3f permute %.3f gather %.3f swiglu %.3f combine %.3f ms | route+experts %s"
-              " | with SwiGLU fused %.3f ms\n",
-              name, (long long)n_tokens, t_route, t_perm, t_gather, t_swiglu, t_comb, tf(f1 + f2, tall).c_str(),
-              tall_fused);
+  std::printf("%-5s moe %5lld tok route %.3f permute %.3f gather %.3f swiglu %.3f combine %.3f ms | route+experts %s\n",
+              name, (long long)n_tokens, t_route, t_perm, t_gather, t_swiglu, t_comb, tf(f1 + f2, tall).c_str());
   for (void* p : std::initializer_list<void*>{in, w13, w2, logits, x, wts, ids, off, bal, src, dest, pscr, xs, gu, act,
                                               y, ws, scratch})
     cudaFree(p);

@@ -8,7 +8,7 @@
 #   opsfused  the SwiGLU-fused grouped GEMM tests alone (a device trap there cannot take the rest down)
 #   kbench    cuda_bench_kernels $KBENCH_MODE (default sweep)    roofline torchrun roofline.py (torch peers)
 #   sbench    cuda_bench_stage /tmp $SBENCH_SHAPES $SBENCH_DTYPES
-#   sbench_unpinned, sbench_fused   the same in bf16 with LFM2_GEMM_PIN=0 / LFM2_FUSED_SWIGLU=1
+#   sbench_unpinned   the same in bf16 with LFM2_GEMM_PIN=0
 #   memcheck  compute-sanitizer memcheck on $MEMCHECK_FILTER    racecheck  the same, racecheck, $RACECHECK_FILTER
 # The logs are packed into $OUT/logs.tar.gz; $OUT/summary.txt has each step's exit code and time
 # and the benchmarks' headline lines.
@@ -57,10 +57,6 @@ for s in $steps; do
                        "${SBENCH_SHAPES:-32x32,128x32,512x32}" bf16
                      echo "(LFM2_GEMM_PIN=0: cuBLASLt's algorithm per row count)" >> "$summary"
                      grep -E " layer " "$logs/sbench_unpinned.log" >> "$summary" ;;
-    sbench_fused) step sbench_fused "${SBENCH_LIMIT:-300}" env LFM2_FUSED_SWIGLU=1 "$pack/bin/cuda_bench_stage" /tmp \
-                    "${SBENCH_SHAPES:-32x32,128x32,512x32}" bf16
-                  echo "(LFM2_FUSED_SWIGLU=1: SwiGLU in the grouped GEMM's epilogue)" >> "$summary"
-                  grep -E "moe .* layer " "$logs/sbench_fused.log" >> "$summary" ;;
     memcheck) step memcheck "${MEMCHECK_LIMIT:-150}" compute-sanitizer --tool memcheck --error-exitcode 9 \
                 "$pack/bin/cuda_ops_test" --gtest_filter="${MEMCHECK_FILTER:-CudaGrouped/bf16.Gather*:CudaOps/bf16.MoeExperts:CudaGrouped/fp16.RowsBit*}"
               grep -E "ERROR SUMMARY|PASSED|FAILED" "$logs/memcheck.log" | tail -5 >> "$summary" ;;

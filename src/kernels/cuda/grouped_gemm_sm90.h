@@ -75,9 +75,5 @@ template <typename T>
 void run_swiglu(int config, T* act, const T* in, const T* w13, const int32_t* offsets, int64_t n_experts,
                 int64_t n_in, int64_t inter, void* workspace, int sm_count, int device, cudaStream_t stream);
 
-// Whether moe_experts uses run_swiglu or (the default) the plain product and swiglu_pairs
-// (LFM2_FUSED_SWIGLU=1 at start-up, or set_fused_swiglu(true), selects the fused epilogue).
-bool fused_swiglu();
-void set_fused_swiglu(bool on);
 
 }  // namespace lfm2::cuda::grouped

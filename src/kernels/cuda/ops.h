@@ -121,7 +121,9 @@ int64_t moe_grouped_matmul_workspace_bytes(int64_t n_experts);
 template <typename T>
 void moe_grouped_matmul(T* out, const T* in, const T* weight, const int32_t* offsets, int64_t max_rows,
                         int64_t n_experts, int64_t n_in, int64_t n_out, void* workspace, cudaStream_t stream);
-// moe_grouped_swiglu (bf16/fp16 only): the gate/up product with SwiGLU in its epilogue,
+// moe_grouped_swiglu (bf16/fp16 only): the gate/up product with SwiGLU in its epilogue (measured
+// slower than moe_grouped_matmul + swiglu_pairs from 4096 tokens on; kept as an op, not used by
+// moe_experts),
 // act[r] (inter) = silu(g) * u where (g_j, u_j) = columns (2j, 2j + 1) of in[r] W13_e^T; w13
 // (n_experts, 2 inter, n_in) with each expert's w1 and w3 rows interleaved (row 2j = w1 row j,
 // 2j + 1 = w3 row j). Same requirements and workspace as moe_grouped_matmul; inter % 8 == 0.
@@ -138,10 +140,10 @@ void moe_combine(float* x, const T* expert_out, const int32_t* dest_row, const f
 
 // --- moe_experts.cu: cpu::moe_experts followed by cpu::add into the residual, composed from the
 // kernels above: x (n_tokens, hidden) fp32 += experts(in). in (n_tokens, hidden);
-// w13 (n_experts, 2 * inter, hidden), each expert's w1 and w3 rows interleaved (row 2j = w1 row j,
-// 2j + 1 = w3 row j); w2 (n_experts, hidden, inter); experts, weights (n_tokens, top_k) from
-// moe_router(); scratch of moe_experts_scratch_bytes() (for the current device). bf16/fp16: hidden
-// and inter multiples of 8 (Hopper only). Queues kernels only: capturable in a CUDA graph.
+// w13 (n_experts, 2 * inter, hidden), each expert's w1 rows then its w3 rows; w2 (n_experts, hidden,
+// inter); experts, weights (n_tokens, top_k) from moe_router(); scratch of
+// moe_experts_scratch_bytes() (for the current device). bf16/fp16: hidden and inter multiples of 8
+// (Hopper only). Queues kernels only: capturable in a CUDA graph.
 int64_t moe_experts_scratch_bytes(int64_t n_tokens, int64_t hidden, int64_t n_experts, int64_t inter, int64_t top_k,
                                   int64_t elem_bytes);
 template <typename T>
