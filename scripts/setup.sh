@@ -1,25 +1,72 @@
 #!/usr/bin/env bash
-# Installs what lfm2-rank needs to build and test (Debian packages), only what is missing.
+# Installs what lfm2-rank needs to build and test (Debian packages), only what is missing, and,
+# when the CUDA backend will be built (nvcc found and LFM2_CUDA is not OFF), the CUTLASS headers
+# (the PyPI wheel nvidia-cutlass, headers only) into .deps/cutlass-<version>/include.
 # Idempotent and quiet when everything is present. Needs root or sudo for apt-get.
 set -euo pipefail
+cd "$(dirname "$0")/.."
+
+cutlass_version=4.2.0.0          # the wheel's version; CMake checks cutlass/version.h says 4.2.0
+cutlass_dir=.deps/cutlass-4.2.0  # = LFM2_CUTLASS_DIR's default (cmake/FindCUTLASS.cmake)
+want_cuda=0
+if [ "${LFM2_CUDA:-ON}" != "OFF" ] && { command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; }; then
+  want_cuda=1
+fi
 
 packages=(build-essential cmake ninja-build ccache pkg-config
           libopenmpi-dev openmpi-bin libhdf5-dev hdf5-tools
           libgtest-dev nlohmann-json3-dev libcli11-dev)
 
+# The CUTLASS wheel is fetched with pip: python3-pip is needed only when the headers are missing.
+need_cutlass=0
+if [ $want_cuda -eq 1 ] && [ ! -f "$cutlass_dir/include/cutlass/version.h" ]; then
+  need_cutlass=1
+  python3 -m pip --version >/dev/null 2>&1 || packages+=(python3-pip)
+fi
+
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
 
-echo "setup: installing ${missing[*]}"
-sudo=""
-if [ "$(id -u)" -ne 0 ]; then
-  command -v sudo >/dev/null || { echo "setup: error: need root or sudo to install ${missing[*]}" >&2; exit 1; }
-  sudo="sudo"
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  sudo=""
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null || { echo "setup: error: need root or sudo to install ${missing[*]}" >&2; exit 1; }
+    sudo="sudo"
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  echo "setup: done"
 fi
-export DEBIAN_FRONTEND=noninteractive
-$sudo apt-get update -qq
-$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-echo "setup: done"
+
+# CUTLASS (header-only; the grouped GEMM of the CUDA backend): download the wheel, unpack only
+# its include tree (about 27 MB), keep nothing else. The GPU machines need no copy: only the
+# build reads the headers.
+if [ $need_cutlass -eq 1 ]; then
+  python3 -m pip --version >/dev/null 2>&1 ||
+    { echo "setup: error: python3 -m pip is needed to fetch nvidia-cutlass==$cutlass_version (install python3-pip)" >&2; exit 1; }
+  echo "setup: fetching CUTLASS headers (nvidia-cutlass==$cutlass_version) into $cutlass_dir"
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' EXIT
+  python3 -m pip download -q --no-deps --only-binary=:all: --disable-pip-version-check \
+      -d "$tmp" "nvidia-cutlass==$cutlass_version" ||
+    { echo "setup: error: pip could not download nvidia-cutlass==$cutlass_version" >&2; exit 1; }
+  python3 - "$tmp"/nvidia_cutlass-*.whl "$tmp/x" <<'PY'
+import sys, zipfile
+prefix = "cutlass_library/source/include/"
+with zipfile.ZipFile(sys.argv[1]) as z:
+    names = [n for n in z.namelist() if n.startswith(prefix) and not n.endswith("/")]
+    if not names:
+        sys.exit("setup: error: the wheel has no " + prefix)
+    for n in names:
+        z.extract(n, sys.argv[2])
+PY
+  rm -rf "$cutlass_dir"
+  mkdir -p "$cutlass_dir"
+  mv "$tmp/x/cutlass_library/source/include" "$cutlass_dir/include"
+  echo "setup: CUTLASS $(sed -n 's/^#define CUTLASS_\(MAJOR\|MINOR\|PATCH\) \([0-9]*\).*/\2/p' \
+      "$cutlass_dir/include/cutlass/version.h" | paste -sd.) headers in $cutlass_dir/include"
+fi

@@ -1,13 +1,33 @@
-// Linear layers on the GPU through cuBLAS (cublasGemmEx): out = in W^T with fp32 accumulation.
-// fp32 runs with CUBLAS_COMPUTE_32F (exact fp32, no TF32) unless tf32 is asked for; bf16 and fp16
-// run on the tensor cores. Row-major out (n_rows, n_out) is column-major out^T = W in^T.
+// Linear layers on the GPU through cuBLASLt: out = in W^T with fp32 accumulation, row-major
+// out (n_rows, n_out) computed as column-major out^T = W in^T. fp32 runs with CUBLAS_COMPUTE_32F
+// (exact fp32, no TF32) unless tf32 is asked for; bf16 and fp16 run on the tensor cores.
+//
+// Pinned algorithms (deterministic per row): the algorithm of a product is chosen once per
+// (device, types, n_in, n_out, epilogue) by cuBLASLt's heuristic at kPlanRows rows, with split-K
+// excluded (reduction scheme NONE), and reused for every row count. Each output element is then
+// one dot product in the same k order whatever the batch, so a sequence's bits do not depend on its
+// microbatch. LFM2_GEMM_PIN=0 (or set_gemm_pinning(false)) asks the heuristic per row count
+// instead (cuBLAS's usual behaviour; measured in docs/cuda-backend.md).
+//
+// linear_add_f32 fuses the residual add into the product: x = 1 * (in W^T) + 1 * x, C = D = x (fp32),
+// so the sublayer output never exists as a separate tensor.
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <string>
+#include <tuple>
+
 #include "common/cuda_check.h"
 #include "kernels/cuda/cublas_ctx.h"
+#include "kernels/cuda/device_info.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/ops.h"
 
 namespace lfm2::cuda {
 namespace {
+
+constexpr int64_t kPlanRows = 4096;  // the microbatch size the pinned algorithms are chosen for
 
 template <typename T>
 cudaDataType_t data_type();
@@ -18,40 +38,157 @@ cudaDataType_t data_type<__nv_bfloat16>() { return CUDA_R_16BF; }
 template <>
 cudaDataType_t data_type<__half>() { return CUDA_R_16F; }
 
+bool& pinning() {
+  static bool on = [] {
+    const char* e = std::getenv("LFM2_GEMM_PIN");
+    return !(e && std::string(e) == "0");
+  }();
+  return on;
+}
+
+// One product's fixed part: the operation, the weight layout and the algorithm(s).
+struct PlanKey {
+  int device;
+  cudaDataType_t ab, d;
+  cublasComputeType_t compute;
+  int64_t n_in, n_out;
+  bool accumulate;
+  bool operator<(const PlanKey& o) const {
+    return std::tie(device, ab, d, compute, n_in, n_out, accumulate) <
+           std::tie(o.device, o.ab, o.d, o.compute, o.n_in, o.n_out, o.accumulate);
+  }
+};
+
+struct Plan {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr;  // the weight: column-major (n_in, n_out), used transposed
+  cublasLtMatmulAlgo_t pinned{};
+  std::map<int64_t, cublasLtMatmulAlgo_t> per_rows;  // unpinned: the heuristic's choice per row count
+};
+
+struct Layouts {
+  cublasLtMatrixLayout_t b = nullptr, d = nullptr;
+  Layouts(cudaDataType_t ab, cudaDataType_t dt, int64_t rows, int64_t n_in, int64_t n_out) {
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b, ab, uint64_t(n_in), uint64_t(rows), n_in));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d, dt, uint64_t(n_out), uint64_t(rows), n_out));
+  }
+  ~Layouts() {
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (d) cublasLtMatrixLayoutDestroy(d);
+  }
+  Layouts(const Layouts&) = delete;
+  Layouts& operator=(const Layouts&) = delete;
+};
+
+// The heuristic's first algorithm without split-K for this shape (16-byte aligned buffers).
+cublasLtMatmulAlgo_t choose(const PlanKey& k, const Plan& p, int64_t rows) {
+  cublasLtMatmulPreference_t pref;
+  CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  const uint64_t ws = kCublasWorkspaceBytes;
+  const uint32_t no_reduction = CUBLASLT_REDUCTION_SCHEME_NONE, align = 16;
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &no_reduction,
+                                                    sizeof(no_reduction)));
+  for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof(align)));
+  Layouts l(k.ab, k.d, rows, k.n_in, k.n_out);
+  constexpr int kWant = 8;
+  cublasLtMatmulHeuristicResult_t res[kWant];
+  int n = 0;
+  CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(cublaslt_handle(), p.op, p.a, l.b, l.d, l.d, pref, kWant, res, &n));
+  cublasLtMatmulPreferenceDestroy(pref);
+  for (int i = 0; i < n; ++i) {
+    if (res[i].state != CUBLAS_STATUS_SUCCESS) continue;
+    int32_t splitk = 1;
+    size_t written = 0;
+    CUBLAS_CHECK(cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk,
+                                                      sizeof(splitk), &written));
+    if (splitk <= 1) return res[i].algo;
+  }
+  LFM2_FAIL("linear: cuBLASLt offers no algorithm without split-K for ", rows, " x ", k.n_in, " -> ", k.n_out);
+}
+
+std::mutex g_mutex;
+std::map<PlanKey, Plan>& plans() {
+  static std::map<PlanKey, Plan> m;  // never shrinks: Plan references stay valid
+  return m;
+}
+
+Plan& plan_for(const PlanKey& k) {
+  auto it = plans().find(k);
+  if (it != plans().end()) return it->second;
+  Plan p;
+  CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, k.compute, CUDA_R_32F));
+  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, k.ab, uint64_t(k.n_in), uint64_t(k.n_out), k.n_in));
+  p.pinned = choose(k, p, kPlanRows);
+  return plans().emplace(k, std::move(p)).first->second;
+}
+
 template <typename T>
 void gemm(void* out, cudaDataType_t out_type, const T* in, const T* weight, int64_t n_rows, int64_t n_in,
-          int64_t n_out, cudaStream_t stream, bool tf32) {
+          int64_t n_out, cudaStream_t stream, bool tf32, bool accumulate) {
   if (n_rows == 0 || n_out == 0) return;
   LFM2_CHECK(n_rows < (int64_t(1) << 31) && n_in < (int64_t(1) << 31) && n_out < (int64_t(1) << 31),
-             "linear: sizes ", n_rows, "x", n_in, "x", n_out, " too large for cuBLAS");
-  cublasHandle_t h = cublas_handle();
-  CUBLAS_CHECK(cublasSetStream(h, stream));
-  const float alpha = 1.f, beta = 0.f;
-  cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
-  if (std::is_same<T, float>::value && tf32) compute = CUBLAS_COMPUTE_32F_FAST_TF32;
-  CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, int(n_out), int(n_rows), int(n_in), &alpha, weight,
-                            data_type<T>(), int(n_in), in, data_type<T>(), int(n_in), &beta, out, out_type,
-                            int(n_out), compute, CUBLAS_GEMM_DEFAULT));
+             "linear: sizes ", n_rows, "x", n_in, "x", n_out, " too large");
+  for (const void* p : {static_cast<const void*>(in), static_cast<const void*>(weight), static_cast<const void*>(out)})
+    LFM2_CHECK(reinterpret_cast<uintptr_t>(p) % 16 == 0, "linear: buffers must be 16-byte aligned");
+  PlanKey key{current_device(), data_type<T>(), out_type, CUBLAS_COMPUTE_32F, n_in, n_out, accumulate};
+  if (std::is_same<T, float>::value && tf32) key.compute = CUBLAS_COMPUTE_32F_FAST_TF32;
+
+  cublasLtMatmulAlgo_t algo;
+  cublasLtMatmulDesc_t op;
+  cublasLtMatrixLayout_t a;
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    Plan& p = plan_for(key);
+    op = p.op;
+    a = p.a;
+    if (pinning()) {
+      algo = p.pinned;
+    } else {
+      auto it = p.per_rows.find(n_rows);
+      if (it == p.per_rows.end()) it = p.per_rows.emplace(n_rows, choose(key, p, n_rows)).first;
+      algo = it->second;
+    }
+  }
+  Layouts l(key.ab, key.d, n_rows, n_in, n_out);
+  const float alpha = 1.f, beta = accumulate ? 1.f : 0.f;
+  CUBLAS_CHECK(cublasLtMatmul(cublaslt_handle(), op, &alpha, weight, a, in, l.b, &beta, out, l.d, out, l.d, &algo,
+                              cublas_workspace(), kCublasWorkspaceBytes, stream));
   if (cuda_sync_check_enabled()) CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 }  // namespace
 
+void set_gemm_pinning(bool pinned) { pinning() = pinned; }
+bool gemm_pinning() { return pinning(); }
+
 template <typename T>
 void linear(T* out, const T* in, const T* weight, int64_t n_rows, int64_t n_in, int64_t n_out, cudaStream_t stream,
             bool tf32) {
-  gemm<T>(out, data_type<T>(), in, weight, n_rows, n_in, n_out, stream, tf32);
+  gemm<T>(out, data_type<T>(), in, weight, n_rows, n_in, n_out, stream, tf32, false);
 }
 
 template <typename T>
 void linear_f32out(float* out, const T* in, const T* weight, int64_t n_rows, int64_t n_in, int64_t n_out,
                    cudaStream_t stream, bool tf32) {
-  gemm<T>(out, CUDA_R_32F, in, weight, n_rows, n_in, n_out, stream, tf32);
+  gemm<T>(out, CUDA_R_32F, in, weight, n_rows, n_in, n_out, stream, tf32, false);
 }
 
-#define INST(T)                                                                                         \
-  template void linear<T>(T*, const T*, const T*, int64_t, int64_t, int64_t, cudaStream_t, bool);      \
-  template void linear_f32out<T>(float*, const T*, const T*, int64_t, int64_t, int64_t, cudaStream_t, bool);
+template <typename T>
+void linear_add_f32(float* x, const T* in, const T* weight, int64_t n_rows, int64_t n_in, int64_t n_out,
+                    cudaStream_t stream, bool tf32) {
+  gemm<T>(x, CUDA_R_32F, in, weight, n_rows, n_in, n_out, stream, tf32, true);
+}
+
+#define INST(T)                                                                                                \
+  template void linear<T>(T*, const T*, const T*, int64_t, int64_t, int64_t, cudaStream_t, bool);             \
+  template void linear_f32out<T>(float*, const T*, const T*, int64_t, int64_t, int64_t, cudaStream_t, bool);  \
+  template void linear_add_f32<T>(float*, const T*, const T*, int64_t, int64_t, int64_t, cudaStream_t, bool);
 LFM2_FOR_EACH_T(INST)
 #undef INST
 

@@ -12,7 +12,8 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kMaxTopK = 32;
 
-template <typename T>
+// V consecutive channels per thread: 16-byte loads of the expert rows where the rows allow.
+template <typename T, int V>
 __global__ void __launch_bounds__(kThreads) moe_combine_kernel(float* x, const T* expert_out, const int32_t* dest_row,
                                                                const float* topk_w, int top_k, int64_t hidden) {
   __shared__ int s_row[kMaxTopK];
@@ -34,10 +35,20 @@ __global__ void __launch_bounds__(kThreads) moe_combine_kernel(float* x, const T
   }
   __syncthreads();
   float* xr = x + t * hidden;
-  for (int64_t c = threadIdx.x; c < hidden; c += kThreads) {
-    float acc = 0.f;
-    for (int k = 0; k < top_k; ++k) acc += to_f32(expert_out[int64_t(s_row[k]) * hidden + c]) * s_w[k];
-    xr[c] += acc;
+  for (int64_t c = int64_t(threadIdx.x) * V; c < hidden; c += int64_t(kThreads) * V) {
+    float acc[V] = {};
+    for (int k = 0; k < top_k; ++k) {
+      alignas(16) T y[V];
+      const T* src = expert_out + int64_t(s_row[k]) * hidden + c;
+      if constexpr (V * sizeof(T) == 16)
+        *reinterpret_cast<uint4*>(y) = *reinterpret_cast<const uint4*>(src);
+      else
+        for (int j = 0; j < V; ++j) y[j] = src[j];
+#pragma unroll
+      for (int j = 0; j < V; ++j) acc[j] += to_f32(y[j]) * s_w[k];
+    }
+#pragma unroll
+    for (int j = 0; j < V; ++j) xr[c + j] += acc[j];
   }
 }
 
@@ -48,8 +59,13 @@ void moe_combine(float* x, const T* expert_out, const int32_t* dest_row, const f
                  int64_t top_k, int64_t hidden, cudaStream_t stream) {
   LFM2_CHECK(top_k >= 1 && top_k <= kMaxTopK, "moe_combine: top_k ", top_k, " (at most ", kMaxTopK, ")");
   if (n_tokens == 0) return;
-  moe_combine_kernel<<<unsigned(n_tokens), kThreads, 0, stream>>>(x, expert_out, dest_row, topk_w, int(top_k),
-                                                                  hidden);
+  constexpr int V = 16 / sizeof(T);
+  if (hidden % V == 0 && reinterpret_cast<uintptr_t>(expert_out) % 16 == 0)
+    moe_combine_kernel<T, V><<<unsigned(n_tokens), kThreads, 0, stream>>>(x, expert_out, dest_row, topk_w,
+                                                                          int(top_k), hidden);
+  else
+    moe_combine_kernel<T, 1><<<unsigned(n_tokens), kThreads, 0, stream>>>(x, expert_out, dest_row, topk_w,
+                                                                          int(top_k), hidden);
   CUDA_CHECK_LAUNCH("moe_combine_kernel");
 }
 

@@ -1,19 +1,23 @@
 // The CUDA StageExecutor (see cuda_stage.h): the layer loop of SPEC §1 over the CUDA kernels, with
-// the residual adds fused into the following norm and the MoE combine.
+// every residual add fused into the product that produces the sublayer's output (cuBLASLt with
+// beta = 1 into the fp32 residual) or into the MoE combine.
 //
-// Per layer (x: fp32 residual; y, big, mid, delta: compute dtype T):
-//   y = rmsnorm(x [+= pending delta])          add_rmsnorm
-//   attention: big = y Wqkv^T; qk_norm_rope(big); mid = attention(big); delta = mid Wo^T
-//   conv:      big = y Win^T;  mid = short_conv(big);                   delta = mid Wout^T
-//   y = rmsnorm(x += delta)                    add_rmsnorm
-//   dense: big = y W13^T; mid = swiglu(big); delta = mid W2^T (added by the next norm or at the end)
-//   MoE:   logits = y Wg^T (fp32); route; x += experts(y) (moe_experts, combine adds into x)
+// Per layer (x: fp32 residual; y, big, mid: compute dtype T):
+//   y = rmsnorm(x)
+//   attention: big = y Wqkv^T; qk_norm_rope(big); mid = attention(big); x += mid Wo^T   linear_add_f32
+//   conv:      big = y Win^T;  mid = short_conv(big);                   x += mid Wout^T linear_add_f32
+//   y = rmsnorm(x)
+//   dense: big = y W13^T; mid = swiglu(big); x += mid W2^T                               linear_add_f32
+//   MoE:   logits = y Wg^T (fp32); route; x += experts(y) (moe_experts, the combine adds into x)
+// forward() queues kernels only: no allocation, no host synchronisation, no host read of a
+// device value (the MoE's per-expert counts stay on the device), so it can be captured in a graph.
 #include "model/cuda_stage.h"
 
 #include <algorithm>
 #include <cmath>
 #include <map>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include <cuda_runtime.h>
@@ -21,6 +25,7 @@
 #include "common/cuda_check.h"
 #include "common/error.h"
 #include "kernels/cuda/cublas_ctx.h"
+#include "kernels/cuda/device_info.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/rope.h"
 #include "io/weight_names.h"
@@ -166,6 +171,7 @@ class CudaStage final : public CudaStageExecutor {
     LFM2_CHECK(device >= 0 && device < n_dev, "cuda stage: device ", device, " does not exist (", n_dev,
                " visible)");
     CUDA_CHECK(cudaSetDevice(device_));
+    if (!std::is_same<T, float>::value) check_sixteen_bit_shapes();
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     CUDA_CHECK(cudaStreamCreateWithFlags(&d2h_stream_, cudaStreamNonBlocking));
     cuda::cublas_prepare();
@@ -286,26 +292,18 @@ class CudaStage final : public CudaStageExecutor {
     const int64_t n = n_seq * seq_len;
     const int64_t H = cfg_.hidden_size;
     const float eps = float(cfg_.norm_eps);
-    const T* pending = nullptr;  // a delta not yet added into x
     for (const DevLayer<T>& L : layers_) {
-      if (pending)
-        cuda::add_rmsnorm(y_, x, pending, L.operator_norm, n, H, eps, stream_);
-      else
-        cuda::rmsnorm(y_, x, L.operator_norm, n, H, eps, stream_);
+      cuda::rmsnorm(y_, x, L.operator_norm, n, H, eps, stream_);
       if (L.is_attention)
-        attention_block(L, n_seq, seq_len);
+        attention_block(L, x, n_seq, seq_len);
       else
-        conv_block(L, n_seq, seq_len);
-      cuda::add_rmsnorm(y_, x, delta_, L.ffn_norm, n, H, eps, stream_);
-      if (L.is_moe) {
+        conv_block(L, x, n_seq, seq_len);
+      cuda::rmsnorm(y_, x, L.ffn_norm, n, H, eps, stream_);
+      if (L.is_moe)
         moe_block(L, x, n);
-        pending = nullptr;
-      } else {
-        dense_block(L, n);
-        pending = delta_;
-      }
+      else
+        dense_block(L, x, n);
     }
-    if (pending) cuda::add(x, x, pending, n * H, stream_);
   }
 
   cudaGraphExec_t capture(float* x, int64_t n_seq, int64_t seq_len) {
@@ -330,7 +328,7 @@ class CudaStage final : public CudaStageExecutor {
     CUDA_CHECK(cudaMemcpyAsync(host, dev, size_t(bytes), cudaMemcpyDeviceToHost, stream_));
   }
 
-  void attention_block(const DevLayer<T>& L, int64_t n_seq, int64_t seq_len) {
+  void attention_block(const DevLayer<T>& L, float* x, int64_t n_seq, int64_t seq_len) {
     const int64_t n = n_seq * seq_len, H = cfg_.hidden_size, hd = cfg_.head_dim();
     const int64_t nh = cfg_.num_attention_heads, nkv = cfg_.num_key_value_heads, width = (nh + 2 * nkv) * hd;
     cuda::linear(big_, y_, L.wqkv, n, H, width, stream_, tf32_);
@@ -339,21 +337,21 @@ class CudaStage final : public CudaStageExecutor {
     const float scale = float(std::pow(double(hd), -0.5));
     cuda::attention(mid_, big_, big_ + nh * hd, big_ + (nh + nkv) * hd, n_seq, seq_len, nh, nkv, hd, scale, stream_,
                     width, width);
-    cuda::linear(delta_, mid_, L.attn_out, n, nh * hd, H, stream_, tf32_);
+    cuda::linear_add_f32(x, mid_, L.attn_out, n, nh * hd, H, stream_, tf32_);
   }
 
-  void conv_block(const DevLayer<T>& L, int64_t n_seq, int64_t seq_len) {
+  void conv_block(const DevLayer<T>& L, float* x, int64_t n_seq, int64_t seq_len) {
     const int64_t n = n_seq * seq_len, H = cfg_.hidden_size;
     cuda::linear(big_, y_, L.conv_in, n, H, 3 * H, stream_, tf32_);
     cuda::short_conv(mid_, big_, L.conv_w, n_seq, seq_len, H, cfg_.conv_L_cache, stream_);
-    cuda::linear(delta_, mid_, L.conv_out, n, H, H, stream_, tf32_);
+    cuda::linear_add_f32(x, mid_, L.conv_out, n, H, H, stream_, tf32_);
   }
 
-  void dense_block(const DevLayer<T>& L, int64_t n) {
+  void dense_block(const DevLayer<T>& L, float* x, int64_t n) {
     const int64_t H = cfg_.hidden_size, I = cfg_.intermediate_size;
     cuda::linear(big_, y_, L.w13, n, H, 2 * I, stream_, tf32_);
     cuda::swiglu(mid_, big_, n, I, stream_);
-    cuda::linear(delta_, mid_, L.w2, n, I, H, stream_, tf32_);
+    cuda::linear_add_f32(x, mid_, L.w2, n, I, H, stream_, tf32_);
   }
 
   void moe_block(const DevLayer<T>& L, float* x, int64_t n) {
@@ -363,6 +361,21 @@ class CudaStage final : public CudaStageExecutor {
     cuda::moe_router(topk_w_, topk_ids_, router_logits_, L.expert_bias, n, E, k, cfg_.norm_topk_prob,
                      float(cfg_.routed_scaling_factor), stream_);
     cuda::moe_experts(x, y_, L.w13, L.w2, topk_ids_, topk_w_, n, H, E, Im, k, moe_scratch_, stream_);
+  }
+
+  // bf16/fp16: the grouped GEMM (CUTLASS, TMA) needs Hopper and 16-byte rows; refuse up front
+  // rather than at the first forward.
+  void check_sixteen_bit_shapes() const {
+    bool any_moe = false;
+    for (int il = range_.layer_begin; il < range_.layer_end; ++il) any_moe = any_moe || cfg_.is_moe(il);
+    if (!any_moe) return;
+    const cuda::DeviceInfo& info = cuda::device_info(device_);
+    LFM2_CHECK(info.major == 9 && info.minor == 0, "cuda stage: ", dtype_name(dtype_of<T>()),
+               " MoE layers need a Hopper GPU (sm_90: the CUTLASS grouped GEMM); device ", device_, " is sm_",
+               info.major, info.minor, " (use --dtype fp32)");
+    LFM2_CHECK(cfg_.hidden_size % 8 == 0 && cfg_.moe_intermediate_size % 8 == 0, "cuda stage: ",
+               dtype_name(dtype_of<T>()), " MoE layers need hidden_size (", cfg_.hidden_size,
+               ") and moe_intermediate_size (", cfg_.moe_intermediate_size, ") to be multiples of 8");
   }
 
   void check_capacity(int64_t n_tokens, const char* what) const {
@@ -468,14 +481,13 @@ class CudaStage final : public CudaStageExecutor {
       return o;
     };
     const int64_t o_y = res(std::max(N, kHeadRows) * H * et), o_big = res(N * big_w * et), o_mid = res(N * mid_w * et);
-    const int64_t o_delta = res(N * H * et), o_logits = res(N * E * 4), o_w = res(N * k * 4), o_ids = res(N * k * 4);
+    const int64_t o_logits = res(N * E * 4), o_w = res(N * k * 4), o_ids = res(N * k * 4);
     const int64_t o_moe = res(cuda::moe_experts_scratch_bytes(N, H, E, Im, k, et));
     const int64_t o_tok = res(N * 4);
     scratch_ = static_cast<char*>(device_alloc(total, cat("scratch for ", N, " tokens"), device_));
     y_ = reinterpret_cast<T*>(scratch_ + o_y);
     big_ = reinterpret_cast<T*>(scratch_ + o_big);
     mid_ = reinterpret_cast<T*>(scratch_ + o_mid);
-    delta_ = reinterpret_cast<T*>(scratch_ + o_delta);
     router_logits_ = reinterpret_cast<float*>(scratch_ + o_logits);
     topk_w_ = reinterpret_cast<float*>(scratch_ + o_w);
     topk_ids_ = reinterpret_cast<int32_t*>(scratch_ + o_ids);
@@ -520,7 +532,7 @@ class CudaStage final : public CudaStageExecutor {
   std::vector<void*> hidden_;
   char* scratch_ = nullptr;
   int64_t capacity_ = 0;
-  T *y_ = nullptr, *big_ = nullptr, *mid_ = nullptr, *delta_ = nullptr;
+  T *y_ = nullptr, *big_ = nullptr, *mid_ = nullptr;
   float *router_logits_ = nullptr, *topk_w_ = nullptr;
   int32_t *topk_ids_ = nullptr, *ids_ = nullptr;
   void* moe_scratch_ = nullptr;

@@ -20,8 +20,10 @@ struct GpuRates {
   double layer_us_per_token; // norms and residual adds of any layer
 };
 
-// Measured on one H100, bf16, 4096 tokens per microbatch (docs/results.md, 2026-11-23).
-constexpr GpuRates kRates = {600.0, 200.0, 100.0, 0.10, 0.01};
+// From one H100, bf16, 4096 tokens per microbatch (cuda_bench_stage / cuda_bench_kernels,
+// docs/results.md, 2026-11-23): conv + dense 0.799 ms, conv + MoE 1.122 ms, attention + MoE 1.071 ms
+// per layer; expert products 642 TFLOP/s, attention's core 170 TFLOP/s at S = 8192.
+constexpr GpuRates kRates = {620.0, 500.0, 170.0, 0.044, 0.01};
 
 // Relative throughput of a layer at a microbatch of this many tokens (16384: 1): the expert GEMMs
 // have tokens * top_k / n_experts rows per expert, and a tile of 128 rows is half empty at 1024.
@@ -29,7 +31,9 @@ struct Efficiency {
   int64_t tokens;
   double rate;
 };
-constexpr Efficiency kEfficiency[] = {{256, 0.20}, {1024, 0.45}, {2048, 0.70}, {4096, 0.87}, {8192, 0.95},
+// The grouped products' rate relative to 16384 tokens: 301 / 642 / 681 TFLOP/s at 1024 / 4096 / 16384
+// on an H100 (docs/results.md); 2048 and 8192 interpolated.
+constexpr Efficiency kEfficiency[] = {{256, 0.15}, {1024, 0.45}, {2048, 0.72}, {4096, 0.93}, {8192, 0.97},
                                       {16384, 1.0}};
 
 }  // namespace

@@ -1,36 +1,47 @@
-// Kernel timings on the GPU at LFM2-8B-A1B shapes (not a test; run by hand or by the GPU check):
-// the MoE grouped GEMMs and the whole routed-experts path, a cuBLAS GEMM for comparison, the fused
-// attention and the permutation. CUDA events around each launch, warm-up first, median of reps.
-// Prints one line per kernel: time, and TFLOP/s or GB/s against the work counted.
+// Kernel timings on the GPU at LFM2-8B-A1B shapes (not a test; run by hand or by the GPU check).
+// CUDA events around batches of calls queued back to back, warm-up first, median of the batches'
+// mean; every figure beside the measured dense-GEMM peak (cuBLASLt bf16 8192^3 in the same process).
+//   cuda_bench_kernels            everything below
+//   cuda_bench_kernels moe        the MoE part only
+//   cuda_bench_kernels sweep      + every grouped-GEMM tile configuration at every size
+// Sections: dense peak; the two expert products (balanced groups, as torch's grouped_mm benchmark,
+// and routed by random router logits) with the rest of the MoE path; the model's projections with
+// pinned vs per-size cuBLASLt algorithms; attention at S = 32, 2048, 8192.
 #include <algorithm>
 #include <cstdio>
 #include <functional>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <cuda_runtime.h>
 
 #include "common/cuda_check.h"
 #include "common/rng.h"
+#include "kernels/cuda/grouped_gemm_sm90.h"
 #include "kernels/cuda/ops.h"
 
 namespace lfm2 {
 namespace {
 
-double median_ms(cudaStream_t s, const std::function<void()>& f, int reps = 20) {
+// Median over 5 batches of the mean time per call, each batch `reps` calls queued back to back
+// between two events (no host synchronisation inside a batch, so the host's launch work overlaps
+// the device's execution and is not counted, as in a pipeline).
+double median_ms(cudaStream_t s, const std::function<void()>& f, int reps = 10) {
   for (int i = 0; i < 3; ++i) f();
   cudaEvent_t a, b;
   CUDA_CHECK(cudaEventCreate(&a));
   CUDA_CHECK(cudaEventCreate(&b));
   std::vector<float> t;
-  for (int i = 0; i < reps; ++i) {
+  for (int batch = 0; batch < 5; ++batch) {
     CUDA_CHECK(cudaEventRecord(a, s));
-    f();
+    for (int i = 0; i < reps; ++i) f();
     CUDA_CHECK(cudaEventRecord(b, s));
     CUDA_CHECK(cudaEventSynchronize(b));
     float ms = 0;
     CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(ms);
+    t.push_back(ms / float(reps));
   }
   cudaEventDestroy(a);
   cudaEventDestroy(b);
@@ -55,69 +66,189 @@ T* rand_dev(int64_t n, uint64_t seed, float scale) {
 }
 
 template <typename T>
-void bench_moe(const char* name, cudaStream_t s, int64_t n_tokens) {
+T* dev_alloc(int64_t n) {
+  T* p = nullptr;
+  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&p), size_t(std::max<int64_t>(n, 1)) * sizeof(T)));
+  return p;
+}
+
+double g_peak = 0;  // TFLOP/s, the dense bf16 GEMM measured first
+
+std::string tf(double flops, double ms) {
+  char b[96];
+  const double t = flops / ms * 1e-9;
+  std::snprintf(b, sizeof b, "%7.3f ms %5.0f TFLOP/s (%3.0f%% of peak)", ms, t, g_peak > 0 ? 100 * t / g_peak : 0.);
+  return b;
+}
+
+void bench_peak(cudaStream_t s) {
+  const int64_t n = 8192;
+  auto* a = rand_dev<__nv_bfloat16>(n * n, 5, 1.f);
+  auto* w = rand_dev<__nv_bfloat16>(n * n, 6, 0.02f);
+  auto* o = dev_alloc<__nv_bfloat16>(n * n);
+  const double t = median_ms(s, [&] { cuda::linear(o, a, w, n, n, n, s); }, 10);
+  g_peak = 2.0 * n * n * n / t * 1e-9;
+  std::printf("peak  dense bf16 GEMM 8192^3 (cuBLASLt, pinned): %.3f ms %.0f TFLOP/s\n", t, g_peak);
+  cudaFree(a), cudaFree(w), cudaFree(o);
+}
+
+// The MoE experts at n_tokens tokens: products on balanced groups (rows / 32 per expert, like
+// roofline.py's torch._grouped_mm) and on the routing of random logits, then the whole path.
+template <typename T>
+void bench_moe(const char* name, cudaStream_t s, int64_t n_tokens, bool sweep) {
   const int64_t H = 2048, E = 32, Im = 1792, k = 4, P = n_tokens * k;
   T* in = rand_dev<T>(n_tokens * H, 1, 1.f);
   T* w13 = rand_dev<T>(E * 2 * Im * H, 2, 0.02f);
   T* w2 = rand_dev<T>(E * H * Im, 3, 0.02f);
   float* logits = rand_dev<float>(n_tokens * E, 4, 3.f);
-  float *x, *wts;
-  int32_t *ids, *off, *src, *dest, *pscr;
-  T *gu, *act, *y;
-  void* scratch;
-  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&x), size_t(n_tokens * H) * 4));
-  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&wts), size_t(P) * 4));
-  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&ids), size_t(P) * 4));
-  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&off), size_t(E + 1) * 4));
-  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&src), size_t(P) * 4));
-  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&dest), size_t(P) * 4));
-  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&pscr), size_t(cuda::moe_permute_scratch_ints(n_tokens, E, k)) * 4));
-  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&gu), size_t(P * 2 * Im) * sizeof(T)));
-  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&act), size_t(P * Im) * sizeof(T)));
-  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&y), size_t(P * H) * sizeof(T)));
-  CUDA_CHECK(cudaMalloc(&scratch, size_t(cuda::moe_experts_scratch_bytes(n_tokens, H, E, Im, k, sizeof(T)))));
+  auto* x = dev_alloc<float>(n_tokens * H);
+  auto* wts = dev_alloc<float>(P);
+  auto *ids = dev_alloc<int32_t>(P), *off = dev_alloc<int32_t>(E + 1), *bal = dev_alloc<int32_t>(E + 1);
+  auto *src = dev_alloc<int32_t>(P), *dest = dev_alloc<int32_t>(P);
+  auto* pscr = dev_alloc<int32_t>(cuda::moe_permute_scratch_ints(n_tokens, E, k));
+  T *xs = dev_alloc<T>(P * H), *gu = dev_alloc<T>(P * 2 * Im), *act = dev_alloc<T>(P * Im), *y = dev_alloc<T>(P * H);
+  auto* ws = dev_alloc<char>(cuda::moe_grouped_matmul_workspace_bytes(E));
+  auto* scratch = dev_alloc<char>(cuda::moe_experts_scratch_bytes(n_tokens, H, E, Im, k, sizeof(T)));
   CUDA_CHECK(cudaMemset(x, 0, size_t(n_tokens * H) * 4));
+  {  // the down product's input: a real activation's scale, not zeros (zeros run faster)
+    T* a0 = rand_dev<T>(P * Im, 16, 1.f);
+    CUDA_CHECK(cudaMemcpy(act, a0, size_t(P * Im) * sizeof(T), cudaMemcpyDeviceToDevice));
+    cudaFree(a0);
+  }
+  std::vector<int32_t> hb(static_cast<size_t>(E + 1));
+  for (int64_t e = 0; e <= E; ++e) hb[e] = int32_t(P * e / E);
+  CUDA_CHECK(cudaMemcpy(bal, hb.data(), hb.size() * 4, cudaMemcpyHostToDevice));
   cuda::moe_router(wts, ids, logits, nullptr, n_tokens, E, k, true, 1.f, s);
   cuda::moe_permute(off, src, dest, ids, n_tokens, E, k, pscr, s);
+  cuda::moe_gather(xs, in, src, P, H, s);  // the products read real rows, not uninitialised memory
+  CUDA_CHECK(cudaStreamSynchronize(s));
   const double f1 = 2.0 * P * 2 * Im * H, f2 = 2.0 * P * H * Im;
+
+  auto products = [&](const int32_t* offsets) {
+    const double t1 = median_ms(s, [&] { cuda::moe_grouped_matmul(gu, xs, w13, offsets, P, E, H, 2 * Im, ws, s); });
+    const double t2 = median_ms(s, [&] { cuda::moe_grouped_matmul(y, act, w2, offsets, P, E, Im, H, ws, s); });
+    return std::make_pair(t1, t2);
+  };
+  const char* cfg_name = std::is_same<T, float>::value
+                             ? "SIMT fp32"
+                             : cuda::grouped::kGroupedTiles[cuda::grouped::pick_config(P, E)].name;
+  for (int pass = 0; pass < 2; ++pass) {
+    const auto [t1, t2] = products(pass == 0 ? bal : off);
+    std::printf("%-5s moe %5lld tok %-8s gate_up %s | down %s | both %s  [%s]\n", name, (long long)n_tokens,
+                pass == 0 ? "balanced" : "routed", tf(f1, t1).c_str(), tf(f2, t2).c_str(), tf(f1 + f2, t1 + t2).c_str(),
+                cfg_name);
+  }
+  if (sweep && !std::is_same<T, float>::value) {
+    for (int c = 0; c < cuda::grouped::kGroupedConfigCount; ++c) {
+      cuda::grouped::force_config(c);
+      const auto [t1, t2] = products(bal);
+      const auto [r1, r2] = products(off);
+      std::printf("sweep %-5s %5lld tok  %-26s balanced both %s | routed both %s\n", name, (long long)n_tokens,
+                  cuda::grouped::kGroupedTiles[c].name, tf(f1 + f2, t1 + t2).c_str(), tf(f1 + f2, r1 + r2).c_str());
+    }
+    cuda::grouped::force_config(-1);
+  }
+  if (!std::is_same<T, float>::value) {  // the gate/up product with SwiGLU fused in its epilogue
+    if constexpr (!std::is_same<T, float>::value) {
+      for (int pass = 0; pass < 2; ++pass) {
+        const int32_t* o = pass == 0 ? bal : off;
+        const double tf1 = median_ms(s, [&] { cuda::moe_grouped_swiglu(act, xs, w13, o, P, E, H, Im, ws, s); });
+        const double tu1 = median_ms(s, [&] {
+          cuda::moe_grouped_matmul(gu, xs, w13, o, P, E, H, 2 * Im, ws, s);
+          cuda::swiglu_pairs(act, gu, P, Im, s);
+        });
+        std::printf("%-5s moe %5lld tok %-8s gate_up+SwiGLU fused %s | product + swiglu_pairs %s\n", name,
+                    (long long)n_tokens, pass == 0 ? "balanced" : "routed", tf(f1, tf1).c_str(), tf(f1, tu1).c_str());
+      }
+    }
+  }
+  const double t_route = median_ms(s, [&] { cuda::moe_router(wts, ids, logits, nullptr, n_tokens, E, k, true, 1.f, s); });
   const double t_perm = median_ms(s, [&] { cuda::moe_permute(off, src, dest, ids, n_tokens, E, k, pscr, s); });
-  const double t1 = median_ms(s, [&] { cuda::moe_grouped_matmul(gu, in, src, w13, off, P, E, H, 2 * Im, s); });
-  const double t2 = median_ms(s, [&] { cuda::moe_grouped_matmul(y, act, static_cast<const int32_t*>(nullptr), w2, off, P, E, Im, H, s); });
-  const double tall = median_ms(s, [&] {
+  const double t_gather = median_ms(s, [&] { cuda::moe_gather(xs, in, src, P, H, s); });
+  const double t_swiglu = median_ms(s, [&] { cuda::swiglu(act, gu, P, Im, s); });
+  const double t_comb = median_ms(s, [&] { cuda::moe_combine(x, y, dest, wts, n_tokens, k, H, s); });
+  auto whole = [&] {
     cuda::moe_router(wts, ids, logits, nullptr, n_tokens, E, k, true, 1.f, s);
     cuda::moe_experts(x, in, w13, w2, ids, wts, n_tokens, H, E, Im, k, scratch, s);
-  });
-  std::printf("%-5s moe %6lld tok: permute %.3f ms | gate_up GEMM %.3f ms %.0f TFLOP/s | down GEMM %.3f ms %.0f TFLOP/s"
-              " | route+experts %.3f ms %.0f TFLOP/s\n",
-              name, (long long)n_tokens, t_perm, t1, f1 / t1 * 1e-9, t2, f2 / t2 * 1e-9, tall, (f1 + f2) / tall * 1e-9);
-  for (void* p : std::initializer_list<void*>{in, w13, w2, logits, x, wts, ids, off, src, dest, pscr, gu, act, y, scratch})
+  };
+  const double tall = median_ms(s, whole);
+  std::printf("%-5s moe %5lld tok route %.3f permute %.3f gather %.3f swiglu %.3f combine %.3f ms | route+experts %s\n",
+              name, (long long)n_tokens, t_route, t_perm, t_gather, t_swiglu, t_comb, tf(f1 + f2, tall).c_str());
+  for (void* p : std::initializer_list<void*>{in, w13, w2, logits, x, wts, ids, off, bal, src, dest, pscr, xs, gu, act,
+                                              y, ws, scratch})
     cudaFree(p);
 }
 
-template <typename T>
-void bench_linear(const char* name, cudaStream_t s, int64_t M, int64_t K, int64_t N) {
-  T* a = rand_dev<T>(M * K, 5, 1.f);
-  T* w = rand_dev<T>(N * K, 6, 0.02f);
-  T* o;
-  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&o), size_t(M * N) * sizeof(T)));
-  const double t = median_ms(s, [&] { cuda::linear(o, a, w, M, K, N, s); });
-  std::printf("%-5s cuBLAS linear %lldx%lldx%lld: %.3f ms %.0f TFLOP/s\n", name, (long long)M, (long long)K,
-              (long long)N, t, 2.0 * M * N * K / t * 1e-9);
-  cudaFree(a), cudaFree(w), cudaFree(o);
+// The model's projections: pinned algorithm (the default) vs cuBLASLt's choice per row count.
+void bench_projections(cudaStream_t s) {
+  struct Proj {
+    const char* name;
+    int64_t n_in, n_out;
+  };
+  const Proj projs[] = {{"conv in_proj", 2048, 6144}, {"qkv", 2048, 3072}, {"out_proj", 2048, 2048},
+                        {"dense w13", 2048, 14336}, {"dense w2", 7168, 2048}};
+  const int64_t max_t = 32768;
+  auto* a = rand_dev<__nv_bfloat16>(max_t * 7168, 7, 1.f);
+  auto* w = rand_dev<__nv_bfloat16>(14336 * 2048, 8, 0.02f);
+  auto* o = dev_alloc<__nv_bfloat16>(max_t * 14336);
+  auto* x = dev_alloc<float>(max_t * 2048);
+  CUDA_CHECK(cudaMemset(x, 0, size_t(max_t * 2048) * 4));
+  for (const Proj& p : projs)
+    for (int64_t t : {int64_t(1024), int64_t(4096), int64_t(16384), max_t}) {
+      const double fl = 2.0 * t * p.n_in * p.n_out;
+      const bool add = p.n_out == 2048;  // the output projections add into the fp32 residual
+      auto run = [&] {
+        if (add)
+          cuda::linear_add_f32(x, a, w, t, p.n_in, p.n_out, s);
+        else
+          cuda::linear(o, a, w, t, p.n_in, p.n_out, s);
+      };
+      cuda::set_gemm_pinning(true);
+      const double tp = median_ms(s, run);
+      cuda::set_gemm_pinning(false);
+      const double tu = median_ms(s, run);
+      cuda::set_gemm_pinning(true);
+      std::printf("bf16  %-12s %5lld tok %-7s pinned %s | per-size %s\n", p.name, (long long)t, add ? "(+= x)" : "",
+                  tf(fl, tp).c_str(), tf(fl, tu).c_str());
+    }
+  cudaFree(a), cudaFree(w), cudaFree(o), cudaFree(x);
+}
+
+// The memory-bound kernels of a layer at n tokens (bf16): GB/s against the bytes each must move.
+void bench_layer_kernels(cudaStream_t s, int64_t n) {
+  using T = __nv_bfloat16;
+  const int64_t H = 2048, nh = 32, nkv = 8, hd = 64, width = (nh + 2 * nkv) * hd;
+  float* x = rand_dev<float>(n * H, 11, 3.f);
+  float* w = rand_dev<float>(H * 3, 12, 1.f);
+  T* y = dev_alloc<T>(n * H);
+  T* bcx = rand_dev<T>(n * 3 * H, 13, 1.f);
+  T* qkv = rand_dev<T>(n * width, 14, 1.f);
+  float* inv_freq = rand_dev<float>(hd / 2, 15, 0.01f);
+  auto gbs = [](double bytes, double ms) { return bytes / ms * 1e-6; };
+  const double t_norm = median_ms(s, [&] { cuda::rmsnorm(y, x, w, n, H, 1e-5f, s); });
+  const double t_conv = median_ms(s, [&] { cuda::short_conv(y, bcx, w, n / 32, 32, H, 3, s); });
+  const double t_rope = median_ms(s, [&] {
+    cuda::qk_norm_rope(qkv, w, w, inv_freq, n / 32, 32, nh, nkv, hd, 1e-5f, s);
+  });
+  std::printf("bf16  layer kernels %5lld tok: rmsnorm %.3f ms (%.0f GB/s) | short_conv %.3f ms (%.0f GB/s) | "
+              "qk_norm_rope %.3f ms (%.0f GB/s)\n",
+              (long long)n, t_norm, gbs(n * H * (4.0 + 2.0), t_norm), t_conv, gbs(n * H * (6.0 + 2.0), t_conv), t_rope,
+              gbs(n * (nh + nkv) * hd * 4.0, t_rope));
+  cudaFree(x), cudaFree(w), cudaFree(y), cudaFree(bcx), cudaFree(qkv), cudaFree(inv_freq);
 }
 
 template <typename T>
 void bench_attention(const char* name, cudaStream_t s, int64_t n_seq, int64_t S) {
   const int64_t nh = 32, nkv = 8, hd = 64, width = (nh + 2 * nkv) * hd, n = n_seq * S;
   T* qkv = rand_dev<T>(n * width, 7, 1.f);
-  T* o;
-  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&o), size_t(n * nh * hd) * sizeof(T)));
+  T* o = dev_alloc<T>(n * nh * hd);
   const double t = median_ms(s, [&] {
     cuda::attention(o, qkv, qkv + nh * hd, qkv + (nh + nkv) * hd, n_seq, S, nh, nkv, hd, 0.125f, s, width, width);
   });
   const double flops = 4.0 * n_seq * nh * hd * (S * (S + 1) / 2.0);  // qk and pv, causal
-  std::printf("%-5s attention %lld x %lld (32/8 heads, hd 64): %.3f ms %.1f TFLOP/s\n", name, (long long)n_seq,
-              (long long)S, t, flops / t * 1e-9);
+  const double bytes = double(n) * (width + nh * hd) * sizeof(T);     // read q, k, v once, write o
+  std::printf("%-5s attention %5lld x %-5lld (32/8 heads, hd 64): %s, %.0f GB/s of the q/k/v/o bytes\n", name,
+              (long long)n_seq, (long long)S, tf(flops, t).c_str(), bytes / t * 1e-6);
   cudaFree(qkv), cudaFree(o);
 }
 
@@ -125,7 +256,8 @@ void bench_attention(const char* name, cudaStream_t s, int64_t n_seq, int64_t S)
 }  // namespace lfm2
 
 int main(int argc, char** argv) {
-  const bool moe_only = argc > 1 && std::string(argv[1]) == "moe";  // grouped-GEMM variant sweeps
+  const std::string mode = argc > 1 ? argv[1] : "";
+  const bool moe_only = mode == "moe", sweep = mode == "sweep";
   using namespace lfm2;
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
@@ -136,18 +268,18 @@ int main(int argc, char** argv) {
   CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   std::printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
   cudaStream_t s;
-  CUDA_CHECK(cudaStreamCreate(&s));
-  if (!moe_only) {
-    bench_linear<__nv_bfloat16>("bf16", s, 32768, 2048, 2048);
-    bench_linear<float>("fp32", s, 32768, 2048, 2048);
-  }
-  for (int64_t t : {1024, 4096, 16384}) bench_moe<__nv_bfloat16>("bf16", s, t);
-  bench_moe<__half>("fp16", s, 4096);
-  bench_moe<float>("fp32", s, 4096);
+  CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  bench_peak(s);
+  for (int64_t t : {1024, 4096, 16384}) bench_moe<__nv_bfloat16>("bf16", s, t, sweep);
+  bench_moe<__half>("fp16", s, 4096, false);
+  bench_moe<float>("fp32", s, 4096, false);
   if (moe_only) return 0;
-  bench_attention<__nv_bfloat16>("bf16", s, 1024, 32);
-  bench_attention<float>("fp32", s, 1024, 32);
-  bench_attention<__nv_bfloat16>("bf16", s, 2, 8192);
+  bench_projections(s);
+  for (int64_t t : {4096, 16384}) bench_layer_kernels(s, t);
+  for (auto [ns, S] : {std::pair<int64_t, int64_t>{128, 32}, {1024, 32}, {2, 2048}, {16, 2048}, {1, 8192}, {4, 8192}})
+    bench_attention<__nv_bfloat16>("bf16", s, ns, S);
+  bench_attention<__half>("fp16", s, 4, 8192);
+  bench_attention<float>("fp32", s, 128, 32);
   CUDA_CHECK(cudaStreamDestroy(s));
   return 0;
 }

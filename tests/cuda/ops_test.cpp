@@ -6,10 +6,12 @@
 #include <cmath>
 #include <numeric>
 #include <tuple>
+#include <type_traits>
 
 #include "cuda_test_util.h"
 #include "kernels/add.h"
 #include "kernels/attention.h"
+#include "kernels/cuda/grouped_gemm_sm90.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/embedding.h"
 #include "kernels/linear.h"
@@ -97,20 +99,60 @@ TYPED_TEST(CudaOps, Linear) {
                          {5, 2048, 96}, {300, 96, 7}}) {
     auto in = rand_vec(static_cast<size_t>(n * k), 5);
     auto w = rand_vec(static_cast<size_t>(m * k), 6, float(1.0 / std::sqrt(double(k))));
+    auto x = rand_vec(static_cast<size_t>(n * m), 29, 4.f);
     auto in_raw = round_to<T>(in);
     auto w_raw = round_to<T>(w);
-    std::vector<float> ref(static_cast<size_t>(n * m));
+    std::vector<float> ref(static_cast<size_t>(n * m)), ref_add(ref.size());
     cpu::linear(ref.data(), in.data(), w.data(), n, k, m);
+    cpu::add(ref_add.data(), x.data(), ref.data(), n * m);
     DevBuf<T> d_in(in.size()), d_w(w.size()), d_out(ref.size());
-    DevBuf<float> d_out32(ref.size());
+    DevBuf<float> d_out32(ref.size()), d_x(x.size());
     upload(d_in, in_raw);
     upload(d_w, w_raw);
+    upload(d_x, x);
     cuda::linear(d_out.get(), d_in.get(), d_w.get(), n, k, m, this->stream_);
     cuda::linear_f32out(d_out32.get(), d_in.get(), d_w.get(), n, k, m, this->stream_);
+    cuda::linear_add_f32(d_x.get(), d_in.get(), d_w.get(), n, k, m, this->stream_);
     this->sync();
     EXPECT_TRUE(close_t<T>(download(d_out.get(), ref.size()), ref)) << n << "x" << k << "x" << m;
     // fp32 output: only the accumulation differs from the CPU
     EXPECT_TRUE(close(download(d_out32.get(), ref.size()), ref, 1e-5, 1e-4)) << n << "x" << k << "x" << m;
+    // the residual add fused into the product: x + (in W^T), one rounding of the fp32 sum
+    EXPECT_TRUE(close(download(d_x.get(), x.size()), ref_add, 1e-5, 1e-4)) << "add " << n << "x" << k << "x" << m;
+  }
+}
+
+// Pinned algorithms: the rows of a product come out bit-identical whatever the number of rows
+// computed with them (1, 7, 300, 4096 and 9000 rows; the shapes of the model's projections).
+TYPED_TEST(CudaOps, LinearRowsBitIdenticalForAnyRowCount) {
+  using T = TypeParam;
+  ASSERT_TRUE(cuda::gemm_pinning()) << "pinned algorithms are the default (LFM2_GEMM_PIN unset)";
+  for (auto [k, m] : {std::pair<int64_t, int64_t>{2048, 6144}, {2048, 2048}, {256, 768}}) {
+    const int64_t big = 9000;
+    auto in = rand_vec(static_cast<size_t>(big * k), 30);
+    auto w = rand_vec(static_cast<size_t>(m * k), 31, float(1.0 / std::sqrt(double(k))));
+    DevBuf<T> d_in(in.size()), d_w(w.size()), d_out(static_cast<size_t>(big * m));
+    upload(d_in, round_to<T>(in));
+    upload(d_w, round_to<T>(w));
+    DevBuf<float> d_x(static_cast<size_t>(big * m));
+    cuda::linear(d_out.get(), d_in.get(), d_w.get(), big, k, m, this->stream_);
+    cuda::linear_f32out(d_x.get(), d_in.get(), d_w.get(), big, k, m, this->stream_);
+    this->sync();
+    const auto all = download(d_out.get(), static_cast<size_t>(big * m));
+    const auto all32 = download(d_x.get(), static_cast<size_t>(big * m));
+    for (int64_t rows : {int64_t(1), int64_t(7), int64_t(300), int64_t(4096)}) {
+      DevBuf<T> d_part(static_cast<size_t>(rows * m));
+      DevBuf<float> d_part32(static_cast<size_t>(rows * m));
+      cuda::linear(d_part.get(), d_in.get(), d_w.get(), rows, k, m, this->stream_);
+      cuda::linear_f32out(d_part32.get(), d_in.get(), d_w.get(), rows, k, m, this->stream_);
+      this->sync();
+      EXPECT_EQ(download(d_part.get(), static_cast<size_t>(rows * m)),
+                std::vector<float>(all.begin(), all.begin() + rows * m))
+          << rows << " of " << big << " rows, " << k << " -> " << m;
+      EXPECT_EQ(download(d_part32.get(), static_cast<size_t>(rows * m)),
+                std::vector<float>(all32.begin(), all32.begin() + rows * m))
+          << "fp32 out: " << rows << " of " << big << " rows, " << k << " -> " << m;
+    }
   }
 }
 
@@ -155,27 +197,41 @@ TYPED_TEST(CudaOps, QkNormRope) {
   }
 }
 
+// Attention against the CPU at shapes (n_seq, S, heads, kv heads, head_dim).
+template <typename T>
+void check_attention(cudaStream_t stream, int64_t n_seq, int64_t S, int64_t nh, int64_t nkv, int64_t hd) {
+  const int64_t T_ = n_seq * S;
+  auto q = rand_vec(static_cast<size_t>(T_ * nh * hd), 10, 2.f), k = rand_vec(static_cast<size_t>(T_ * nkv * hd), 11, 2.f),
+       v = rand_vec(static_cast<size_t>(T_ * nkv * hd), 12);
+  auto qr = round_to<T>(q), kr = round_to<T>(k), vr = round_to<T>(v);
+  const float scale = float(std::pow(double(hd), -0.5));
+  std::vector<float> ref(q.size()), scratch(static_cast<size_t>(cpu::attention_scratch_floats(S, 0)));
+  cpu::attention(ref.data(), q.data(), k.data(), v.data(), n_seq, S, nh, nkv, hd, scale, scratch.data(), 0);
+  DevBuf<T> dq(q.size()), dk(k.size()), dv(v.size()), dout(q.size());
+  upload(dq, qr);
+  upload(dk, kr);
+  upload(dv, vr);
+  cuda::attention(dout.get(), dq.get(), dk.get(), dv.get(), n_seq, S, nh, nkv, hd, scale, stream);
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  EXPECT_TRUE(close_t<T>(download(dout.get(), ref.size()), ref)) << n_seq << "x" << S << " " << nh << "/" << nkv
+                                                                 << " hd " << hd;
+}
+
+// Long sequences (the tensor-core kernel's many key tiles and causal skips).
+TYPED_TEST(CudaOps, AttentionLong) {
+  for (auto [n_seq, S, nh, nkv, hd] :
+       {std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>{1, 8192, 1, 1, 64}, {1, 1000, 2, 2, 128},
+        {2, 2048, 4, 1, 64}})
+    check_attention<TypeParam>(this->stream_, n_seq, S, nh, nkv, hd);
+}
+
 TYPED_TEST(CudaOps, Attention) {
   using T = TypeParam;
   for (auto [n_seq, S, nh, nkv, hd] :
        {std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>{1, 1, 2, 1, 16}, {2, 33, 4, 2, 32},
-        {1, 100, 8, 2, 64}, {3, 65, 4, 4, 128}, {2, 130, 4, 1, 64}, {1, 8192, 1, 1, 64}}) {
-    const int64_t T_ = n_seq * S;
-    auto q = rand_vec(static_cast<size_t>(T_ * nh * hd), 10, 2.f), k = rand_vec(static_cast<size_t>(T_ * nkv * hd), 11, 2.f),
-         v = rand_vec(static_cast<size_t>(T_ * nkv * hd), 12);
-    auto qr = round_to<T>(q), kr = round_to<T>(k), vr = round_to<T>(v);
-    const float scale = float(std::pow(double(hd), -0.5));
-    std::vector<float> ref(q.size()), scratch(static_cast<size_t>(cpu::attention_scratch_floats(S, 0)));
-    cpu::attention(ref.data(), q.data(), k.data(), v.data(), n_seq, S, nh, nkv, hd, scale, scratch.data(), 0);
-    DevBuf<T> dq(q.size()), dk(k.size()), dv(v.size()), dout(q.size());
-    upload(dq, qr);
-    upload(dk, kr);
-    upload(dv, vr);
-    cuda::attention(dout.get(), dq.get(), dk.get(), dv.get(), n_seq, S, nh, nkv, hd, scale, this->stream_);
-    this->sync();
-    EXPECT_TRUE(close_t<T>(download(dout.get(), ref.size()), ref)) << n_seq << "x" << S << " " << nh << "/" << nkv
-                                                                   << " hd " << hd;
-  }
+        {1, 100, 8, 2, 64}, {3, 65, 4, 4, 128}, {2, 130, 4, 1, 64}, {48, 32, 8, 2, 64}, {5, 7, 6, 3, 32},
+        {3, 31, 4, 2, 16}})
+    check_attention<T>(this->stream_, n_seq, S, nh, nkv, hd);
   // strided: q, k, v inside one [q | k | v] row, as the stage calls it
   const int64_t n_seq = 2, S = 45, nh = 4, nkv = 2, hd = 64, width = (nh + 2 * nkv) * hd;
   auto qkv = rand_vec(static_cast<size_t>(n_seq * S * width), 13, 2.f);
@@ -228,14 +284,38 @@ TYPED_TEST(CudaOps, Swiglu) {
     cuda::swiglu(d_out.get(), d_gu.get(), n, inter, this->stream_);
     this->sync();
     EXPECT_TRUE(close_t<T>(download(d_out.get(), ref.size()), ref)) << n << "x" << inter;
+    // the same rows interleaved [g0, u0, g1, u1, ...]
+    std::vector<T> pairs(raw.size());
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t j = 0; j < inter; ++j) {
+        pairs[(r * inter + j) * 2] = raw[r * 2 * inter + j];
+        pairs[(r * inter + j) * 2 + 1] = raw[r * 2 * inter + inter + j];
+      }
+    DevBuf<T> d_pairs(pairs.size()), d_out2(ref.size());
+    upload(d_pairs, pairs);
+    cuda::swiglu_pairs(d_out2.get(), d_pairs.get(), n, inter, this->stream_);
+    this->sync();
+    EXPECT_TRUE(close_t<T>(download(d_out2.get(), ref.size()), ref)) << "pairs " << n << "x" << inter;
   }
 }
 
-// Routed experts of random routing (distinct experts per token), composed on the GPU.
+// Routed experts composed on the GPU against cpu::moe_experts + cpu::add. Routings: spread (distinct
+// experts per token, every expert used), few (only experts 1 and E-2: the others get zero tokens),
+// one (every token's first pick is expert E/2 and the rest distinct: one expert holds all tokens).
+enum class Routing { kSpread, kFew, kOne };
+
 TYPED_TEST(CudaOps, MoeExperts) {
   using T = TypeParam;
-  for (auto [n, H, E, I, k] : {std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>{37, 64, 8, 48, 2},
-                               {200, 128, 32, 96, 4}, {5, 64, 4, 40, 4}, {300, 36, 6, 20, 1}, {1, 256, 32, 64, 4}}) {
+  struct Case {
+    int64_t n, H, E, I, k;
+    Routing routing;
+  };
+  for (const Case c : {Case{37, 64, 8, 48, 2, Routing::kSpread}, Case{200, 128, 32, 96, 4, Routing::kSpread},
+                       Case{5, 64, 4, 40, 4, Routing::kSpread}, Case{300, 40, 7, 24, 1, Routing::kSpread},
+                       Case{1, 256, 32, 64, 4, Routing::kSpread}, Case{1, 64, 5, 32, 1, Routing::kSpread},
+                       Case{150, 64, 33, 32, 2, Routing::kFew}, Case{257, 128, 9, 64, 3, Routing::kOne},
+                       Case{513, 64, 32, 48, 1, Routing::kOne}}) {
+    const auto [n, H, E, I, k, routing] = c;
     auto in = rand_vec(static_cast<size_t>(n * H), 17);
     auto w1 = rand_vec(static_cast<size_t>(E * I * H), 18, float(1 / std::sqrt(double(H))));
     auto w3 = rand_vec(static_cast<size_t>(E * I * H), 19, float(1 / std::sqrt(double(H))));
@@ -247,7 +327,13 @@ TYPED_TEST(CudaOps, MoeExperts) {
     std::vector<float> weights(static_cast<size_t>(n * k));
     for (int64_t t = 0; t < n; ++t)
       for (int64_t j = 0; j < k; ++j) {
-        experts[t * k + j] = int32_t((t * 5 + j * (E / k + 1) + (t % 3)) % E);  // distinct for j < k
+        int32_t e = 0;
+        switch (routing) {
+          case Routing::kSpread: e = int32_t((t * 5 + j * (E / k + 1) + (t % 3)) % E); break;  // distinct for j < k
+          case Routing::kFew: e = int32_t(j == 0 ? ((t % 2) ? 1 : E - 2) : ((t % 2) ? E - 2 : 1)); break;
+          case Routing::kOne: e = int32_t((E / 2 + j * (1 + t % (E / k))) % E); break;
+        }
+        experts[t * k + j] = e;
         weights[t * k + j] = 0.1f + 0.2f * float((t + j) % 5);
       }
     // w13 (E, 2I, H): each expert's w1 rows then its w3 rows
@@ -280,8 +366,9 @@ TYPED_TEST(CudaOps, MoeExperts) {
                       d_scratch.get(), this->stream_);
     this->sync();
     // bf16/fp16 round gate/up, the activation and the expert outputs: three roundings
-    EXPECT_TRUE(close_t<T>(download(d_x.get(), ref.size()), ref, 3)) << n << " tokens, H " << H << ", " << E
-                                                                      << " experts, I " << I << ", top " << k;
+    EXPECT_TRUE(close_t<T>(download(d_x.get(), ref.size()), ref, 3))
+        << n << " tokens, H " << H << ", " << E << " experts, I " << I << ", top " << k << ", routing "
+        << int(routing);
   }
 }
 
@@ -358,36 +445,191 @@ template <typename T>
 class CudaGrouped : public CudaTest {};
 TYPED_TEST_SUITE(CudaGrouped, ElemTypes, ElemNames);
 
-// Grouped GEMM with a gather, ragged groups (some empty), odd and unaligned K, against cpu::linear
-// row by row.
+// Grouped GEMM against cpu::linear row by row: ragged groups (some empty), odd expert counts, one
+// row, every row on one expert; unaligned K and N for fp32 (the SIMT kernel takes any shape). For
+// bf16/fp16 every CUTLASS tile configuration runs, and all must give the same bits.
+struct GroupedCase {
+  int64_t rows, E, K, N;
+  int only_expert;  // >= 0: every row on this expert
+};
+
+std::vector<int32_t> grouped_offsets(const GroupedCase& c) {
+  std::vector<int32_t> off(static_cast<size_t>(c.E + 1), 0);
+  for (int64_t e = 0; e < c.E; ++e) {
+    int64_t n = 0;
+    if (c.only_expert >= 0)
+      n = e == c.only_expert ? c.rows : 0;
+    else
+      n = (e % 3 == 1) ? 0 : c.rows * (e + 1) / (c.E * 2) + 3;
+    off[e + 1] = int32_t(std::min<int64_t>(c.rows, off[e] + n));
+  }
+  off[c.E] = int32_t(c.rows);
+  return off;
+}
+
 TYPED_TEST(CudaGrouped, MatchesLinearPerExpert) {
   using T = TypeParam;
-  for (auto [rows, E, K, N] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{200, 8, 64, 96}, {37, 5, 40, 33},
-                               {300, 4, 37, 50}, {1000, 32, 256, 384}, {129, 1, 2048, 130}}) {
+  std::vector<GroupedCase> cases = {{200, 8, 64, 96, -1},   {37, 5, 40, 32, -1},     {300, 4, 48, 56, -1},
+                                    {1000, 32, 256, 384, -1}, {129, 1, 2048, 136, -1}, {1, 3, 64, 64, -1},
+                                    {513, 7, 128, 64, 3},    {4096, 32, 2048, 512, -1}};
+  const bool f32 = std::is_same<T, float>::value;
+  if (f32) cases.insert(cases.end(), {{37, 5, 40, 33, -1}, {300, 4, 37, 50, -1}});
+  const int n_configs = f32 ? 1 : cuda::grouped::kGroupedConfigCount;
+  for (const GroupedCase& c : cases) {
+    const auto [rows, E, K, N, only] = c;
     auto in = rand_vec(static_cast<size_t>(rows * K), 24);
     auto w = rand_vec(static_cast<size_t>(E * N * K), 25, float(1 / std::sqrt(double(K))));
     auto in_raw = round_to<T>(in);
     auto w_raw = round_to<T>(w);
-    std::vector<int32_t> off(static_cast<size_t>(E + 1), 0), gather(static_cast<size_t>(rows));
-    for (int64_t e = 0; e < E; ++e) off[e + 1] = int32_t(std::min<int64_t>(rows, (e % 3 == 1) ? off[e] : off[e] + rows * (e + 1) / (E * 2) + 3));
-    off[E] = int32_t(rows);
-    for (int64_t r = 0; r < rows; ++r) gather[r] = int32_t((r * 37 + 11) % rows);
+    const auto off = grouped_offsets(c);
     std::vector<float> ref(static_cast<size_t>(rows * N));
     for (int64_t e = 0; e < E; ++e)
       for (int64_t r = off[e]; r < off[e + 1]; ++r)
-        cpu::linear(ref.data() + r * N, in.data() + int64_t(gather[r]) * K, w.data() + e * N * K, 1, K, N);
-    DevBuf<T> d_in(in.size()), d_w(w.size()), d_out(ref.size());
-    DevBuf<int32_t> d_off(off.size()), d_g(gather.size());
+        cpu::linear(ref.data() + r * N, in.data() + r * K, w.data() + e * N * K, 1, K, N);
+    DevBuf<T> d_in(in.size()), d_w(w.size());
+    DevBuf<int32_t> d_off(off.size());
+    DevBuf<char> d_ws(static_cast<size_t>(cuda::moe_grouped_matmul_workspace_bytes(E)));
     upload(d_in, in_raw);
     upload(d_w, w_raw);
     upload(d_off, off);
-    upload(d_g, gather);
-    cuda::moe_grouped_matmul(d_out.get(), d_in.get(), d_g.get(), d_w.get(), d_off.get(), rows, E, K, N,
-                             this->stream_);
-    this->sync();
-    EXPECT_TRUE(close_t<T>(download(d_out.get(), ref.size()), ref)) << rows << " rows, " << E << " experts, K " << K
-                                                                    << ", N " << N;
+    std::vector<float> first;
+    for (int cfg = 0; cfg < n_configs; ++cfg) {
+      if (!f32) cuda::grouped::force_config(cfg);
+      DevBuf<T> d_out(ref.size());
+      cuda::moe_grouped_matmul(d_out.get(), d_in.get(), d_w.get(), d_off.get(), rows, E, K, N, d_ws.get(),
+                               this->stream_);
+      this->sync();
+      const auto got = download(d_out.get(), ref.size());
+      const char* name = f32 ? "simt" : cuda::grouped::kGroupedTiles[cfg].name;
+      EXPECT_TRUE(close_t<T>(got, ref)) << rows << " rows, " << E << " experts, K " << K << ", N " << N << ", "
+                                        << name;
+      if (cfg == 0)
+        first = got;
+      else
+        EXPECT_EQ(got, first) << "config " << name << " differs in bits from " << cuda::grouped::kGroupedTiles[0].name;
+    }
+    if (!f32) cuda::grouped::force_config(-1);
   }
+}
+
+// The gate/up product with SwiGLU in the CUTLASS epilogue (bf16/fp16), against cpu::linear per
+// expert on the interleaved w13 then cpu::swiglu; both fused configurations, bit-equal.
+TYPED_TEST(CudaGrouped, SwigluFusedMatchesCpu) {
+  using T = TypeParam;
+  if (std::is_same<T, float>::value) GTEST_SKIP() << "fp32 runs the SIMT product and swiglu_pairs";
+  if constexpr (!std::is_same<T, float>::value) {
+    for (const GroupedCase& c : std::vector<GroupedCase>{{200, 8, 64, 96, -1}, {37, 5, 40, 32, -1},
+                                                         {1, 3, 64, 64, -1}, {513, 7, 128, 64, 3},
+                                                         {4096, 32, 2048, 256, -1}}) {
+      const auto [rows, E, K, N, only] = c;  // N = 2 * inter
+      const int64_t inter = N / 2;
+      auto in = rand_vec(static_cast<size_t>(rows * K), 35);
+      auto w = rand_vec(static_cast<size_t>(E * N * K), 36, float(2 / std::sqrt(double(K))));
+      auto in_raw = round_to<T>(in);
+      auto w_raw = round_to<T>(w);
+      const auto off = grouped_offsets(c);
+      std::vector<float> ref(static_cast<size_t>(rows * inter)), gu(static_cast<size_t>(N)), g(static_cast<size_t>(inter)),
+          u(static_cast<size_t>(inter));
+      for (int64_t e = 0; e < E; ++e)
+        for (int64_t r = off[e]; r < off[e + 1]; ++r) {
+          cpu::linear(gu.data(), in.data() + r * K, w.data() + e * N * K, 1, K, N);
+          for (int64_t j = 0; j < inter; ++j) g[j] = gu[2 * j], u[j] = gu[2 * j + 1];
+          cpu::swiglu(ref.data() + r * inter, g.data(), u.data(), inter);
+        }
+      DevBuf<T> d_in(in.size()), d_w(w.size());
+      DevBuf<int32_t> d_off(off.size());
+      DevBuf<char> d_ws(static_cast<size_t>(cuda::moe_grouped_matmul_workspace_bytes(E)));
+      upload(d_in, in_raw);
+      upload(d_w, w_raw);
+      upload(d_off, off);
+      std::vector<float> first;
+      for (int cfg : {0, 1}) {
+        cuda::grouped::force_config(cfg);
+        DevBuf<T> d_act(ref.size());
+        cuda::moe_grouped_swiglu(d_act.get(), d_in.get(), d_w.get(), d_off.get(), rows, E, K, inter, d_ws.get(),
+                                 this->stream_);
+        this->sync();
+        const auto got = download(d_act.get(), ref.size());
+        // one rounding (the output) from fp32 accumulators
+        EXPECT_TRUE(close_t<T>(got, ref)) << rows << " rows, " << E << " experts, K " << K << ", inter " << inter
+                                          << ", " << cuda::grouped::kGroupedTiles[cfg].name;
+        if (cfg == 0)
+          first = got;
+        else
+          EXPECT_EQ(got, first) << "fused configurations differ in bits";
+      }
+      cuda::grouped::force_config(-1);
+    }
+  }
+}
+
+// A row's bits do not depend on the batch: one expert's rows computed alone (a problem of those rows
+// only, at offset 0) equal the same rows inside the full grouped product.
+TYPED_TEST(CudaGrouped, RowsBitIdenticalForAnyBatch) {
+  using T = TypeParam;
+  const GroupedCase c{2000, 8, 512, 256, -1};
+  const auto off = grouped_offsets(c);
+  auto in = rand_vec(static_cast<size_t>(c.rows * c.K), 32);
+  auto w = rand_vec(static_cast<size_t>(c.E * c.N * c.K), 33, float(1 / std::sqrt(double(c.K))));
+  DevBuf<T> d_in(in.size()), d_w(w.size()), d_out(static_cast<size_t>(c.rows * c.N));
+  DevBuf<int32_t> d_off(off.size());
+  DevBuf<char> d_ws(static_cast<size_t>(cuda::moe_grouped_matmul_workspace_bytes(c.E)));
+  upload(d_in, round_to<T>(in));
+  upload(d_w, round_to<T>(w));
+  upload(d_off, off);
+  cuda::moe_grouped_matmul(d_out.get(), d_in.get(), d_w.get(), d_off.get(), c.rows, c.E, c.K, c.N, d_ws.get(),
+                           this->stream_);
+  this->sync();
+  const auto all = download(d_out.get(), static_cast<size_t>(c.rows * c.N));
+  for (int64_t e : {int64_t(0), int64_t(5), int64_t(6)}) {  // (experts 1, 4, 7 have no rows)
+    const int64_t r0 = off[e], n = off[e + 1] - r0;
+    ASSERT_GT(n, 0);
+    // expert e alone: offsets with every other expert empty, rows moved to the front
+    std::vector<int32_t> solo(static_cast<size_t>(c.E + 1), 0);
+    for (int64_t x = e + 1; x <= c.E; ++x) solo[x] = int32_t(n);
+    DevBuf<int32_t> d_solo(solo.size());
+    DevBuf<T> d_out1(static_cast<size_t>(n * c.N));
+    upload(d_solo, solo);
+    cuda::moe_grouped_matmul(d_out1.get(), d_in.get() + r0 * c.K, d_w.get(), d_solo.get(), n, c.E, c.K, c.N,
+                             d_ws.get(), this->stream_);
+    this->sync();
+    EXPECT_EQ(download(d_out1.get(), static_cast<size_t>(n * c.N)),
+              std::vector<float>(all.begin() + r0 * c.N, all.begin() + (r0 + n) * c.N))
+        << "expert " << e << ": " << n << " rows alone vs inside " << c.rows;
+  }
+}
+
+TYPED_TEST(CudaGrouped, GatherCopiesRows) {
+  using T = TypeParam;
+  for (auto [n_tok, rows, H] : {std::tuple<int64_t, int64_t, int64_t>{50, 200, 72}, {3, 5, 37}, {1, 4, 2048}}) {
+    auto in = rand_vec(static_cast<size_t>(n_tok * H), 34);
+    auto raw = round_to<T>(in);
+    std::vector<int32_t> src(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r) src[r] = int32_t((r * 7 + 3) % n_tok);
+    std::vector<float> ref(static_cast<size_t>(rows * H));
+    for (int64_t r = 0; r < rows; ++r) std::copy_n(in.begin() + src[r] * H, H, ref.begin() + r * H);
+    DevBuf<T> d_in(raw.size()), d_out(ref.size());
+    DevBuf<int32_t> d_src(src.size());
+    upload(d_in, raw);
+    upload(d_src, src);
+    cuda::moe_gather(d_out.get(), d_in.get(), d_src.get(), rows, H, this->stream_);
+    this->sync();
+    EXPECT_EQ(download(d_out.get(), ref.size()), ref) << rows << " rows of " << H;
+  }
+}
+
+// bf16/fp16 need 16-byte rows (TMA): other shapes are refused, not computed wrongly.
+TEST(CudaGroupedRefusal, UnalignedSixteenBitShapesAreRefused) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  DevBuf<__nv_bfloat16> d_in(64 * 40), d_w(2 * 40 * 40), d_out(64 * 40);
+  DevBuf<int32_t> d_off(3);
+  DevBuf<char> d_ws(static_cast<size_t>(cuda::moe_grouped_matmul_workspace_bytes(2)));
+  EXPECT_THROW(cuda::moe_grouped_matmul(d_out.get(), d_in.get(), d_w.get(), d_off.get(), 64, 2, 37, 40, d_ws.get(),
+                                        nullptr),
+               Error);
+  EXPECT_THROW(cuda::moe_grouped_matmul(d_out.get(), d_in.get(), d_w.get(), d_off.get(), 64, 2, 40, 33, d_ws.get(),
+                                        nullptr),
+               Error);
 }
 
 TYPED_TEST(CudaGrouped, CombineSumsInExpertOrder) {

@@ -5,9 +5,11 @@
 # development packages. Usage: tests/cuda/pack_for_device.sh [build-dir]   (default build-cuda)
 # On the GPU machine (carry .devpack):
 #   mkdir -p /tmp/dc && python3 -c "import tarfile; tarfile.open('.devpack/carry.tar.xz').extractall('/tmp/dc')"
-#   CUB=$(dirname $(find /usr/local /opt /usr/lib -name 'libcublas.so.13*' | head -1))
+#   CUB=$(dirname $(find /usr/local /opt /usr/lib -name 'libcublasLt.so.13*' | head -1))
 #   export LD_LIBRARY_PATH=/tmp/dc/lib:$CUB:$LD_LIBRARY_PATH
 #   /tmp/dc/bin/cuda_ops_test && /tmp/dc/bin/cuda_stage_test && /tmp/dc/bin/cuda_bench_kernels
+# or copy tests/cuda/device_check.sh (and ../shared/bench/roofline.py) beside carry.tar.xz and run it
+# there: every step with its logs and a summary.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-$root/build-cuda}
@@ -25,6 +27,7 @@ for l in $(ldd "$stage/bin/cuda_stage_test" | awk '/=>/ {print $3}' |
   cp -L "$l" "$stage/lib/"
 done
 tar cf - -C "$stage" bin lib | xz -6 -T2 > "$root/.devpack/carry.tar.xz"
-mkdir -p "$root/.git/info"
-grep -qx '/.devpack/' "$root/.git/info/exclude" 2>/dev/null || echo '/.devpack/' >> "$root/.git/info/exclude"
+exclude=$(git -C "$root" rev-parse --path-format=absolute --git-path info/exclude)  # a worktree's too
+mkdir -p "$(dirname "$exclude")"
+grep -qx '/.devpack/' "$exclude" 2>/dev/null || echo '/.devpack/' >> "$exclude"
 ls -la "$root/.devpack/carry.tar.xz"

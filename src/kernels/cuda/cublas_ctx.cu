@@ -1,18 +1,17 @@
-// The per-device cuBLAS handle and its fixed workspace (see cublas_ctx.h).
+// The per-device cuBLASLt handle and its fixed workspace (see cublas_ctx.h).
 #include "kernels/cuda/cublas_ctx.h"
 
 #include <map>
 #include <mutex>
 
 #include "common/cuda_check.h"
+#include "kernels/cuda/device_info.h"
 
 namespace lfm2::cuda {
 namespace {
 
-constexpr size_t kWorkspaceBytes = size_t(32) << 20;  // cuBLAS's own recommendation for Hopper
-
 struct Ctx {
-  cublasHandle_t handle = nullptr;
+  cublasLtHandle_t lt = nullptr;
   void* workspace = nullptr;
 };
 
@@ -25,31 +24,24 @@ std::map<int, Ctx>& contexts() {
 Ctx& get(int device) {
   std::lock_guard<std::mutex> lock(g_mutex);
   Ctx& c = contexts()[device];
-  if (c.handle == nullptr) {
-    CUBLAS_CHECK(cublasCreate(&c.handle));
-    cudaError_t err = cudaMalloc(&c.workspace, kWorkspaceBytes);
+  if (c.lt == nullptr) {
+    CUBLAS_CHECK(cublasLtCreate(&c.lt));
+    cudaError_t err = cudaMalloc(&c.workspace, kCublasWorkspaceBytes);
     if (err != cudaSuccess) {
       size_t free_b = 0, total_b = 0;
       cudaGetLastError();
       cudaMemGetInfo(&free_b, &total_b);
-      LFM2_FAIL("out of GPU memory allocating the cuBLAS workspace (", kWorkspaceBytes >> 20, " MiB) on device ",
-                device, ": ", free_b >> 20, " MiB free of ", total_b >> 20);
+      LFM2_FAIL("out of GPU memory allocating the cuBLAS workspace (", kCublasWorkspaceBytes >> 20,
+                " MiB) on device ", device, ": ", free_b >> 20, " MiB free of ", total_b >> 20);
     }
-    CUBLAS_CHECK(cublasSetWorkspace(c.handle, c.workspace, kWorkspaceBytes));
-    CUBLAS_CHECK(cublasSetPointerMode(c.handle, CUBLAS_POINTER_MODE_HOST));
   }
   return c;
-}
-
-int current_device() {
-  int d = 0;
-  CUDA_CHECK(cudaGetDevice(&d));
-  return d;
 }
 
 }  // namespace
 
 void cublas_prepare() { get(current_device()); }
-cublasHandle_t cublas_handle() { return get(current_device()).handle; }
+cublasLtHandle_t cublaslt_handle() { return get(current_device()).lt; }
+void* cublas_workspace() { return get(current_device()).workspace; }
 
 }  // namespace lfm2::cuda

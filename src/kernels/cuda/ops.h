@@ -42,15 +42,23 @@ void rmsnorm_last(T* out, const float* in, const float* weight, int64_t n_seq, i
 template <typename T>
 void add(float* out, const float* a, const T* b, int64_t n, cudaStream_t stream);
 
-// --- linear.cu: out (n_rows, n_out) = in (n_rows, n_in) W^T, W (n_out, n_in), through cuBLAS with
+// --- linear.cu: out (n_rows, n_out) = in (n_rows, n_in) W^T, W (n_out, n_in), through cuBLASLt with
 // fp32 accumulation: fp32 exact unless tf32; bf16/fp16 on tensor cores. linear_f32out writes fp32
-// (router logits, LM head).
+// (router logits, LM head); linear_add_f32 adds the product into x (n_rows, n_out) fp32 (the residual
+// add fused into the GEMM: x = x + in W^T). Buffers 16-byte aligned. The algorithm is pinned per
+// (types, n_in, n_out) and reused for every n_rows, without split-K, so a row's bits do not depend
+// on n_rows; set_gemm_pinning(false) (or LFM2_GEMM_PIN=0) lets cuBLASLt choose per n_rows instead.
 template <typename T>
 void linear(T* out, const T* in, const T* weight, int64_t n_rows, int64_t n_in, int64_t n_out, cudaStream_t stream,
             bool tf32 = false);
 template <typename T>
 void linear_f32out(float* out, const T* in, const T* weight, int64_t n_rows, int64_t n_in, int64_t n_out,
                    cudaStream_t stream, bool tf32 = false);
+template <typename T>
+void linear_add_f32(float* x, const T* in, const T* weight, int64_t n_rows, int64_t n_in, int64_t n_out,
+                    cudaStream_t stream, bool tf32 = false);
+void set_gemm_pinning(bool pinned);
+bool gemm_pinning();
 
 // --- rope.cu: fused per-head q/k RMSNorm + RoPE (cpu::rmsnorm per head, then cpu::rope with
 // position = row % seq_len), in place on qkv (n_seq * seq_len, (n_heads + 2 * n_kv_heads) * head_dim)
@@ -80,6 +88,10 @@ void short_conv(T* out, const T* bcx, const float* conv_w, int64_t n_seq, int64_
 // (cpu::swiglu on each row's two halves: the layout of one GEMM over stacked [w1; w3]).
 template <typename T>
 void swiglu(T* out, const T* gate_up, int64_t n_rows, int64_t inter, cudaStream_t stream);
+// swiglu_pairs: the same over rows of interleaved pairs [g_0, u_0, g_1, u_1, ...] (the layout of one
+// GEMM over an expert's interleaved w13, see moe_grouped_swiglu).
+template <typename T>
+void swiglu_pairs(T* out, const T* gate_up, int64_t n_rows, int64_t inter, cudaStream_t stream);
 
 // --- moe_router.cu: cpu::moe_router on the GPU. weights, experts (n_tokens, top_k); logits
 // (n_tokens, n_experts) fp32; expert_bias (n_experts) or null. Ties: the lower expert index.
@@ -96,14 +108,30 @@ int64_t moe_permute_scratch_ints(int64_t n_tokens, int64_t n_experts, int64_t to
 void moe_permute(int32_t* offsets, int32_t* src_token, int32_t* dest_row, const int32_t* experts, int64_t n_tokens,
                  int64_t n_experts, int64_t top_k, int32_t* scratch, cudaStream_t stream);
 
-// --- moe_grouped_matmul.cu: for each expert e and each row r in [offsets[e], offsets[e+1]):
-// out[r] = in[gather ? gather[r] : r] W_e^T; out (max_rows, n_out); W (n_experts, n_out, n_in).
-// The row counts stay on the device: the grid covers the worst case (max_rows rows in all) and
-// tiles past an expert's rows exit. bf16/fp16: tensor cores (wmma, fp32 accumulation); fp32: a tiled
-// SIMT kernel (exact fp32).
+// --- moe_grouped_matmul.cu: the rows of each expert in order, then one GEMM per expert.
+// moe_gather: out[r] = in[src_token[r]] for r < n_rows; out (n_rows, hidden), in (n_tokens, hidden).
 template <typename T>
-void moe_grouped_matmul(T* out, const T* in, const int32_t* gather, const T* weight, const int32_t* offsets,
-                        int64_t max_rows, int64_t n_experts, int64_t n_in, int64_t n_out, cudaStream_t stream);
+void moe_gather(T* out, const T* in, const int32_t* src_token, int64_t n_rows, int64_t hidden, cudaStream_t stream);
+// moe_grouped_matmul: for each expert e and each row r in [offsets[e], offsets[e+1]):
+// out[r] = in[r] W_e^T; out (max_rows, n_out), in (max_rows, n_in), W (n_experts, n_out, n_in).
+// The row counts stay on the device (the host passes only the total). bf16/fp16: CUTLASS's sm90
+// grouped GEMM (Hopper only; n_in, n_out multiples of 8, 16-byte aligned pointers); fp32: an exact
+// SIMT kernel (any shape). workspace: moe_grouped_matmul_workspace_bytes(n_experts) bytes, 16-byte
+// aligned, for the current device (unused by fp32). No split-K: a row's bits do not depend on
+// max_rows or on the other rows.
+int64_t moe_grouped_matmul_workspace_bytes(int64_t n_experts);
+template <typename T>
+void moe_grouped_matmul(T* out, const T* in, const T* weight, const int32_t* offsets, int64_t max_rows,
+                        int64_t n_experts, int64_t n_in, int64_t n_out, void* workspace, cudaStream_t stream);
+// moe_grouped_swiglu (bf16/fp16 only): the gate/up product with SwiGLU in its epilogue (measured
+// slower than moe_grouped_matmul + swiglu_pairs from 4096 tokens on; kept as an op, not used by
+// moe_experts),
+// act[r] (inter) = silu(g) * u where (g_j, u_j) = columns (2j, 2j + 1) of in[r] W13_e^T; w13
+// (n_experts, 2 inter, n_in) with each expert's w1 and w3 rows interleaved (row 2j = w1 row j,
+// 2j + 1 = w3 row j). Same requirements and workspace as moe_grouped_matmul; inter % 8 == 0.
+template <typename T>
+void moe_grouped_swiglu(T* act, const T* in, const T* w13, const int32_t* offsets, int64_t max_rows,
+                        int64_t n_experts, int64_t n_in, int64_t inter, void* workspace, cudaStream_t stream);
 
 // --- moe_combine.cu: weighted un-permutation fused with the residual add:
 // x[t] += sum over t's experts in ascending order of weights[t, k] * expert_out[dest_row[t, k]]
@@ -115,7 +143,9 @@ void moe_combine(float* x, const T* expert_out, const int32_t* dest_row, const f
 // --- moe_experts.cu: cpu::moe_experts followed by cpu::add into the residual, composed from the
 // kernels above: x (n_tokens, hidden) fp32 += experts(in). in (n_tokens, hidden);
 // w13 (n_experts, 2 * inter, hidden), each expert's w1 rows then its w3 rows; w2 (n_experts, hidden,
-// inter); experts, weights (n_tokens, top_k) from moe_router(); scratch of moe_experts_scratch_bytes().
+// inter); experts, weights (n_tokens, top_k) from moe_router(); scratch of
+// moe_experts_scratch_bytes() (for the current device). bf16/fp16: hidden and inter multiples of 8
+// (Hopper only). Queues kernels only: capturable in a CUDA graph.
 int64_t moe_experts_scratch_bytes(int64_t n_tokens, int64_t hidden, int64_t n_experts, int64_t inter, int64_t top_k,
                                   int64_t elem_bytes);
 template <typename T>

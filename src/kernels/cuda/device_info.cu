@@ -1,0 +1,44 @@
+// The per-device property cache of device_info.h.
+#include "kernels/cuda/device_info.h"
+
+#include <map>
+#include <mutex>
+#include <set>
+#include <tuple>
+
+#include <cuda_runtime.h>
+
+#include "common/cuda_check.h"
+
+namespace lfm2::cuda {
+
+int current_device() {
+  int d = 0;
+  CUDA_CHECK(cudaGetDevice(&d));
+  return d;
+}
+
+const DeviceInfo& device_info(int device) {
+  static std::mutex mutex;
+  static std::map<int, DeviceInfo> cache;  // never shrinks: references stay valid
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = cache.find(device);
+  if (it != cache.end()) return it->second;
+  DeviceInfo info;
+  CUDA_CHECK(cudaDeviceGetAttribute(&info.sm_count, cudaDevAttrMultiProcessorCount, device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&info.major, cudaDevAttrComputeCapabilityMajor, device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&info.minor, cudaDevAttrComputeCapabilityMinor, device));
+  return cache.emplace(device, info).first->second;
+}
+
+void raise_smem_limit(const void* kernel, int bytes) {
+  static std::mutex mutex;
+  static std::set<std::tuple<const void*, int, int>> done;
+  const auto key = std::make_tuple(kernel, current_device(), bytes);
+  std::lock_guard<std::mutex> lock(mutex);
+  if (done.count(key)) return;
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  done.insert(key);
+}
+
+}  // namespace lfm2::cuda

@@ -1,0 +1,19 @@
+// Properties of a CUDA device that launchers need at every call (multiprocessor count, compute
+// capability), read once per device and cached, so that no launch queries the driver again.
+#pragma once
+
+namespace lfm2::cuda {
+
+struct DeviceInfo {
+  int sm_count = 0;
+  int major = 0, minor = 0;  // compute capability
+};
+
+int current_device();
+const DeviceInfo& device_info(int device);  // thread-safe; the first call per device reads it
+
+// Lets `kernel` use `bytes` of dynamic shared memory on the current device (past the default 48 KB):
+// cudaFuncSetAttribute once per (kernel, device), a set lookup afterwards.
+void raise_smem_limit(const void* kernel, int bytes);
+
+}  // namespace lfm2::cuda
