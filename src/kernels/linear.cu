@@ -123,6 +123,10 @@ Plan& plan_for(const PlanKey& k) {
   const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+  // Fewer SMs than the device has when some are reserved for kernels running beside (device_info.h).
+  const int32_t sms = compute_sms(k.device);
+  if (sms < device_info(k.device).sm_count)
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &sms, sizeof(sms)));
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, k.ab, uint64_t(k.n_in), uint64_t(k.n_out), k.n_in));
   p.pinned = choose(k, p, kPlanRows);
   return plans().emplace(k, std::move(p)).first->second;

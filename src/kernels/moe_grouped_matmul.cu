@@ -220,7 +220,7 @@ void moe_gather(T* out, const T* in, const int32_t* src_token, int64_t n_rows, i
 }
 
 int64_t moe_grouped_matmul_workspace_bytes(int64_t n_experts) {
-  return int64_t(grouped::workspace_bytes(n_experts, device_info(current_device()).sm_count));
+  return int64_t(grouped::workspace_bytes(n_experts, compute_sms(current_device())));
 }
 
 template <typename T>
@@ -245,7 +245,7 @@ void moe_grouped_matmul(T* out, const T* in, const T* weight, const int32_t* off
   } else {
     const int device = check_sixteen_bit(in, weight, out, n_in, n_out, workspace, "moe_grouped_matmul");
     grouped::run<T>(grouped::pick_config(max_rows, n_experts), out, in, weight, offsets, n_experts, n_in, n_out,
-                    workspace, device_info(device).sm_count, device, stream);
+                    workspace, compute_sms(device), device, stream);
   }
 }
 
@@ -263,7 +263,7 @@ void moe_grouped_swiglu(T* act, const T* in, const T* w13, const int32_t* offset
   int config = grouped::pick_config(max_rows, n_experts);
   if (config != 0 && config != 1) config = 0;
   grouped::run_swiglu<T>(config, act, in, w13, offsets, n_experts, n_in, inter, workspace,
-                         device_info(device).sm_count, device, stream);
+                         compute_sms(device), device, stream);
 }
 
 #define INST(T)                                                                                              \

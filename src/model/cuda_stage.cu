@@ -541,7 +541,9 @@ class CudaStage final : public CudaStageExecutor {
 }  // namespace
 
 std::unique_ptr<CudaStageExecutor> make_cuda_stage(WeightReader& weights, const StageRange& range,
-                                                   DType compute_dtype, int device, bool tf32, bool graphs) {
+                                                   DType compute_dtype, int device, bool tf32, bool graphs,
+                                                   int reserved_sms) {
+  cuda::reserve_sms(device, reserved_sms);
   switch (compute_dtype) {
     case DType::F32: return std::make_unique<CudaStage<float>>(weights, range, device, tf32, graphs);
     case DType::BF16: return std::make_unique<CudaStage<__nv_bfloat16>>(weights, range, device, false, graphs);

@@ -39,8 +39,9 @@ class CudaStageExecutor : public StageExecutor {
 // fp32 norms, softmax and residual). Reads the stage's datasets through load_model_weights().
 // graphs: forward() replays a CUDA Graph captured once per hidden buffer and shape (off: launches
 // every kernel each time; also off under LFM2_SYNC_CHECK, which synchronises after each launch).
+// reserved_sms: SMs the GEMMs leave to kernels running beside them (a pipeline's NCCL transfers).
 std::unique_ptr<CudaStageExecutor> make_cuda_stage(WeightReader& weights, const StageRange& range,
                                                    DType compute_dtype, int device, bool tf32 = false,
-                                                   bool graphs = true);
+                                                   bool graphs = true, int reserved_sms = 0);
 
 }  // namespace lfm2

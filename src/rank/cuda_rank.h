@@ -59,6 +59,11 @@ class NcclTransport : public Transport {
   virtual void set_timeline(CudaBusyTimer* timer) = 0;
 };
 
+// SMs an NCCL kernel of the transport may take (ncclConfig_t.maxCTAs; NCCL_MAX_CTAS overrides), and
+// the SMs a stage's GEMMs leave to the transfers that run beside them: a send and a receive at once.
+inline constexpr int kNcclMaxCtas = 2;
+inline int nccl_reserved_sms(int n_ranks) { return n_ranks > 1 ? 2 * kNcclMaxCtas : 0; }
+
 std::unique_ptr<NcclTransport> make_nccl_transport(const WorldConfig& world, CudaStageExecutor& exec,
                                                    double timeout_s);
 

@@ -350,7 +350,8 @@ int run_rank(const WorldConfig& world, RankOptions opt) {
       const StageRange range{plan.layer_begin, plan.layer_end, plan.is_first(), plan.is_last()};
 #ifdef LFM2_HAVE_CUDA
       if (use_cuda) {
-        auto c = make_cuda_stage(*weights, range, dtype, world.local_rank, opt.tf32, opt.cuda_graphs);
+        auto c = make_cuda_stage(*weights, range, dtype, world.local_rank, opt.tf32, opt.cuda_graphs,
+                                 std::getenv("NCCL_MAX_CTAS") ? 0 : nccl_reserved_sms(P));
         cuda_exec = c.get();
         exec = std::move(c);
       }

@@ -39,11 +39,9 @@ constexpr size_t kWarmupBytes = size_t(1) << 20;  // per direction
 constexpr double kMinInitTimeoutS = 60;
 constexpr int kLinkComms = 2;   // link r -> r+1 uses communicator r % 2
 constexpr int kFeedbackComm = 2;  // the link P-1 -> 0 (generation's tokens) uses its own
-// SMs an NCCL kernel may take. A transfer is posted ahead of its data and its kernel waits on its
-// SMs for the peer, beside the stage's layers; NCCL's default (many channels for NVLink) took a
-// fifth of the GPU from them (measured: a stage's microbatch 20 ms instead of 13 on an H200). Four
-// still move a 33 MB microbatch in a fraction of a millisecond. NCCL_MAX_CTAS overrides.
-constexpr int kMaxCtas = 4;
+// SMs an NCCL kernel may take (kNcclMaxCtas, cuda_rank.h). A transfer is posted ahead of its data
+// and its kernel waits on its SMs for the peer, beside the stage's layers, whose persistent GEMMs
+// leave those SMs free (reserve_sms); two CTAs still move a 33 MB microbatch in about a millisecond.
 
 class NcclTransportImpl final : public NcclTransport {
  public:
@@ -101,7 +99,7 @@ class NcclTransportImpl final : public NcclTransport {
       config.blocking = 0;  // init and every call return at once; we poll with a deadline instead
       if (!std::getenv("NCCL_MAX_CTAS")) {
         config.minCTAs = 1;
-        config.maxCTAs = kMaxCtas;
+        config.maxCTAs = kNcclMaxCtas;
       }
       ncclComm_t comm = nullptr;
       const ncclResult_t rc = ncclCommInitRankConfig(&comm, world_.size, ids[size_t(c)], world_.rank, &config);

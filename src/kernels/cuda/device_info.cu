@@ -1,6 +1,7 @@
 // The per-device property cache of device_info.h.
 #include "kernels/cuda/device_info.h"
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <set>
@@ -29,6 +30,24 @@ const DeviceInfo& device_info(int device) {
   CUDA_CHECK(cudaDeviceGetAttribute(&info.major, cudaDevAttrComputeCapabilityMajor, device));
   CUDA_CHECK(cudaDeviceGetAttribute(&info.minor, cudaDevAttrComputeCapabilityMinor, device));
   return cache.emplace(device, info).first->second;
+}
+
+namespace {
+std::mutex g_reserved_mutex;
+std::map<int, int> g_reserved;  // device -> SMs reserved
+}  // namespace
+
+void reserve_sms(int device, int n) {
+  std::lock_guard<std::mutex> lock(g_reserved_mutex);
+  g_reserved[device] = n;
+}
+
+int compute_sms(int device) {
+  const int all = device_info(device).sm_count;
+  std::lock_guard<std::mutex> lock(g_reserved_mutex);
+  auto it = g_reserved.find(device);
+  const int reserved = it == g_reserved.end() ? 0 : it->second;
+  return std::max(1, all - reserved);
 }
 
 void raise_smem_limit(const void* kernel, int bytes) {

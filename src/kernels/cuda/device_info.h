@@ -12,6 +12,13 @@ struct DeviceInfo {
 int current_device();
 const DeviceInfo& device_info(int device);  // thread-safe; the first call per device reads it
 
+// SMs left to the compute kernels of `device`: all of them, less those reserved for kernels that
+// run beside them (the NCCL transfers of a pipeline stage). Persistent kernels (the CUTLASS grouped
+// GEMM, cuBLASLt's) size their grid to it, so that a resident transfer kernel does not push a
+// second wave of their tiles behind the first. Set before the first GEMM on the device.
+void reserve_sms(int device, int n);
+int compute_sms(int device);
+
 // Lets `kernel` use `bytes` of dynamic shared memory on the current device (past the default 48 KB):
 // cudaFuncSetAttribute once per (kernel, device), a set lookup afterwards.
 void raise_smem_limit(const void* kernel, int bytes);
