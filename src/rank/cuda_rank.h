@@ -61,8 +61,10 @@ class NcclTransport : public Transport {
 
 // SMs an NCCL kernel of the transport may take (ncclConfig_t.maxCTAs; NCCL_MAX_CTAS overrides), and
 // the SMs a stage's GEMMs leave to the transfers that run beside them: a send and a receive at once.
+// The same for every P (a single stage too), so that the GEMMs choose the same algorithms and a
+// sequence's bits do not depend on P (costs a single stage ~3 % of its SMs).
 inline constexpr int kNcclMaxCtas = 2;
-inline int nccl_reserved_sms(int n_ranks) { return n_ranks > 1 ? 2 * kNcclMaxCtas : 0; }
+inline constexpr int kNcclReservedSms = 2 * kNcclMaxCtas;
 
 std::unique_ptr<NcclTransport> make_nccl_transport(const WorldConfig& world, CudaStageExecutor& exec,
                                                    double timeout_s);

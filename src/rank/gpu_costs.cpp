@@ -20,10 +20,12 @@ struct GpuRates {
   double layer_us_per_token; // norms and residual adds of any layer
 };
 
-// From one H100, bf16, 4096 tokens per microbatch (cuda_bench_stage / cuda_bench_kernels,
-// docs/results.md, 2026-11-23): conv + dense 0.799 ms, conv + MoE 1.122 ms, attention + MoE 1.071 ms
-// per layer; expert products 642 TFLOP/s, attention's core 170 TFLOP/s at S = 8192.
-constexpr GpuRates kRates = {620.0, 500.0, 170.0, 0.044, 0.01};
+// Fitted to the stages of the full model at P = 2 on two H200s, bf16, 4096 tokens per microbatch
+// (docs/results.md, 2026-11-23: 12.2 ms for layers 0-11, 13.2 ms for layers 12-23 and the head):
+// conv + dense 0.69 ms, conv + MoE 1.10 ms, attention + MoE 1.05 ms per layer; expert products at
+// 642 TFLOP/s and attention's core at 170 TFLOP/s (S = 8192) as cuda_bench_kernels measures them.
+// (The single-layer benchmark's conv + MoE at 1.12 ms assumes even routing; a real router's is not.)
+constexpr GpuRates kRates = {720.0, 642.0, 170.0, 0.085, 0.0};
 
 // Relative throughput of a layer at a microbatch of this many tokens (16384: 1): the expert GEMMs
 // have tokens * top_k / n_experts rows per expert, and a tile of 128 rows is half empty at 1024.

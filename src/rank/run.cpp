@@ -351,7 +351,7 @@ int run_rank(const WorldConfig& world, RankOptions opt) {
 #ifdef LFM2_HAVE_CUDA
       if (use_cuda) {
         auto c = make_cuda_stage(*weights, range, dtype, world.local_rank, opt.tf32, opt.cuda_graphs,
-                                 std::getenv("NCCL_MAX_CTAS") ? 0 : nccl_reserved_sms(P));
+                                 kNcclReservedSms);
         cuda_exec = c.get();
         exec = std::move(c);
       }
