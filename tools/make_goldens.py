@@ -13,9 +13,17 @@ modeling_lfm2_moe.py), run it on random token ids, and write golden.h5 next to t
   inv_freq    float32 (hd/2)     HF's RoPE inverse frequencies
   attributes: case, description, seed, transformers / torch versions, min_router_gap, min_top1_gap
 
+and generate.h5, transformers' greedy `generate` of every case on ragged prompts (each prompt run
+alone, so that padding plays no part), which is both an inputs and an answers file of lfm2-rank:
+
+  input_ids   int32   (N, S)     prompts, right-padded with 0
+  lengths     int32   (N)        prompt lengths (1..S, ragged)
+  generated   int32   (N, K)     the K = 8 greedy tokens after each prompt
+  next_token  int32   (N)        the first of them
+
 Guards against false failures: every router's k-th vs (k+1)-th selection score and every top-1
 logit must be separated by a margin (otherwise the case is re-drawn with the next seed), because a
-1-ulp difference could legitimately flip a near-tie.
+1-ulp difference could legitimately flip a near-tie; for generation at every step of every prompt.
 
 expert_bias: HF creates it as a float32 buffer; from_pretrained keeps it float32 even with
 dtype=bfloat16 (bf16 file values are widened), but model.to(bfloat16) casts it and save_pretrained
@@ -181,17 +189,80 @@ def make_case(name, out_root, base_seed):
           f"{logits.abs().max().item():.3f}, router gap {rgap:.2e}, top-1 gap {tgap:.2e}")
 
 
+GEN_NEW = 8        # new tokens per prompt
+GEN_PROMPTS = 4    # prompts per case, of ragged lengths
+
+
+def generate_alone(ref, prompt):
+    """Greedy generate of one prompt; returns (tokens, smallest top-1 gap, smallest router gap)."""
+    gaps = []
+    handles = hook_routers(ref, lambda m: gaps.append(m.min().item()))
+    # Plain greedy: no end-of-sequence id (the checkpoint's generation_config says 2, and min_new_tokens
+    # would then suppress that token instead of taking the argmax), so exactly GEN_NEW argmax tokens.
+    ref.generation_config.eos_token_id = None
+    # The attention mask is given: generate would otherwise mask every token equal to pad_token_id.
+    with torch.no_grad():
+        out = ref.generate(prompt[None, :], attention_mask=torch.ones_like(prompt[None, :]), max_new_tokens=GEN_NEW,
+                           do_sample=False, return_dict_in_generate=True, output_logits=True, pad_token_id=0)
+    assert out.sequences.shape[1] == prompt.shape[0] + GEN_NEW
+    for h in handles:
+        h.remove()
+    tgap = min(top1_gap(step.float()) for step in out.logits)
+    return out.sequences[0, prompt.shape[0]:], tgap, min(gaps) if gaps else float("inf")
+
+
+def make_generate(name, case_dir, seed):
+    """generate.h5: ragged prompts and transformers' greedy continuation of each, run alone."""
+    ref = load_reference(case_dir)
+    vocab = ref.config.vocab_size
+    for attempt in range(50):
+        gen = torch.Generator().manual_seed(seed * 7 + attempt)
+        lengths = [int(torch.randint(1, 13, (1,), generator=gen)) for _ in range(GEN_PROMPTS)]
+        lengths[0] = 12  # one full row
+        S = max(lengths)
+        ids = torch.zeros((GEN_PROMPTS, S), dtype=torch.long)
+        tokens, tgap, rgap = [], float("inf"), float("inf")
+        for i, n in enumerate(lengths):
+            ids[i, :n] = torch.randint(0, vocab, (n,), generator=gen)
+            t, g1, g2 = generate_alone(ref, ids[i, :n])
+            tokens.append(t)
+            tgap, rgap = min(tgap, g1), min(rgap, g2)
+        if rgap >= ROUTER_GAP and tgap >= TOP1_GAP:
+            break
+        print(f"{name}: generation draw {attempt} has a near tie (router gap {rgap:.2e}, top-1 gap {tgap:.2e})")
+    else:
+        raise SystemExit(f"{name}: no prompts without near ties for generation")
+    generated = torch.stack(tokens).numpy().astype(np.int32)
+    with h5py.File(os.path.join(case_dir, "generate.h5"), "w") as f:
+        f.create_dataset("input_ids", data=ids.numpy().astype(np.int32))
+        f.create_dataset("lengths", data=np.array(lengths, dtype=np.int32))
+        f.create_dataset("generated", data=generated)
+        f.create_dataset("next_token", data=generated[:, 0].copy())
+        f.attrs["case"] = name
+        f.attrs["new_tokens"] = GEN_NEW
+        f.attrs["transformers_version"] = str(transformers.__version__)
+        f.attrs["torch_version"] = str(torch.__version__)
+        f.attrs["min_router_gap"] = rgap
+        f.attrs["min_top1_gap"] = tgap
+    print(f"{name}: generate.h5 lengths {lengths}, {GEN_NEW} new tokens, router gap {rgap:.2e}, top-1 gap {tgap:.2e}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     here = os.path.dirname(os.path.abspath(__file__))
     ap.add_argument("--out", default=os.path.join(here, "..", "tests", "golden", "data"))
     ap.add_argument("--only", nargs="*", default=None, help="cases to (re)build; default all")
     ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--generate-only", action="store_true",
+                    help="keep the checkpoints and golden.h5; write only generate.h5 from them")
     args = ap.parse_args()
     torch.set_num_threads(1)  # deterministic reductions
     names = args.only or list(CASES)
     for i, name in enumerate(names):
-        make_case(name, os.path.abspath(args.out), args.seed + 100 * list(CASES).index(name))
+        seed = args.seed + 100 * list(CASES).index(name)
+        if not args.generate_only:
+            make_case(name, os.path.abspath(args.out), seed)
+        make_generate(name, os.path.join(os.path.abspath(args.out), name), seed)
 
 
 if __name__ == "__main__":
