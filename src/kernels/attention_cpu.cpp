@@ -9,6 +9,32 @@
 #include "kernels/dot.h"
 
 namespace lfm2::cpu {
+namespace {
+
+// One query row against keys and values 0..t (rows kv_stride apart): scores, softmax, weighted sum.
+// Scoring and decoding both go through here, so a decoded token gets the bits of a prefill.
+void attend(float* o, const float* qr, const float* k, const float* v, int64_t kv_stride, int64_t t,
+            int64_t head_dim, float scale, float* p) {
+  float mx = -INFINITY;
+  for (int64_t j = 0; j <= t; ++j) {
+    p[j] = dot(qr, k + j * kv_stride, head_dim) * scale;
+    mx = std::fmax(mx, p[j]);
+  }
+  float sum = 0;
+  for (int64_t j = 0; j <= t; ++j) {
+    p[j] = std::exp(p[j] - mx);
+    sum += p[j];
+  }
+  const float inv = 1.0f / sum;
+  for (int64_t d = 0; d < head_dim; ++d) o[d] = 0;
+  for (int64_t j = 0; j <= t; ++j) {
+    const float w = p[j] * inv;
+    const float* vr = v + j * kv_stride;
+    for (int64_t d = 0; d < head_dim; ++d) o[d] += w * vr[d];
+  }
+}
+
+}  // namespace
 
 int64_t attention_scratch_floats(int64_t seq_len, int n_threads) { return seq_len * resolve_threads(n_threads); }
 
@@ -25,25 +51,9 @@ void attention(float* out, const float* q, const float* k, const float* v, int64
     for (int64_t item = b; item < e; ++item) {
       const int64_t t = item % seq_len, h = (item / seq_len) % n_heads, s = item / (seq_len * n_heads);
       const int64_t row0 = s * seq_len, kvh = h / group;
-      const float* qr = q + (row0 + t) * q_stride + h * head_dim;
-      float mx = -INFINITY;
-      for (int64_t j = 0; j <= t; ++j) {
-        p[j] = dot(qr, k + (row0 + j) * kv_stride + kvh * head_dim, head_dim) * scale;
-        mx = std::fmax(mx, p[j]);
-      }
-      float sum = 0;
-      for (int64_t j = 0; j <= t; ++j) {
-        p[j] = std::exp(p[j] - mx);
-        sum += p[j];
-      }
-      const float inv = 1.0f / sum;
-      float* o = out + (row0 + t) * q_stride + h * head_dim;
-      for (int64_t d = 0; d < head_dim; ++d) o[d] = 0;
-      for (int64_t j = 0; j <= t; ++j) {
-        const float w = p[j] * inv;
-        const float* vr = v + (row0 + j) * kv_stride + kvh * head_dim;
-        for (int64_t d = 0; d < head_dim; ++d) o[d] += w * vr[d];
-      }
+      attend(out + (row0 + t) * q_stride + h * head_dim, q + (row0 + t) * q_stride + h * head_dim,
+             k + row0 * kv_stride + kvh * head_dim, v + row0 * kv_stride + kvh * head_dim, kv_stride, t, head_dim,
+             scale, p);
     }
   }, 4);
 }
@@ -60,27 +70,9 @@ void attention_decode(float* out, const float* q, const float* k_cache, const fl
     for (int64_t item = b; item < e; ++item) {
       const int64_t i = item / n_heads, h = item % n_heads, t = positions[i], kvh = h / group;
       LFM2_CHECK(t >= 0 && t < max_len, "attention_decode: position ", t, " outside the cache of ", max_len);
-      const float* kc = k_cache + (first_seq + i) * max_len * kv_stride + kvh * head_dim;
-      const float* vc = v_cache + (first_seq + i) * max_len * kv_stride + kvh * head_dim;
-      const float* qr = q + i * q_stride + h * head_dim;
-      float mx = -INFINITY;
-      for (int64_t j = 0; j <= t; ++j) {
-        p[j] = dot(qr, kc + j * kv_stride, head_dim) * scale;
-        mx = std::fmax(mx, p[j]);
-      }
-      float sum = 0;
-      for (int64_t j = 0; j <= t; ++j) {
-        p[j] = std::exp(p[j] - mx);
-        sum += p[j];
-      }
-      const float inv = 1.0f / sum;
-      float* o = out + i * q_stride + h * head_dim;
-      for (int64_t d = 0; d < head_dim; ++d) o[d] = 0;
-      for (int64_t j = 0; j <= t; ++j) {
-        const float w = p[j] * inv;
-        const float* vr = vc + j * kv_stride;
-        for (int64_t d = 0; d < head_dim; ++d) o[d] += w * vr[d];
-      }
+      const int64_t cache0 = (first_seq + i) * max_len * kv_stride + kvh * head_dim;
+      attend(out + i * q_stride + h * head_dim, q + i * q_stride + h * head_dim, k_cache + cache0, v_cache + cache0,
+             kv_stride, t, head_dim, scale, p);
     }
   }, 4);
 }

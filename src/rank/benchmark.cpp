@@ -13,11 +13,6 @@ namespace {
 
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
-void barrier(const WorldConfig& world, double timeout_s) {
-  MPI_Request req;
-  MPI_CHECK(MPI_Ibarrier(world.comm, &req), "benchmark barrier");
-  wait_mpi_request(&req, timeout_s, "the benchmark barrier");
-}
 
 }  // namespace
 
@@ -80,15 +75,15 @@ BenchmarkSummary run_benchmark(const WorldConfig& world, Pipeline& pipeline, Sco
   s.plans = plans;
   for (int i = 0; i < warmup; ++i) {
     if (world.is_first()) log_info(cat("benchmark: warm-up ", i + 1, "/", warmup));
-    barrier(world, timeout_s);
+    barrier(world, timeout_s, "the benchmark barrier");
     pipeline.run(job);
   }
   double busy = 0, wall_sum = 0, wall_min = 1e300;
   for (int i = 0; i < repeat; ++i) {
-    barrier(world, timeout_s);
+    barrier(world, timeout_s, "the benchmark barrier");
     const double t0 = now_s();
     busy += pipeline.run(job).busy_s;
-    barrier(world, timeout_s);
+    barrier(world, timeout_s, "the benchmark barrier");
     const double wall = now_s() - t0;
     wall_sum += wall;
     wall_min = std::min(wall_min, wall);

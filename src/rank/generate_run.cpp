@@ -17,21 +17,15 @@ namespace {
 
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
-void barrier(const WorldConfig& world, double timeout_s) {
-  MPI_Request req;
-  MPI_CHECK(MPI_Ibarrier(world.comm, &req), "barrier");
-  wait_mpi_request(&req, timeout_s, "a barrier between generation runs");
-}
-
 // One run between two barriers: rank 0's wall time covers every rank's work; busy is this rank's.
 struct Timed {
   double wall_s = 0, busy_s = 0;
 };
 Timed timed_run(RankSetup& s, GenerateJob& job) {
-  barrier(s.world, s.opt.timeout_s);
+  barrier(s.world, s.opt.timeout_s, "a barrier between generation runs");
   const double t0 = now_s();
   const StageTiming t = s.pipeline->run(job);
-  barrier(s.world, s.opt.timeout_s);
+  barrier(s.world, s.opt.timeout_s, "a barrier between generation runs");
   return {now_s() - t0, t.busy_s};
 }
 
@@ -99,7 +93,7 @@ JobOutcome run_generation(RankSetup& s, GenerateJob& job) {
   if (opt.benchmark) {
     bench_lines = benchmark(s, job);
   } else {
-    if (!opt.trace.empty()) barrier(world, opt.timeout_s);
+    if (!opt.trace.empty()) barrier(world, opt.timeout_s, "the trace's start");
     const StageTiming t = s.pipeline->run(job);
     const auto timing = gather_timing(world, t, opt.timeout_s);
     if (world.is_first()) bench_lines = pipeline_report(timing, s.plans, job.n_items());

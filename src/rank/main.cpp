@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 
 #include "common/error.h"
 #include "common/log.h"
@@ -13,6 +14,27 @@
 #include "rank/fatal.h"
 #include "rank/options.h"
 #include "rank/world.h"
+
+namespace {
+
+// A CLI11 check that reads the value as a number and says plainly what it must be.
+CLI::Validator number_check(const std::string& must_be, std::function<bool(double)> ok) {
+  return CLI::Validator(
+      [must_be, ok](std::string& v) {
+        size_t used = 0;
+        double x = 0;
+        try {
+          x = std::stod(v, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (used == 0 || used != v.size()) return "not a number: " + v;
+        return ok(x) ? std::string() : "must be " + must_be + ", got " + v;
+      },
+      must_be);
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace lfm2;
@@ -65,45 +87,16 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   auto* gen = app.add_option("--max-new-tokens", opt.max_new_tokens,
                              "generate this many tokens after each prompt (greedy unless --temperature)")
-                  ->check(CLI::Validator(
-                      [](std::string& v) {
-                        try {
-                          size_t used = 0;
-                          const long long n = std::stoll(v, &used);
-                          if (used != v.size()) return "not a whole number: " + v;
-                          return n >= 1 ? std::string() : "must be at least 1, got " + v;
-                        } catch (const std::exception&) {
-                          return "not a whole number: " + v;
-                        }
-                      },
-                      "INT >= 1"));
+                  ->check(number_check("a whole number >= 1", [](double v) { return v >= 1 && v == std::floor(v); }));
   app.add_option("--temperature", opt.temperature, "sampling temperature (0: greedy)")
       ->needs(gen)
-      ->check(CLI::Validator(
-          [](std::string& v) {
-            try {
-              const double t = std::stod(v);
-              return std::isfinite(t) && t >= 0 ? std::string() : "must be a finite number >= 0, got " + v;
-            } catch (const std::exception&) {
-              return "not a number: " + v;
-            }
-          },
-          "NUMBER >= 0"));
+      ->check(number_check("a finite number >= 0", [](double v) { return std::isfinite(v) && v >= 0; }));
   app.add_option("--top-k", opt.top_k, "sample among the k most likely tokens (0: all)")
       ->needs(gen)
       ->check(CLI::NonNegativeNumber);
   app.add_option("--top-p", opt.top_p, "then among the smallest set whose probability reaches p, in (0, 1]")
       ->needs(gen)
-      ->check(CLI::Validator(
-          [](std::string& v) {
-            try {
-              const double p = std::stod(v);
-              return p > 0 && p <= 1 ? std::string() : "must be in (0, 1], got " + v;
-            } catch (const std::exception&) {
-              return "not a number: " + v;
-            }
-          },
-          "(0, 1]"));
+      ->check(number_check("in (0, 1]", [](double v) { return v > 0 && v <= 1; }));
   app.add_option("--seed", opt.seed, "sampling seed (the same seed gives the same tokens for any P and microbatch)")
       ->needs(gen);
   app.add_option("--eos", opt.eos, "end-of-sequence token id (repeatable): a sequence stops after it")->needs(gen);

@@ -53,7 +53,7 @@ JobOutcome run_scoring(RankSetup& s, ScoreJob& job) {
     if (world.is_first()) bench_lines = b.report();
   } else {
     // A traced run starts together on every rank, so that the ranks' timelines line up.
-    if (!opt.trace.empty()) allreduce_max(world, {0}, opt.timeout_s, "the trace's start");
+    if (!opt.trace.empty()) barrier(world, opt.timeout_s, "the trace's start");
     const StageTiming t = s.pipeline->run(job);
     const auto timing = gather_timing(world, t, opt.timeout_s);
     if (world.is_first()) bench_lines = pipeline_report(timing, s.plans, M);

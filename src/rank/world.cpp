@@ -44,6 +44,12 @@ MpiSession::~MpiSession() {
   if (!finalized) MPI_Finalize();
 }
 
+void barrier(const WorldConfig& world, double timeout_s, const std::string& what) {
+  MPI_Request req;
+  MPI_CHECK(MPI_Ibarrier(world.comm, &req), what);
+  wait_mpi_request(&req, timeout_s, what);
+}
+
 std::vector<std::string> gather_strings(const WorldConfig& world, const std::string& mine, double timeout_s,
                                         const std::string& what) {
   LFM2_CHECK(mine.size() <= size_t(INT_MAX), what, ": ", mine.size(), " bytes is over MPI's int count");

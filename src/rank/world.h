@@ -39,6 +39,9 @@ class MpiSession {
   MpiSession& operator=(const MpiSession&) = delete;
 };
 
+// A barrier waited for against timeout_s (MPI_Ibarrier polled); `what` names it in a timeout.
+void barrier(const WorldConfig& world, double timeout_s, const std::string& what);
+
 // Every rank's `mine`, in rank order, on rank 0 (empty elsewhere); non-blocking collectives waited
 // for against timeout_s (a dead rank cannot hang the others here).
 std::vector<std::string> gather_strings(const WorldConfig& world, const std::string& mine, double timeout_s,
