@@ -28,6 +28,7 @@
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/rope.h"
+#include "kernels/sample.h"
 #include "io/weight_names.h"
 #include "model/weight_upload.h"
 
@@ -184,6 +185,8 @@ class CudaStage final : public CudaStageExecutor {
     if (d2h_stream_) cudaStreamSynchronize(d2h_stream_);
     for (auto& g : graphs_) cudaGraphExecDestroy(g.second);
     for (void* p : hidden_) cudaFree(p);
+    for (void* p : token_bufs_) cudaFree(p);
+    free_state();
     for (void* p : host_) cudaFreeHost(p);
     head_.release();
     free_scratch();
@@ -286,18 +289,145 @@ class CudaStage final : public CudaStageExecutor {
     CUDA_CHECK(cudaStreamSynchronize(d2h_stream_));
   }
 
+  // ---- generation: the KV cache (compute dtype) and conv state (fp32) of this stage's layers
+  int64_t state_bytes(int64_t n_seq, int64_t max_len) const override {
+    const int64_t kv = cfg_.num_key_value_heads * cfg_.head_dim(), L = cfg_.conv_L_cache, H = cfg_.hidden_size;
+    int64_t bytes = 0;
+    for (const DevLayer<T>& d : layers_)
+      bytes += d.is_attention ? align_up(n_seq * max_len * kv * int64_t(sizeof(T))) * 2
+                              : align_up(n_seq * (L - 1) * H * int64_t(sizeof(float)));
+    return bytes + align_up(n_seq * 4) + align_up(n_seq) + align_up(64 * 4);
+  }
+
+  void alloc_state(int64_t n_seq, int64_t max_len, const int32_t* lengths, const SamplingParams& sampling) override {
+    CUDA_CHECK(cudaSetDevice(device_));
+    LFM2_CHECK(int64_t(sampling.eos.size()) <= 64, "cuda stage: at most 64 end-of-sequence ids");
+    free_state();
+    const int64_t kv = cfg_.num_key_value_heads * cfg_.head_dim(), L = cfg_.conv_L_cache, H = cfg_.hidden_size;
+    state_.base = static_cast<char*>(device_alloc(state_bytes(n_seq, max_len),
+                                                  cat("the generation state (KV cache and conv state) of ", n_seq,
+                                                      " sequences x ", max_len, " positions"),
+                                                  device_));
+    char* p = state_.base;
+    for (const DevLayer<T>& d : layers_) {
+      LayerState st;
+      if (d.is_attention) {
+        const int64_t b = align_up(n_seq * max_len * kv * int64_t(sizeof(T)));
+        st.k = reinterpret_cast<T*>(p);
+        st.v = reinterpret_cast<T*>(p + b);
+        p += 2 * b;
+      } else {
+        st.conv = reinterpret_cast<float*>(p);
+        p += align_up(n_seq * (L - 1) * H * int64_t(sizeof(float)));
+      }
+      state_.layers.push_back(st);
+    }
+    state_.lengths = reinterpret_cast<int32_t*>(p);
+    state_.finished = reinterpret_cast<uint8_t*>(p + align_up(n_seq * 4));
+    state_.eos = reinterpret_cast<int32_t*>(p + align_up(n_seq * 4) + align_up(n_seq));
+    CUDA_CHECK(cudaMemcpy(state_.lengths, lengths, size_t(n_seq) * 4, cudaMemcpyHostToDevice));
+    if (!sampling.eos.empty())
+      CUDA_CHECK(cudaMemcpy(state_.eos, sampling.eos.data(), sampling.eos.size() * 4, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemset(state_.finished, 0, size_t(n_seq)));
+    state_.host_lengths.assign(lengths, lengths + n_seq);
+    state_.host_finished.assign(size_t(n_seq), 0);
+    state_.n_seq = n_seq;
+    state_.max_len = max_len;
+    state_.sampling = sampling;
+    if (range_.is_last && !sampling.greedy())  // sampling chooses on the host: a pinned copy of the logits
+      state_.host_logits = static_cast<float*>(alloc_host(std::min(capacity_, n_seq) * cfg_.vocab_size * 4));
+    CUDA_CHECK(cudaDeviceSynchronize());
+  }
+
+  void prefill(void* x, int64_t first_seq, int64_t n_seq, int64_t seq_len) override {
+    check_state(first_seq, n_seq, seq_len);
+    check_capacity(n_seq * seq_len, "prefill");
+    CUDA_CHECK(cudaSetDevice(device_));
+    layers(static_cast<float*>(x), n_seq, seq_len, Gen{true, first_seq, 0});
+    if (range_.is_last) {
+      CUDA_CHECK(cudaMemsetAsync(state_.finished + first_seq, 0, size_t(n_seq), stream_));
+      std::fill(state_.host_finished.begin() + first_seq, state_.host_finished.begin() + first_seq + n_seq, 0);
+    }
+  }
+
+  void decode(void* x, int64_t first_seq, int64_t n_seq, int64_t step) override {
+    check_state(first_seq, n_seq, 1);
+    for (int64_t i = 0; i < n_seq; ++i)
+      LFM2_CHECK(state_.host_lengths[size_t(first_seq + i)] + step - 1 < state_.max_len, "cuda stage: decode step ",
+                 step, " of sequence ", first_seq + i, " reaches past the state's ", state_.max_len, " positions");
+    CUDA_CHECK(cudaSetDevice(device_));
+    layers(static_cast<float*>(x), n_seq, 1, Gen{true, first_seq, step});
+  }
+
+  int32_t* alloc_tokens(int64_t n) override {
+    CUDA_CHECK(cudaSetDevice(device_));
+    token_bufs_.push_back(device_alloc(std::max<int64_t>(n, 1) * 4, "a token buffer", device_));
+    return static_cast<int32_t*>(token_bufs_.back());
+  }
+
+  void embed_tokens(const int32_t* tokens, int64_t n_seq, void* x) override {
+    LFM2_CHECK(range_.is_first, "cuda stage: embed_tokens() on a stage that is not first");
+    check_capacity(n_seq, "embed_tokens");
+    CUDA_CHECK(cudaSetDevice(device_));
+    cuda::embedding(static_cast<float*>(x), tokens, embed_, n_seq, cfg_.vocab_size, cfg_.hidden_size, stream_);
+  }
+
+  // Greedy: the head, the argmax and the EOS rule on the device, the tokens copied to `host`
+  // asynchronously. Sampling: the logits come to the host and cpu::choose_tokens picks (the
+  // exact rule of the CPU backend; one host wait per microbatch step).
+  void choose(const void* xv, int64_t first_seq, int64_t n_seq, int64_t seq_len, int64_t step, int32_t* tokens,
+              int32_t* host) override {
+    LFM2_CHECK(range_.is_last, "cuda stage: choose() on a stage that is not last");
+    check_state(first_seq, n_seq, seq_len);
+    CUDA_CHECK(cudaSetDevice(device_));
+    const float* x = static_cast<const float*>(xv);
+    const int64_t H = cfg_.hidden_size, V = cfg_.vocab_size;
+    const bool greedy = state_.sampling.greedy();
+    for (int64_t r0 = 0; r0 < n_seq; r0 += kHeadRows) {
+      const int64_t rows = std::min(kHeadRows, n_seq - r0);
+      float* logits = head_.take_slot(stream_);
+      cuda::rmsnorm_last(y_, x + r0 * seq_len * H, final_norm_, rows, seq_len, H, float(cfg_.norm_eps), stream_,
+                         seq_len > 1 ? state_.lengths + first_seq + r0 : nullptr);
+      cuda::linear_f32out(logits, y_, head_w_, rows, H, V, stream_, tf32_);
+      if (greedy) {
+        cuda::argmax_margin(head_.top, head_.margin, logits, rows, V, stream_);
+        cuda::apply_eos(tokens + r0, head_.top, state_.finished, state_.eos, int(state_.sampling.eos.size()), rows,
+                        first_seq + r0, stream_);
+        if (host) copy_to_host(host + r0, tokens + r0, rows * 4);
+      } else {
+        copy_to_host(state_.host_logits + r0 * V, logits, rows * V * 4);
+      }
+    }
+    if (greedy) return;
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    std::vector<int64_t> seq(static_cast<size_t>(n_seq));
+    for (int64_t i = 0; i < n_seq; ++i) seq[size_t(i)] = first_seq + i;
+    std::vector<int32_t> chosen(static_cast<size_t>(n_seq));
+    cpu::choose_tokens(chosen.data(), state_.host_logits, n_seq, V, seq.data(), step, state_.sampling,
+                       state_.host_finished.data(), 4);
+    if (host) std::copy(chosen.begin(), chosen.end(), host);
+    CUDA_CHECK(cudaMemcpy(tokens, chosen.data(), size_t(n_seq) * 4, cudaMemcpyHostToDevice));
+  }
+
  private:
   // The layer loop of SPEC §1 (see the top of this file).
-  void layers(float* x, int64_t n_seq, int64_t seq_len) {
+  // How the layers run: plainly (scoring), storing the sequences' state (prefill, step 0), or one
+  // token per sequence against it (decode, step >= 1); positions as in ops.h's decode section.
+  struct Gen {
+    bool on = false;
+    int64_t first_seq = 0, step = 0;
+  };
+
+  void layers(float* x, int64_t n_seq, int64_t seq_len, const Gen& gen = Gen{}) {
     const int64_t n = n_seq * seq_len;
     const int64_t H = cfg_.hidden_size;
     const float eps = float(cfg_.norm_eps);
     for (const DevLayer<T>& L : layers_) {
       cuda::rmsnorm(y_, x, L.operator_norm, n, H, eps, stream_);
       if (L.is_attention)
-        attention_block(L, x, n_seq, seq_len);
+        attention_block(L, x, n_seq, seq_len, gen);
       else
-        conv_block(L, x, n_seq, seq_len);
+        conv_block(L, x, n_seq, seq_len, gen);
       cuda::rmsnorm(y_, x, L.ffn_norm, n, H, eps, stream_);
       if (L.is_moe)
         moe_block(L, x, n);
@@ -328,22 +458,40 @@ class CudaStage final : public CudaStageExecutor {
     CUDA_CHECK(cudaMemcpyAsync(host, dev, size_t(bytes), cudaMemcpyDeviceToHost, stream_));
   }
 
-  void attention_block(const DevLayer<T>& L, float* x, int64_t n_seq, int64_t seq_len) {
+  void attention_block(const DevLayer<T>& L, float* x, int64_t n_seq, int64_t seq_len, const Gen& gen) {
     const int64_t n = n_seq * seq_len, H = cfg_.hidden_size, hd = cfg_.head_dim();
     const int64_t nh = cfg_.num_attention_heads, nkv = cfg_.num_key_value_heads, width = (nh + 2 * nkv) * hd;
     cuda::linear(big_, y_, L.wqkv, n, H, width, stream_, tf32_);
     cuda::qk_norm_rope(big_, L.q_norm, L.k_norm, inv_freq_, n_seq, seq_len, nh, nkv, hd, float(cfg_.norm_eps),
-                       stream_);
+                       stream_, state_.lengths, gen.first_seq, gen.step);
     const float scale = float(std::pow(double(hd), -0.5));
+    if (gen.on) {
+      const LayerState& st = state_.layers[size_t(&L - layers_.data())];
+      cuda::kv_cache_store(st.k, st.v, big_, n, seq_len, nh, nkv, hd, state_.lengths, gen.first_seq, gen.step,
+                           state_.max_len, stream_);
+      if (gen.step > 0) {
+        cuda::attention_decode(mid_, big_, st.k, st.v, n, nh, nkv, hd, scale, state_.lengths, gen.first_seq, gen.step,
+                               state_.max_len, stream_);
+        cuda::linear_add_f32(x, mid_, L.attn_out, n, nh * hd, H, stream_, tf32_);
+        return;
+      }
+    }
     cuda::attention(mid_, big_, big_ + nh * hd, big_ + (nh + nkv) * hd, n_seq, seq_len, nh, nkv, hd, scale, stream_,
                     width, width);
     cuda::linear_add_f32(x, mid_, L.attn_out, n, nh * hd, H, stream_, tf32_);
   }
 
-  void conv_block(const DevLayer<T>& L, float* x, int64_t n_seq, int64_t seq_len) {
-    const int64_t n = n_seq * seq_len, H = cfg_.hidden_size;
+  void conv_block(const DevLayer<T>& L, float* x, int64_t n_seq, int64_t seq_len, const Gen& gen) {
+    const int64_t n = n_seq * seq_len, H = cfg_.hidden_size, K = cfg_.conv_L_cache;
     cuda::linear(big_, y_, L.conv_in, n, H, 3 * H, stream_, tf32_);
-    cuda::short_conv(mid_, big_, L.conv_w, n_seq, seq_len, H, cfg_.conv_L_cache, stream_);
+    float* conv_state = gen.on ? state_.layers[size_t(&L - layers_.data())].conv : nullptr;
+    if (gen.on && gen.step > 0)
+      cuda::short_conv_decode(mid_, big_, L.conv_w, conv_state, n, H, K, state_.lengths, gen.first_seq, gen.step,
+                              stream_);
+    else
+      cuda::short_conv(mid_, big_, L.conv_w, n_seq, seq_len, H, K, stream_);
+    if (gen.on && gen.step == 0)
+      cuda::short_conv_state(conv_state, big_, n_seq, seq_len, H, K, state_.lengths, gen.first_seq, stream_);
     cuda::linear_add_f32(x, mid_, L.conv_out, n, H, H, stream_, tf32_);
   }
 
@@ -376,6 +524,18 @@ class CudaStage final : public CudaStageExecutor {
     LFM2_CHECK(cfg_.hidden_size % 8 == 0 && cfg_.moe_intermediate_size % 8 == 0, "cuda stage: ",
                dtype_name(dtype_of<T>()), " MoE layers need hidden_size (", cfg_.hidden_size,
                ") and moe_intermediate_size (", cfg_.moe_intermediate_size, ") to be multiples of 8");
+  }
+
+  void check_state(int64_t first_seq, int64_t n_seq, int64_t seq_len) const {
+    LFM2_CHECK(state_.base, "cuda stage: generation before alloc_state()");
+    LFM2_CHECK(first_seq >= 0 && first_seq + n_seq <= state_.n_seq && seq_len <= state_.max_len, "cuda stage: sequences [",
+               first_seq, ", ", first_seq + n_seq, ") of ", seq_len, " tokens outside the state of ", state_.n_seq, " x ",
+               state_.max_len);
+  }
+
+  void free_state() {
+    if (state_.base) cudaFree(state_.base);
+    state_ = State{};
   }
 
   void check_capacity(int64_t n_tokens, const char* what) const {
@@ -522,6 +682,24 @@ class CudaStage final : public CudaStageExecutor {
   cudaStream_t stream_ = nullptr;                // compute
   cudaStream_t d2h_stream_ = nullptr;            // logits to the host
   HeadBuffers head_;                             // last stage
+  // Generation state (alloc_state), one device allocation.
+  struct LayerState {
+    T *k = nullptr, *v = nullptr;  // attention: (N, max_len, nkv * hd)
+    float* conv = nullptr;         // conv: (N, L - 1, H), u = B * x of the last positions
+  };
+  struct State {
+    char* base = nullptr;
+    std::vector<LayerState> layers;  // per layer of this stage
+    int32_t* lengths = nullptr;      // (N) prompt lengths
+    uint8_t* finished = nullptr;     // (N) last stage: an EOS was chosen
+    int32_t* eos = nullptr;          // the EOS ids
+    int64_t n_seq = 0, max_len = 0;
+    std::vector<int32_t> host_lengths;
+    std::vector<uint8_t> host_finished;  // sampling: the flags the host keeps
+    SamplingParams sampling;
+    float* host_logits = nullptr;        // sampling: pinned (microbatch, V)
+  } state_;
+  std::vector<void*> token_bufs_;                // alloc_tokens()
   std::vector<void*> host_;                      // alloc_host()
   WeightArena arena_;
   std::vector<DevLayer<T>> layers_;

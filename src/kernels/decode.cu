@@ -1,0 +1,209 @@
+// Generation's kernels on the GPU (the CPU twins: cpu::kv_cache_store, cpu::attention_decode,
+// cpu::short_conv_state, cpu::short_conv_decode, cpu::choose_tokens' greedy path).
+//
+// Positions: a row of a prefill (step 0) is at position row % seq_len of sequence
+// first_seq + row / seq_len; a row of decode step `step` >= 1 (seq_len 1) is sequence first_seq + row
+// at position lengths[first_seq + row] + step - 1 (lengths: the prompt lengths, on the device).
+#include <cfloat>
+
+#include "common/cuda_check.h"
+#include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/ops.h"
+
+namespace lfm2::cuda {
+namespace {
+
+__device__ __forceinline__ int64_t position_of(int64_t row, int64_t seq_len, const int32_t* lengths,
+                                               int64_t first_seq, int64_t step) {
+  return step == 0 ? row % seq_len : int64_t(lengths[first_seq + row]) + step - 1;
+}
+
+__device__ __forceinline__ int64_t sequence_of(int64_t row, int64_t seq_len, int64_t first_seq, int64_t step) {
+  return first_seq + (step == 0 ? row / seq_len : row);
+}
+
+// k and v of every row into the caches (n_seq_all, max_len, n_kv * head_dim).
+template <typename T>
+__global__ void kv_store_kernel(T* k_cache, T* v_cache, const T* qkv, int64_t n_rows, int64_t width, int64_t k_off,
+                                int64_t v_off, int64_t kv, int64_t seq_len, const int32_t* lengths, int64_t first_seq,
+                                int64_t step, int64_t max_len) {
+  const int64_t n = n_rows * kv;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t row = i / kv, c = i - row * kv;
+    const int64_t s = sequence_of(row, seq_len, first_seq, step), p = position_of(row, seq_len, lengths, first_seq, step);
+    if (p >= max_len) continue;  // checked on the host; never written out of bounds
+    const int64_t dst = (s * max_len + p) * kv + c;
+    k_cache[dst] = qkv[row * width + k_off + c];
+    v_cache[dst] = qkv[row * width + v_off + c];
+  }
+}
+
+// One warp per (row, head): the query against cache positions 0..p with an online softmax in fp32;
+// lane l owns dims l, l + 32, ... of the head.
+constexpr int kMaxDimsPerLane = 4;  // head_dim <= 128
+
+template <typename T>
+__global__ void attention_decode_kernel(T* out, const T* qkv, const T* k_cache, const T* v_cache, int64_t n_rows,
+                                        int64_t width, int n_heads, int n_kv_heads, int head_dim, float scale,
+                                        const int32_t* lengths, int64_t first_seq, int64_t step, int64_t max_len) {
+  const int lane = threadIdx.x & 31;
+  const int64_t item = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) >> 5;
+  if (item >= n_rows * n_heads) return;
+  const int64_t row = item / n_heads;
+  const int h = int(item - row * n_heads), kvh = h / (n_heads / n_kv_heads);
+  const int64_t s = first_seq + row, t = int64_t(lengths[s]) + step - 1;
+  const int64_t kv = int64_t(n_kv_heads) * head_dim;
+  float q[kMaxDimsPerLane], acc[kMaxDimsPerLane];
+#pragma unroll
+  for (int i = 0; i < kMaxDimsPerLane; ++i) {
+    const int d = lane + 32 * i;
+    q[i] = d < head_dim ? to_f32(qkv[row * width + int64_t(h) * head_dim + d]) : 0.f;
+    acc[i] = 0.f;
+  }
+  float m = -INFINITY, l = 0.f;
+  const T* kc = k_cache + s * max_len * kv + int64_t(kvh) * head_dim;
+  const T* vc = v_cache + s * max_len * kv + int64_t(kvh) * head_dim;
+  for (int64_t j = 0; j <= t && j < max_len; ++j) {
+    float dot = 0.f;
+#pragma unroll
+    for (int i = 0; i < kMaxDimsPerLane; ++i) {
+      const int d = lane + 32 * i;
+      if (d < head_dim) dot += q[i] * to_f32(kc[j * kv + d]);
+    }
+    const float score = warp_sum(dot) * scale;
+    const float m_new = fmaxf(m, score);
+    const float keep = __expf(m - m_new), w = __expf(score - m_new);
+    l = l * keep + w;
+#pragma unroll
+    for (int i = 0; i < kMaxDimsPerLane; ++i) {
+      const int d = lane + 32 * i;
+      if (d < head_dim) acc[i] = acc[i] * keep + w * to_f32(vc[j * kv + d]);
+    }
+    m = m_new;
+  }
+  const float inv = 1.f / l;
+#pragma unroll
+  for (int i = 0; i < kMaxDimsPerLane; ++i) {
+    const int d = lane + 32 * i;
+    if (d < head_dim) out[row * int64_t(n_heads) * head_dim + int64_t(h) * head_dim + d] = from_f32<T>(acc[i] * inv);
+  }
+}
+
+// state (n_seq_all, L-1, hidden) of sequences first_seq.. from their prefill rows: u = B * x at the
+// last L-1 positions of each prompt (0 before its start).
+template <typename T>
+__global__ void conv_state_kernel(float* state, const T* bcx, int64_t n_seq, int64_t seq_len, int64_t hidden,
+                                  int64_t L, const int32_t* lengths, int64_t first_seq) {
+  const int64_t n = n_seq * (L - 1) * hidden;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t c = i % hidden, j = (i / hidden) % (L - 1), s = i / (hidden * (L - 1));
+    const int64_t t = int64_t(lengths[first_seq + s]) - (L - 1) + j;
+    const T* src = bcx + (s * seq_len + t) * 3 * hidden;
+    state[((first_seq + s) * (L - 1) + j) * hidden + c] = t < 0 ? 0.f : to_f32(src[c]) * to_f32(src[2 * hidden + c]);
+  }
+}
+
+// One token per sequence against its conv state, then the state shifted to take the new u.
+template <typename T>
+__global__ void conv_decode_kernel(T* out, const T* bcx, const float* conv_w, float* state, int64_t n, int64_t hidden,
+                                   int64_t L, const int32_t* lengths, int64_t first_seq, int64_t step) {
+  const int64_t total = n * hidden;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t row = i / hidden, c = i - row * hidden;
+    const int64_t t = int64_t(lengths[first_seq + row]) + step - 1;
+    const T* r = bcx + row * 3 * hidden;
+    float* st = state + (first_seq + row) * (L - 1) * hidden + c;
+    const float u = to_f32(r[c]) * to_f32(r[2 * hidden + c]);
+    float z = 0.f;
+    for (int64_t j = 0; j < L; ++j) {
+      if (t - (L - 1) + j < 0) continue;
+      z += conv_w[c * L + j] * (j < L - 1 ? st[j * hidden] : u);
+    }
+    out[row * hidden + c] = from_f32<T>(to_f32(r[hidden + c]) * z);
+    for (int64_t j = 0; j + 1 < L - 1; ++j) st[j * hidden] = st[(j + 1) * hidden];
+    if (L > 1) st[(L - 2) * hidden] = u;
+  }
+}
+
+// tokens[i] = the chosen top-1, or the first EOS id once sequence first_seq + i has finished.
+__global__ void eos_kernel(int32_t* tokens, const int32_t* top, uint8_t* finished, const int32_t* eos, int n_eos,
+                           int64_t n, int64_t first_seq) {
+  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  int32_t t = top[i];
+  if (n_eos > 0 && finished[first_seq + i]) t = eos[0];
+  for (int e = 0; e < n_eos; ++e)
+    if (t == eos[e]) finished[first_seq + i] = 1;
+  tokens[i] = t;
+}
+
+}  // namespace
+
+template <typename T>
+void kv_cache_store(T* k_cache, T* v_cache, const T* qkv, int64_t n_rows, int64_t seq_len, int64_t n_heads,
+                    int64_t n_kv_heads, int64_t head_dim, const int32_t* lengths, int64_t first_seq, int64_t step,
+                    int64_t max_len, cudaStream_t stream) {
+  if (n_rows == 0) return;
+  const int64_t kv = n_kv_heads * head_dim, width = (n_heads + 2 * n_kv_heads) * head_dim;
+  kv_store_kernel<<<grid_for(n_rows * kv, 256 * 4), 256, 0, stream>>>(k_cache, v_cache, qkv, n_rows, width,
+                                                                      n_heads * head_dim, (n_heads + n_kv_heads) * head_dim,
+                                                                      kv, seq_len, lengths, first_seq, step, max_len);
+  CUDA_CHECK_LAUNCH("kv_store_kernel");
+}
+
+template <typename T>
+void attention_decode(T* out, const T* qkv, const T* k_cache, const T* v_cache, int64_t n, int64_t n_heads,
+                      int64_t n_kv_heads, int64_t head_dim, float scale, const int32_t* lengths, int64_t first_seq,
+                      int64_t step, int64_t max_len, cudaStream_t stream) {
+  LFM2_CHECK(head_dim <= 32 * kMaxDimsPerLane && n_kv_heads > 0 && n_heads % n_kv_heads == 0,
+             "attention_decode: head_dim ", head_dim, " (at most ", 32 * kMaxDimsPerLane, "), ", n_heads, " heads, ",
+             n_kv_heads, " kv heads");
+  LFM2_CHECK(step >= 1, "attention_decode: step ", step);
+  if (n == 0) return;
+  const int64_t warps = n * n_heads;
+  const int64_t width = (n_heads + 2 * n_kv_heads) * head_dim;
+  attention_decode_kernel<<<grid_for(warps * 32, 256), 256, 0, stream>>>(
+      out, qkv, k_cache, v_cache, n, width, int(n_heads), int(n_kv_heads), int(head_dim), scale, lengths, first_seq,
+      step, max_len);
+  CUDA_CHECK_LAUNCH("attention_decode_kernel");
+}
+
+template <typename T>
+void short_conv_state(float* state, const T* bcx, int64_t n_seq, int64_t seq_len, int64_t hidden, int64_t L,
+                      const int32_t* lengths, int64_t first_seq, cudaStream_t stream) {
+  if (n_seq == 0 || L < 2) return;
+  conv_state_kernel<<<grid_for(n_seq * (L - 1) * hidden, 256 * 4), 256, 0, stream>>>(state, bcx, n_seq, seq_len, hidden,
+                                                                                      L, lengths, first_seq);
+  CUDA_CHECK_LAUNCH("conv_state_kernel");
+}
+
+template <typename T>
+void short_conv_decode(T* out, const T* bcx, const float* conv_w, float* state, int64_t n, int64_t hidden, int64_t L,
+                       const int32_t* lengths, int64_t first_seq, int64_t step, cudaStream_t stream) {
+  LFM2_CHECK(step >= 1, "short_conv_decode: step ", step);
+  if (n == 0) return;
+  conv_decode_kernel<<<grid_for(n * hidden, 256 * 4), 256, 0, stream>>>(out, bcx, conv_w, state, n, hidden, L, lengths,
+                                                                       first_seq, step);
+  CUDA_CHECK_LAUNCH("conv_decode_kernel");
+}
+
+void apply_eos(int32_t* tokens, const int32_t* top, uint8_t* finished, const int32_t* eos, int n_eos, int64_t n,
+               int64_t first_seq, cudaStream_t stream) {
+  if (n == 0) return;
+  eos_kernel<<<grid_for(n, 256), 256, 0, stream>>>(tokens, top, finished, eos, n_eos, n, first_seq);
+  CUDA_CHECK_LAUNCH("eos_kernel");
+}
+
+#define INST(T)                                                                                                   \
+  template void kv_cache_store<T>(T*, T*, const T*, int64_t, int64_t, int64_t, int64_t, int64_t, const int32_t*, \
+                                  int64_t, int64_t, int64_t, cudaStream_t);                                      \
+  template void attention_decode<T>(T*, const T*, const T*, const T*, int64_t, int64_t, int64_t, int64_t, float,  \
+                                    const int32_t*, int64_t, int64_t, int64_t, cudaStream_t);                     \
+  template void short_conv_state<T>(float*, const T*, int64_t, int64_t, int64_t, int64_t, const int32_t*,        \
+                                    int64_t, cudaStream_t);                                                       \
+  template void short_conv_decode<T>(T*, const T*, const float*, float*, int64_t, int64_t, int64_t,               \
+                                     const int32_t*, int64_t, int64_t, cudaStream_t);
+LFM2_FOR_EACH_T(INST)
+#undef INST
+
+}  // namespace lfm2::cuda
