@@ -13,6 +13,8 @@
 #   peer      hf_peer.py (transformers, bf16, grouped_mm experts) on GPU 0              -> peer.log
 #   runs      each RUNS entry P:DTYPE:MICROBATCH[:GRAPHS[:trace]] as mpirun -np P lfm2-rank
 #             --benchmark (warm-up 1, repeat $REPEAT), with --trace where asked          -> runs.log
+#   generate  each GEN_RUNS entry P:DTYPE:BATCH:MICROBATCH:NEW as --max-new-tokens NEW --benchmark on
+#             the first BATCH prompts (time to first token, decode tokens/s)           -> generate.log
 #   validate  fp32 at P = 1 and P = all GPUs against the answers (top-1 must be N/N)    -> validate.log
 # Every run is cut off at $RUN_TIMEOUT_S; runs that would start after $BUDGET_S are skipped.
 # Environment: OUT, WORK (/tmp/lfm2-bench), BUILD_DIR (/tmp/lfm2-build), PRESET (lfm2-8b-a1b),
@@ -36,6 +38,7 @@ if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then export 
 NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 [ "$NGPU" -ge 1 ] || NGPU=1
 RUNS=${RUNS:-"1:bf16:128 1:bf16:128:off 1:bf16:256:on:trace 1:bf16:512"}
+GEN_RUNS=${GEN_RUNS:-}
 mkdir -p "$OUT" "$WORK"
 OUT=$(cd "$OUT" && pwd)
 SUMMARY=$OUT/summary.txt
@@ -111,7 +114,8 @@ fi
 PEER_SPS=""
 if ! skip PEER && [ -n "$PEER_SCRIPT" ]; then
   (cd "$OUT" && CUDA_VISIBLE_DEVICES=0 OUT="$OUT" N=$N S=$S PEER_DTYPES=bf16 PEER_IMPLS=grouped_mm PEER_MB=${PEER_MB:-128,512} \
-    PEER_DECODE=0 timeout -k 10 300 python3 "$PEER_SCRIPT") >"$OUT/peer.log" 2>&1
+    PEER_DECODE=${PEER_DECODE:-0} PEER_DECODE_B=${PEER_DECODE_B:-64,256} timeout -k 10 300 python3 "$PEER_SCRIPT") >"$OUT/peer.log" 2>&1
+  grep '"kind": "decode"' "$OUT/peer.log" | sed 's/^/peer decode: /' | tee -a "$SUMMARY"
   PEER_SPS=$(python3 -c "import json; r=json.load(open('$OUT/hf_peer.json')); print(max(x.get('samples_s', 0) for x in r))" 2>/dev/null)
   say "[$(elapsed) s] peer: transformers bf16 grouped_mm, best ${PEER_SPS:-?} samples/s ($(grep -o '"mb": [0-9]*, "secs": [0-9.]*, "samples_s": [0-9.]*' "$OUT/peer.log" | tr '\n' ';'))"
 fi
@@ -155,6 +159,23 @@ if ! skip RUNS; then
     fi
   done
 fi
+
+# ---- generation benchmarks: the first BATCH prompts, NEW tokens each
+for g in $GEN_RUNS; do
+  IFS=: read -r np dt batch mb new <<<"$g"
+  sub_inputs=$WORK/inputs-${batch}x$S.h5
+  python3 -c "import h5py; h5py.File('$sub_inputs','w')['input_ids']=h5py.File('$INPUTS','r')['input_ids'][:$batch]" \
+    >>"$OUT/generate.log" 2>&1
+  name="gen-p$np-$dt-b$batch-mb$mb-k$new"
+  [ "$np" -gt "$NGPU" ] && { say "skipped $name: $np ranks, $NGPU GPUs"; continue; }
+  cmd=(mpirun -np "$np" "${MPI_FLAGS[@]}" "$RANK" --device cuda --model "$MODEL" --inputs "$sub_inputs" --timeout 120
+    --dtype "$dt" --microbatch "$mb" --max-new-tokens "$new" --benchmark --warmup 1 --repeat 2)
+  { echo "=== $name: ${cmd[*]}"; timeout -k 10 "$RUN_TIMEOUT_S" "${cmd[@]}"; echo "=== $name: exit $?"; } >"$OUT/tmp.log" 2>&1
+  cat "$OUT/tmp.log" >>"$OUT/generate.log"
+  say "[$(elapsed) s] $name: $(grep -E 'exit [0-9]+$' "$OUT/tmp.log" | tail -1 | sed 's/.*exit/exit/')"
+  grep -E 'benchmark: (generation|time to first|busy per stage during|decode bubble)|error' "$OUT/tmp.log" |
+    sed "s/^/$name: /" | tee -a "$SUMMARY"
+done
 
 # ---- validation in fp32 against transformers' answers
 if ! skip VALIDATE && [ -f "$ANSWERS.done" ]; then
