@@ -83,6 +83,14 @@ CASES = {
              rope_parameters={"rope_type": "default", "rope_theta": 500000.0}),
         dict(n_seq=4, seq_len=33, fused=True),
     ),
+    "gqa2_hd16_gpu": (
+        "head_dim 16 (the CUDA backend's smallest), GQA 2, top-2, one dense layer, 2 x 20 tokens: the GPU "
+        "generation tests' checkpoint",
+        dict(vocab_size=128, hidden_size=64, intermediate_size=96, moe_intermediate_size=32, num_hidden_layers=4,
+             num_attention_heads=4, num_key_value_heads=2, num_dense_layers=1, num_experts=8, num_experts_per_tok=2,
+             layer_types=["conv", "full_attention", "conv", "full_attention"], norm_topk_prob=True),
+        dict(n_seq=2, seq_len=20),
+    ),
 }
 
 

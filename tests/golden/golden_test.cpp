@@ -221,7 +221,7 @@ TEST(GoldenBf16, Fp32FileMatchesBf16File) {
 
 INSTANTIATE_TEST_SUITE_P(Cases, GoldenCase,
                          ::testing::Values("tied_gqa2_top2", "untied_mha_top1_long", "bf16_gqa4_top3_seq1",
-                                           "fused_experts_nobias"),
+                                           "fused_experts_nobias", "gqa2_hd16_gpu"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace
