@@ -37,7 +37,7 @@ EXTRA=${EXTRA:-}
 if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then export PATH=/usr/local/cuda/bin:$PATH; fi
 NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 [ "$NGPU" -ge 1 ] || NGPU=1
-RUNS=${RUNS:-"1:bf16:128 1:bf16:128:off 1:bf16:256:on:trace 1:bf16:512"}
+RUNS=${RUNS-"1:bf16:128 1:bf16:128:off 1:bf16:256:on:trace 1:bf16:512"}  # RUNS="" runs none
 GEN_RUNS=${GEN_RUNS:-}
 mkdir -p "$OUT" "$WORK"
 OUT=$(cd "$OUT" && pwd)
