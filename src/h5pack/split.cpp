@@ -71,6 +71,23 @@ std::vector<std::string> split_weights(const std::string& in, int n_stages, cons
     }
     prog.finish();
   }
+  // Every stage file carries the whole model's identity: the input's (each copied tensor is checked
+  // against its digest there at commit), or, for an input from an older h5pack, the one its tensors
+  // give, every tensor having been copied into some stage.
+  ModelIdentity id;
+  if (reader.identity()) {
+    id = *reader.identity();
+  } else {
+    const auto specs = model_tensor_specs(cfg);
+    for (const auto& spec : specs) {
+      auto w = std::find_if(writers.begin(), writers.end(), [&](const auto& wr) { return wr->has_whole(spec.path); });
+      LFM2_CHECK(w != writers.end(), in, ": tensor '", spec.path, "' is in no stage");
+      id.tensor_digests.push_back((*w)->digest(spec.path));
+    }
+    id.fingerprint = model_fingerprint(cfg.to_json_text(), reader.weight_dtype(), specs, id.tensor_digests);
+    if (progress) log_info(cat(in, " has no model fingerprint (an older h5pack): computed ", hex64(id.fingerprint), " from its tensors"));
+  }
+  for (auto& w : writers) w->set_identity(id);
   // Every file is complete: rename all into place; if one rename fails, take back the ones done.
   for (size_t i = 0; i < writers.size(); ++i) {
     try {

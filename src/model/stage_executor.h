@@ -54,6 +54,16 @@ class StageExecutor {
   virtual void head(const void* x, int64_t n_seq, int64_t seq_len, const HeadOutputs& out) = 0;
   // Blocks until queued work is done (a no-op on the CPU).
   virtual void synchronize() = 0;
+
+  // Device executors: queues a count of the NaN / +-Inf values among the first n fp32 elements of a
+  // buffer in its memory (a hidden-state buffer) into *count, host memory from alloc_host() that
+  // the caller zeroed; readable once the queued work is done (synchronize()). Returns false where
+  // the backend has no such kernel (then nothing is queued, and model/checked_stage.h checks only
+  // the head's host outputs). Host executors need not implement it: their buffers are read directly.
+  virtual bool count_nonfinite(const void* buf, int64_t n, uint32_t* count) {
+    (void)buf, (void)n, (void)count;
+    return false;
+  }
 };
 
 // The CPU reference executor: fp32 weights and activations, fp32 accumulation, n_threads workers

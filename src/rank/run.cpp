@@ -28,12 +28,16 @@
 #include "common/log.h"
 #include "io/token_files.h"
 #include "io/weight_file.h"
+#include "model/checked_stage.h"
 #include "model/stage_executor.h"
 #include "rank/benchmark.h"
 #include "rank/fatal.h"
+#include "rank/fault_hook.h"
 #include "rank/gpu_identity.h"
 #include "rank/options.h"
 #include "rank/pipeline.h"
+#include "rank/run_outputs.h"
+#include "rank/same_model.h"
 #include "rank/stage_plan.h"
 #include "rank/transport.h"
 #include "rank/validate.h"
@@ -197,7 +201,7 @@ void deliver_report(const WorldConfig& world, const std::vector<std::string>& li
       return flag != 0;
     };
     if (!poll_until(arrived, timeout_s))
-      LFM2_FAIL("timed out after ", timeout_s, " s waiting for the last rank's report (see --timeout)");
+      LFM2_TIMEOUT("timed out after ", timeout_s, " s waiting for the last rank's report (see --timeout)");
     int n = 0;
     MPI_Get_count(&st, MPI_CHAR, &n);
     std::string text(size_t(n), '\0');
@@ -252,14 +256,6 @@ std::vector<std::string> pipeline_report(const std::vector<StageTiming>& timing,
   return lines;
 }
 
-// An output path whose directory exists and is writable, and that is not a directory itself.
-void check_writable_path(const std::string& path, const char* what) {
-  const fs::path dir = fs::absolute(path).parent_path();
-  LFM2_CHECK(!fs::is_directory(path), what, " ", path, ": is a directory");
-  LFM2_CHECK(fs::is_directory(dir) && ::access(dir.c_str(), W_OK) == 0, what, " ", path, ": cannot write into ",
-             dir.string());
-}
-
 // Each rank's busy and wall time of one run, gathered to rank 0 (the run report).
 std::vector<StageTiming> gather_timing(const WorldConfig& world, const StageTiming& mine, double timeout_s) {
   std::vector<StageTiming> all(size_t(world.size));
@@ -296,11 +292,12 @@ int run_rank(const WorldConfig& world, RankOptions opt) {
 
   // ---- phase A: options, this rank's weight file, the inputs (rank 0).
   bool ok = startup_step([&] { check_backend(opt); }, r0);
-  // Rank 0 writes the trace: an unwritable path fails now, before any work.
-  if (ok && r0 && !opt.trace.empty()) ok = startup_step([&] { check_writable_path(opt.trace, "--trace"); });
   if (ok && opt.use_default) ok = startup_step([&] { resolve_default(opt); }, r0);
   if (ok && (opt.model.empty() || opt.inputs.empty()))
     ok = startup_step([&] { LFM2_FAIL("give both --model and --inputs (or neither, for the shipped default)"); }, r0);
+  // Rank 0 writes the trace, the last rank the output: each is writable and no input, or fails now.
+  if (ok && (r0 || last))
+    ok = startup_step([&] { check_run_outputs(opt, world, [&](int r) { return weight_path_for(opt.model, r); }); });
   std::string weight_path;
   std::unique_ptr<WeightReader> weights;
   TokenInputs inputs;
@@ -315,6 +312,9 @@ int run_rank(const WorldConfig& world, RankOptions opt) {
       const ModelConfig& cfg = weights->config();
       check_inputs(inputs, cfg.vocab_size, cfg.max_position_embeddings, opt.inputs);
     });
+  // Every rank's file holds the same model (fingerprints), or rank 0 names two that differ.
+  const bool same = startup_step([&] { check_same_model(world, weights.get(), weight_path, opt.timeout_s); });
+  ok = ok && same;
   // --device auto: CUDA only when every rank sees a GPU (one transport for the whole job).
   int64_t no_gpu = 1;
 #ifdef LFM2_HAVE_CUDA
@@ -322,7 +322,7 @@ int run_rank(const WorldConfig& world, RankOptions opt) {
 #endif
   const auto agreed = allreduce_max(world, {ok ? 0 : 1, inputs.n_seq, inputs.seq_len, no_gpu}, opt.timeout_s,
                                     "the start-up agreement");
-  if (agreed[0] != 0) return kExitError;
+  if (agreed[0] != 0) return report_startup_errors(world, opt.timeout_s);
   const int64_t N = agreed[1], S = agreed[2];
   const bool use_cuda = opt.device == "cuda" || (opt.device == "auto" && agreed[3] == 0);
   const DType dtype = use_cuda ? parse_dtype(opt.dtype) : DType::F32;
@@ -347,7 +347,7 @@ int run_rank(const WorldConfig& world, RankOptions opt) {
       r0);
   const int n_threads = opt.threads > 0 ? opt.threads : default_threads(world);
   const int64_t microbatch = opt.microbatch > 0 ? std::min(opt.microbatch, N) : default_microbatch(N, S, P, use_cuda);
-  std::unique_ptr<StageExecutor> exec;
+  std::unique_ptr<StageExecutor> exec, checked;
   std::unique_ptr<Transport> transport;
   std::unique_ptr<Pipeline> pipeline;
   TokenAnswers answers;
@@ -382,6 +382,7 @@ int run_rank(const WorldConfig& world, RankOptions opt) {
 #endif
   if (ok)
     ok = startup_step([&] {
+      fault_point(world.rank, "loading");
       const StagePlan& plan = plans[size_t(world.rank)];
       if (weights->is_stage_file()) {
         const StageInfo s = weights->stage();
@@ -412,12 +413,6 @@ int run_rank(const WorldConfig& world, RankOptions opt) {
       facts.bytes_read = weights->bytes_read();
       log_info(cat("read ", mib(facts.bytes_read), " of weights (layers ", plan.layer_begin, "-", plan.layer_end - 1,
                    ") from ", weight_path, " in ", int64_t((now_s() - t0) * 1000), " ms"));
-      if (last && !opt.output.empty()) {
-        // Found now rather than after the whole run: the output's directory must be writable.
-        const fs::path dir = fs::absolute(opt.output).parent_path();
-        LFM2_CHECK(fs::is_directory(dir) && ::access(dir.c_str(), W_OK) == 0, opt.output, ": cannot write into ",
-                   dir.string());
-      }
       if (last && !opt.answers.empty()) {
         answers = read_answers(opt.answers);
         check_answers(answers, N, cfg.vocab_size, opt.answers);
@@ -434,7 +429,10 @@ int run_rank(const WorldConfig& world, RankOptions opt) {
       // with logits to compare (not in a benchmark, which validates the top-1 only).
       const bool want_logits = !opt.benchmark && (!opt.output.empty() || answers.has_logits());
       PipelineShape shape{N, S, microbatch, cfg.hidden_size, cfg.vocab_size, want_logits, opt.all_logits};
-      pipeline = std::make_unique<Pipeline>(world, *exec, *transport, shape);
+      // Each microbatch's hidden states and logits are checked for NaN / Inf as they are made.
+      checked = make_checked_stage(*exec, range, {shape.n_micro(), microbatch, cfg.hidden_size, cfg.vocab_size},
+                                   n_threads, opt.allow_nonfinite);
+      pipeline = std::make_unique<Pipeline>(world, *checked, *transport, shape);
       pipeline->set_tracing(!opt.trace.empty());
       install_kill_hook(*pipeline, world.rank);
 #ifdef LFM2_HAVE_CUDA
@@ -450,6 +448,7 @@ int run_rank(const WorldConfig& world, RankOptions opt) {
       }
 #endif
     });
+  fault_point(world.rank, "agreement");
   if (!all_ready(world, ok, opt.timeout_s, "the ready agreement")) return kExitError;
 
 #ifdef LFM2_HAVE_CUDA
@@ -514,6 +513,7 @@ int run_rank(const WorldConfig& world, RankOptions opt) {
     for (const auto& l : bench_lines) log_info(l);
     if (!opt.trace.empty()) deliver_trace(world, *pipeline, plans, opt, opt.timeout_s);
 
+    fault_point(world.rank, "output");
     int code = kExitOk;
     std::vector<std::string> lines;
     if (last) {
@@ -550,8 +550,14 @@ int run_rank(const WorldConfig& world, RankOptions opt) {
       }
       if (!opt.output.empty()) {
         TokenOutputs out{N, S, cfg.vocab_size, result.next_token, result.logits, result.margin, result.all_logits};
-        write_outputs(opt.output, out, meta);
-        lines.push_back("wrote " + opt.output);
+        // A write that fails (a full disk) is this rank's error alone: the job ends together, exit 1.
+        try {
+          write_outputs(opt.output, out, meta);
+          lines.push_back("wrote " + opt.output);
+        } catch (const std::exception& e) {
+          log_error(e.what());
+          code = std::max(code, kExitError);
+        }
       }
     }
     deliver_report(world, lines, opt.timeout_s);
@@ -564,7 +570,7 @@ int run_rank(const WorldConfig& world, RankOptions opt) {
     }
     return code;
   } catch (const std::exception& e) {
-    abort_job(world, e.what());
+    abort_job(world, e);
   }
 }
 
