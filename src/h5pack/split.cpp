@@ -7,6 +7,8 @@
 #include <memory>
 
 #include "common/log.h"
+#include "common/output_guard.h"
+#include "common/xxhash64.h"
 #include "io/weight_file.h"
 #include "rank/stage_plan.h"
 
@@ -33,9 +35,12 @@ std::vector<std::string> split_weights(const std::string& in, int n_stages, cons
                                     : make_stage_plans(parse_layer_counts(layers, int(cfg.num_hidden_layers), n_stages));
   std::vector<std::string> outs;
   for (const auto& p : plans) outs.push_back(stage_path(pattern, p.rank));
-  for (size_t i = 0; i < outs.size(); ++i)
-    LFM2_CHECK(std::filesystem::absolute(outs[i]) != std::filesystem::absolute(in), outs[i],
-               ": output would overwrite the input");
+  for (const auto& out : outs) {
+    LFM2_CHECK(!std::filesystem::is_directory(out), out, ": is a directory (give the stage files' pattern)");
+    check_output_is_no_input({"OUT_PATTERN", out}, {{"input", in}});
+    const std::string note = replacing_note(out);
+    if (!note.empty()) log_info(note);
+  }
 
   std::vector<std::unique_ptr<WeightWriter>> writers;
   std::vector<char> buf;

@@ -111,15 +111,15 @@ class CheckedStage final : public StageExecutor {
   // within the microbatch, -1 if unknown.
   void found(int64_t bad, int64_t rows, int64_t m, int64_t row, int64_t seq_len, const std::string& where,
              const char* what) {
-    const int64_t seq0 = m * microbatch_;
-    const std::string msg =
-        cat("NaN/Inf in the ", what, " ", where, ", microbatch ", m, " (sequences ", seq0, "-",
-            seq0 + std::max<int64_t>(1, rows / std::max<int64_t>(1, seq_len)) - 1, "): ", bad, " non-finite value",
-            bad == 1 ? "" : "s",
-            row >= 0 ? cat(", the first at sequence ", seq0 + row / seq_len, " token ", row % seq_len) : std::string(),
-            "; the weights or the inputs hold NaN/Inf (h5pack verify; --allow-nonfinite runs on)");
-    if (!allow_) throw NonFiniteError(msg);
-    if (!warned_) log_info("warning: " + msg + " (going on: --allow-nonfinite)");
+    const int64_t seq0 = m * microbatch_, n_seq = std::max<int64_t>(1, rows / std::max<int64_t>(1, seq_len));
+    const std::string msg = cat(
+        "NaN/Inf in the ", what, " ", where, ", microbatch ", m,
+        n_seq == 1 ? cat(" (sequence ", seq0, ")") : cat(" (sequences ", seq0, "-", seq0 + n_seq - 1, ")"), ": ", bad,
+        " non-finite value", bad == 1 ? "" : "s",
+        row >= 0 ? cat(", the first at sequence ", seq0 + row / seq_len, " token ", row % seq_len) : std::string());
+    if (!allow_)
+      throw NonFiniteError(msg + " (do the weights hold NaN/Inf? h5pack verify counts them; --allow-nonfinite runs on)");
+    if (!warned_) log_info("warning: " + msg + " (--allow-nonfinite: going on)");
     warned_ = true;
   }
 

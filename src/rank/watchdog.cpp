@@ -31,10 +31,10 @@ void Watchdog::arm(const std::string& what, double timeout_s) {
     std::lock_guard<std::mutex> lock(mu_);
     armed_ = true;
     what_ = what;
-    timeout_s_ = timeout_s;
+    timeout_s_ = std::max(timeout_s, kMinMpiSeconds);
     deadline_ = std::chrono::steady_clock::now() +
                 std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                    std::chrono::duration<double>(timeout_s + stagger_s(rank_)));
+                    std::chrono::duration<double>(timeout_s_ + stagger_s(rank_)));
   }
   cv_.notify_all();
 }

@@ -7,8 +7,9 @@
 // deadline then prints one line, removes pending temporary files and ends the process with
 // kExitAborted, and mpirun ends the rest of the job.
 //
-// Deadline: --timeout plus 0.25 s per rank number (at most 2 s), so that, of several ranks left
-// waiting on one that stopped, the lowest speaks and mpirun ends the others before they do.
+// Deadline: --timeout, but at least kMinMpiSeconds (MPI's own start and end take time even when no
+// rank is late), plus 0.25 s per rank number (at most 2 s), so that, of several ranks left waiting
+// on one that stopped, the lowest speaks and mpirun ends the others before they do.
 #pragma once
 
 #include <chrono>
@@ -21,13 +22,16 @@ namespace lfm2 {
 
 class Watchdog {
  public:
+  static constexpr double kMinMpiSeconds = 5;
+
   // `prefix` starts the line it prints ("[rank 2] ").
   Watchdog(std::string prefix, int rank);
   ~Watchdog();
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
 
-  // From now on, `what` ("MPI initialisation") must end within timeout_s (plus the rank's stagger).
+  // From now on, `what` ("MPI initialisation") must end within max(timeout_s, kMinMpiSeconds) plus
+  // the rank's stagger.
   void arm(const std::string& what, double timeout_s);
   // It ended in time.
   void disarm();
