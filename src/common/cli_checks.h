@@ -28,9 +28,8 @@ inline CLI::Validator whole(int64_t lo, int64_t hi) {
         const long long v = std::strtoll(s, &end, 10);
         if (end == s || text.find_first_of(" \t") == 0) return "'" + text + "' is not a number";
         if (*end != '\0') {
-          const double d = std::strtod(s, &end);
-          if (*end == '\0' && std::isfinite(d)) return "'" + text + "' is not a whole number";
-          return "'" + text + "' is not a number";
+          std::strtod(s, &end);
+          return "'" + text + (*end == '\0' ? "' is not a whole number" : "' is not a number");
         }
         if (errno == ERANGE || v > hi) return text + " is more than " + std::to_string(hi);
         if (v < lo) return text + " is less than " + std::to_string(lo);

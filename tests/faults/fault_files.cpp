@@ -7,6 +7,7 @@
 //   fault_files attr FILE NAME VALUE            sets a root attribute in place (an integer if VALUE is one)
 //   fault_files drop FILE DATASET               removes a dataset in place
 //   fault_files inputs OUT N S VOCAB [float]    an inputs file of N x S ids (float: input_ids as floats)
+//   fault_files checkpoint DIR                  a small Hugging Face checkpoint (config.json + safetensors)
 #include <hdf5.h>
 
 #include <CLI/CLI.hpp>
@@ -21,6 +22,7 @@
 #include "io/h5_util.h"
 #include "io/token_files.h"
 #include "io/weight_file.h"
+#include "io_test_util.h"
 
 namespace fs = std::filesystem;
 using namespace lfm2;
@@ -136,6 +138,8 @@ int main(int argc, char** argv) {
   in->add_option("s", s)->required();
   in->add_option("vocab", v)->required();
   in->add_option("kind", c);
+  auto* ck = app.add_subcommand("checkpoint", "");
+  ck->add_option("dir", a)->required();
   CLI11_PARSE(app, argc, argv);
   try {
     h5_quiet();
@@ -145,6 +149,7 @@ int main(int argc, char** argv) {
     if (*at) set_attr(a, b, c);
     if (*dr) drop(a, b);
     if (*in) inputs(a, n, s, v, c == "float");
+    if (*ck) test::write_checkpoint(a, test::small_config(), test::CheckpointOptions{});
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fault_files: error: %s\n", e.what());
     return 1;
