@@ -47,7 +47,7 @@ class CheckedStage final : public StageExecutor {
     if (!on_device() && !o.logits) o.logits = grow(logits_, n_seq * vocab_);
     inner_.head(x, n_seq, seq_len, o);
     if (on_device()) {
-      heads_pending_.push_back({m, n_seq, o});
+      heads_pending_.push_back({m, n_seq, seq_len, o});
       return;
     }
     check_head(m, n_seq, seq_len, o);
@@ -63,7 +63,7 @@ class CheckedStage final : public StageExecutor {
     heads.swap(heads_pending_);
     for (const Pending& p : pending)
       if (*p.count) found(*p.count, p.n_seq * p.seq_len, p.m, -1, p.seq_len, p.where, "hidden states");
-    for (const HeadPending& h : heads) check_head(h.m, h.n_seq, 1, h.out);
+    for (const HeadPending& h : heads) check_head(h.m, h.n_seq, h.seq_len, h.out);
   }
 
  private:
@@ -73,7 +73,7 @@ class CheckedStage final : public StageExecutor {
     std::string where;
   };
   struct HeadPending {
-    int64_t m, n_seq;
+    int64_t m, n_seq, seq_len;
     HeadOutputs out;
   };
 

@@ -130,7 +130,8 @@ template <typename T>
 void convert_from_f32(T* out, const float* in, int64_t n, cudaStream_t stream);
 
 // --- nonfinite.cu: *count += the number of NaN / +-Inf among in[0, n) (cpu::count_nonfinite).
-// count: device or mapped pinned memory, zeroed by the caller; saturates at 2^32 - 1 only in theory.
+// count: device memory or pinned host memory (mapped under UVA), zeroed by the caller; one atomicAdd per warp
+// that saw any, none when all are finite.
 void count_nonfinite(unsigned int* count, const float* in, int64_t n, cudaStream_t stream);
 
 }  // namespace lfm2::cuda
