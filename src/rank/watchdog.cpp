@@ -24,7 +24,7 @@ Watchdog::~Watchdog() {
   thread_.join();
 }
 
-double Watchdog::stagger_s(int rank) { return 0.25 * std::min(std::max(rank, 0), 8); }
+double Watchdog::stagger_s(int rank) { return 2.0 * std::min(std::max(rank, 0), 3); }
 
 void Watchdog::arm(const std::string& what, double timeout_s) {
   {

@@ -8,8 +8,9 @@
 // kExitAborted, and mpirun ends the rest of the job.
 //
 // Deadline: --timeout, but at least kMinMpiSeconds (MPI's own start and end take time even when no
-// rank is late), plus 0.25 s per rank number (at most 2 s), so that, of several ranks left waiting
-// on one that stopped, the lowest speaks and mpirun ends the others before they do.
+// rank is late), plus 2 s per rank number (at most 6 s), so that, of several ranks left waiting on
+// one that stopped, the lowest speaks and mpirun, which takes one to two seconds to notice a process
+// that ended without MPI_Finalize, ends the others before they do.
 #pragma once
 
 #include <chrono>
@@ -36,7 +37,7 @@ class Watchdog {
   // It ended in time.
   void disarm();
 
-  // The extra time rank r waits before it speaks: 0.25 s per rank, at most 2 s.
+  // The extra time rank r waits before it speaks: 2 s per rank, at most 6 s.
   static double stagger_s(int rank);
 
  private:
