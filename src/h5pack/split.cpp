@@ -90,7 +90,9 @@ std::vector<std::string> split_weights(const std::string& in, int n_stages, cons
       id.tensor_digests.push_back((*w)->digest(spec.path));
     }
     id.fingerprint = model_fingerprint(cfg.to_json_text(), reader.weight_dtype(), specs, id.tensor_digests);
-    if (progress) log_info(cat(in, " has no model fingerprint (an older h5pack): computed ", hex64(id.fingerprint), " from its tensors"));
+    if (progress)
+      log_info(cat(in, " has no model fingerprint (an older h5pack): computed ", hex64(id.fingerprint),
+                   " from its tensors"));
   }
   for (auto& w : writers) w->set_identity(id);
   // Every file is complete: rename all into place; if one rename fails, take back the ones done.

@@ -53,8 +53,8 @@ VerifyReport verify_weights(const std::string& path, bool progress) {
   std::set<std::string> wanted;
   for (const auto& spec : want) wanted.insert(spec.path);
   for (const auto& spec : model_tensor_specs(cfg))
-    LFM2_CHECK(wanted.count(spec.path) || !reader.has(spec.path), path, ": dataset '", spec.path, "' does not belong in ",
-               reader.is_stage_file() ? "this stage file" : "this file");
+    LFM2_CHECK(wanted.count(spec.path) || !reader.has(spec.path), path, ": dataset '", spec.path,
+               "' does not belong in ", reader.is_stage_file() ? "this stage file" : "this file");
 
   VerifyReport r;
   r.fingerprint = hex64(reader.identity()->fingerprint);

@@ -25,8 +25,8 @@ std::string h5_one_line(const std::string& desc) {
   const std::string key = "error message = '";
   const size_t at = desc.find(key);
   if (at != std::string::npos) {
-    const size_t end = desc.find('\'', at + key.size());
-    const std::string cause = desc.substr(at + key.size(), end == std::string::npos ? std::string::npos : end - at - key.size());
+    const size_t from = at + key.size(), end = desc.find('\'', from);
+    const std::string cause = desc.substr(from, end == std::string::npos ? std::string::npos : end - from);
     const size_t colon = desc.find(':');
     return (colon != std::string::npos && colon < at ? desc.substr(0, colon) + ": " : std::string()) + cause;
   }

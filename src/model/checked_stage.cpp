@@ -118,7 +118,8 @@ class CheckedStage final : public StageExecutor {
         " non-finite value", bad == 1 ? "" : "s",
         row >= 0 ? cat(", the first at sequence ", seq0 + row / seq_len, " token ", row % seq_len) : std::string());
     if (!allow_)
-      throw NonFiniteError(msg + " (do the weights hold NaN/Inf? h5pack verify counts them; --allow-nonfinite runs on)");
+      throw NonFiniteError(msg +
+                           " (do the weights hold NaN/Inf? h5pack verify counts them; --allow-nonfinite runs on)");
     if (!warned_) log_info("warning: " + msg + " (--allow-nonfinite: going on)");
     warned_ = true;
   }

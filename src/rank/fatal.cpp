@@ -65,7 +65,9 @@ int report_startup_errors(const WorldConfig& world, double timeout_s) {
   mine.swap(kept_errors());
   std::vector<std::string> all;
   try {
-    all = gather_strings(world, nlohmann::json(mine).dump(), timeout_s, "gathering the start-up errors");
+    // replace: a message may quote a path that is not UTF-8
+    const std::string text = nlohmann::json(mine).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    all = gather_strings(world, text, timeout_s, "gathering the start-up errors");
   } catch (const std::exception& e) {
     for (const auto& m : mine) log_error(m);  // nothing is lost when the gather itself fails
     abort_job(world, e);

@@ -188,7 +188,7 @@ void deliver_report(const WorldConfig& world, const std::vector<std::string>& li
     return;
   }
   if (world.is_last()) {
-    const std::string text = nlohmann::json(lines).dump();
+    const std::string text = nlohmann::json(lines).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     MPI_Request req;
     MPI_CHECK(MPI_Isend(text.data(), int(text.size()), MPI_CHAR, 0, kReportTag, world.comm, &req),
               "sending the report");

@@ -16,7 +16,8 @@ void check_same_model(const WorldConfig& world, const WeightReader* weights, con
     mine["fingerprint"] = weights->identity() ? hex64(weights->identity()->fingerprint) : "";
     mine["stage_file"] = weights->is_stage_file();
   }
-  const std::vector<std::string> all = gather_strings(world, mine.dump(), timeout_s, "comparing the model files");
+  const std::string text = mine.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);  // any path
+  const std::vector<std::string> all = gather_strings(world, text, timeout_s, "comparing the model files");
   if (!world.is_first()) return;
   struct File {
     int rank;
@@ -52,7 +53,8 @@ void check_same_model(const WorldConfig& world, const WeightReader* weights, con
                  " has no model fingerprint (written by an older h5pack): ranks cannot prove they read the same "
                  "model, nor the weights their digests; rewrite it with this h5pack (synth or convert)"));
   else
-    log_info(cat("model: fingerprint ", first.fingerprint, files.size() > 1 ? cat(", the same in the files of all ", files.size(), " ranks") : std::string()));
+    log_info(cat("model: fingerprint ", first.fingerprint,
+                 files.size() > 1 ? cat(", the same in the files of all ", files.size(), " ranks") : std::string()));
 }
 
 }  // namespace lfm2

@@ -59,7 +59,9 @@ void Watchdog::watch() {
     // The main thread is stuck inside MPI: say so in one line and end this process; mpirun then ends
     // the others.
     std::fflush(stdout);
-    std::fprintf(stderr, "%serror: timed out after %g s in %s: a rank did not arrive (stopped or never started? see --timeout)\n",
+    std::fprintf(stderr,
+                 "%serror: timed out after %g s in %s: a rank did not arrive (stopped or never started? "
+                 "see --timeout)\n",
                  prefix_.c_str(), timeout_s_, what_.c_str());
     std::fflush(stderr);
     remove_pending_files_now();
