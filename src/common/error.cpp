@@ -2,11 +2,21 @@
 
 namespace lfm2 {
 
-void throw_error(const char* file, int line, const std::string& what, const std::string& msg) {
+namespace {
+std::string located(const char* file, int line, const std::string& what, const std::string& msg) {
   std::string base = file;
   auto slash = base.find("src/");
   if (slash != std::string::npos) base = base.substr(slash);
-  throw Error(cat(msg, " (", what, " at ", base, ":", line, ")"));
+  return cat(msg, " (", what, " at ", base, ":", line, ")");
+}
+}  // namespace
+
+void throw_error(const char* file, int line, const std::string& what, const std::string& msg) {
+  throw Error(located(file, line, what, msg));
+}
+
+void throw_timeout(const char* file, int line, const std::string& msg) {
+  throw TimeoutError(located(file, line, "timeout", msg));
 }
 
 }  // namespace lfm2

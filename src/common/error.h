@@ -17,6 +17,20 @@ class Error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A wait for another process that ran past its deadline (--timeout): the consequence of a peer that
+// stopped or died, not a fault of the rank that reports it (src/rank/fatal.h lets the lowest such
+// rank speak).
+class TimeoutError : public Error {
+ public:
+  using Error::Error;
+};
+
+// NaN or +-Inf where a finite value must be (src/model/checked_stage.h); its own exit code.
+class NonFiniteError : public Error {
+ public:
+  using Error::Error;
+};
+
 // Builds "a b c" from any streamable parts: throw Error(cat("bad shape ", n)).
 template <typename... Args>
 std::string cat(const Args&... args) {
@@ -26,6 +40,7 @@ std::string cat(const Args&... args) {
 }
 
 [[noreturn]] void throw_error(const char* file, int line, const std::string& what, const std::string& msg);
+[[noreturn]] void throw_timeout(const char* file, int line, const std::string& msg);
 
 }  // namespace lfm2
 
@@ -36,3 +51,6 @@ std::string cat(const Args&... args) {
   } while (0)
 
 #define LFM2_FAIL(...) ::lfm2::throw_error(__FILE__, __LINE__, "error", ::lfm2::cat(__VA_ARGS__))
+
+// A wait that ran past its deadline: throws lfm2::TimeoutError.
+#define LFM2_TIMEOUT(...) ::lfm2::throw_timeout(__FILE__, __LINE__, ::lfm2::cat(__VA_ARGS__))

@@ -23,9 +23,11 @@ void log_info(const std::string& line) {
   std::fflush(stdout);
 }
 
-void log_error(const std::string& line) {
+void log_error(const std::string& line) { log_error_as(prefix_storage(), line); }
+
+void log_error_as(const std::string& prefix, const std::string& line) {
   std::fflush(stdout);
-  std::fprintf(stderr, "%serror: %s\n", prefix_storage().c_str(), line.c_str());
+  std::fprintf(stderr, "%serror: %s\n", prefix.c_str(), line.c_str());
   std::fflush(stderr);
 }
 

@@ -12,6 +12,8 @@ const std::string& log_prefix();
 // One line to stdout / stderr, prefixed, flushed at once so that ranks' lines interleave by line.
 void log_info(const std::string& line);
 void log_error(const std::string& line);
+// The same with another prefix: a line that rank 0 prints for the rank that found the error.
+void log_error_as(const std::string& prefix, const std::string& line);
 
 // Progress for long steps: "label: done/total (pct%)", printed at most every ~5% or 2 s.
 class Progress {

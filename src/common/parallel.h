@@ -8,8 +8,12 @@
 #include <algorithm>
 #include <cstdint>
 #include <exception>
+#include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
+
+#include "common/error.h"
 
 namespace lfm2 {
 
@@ -20,9 +24,14 @@ inline int resolve_threads(int n_threads) {
   return hw == 0 ? 1 : int(hw);
 }
 
+// The most threads a --threads option may ask for: far beyond any useful count, far below what a
+// machine refuses to start.
+inline constexpr int kMaxThreads = 1024;
+
 // Calls f(begin, end, worker) on at most n_threads contiguous chunks of [0, n); worker is in
 // [0, n_threads) and indexes per-thread scratch. Chunks hold at least min_chunk items, so small
-// jobs run inline on the calling thread. The first exception thrown by a worker is rethrown.
+// jobs run inline on the calling thread. The first exception thrown by a worker is rethrown; a
+// thread the system refuses to start becomes an lfm2::Error once the started ones have finished.
 template <typename F>
 void parallel_for(int64_t n, int n_threads, F&& f, int64_t min_chunk = 1) {
   if (n <= 0) return;
@@ -42,9 +51,17 @@ void parallel_for(int64_t n, int n_threads, F&& f, int64_t min_chunk = 1) {
       errors[size_t(w)] = std::current_exception();
     }
   };
-  for (int64_t w = 1; w < workers; ++w) threads.emplace_back(run, w);
-  run(0);
+  std::string refused;
+  for (int64_t w = 1; w < workers && refused.empty(); ++w) {
+    try {
+      threads.emplace_back(run, w);
+    } catch (const std::system_error& e) {
+      refused = cat("cannot start thread ", w + 1, " of ", workers, ": ", e.code().message());
+    }
+  }
+  if (refused.empty()) run(0);
   for (auto& t : threads) t.join();
+  if (!refused.empty()) throw Error(refused + " (ask for fewer threads)");
   for (auto& e : errors)
     if (e) std::rethrow_exception(e);
 }

@@ -1,16 +1,22 @@
 // An output file written under a temporary name beside its final path and renamed into place by
 // commit(). Until then the temporary file is removed when the PendingFile dies (an error unwinds)
-// or, once a program has called remove_pending_files_on_signals(), when SIGINT, SIGTERM or SIGHUP
-// ends the process: no failure leaves a half-written output, nor a stray temporary file.
+// or, once a program has called remove_pending_files_on_signals(), when SIGINT, SIGTERM, SIGHUP or
+// SIGPIPE ends the process: no failure leaves a half-written output, nor a stray temporary file.
+//
+// The temporary name is "<path>.tmp.<host>.<pid>". A process killed outright (SIGKILL, power loss)
+// cannot clean up, so a new PendingFile first removes every "<path>.tmp.<host>.<pid>" of this host
+// whose process no longer exists (or started after the file was last written: its pid was reused),
+// and says so in the log. Files of other hosts (a shared filesystem) are left alone.
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace lfm2 {
 
 class PendingFile {
  public:
-  explicit PendingFile(std::string path);  // temporary name: "<path>.tmp.<pid>"
+  explicit PendingFile(std::string path);  // temporary name: "<path>.tmp.<host>.<pid>"
   ~PendingFile();
   PendingFile(const PendingFile&) = delete;
   PendingFile& operator=(const PendingFile&) = delete;
@@ -26,8 +32,18 @@ class PendingFile {
   bool committed_ = false;
 };
 
-// Installs (once) handlers for SIGINT, SIGTERM and SIGHUP that delete every pending temporary file
-// and then end the process by the same signal.
+// "<path>.tmp.<host>.<pid>" for this process.
+std::string pending_tmp_path(const std::string& path);
+
+// Removes the temporary files of `path` left by dead processes of this host; returns their names
+// (each is also logged).
+std::vector<std::string> remove_stale_temporaries(const std::string& path);
+
+// Installs (once) handlers for SIGINT, SIGTERM, SIGHUP and SIGPIPE that delete every pending
+// temporary file and then end the process by the same signal.
 void remove_pending_files_on_signals();
+
+// Deletes every pending temporary file now (async-signal-safe; for a watchdog about to _exit).
+void remove_pending_files_now();
 
 }  // namespace lfm2

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/log.h"
+#include "common/output_guard.h"
 #include "io/safetensors.h"
 #include "io/weight_file.h"
 
@@ -131,6 +132,10 @@ void convert_checkpoint(const std::string& dir, const std::string& out, std::opt
   LFM2_CHECK(fs::exists(config_path), config_path, ": missing (a checkpoint directory holds config.json)");
   const ModelConfig cfg = ModelConfig::from_file(config_path);
   const SafetensorsCheckpoint ck(dir);
+  std::vector<NamedPath> inputs = {{"config.json of the checkpoint", config_path}};
+  for (const auto& f : ck.files()) inputs.push_back({"checkpoint file", f});
+  inputs.push_back({"checkpoint index", (fs::path(dir) / "model.safetensors.index.json").string()});
+  check_output_is_no_input({"OUT", out}, inputs);
 
   Planner planner(ck);
   std::vector<Step> steps;

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "common/xxhash64.h"
 #include "io/weight_file.h"
 #include "rank/stage_plan.h"
 
@@ -37,6 +38,7 @@ InspectReport inspect_weights(const std::string& path, int n_stages) {
   r.config = reader.config();
   r.weight_dtype = reader.weight_dtype();
   r.is_stage_file = reader.is_stage_file();
+  if (reader.identity()) r.fingerprint = hex64(reader.identity()->fingerprint);
   if (r.is_stage_file) {
     r.stage = reader.stage().stage;
     r.n_stages = reader.stage().n_stages;
@@ -102,6 +104,10 @@ std::string format_report(const InspectReport& r, bool brief) {
   if (r.is_stage_file)
     os << "stage file: stage " << r.stage << " of " << r.n_stages << ", layers " << r.layer_begin << ".."
        << r.layer_end - 1 << "\n";
+  os << "model fingerprint: "
+     << (r.fingerprint.empty() ? std::string("none (written by an older h5pack)")
+                               : r.fingerprint + " (config and every tensor; h5pack verify checks the data)")
+     << "\n";
   std::string attn;
   for (int il = 0; il < c.num_hidden_layers; ++il)
     if (c.is_attention(il)) attn += (attn.empty() ? "" : ",") + std::to_string(il);

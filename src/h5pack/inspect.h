@@ -29,6 +29,7 @@ struct InspectReport {
   std::string path;
   ModelConfig config;
   DType weight_dtype = DType::F32;
+  std::string fingerprint;  // 16 hex digits, "" for a file of an older h5pack
   bool is_stage_file = false;
   int stage = 0, n_stages = 1, layer_begin = 0, layer_end = 0;
   std::vector<InspectDataset> datasets;  // name-table order

@@ -7,6 +7,8 @@
 #include <memory>
 
 #include "common/log.h"
+#include "common/output_guard.h"
+#include "common/xxhash64.h"
 #include "io/weight_file.h"
 #include "rank/stage_plan.h"
 
@@ -33,9 +35,12 @@ std::vector<std::string> split_weights(const std::string& in, int n_stages, cons
                                     : make_stage_plans(parse_layer_counts(layers, int(cfg.num_hidden_layers), n_stages));
   std::vector<std::string> outs;
   for (const auto& p : plans) outs.push_back(stage_path(pattern, p.rank));
-  for (size_t i = 0; i < outs.size(); ++i)
-    LFM2_CHECK(std::filesystem::absolute(outs[i]) != std::filesystem::absolute(in), outs[i],
-               ": output would overwrite the input");
+  for (const auto& out : outs) {
+    LFM2_CHECK(!std::filesystem::is_directory(out), out, ": is a directory (give the stage files' pattern)");
+    check_output_is_no_input({"OUT_PATTERN", out}, {{"input", in}});
+    const std::string note = replacing_note(out);
+    if (!note.empty()) log_info(note);
+  }
 
   std::vector<std::unique_ptr<WeightWriter>> writers;
   std::vector<char> buf;
@@ -71,6 +76,25 @@ std::vector<std::string> split_weights(const std::string& in, int n_stages, cons
     }
     prog.finish();
   }
+  // Every stage file carries the whole model's identity: the input's (each copied tensor is checked
+  // against its digest there at commit), or, for an input from an older h5pack, the one its tensors
+  // give, every tensor having been copied into some stage.
+  ModelIdentity id;
+  if (reader.identity()) {
+    id = *reader.identity();
+  } else {
+    const auto specs = model_tensor_specs(cfg);
+    for (const auto& spec : specs) {
+      auto w = std::find_if(writers.begin(), writers.end(), [&](const auto& wr) { return wr->has_whole(spec.path); });
+      LFM2_CHECK(w != writers.end(), in, ": tensor '", spec.path, "' is in no stage");
+      id.tensor_digests.push_back((*w)->digest(spec.path));
+    }
+    id.fingerprint = model_fingerprint(cfg.to_json_text(), reader.weight_dtype(), specs, id.tensor_digests);
+    if (progress)
+      log_info(cat(in, " has no model fingerprint (an older h5pack): computed ", hex64(id.fingerprint),
+                   " from its tensors"));
+  }
+  for (auto& w : writers) w->set_identity(id);
   // Every file is complete: rename all into place; if one rename fails, take back the ones done.
   for (size_t i = 0; i < writers.size(); ++i) {
     try {

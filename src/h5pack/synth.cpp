@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/log.h"
+#include "common/parallel.h"
 #include "common/rng.h"
 #include "io/weight_file.h"
 
@@ -81,15 +82,9 @@ void synth_fill(void* dst, DType dtype, uint64_t seed, const TensorSpec& spec, c
       }
     }
   };
-  const uint64_t t = uint64_t(std::max(1, threads));
-  if (t == 1 || n < 65536) {
-    part(0, n);
-    return;
-  }
-  std::vector<std::thread> pool;
-  for (uint64_t k = 1; k < t; ++k) pool.emplace_back(part, n * k / t, n * (k + 1) / t);
-  part(0, n / t);
-  for (auto& th : pool) th.join();
+  // Small blocks run inline; the chunks are contiguous, so the bytes do not depend on the split.
+  parallel_for(int64_t(n), std::max(1, threads), [&](int64_t b, int64_t e, int) { part(uint64_t(b), uint64_t(e)); },
+               65536);
 }
 
 void synth_weights(const ModelConfig& cfg, const std::string& out, const SynthOptions& opt) {

@@ -15,8 +15,32 @@ std::string h5_error_message() {
   std::string msg;
   H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, take_innermost, &msg);
   H5Eclear2(H5E_DEFAULT);
-  return msg.empty() ? "HDF5 error" : msg;
+  return msg.empty() ? "HDF5 error" : h5_one_line(msg);
 }
+
+std::string h5_one_line(const std::string& desc) {
+  // The file drivers describe an OS error as "file write failed: time = <ctime with its newline>,
+  // filename = ..., errno = 28, error message = 'No space left on device', buf = ...": keep the
+  // action and the cause.
+  const std::string key = "error message = '";
+  const size_t at = desc.find(key);
+  if (at != std::string::npos) {
+    const size_t from = at + key.size(), end = desc.find('\'', from);
+    const std::string cause = desc.substr(from, end == std::string::npos ? std::string::npos : end - from);
+    const size_t colon = desc.find(':');
+    return (colon != std::string::npos && colon < at ? desc.substr(0, colon) + ": " : std::string()) + cause;
+  }
+  std::string one;
+  for (char c : desc) {
+    const bool space = c == '\n' || c == '\r' || c == '\t';
+    if (space && (one.empty() || one.back() == ' ')) continue;
+    one += space ? ' ' : c;
+  }
+  while (!one.empty() && one.back() == ' ') one.pop_back();
+  return one;
+}
+
+void h5_no_exit_handlers() { H5dont_atexit(); }
 
 void h5_quiet() {
   // Per thread: a thread-safe HDF5 build keeps one error stack (and its printing) per thread.

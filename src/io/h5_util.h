@@ -14,8 +14,18 @@
 
 namespace lfm2 {
 
-// The innermost description on HDF5's error stack (e.g. "file signature not found"), then clears it.
+// The innermost description on HDF5's error stack (e.g. "file signature not found"), then clears it;
+// on one line, an OS error reduced to its action and cause ("file write failed: No space left on
+// device").
 std::string h5_error_message();
+// One HDF5 error description on one line (what h5_error_message() does to it).
+std::string h5_one_line(const std::string& desc);
+
+// Call first in main(), before any other HDF5 call: HDF5 then registers no exit handler. A file whose
+// close failed (a full disk) stays in HDF5's table, and the handler's second attempt to close it at
+// exit faults (SIGSEGV after the one-line error). Programs close their files themselves; the
+// operating system releases what an error left open.
+void h5_no_exit_handlers();
 
 // Silences HDF5's automatic error printing in the calling thread (idempotent; call it in every
 // thread that makes HDF5 calls).

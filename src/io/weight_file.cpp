@@ -40,7 +40,7 @@ H5Handle select_rows(hid_t space, const std::vector<int64_t>& shape, int64_t row
 // ---------------------------------------------------------------- writer
 
 WeightWriter::WeightWriter(const std::string& path, const ModelConfig& cfg, DType weight_dtype)
-    : path_(path), pending_(path), weight_dtype_(weight_dtype) {
+    : path_(path), pending_(path), cfg_(cfg), config_json_(cfg.to_json_text()), weight_dtype_(weight_dtype) {
   h5_quiet();
   // No small-data aggregation: HDF5 would otherwise gather small datasets (norms) of every layer
   // into shared blocks early in the file, and a stage's bytes would no longer lie together.
@@ -50,7 +50,7 @@ WeightWriter::WeightWriter(const std::string& path, const ModelConfig& cfg, DTyp
   H5_CHECK(file_.get(), path_, ": cannot create file");
   h5_write_attr(file_.get(), "format", std::string(kWeightFormat));
   h5_write_attr(file_.get(), "format_version", kWeightFormatVersion);
-  h5_write_attr(file_.get(), "config_json", cfg.to_json_text());
+  h5_write_attr(file_.get(), "config_json", config_json_);
   h5_write_attr(file_.get(), "weight_dtype", std::string(dtype_name(weight_dtype)));
 }
 
@@ -75,6 +75,9 @@ void WeightWriter::create(const TensorSpec& spec) {
   H5Handle dset(H5Dcreate2(file_.get(), spec.path.c_str(), type.get(), space.get(), H5P_DEFAULT, dcpl.get(),
                            H5P_DEFAULT));
   H5_CHECK(dset.get(), path_, ": creating dataset ", spec.path, " ", shape_str(spec.shape));
+  Written& w = written_[spec.path];
+  w = Written{};
+  w.total_rows = spec.shape[0];
 }
 
 void WeightWriter::write_rows(const TensorSpec& spec, int64_t row_begin, int64_t n_rows, const void* data,
@@ -82,6 +85,10 @@ void WeightWriter::write_rows(const TensorSpec& spec, int64_t row_begin, int64_t
   LFM2_CHECK(row_begin >= 0 && n_rows >= 0 && row_begin + n_rows <= spec.shape[0], spec.path, ": rows [",
              row_begin, ", ", row_begin + n_rows, ") outside ", shape_str(spec.shape));
   if (n_rows == 0) return;
+  const auto it = written_.find(spec.path);
+  LFM2_CHECK(it != written_.end(), path_, ": ", spec.path, ": write_rows before create");
+  LFM2_CHECK(it->second.rows == row_begin, path_, ": ", spec.path, ": rows written out of order (", row_begin,
+             " after ", it->second.rows, ")");
   H5Handle dset(H5Dopen2(file_.get(), spec.path.c_str(), H5P_DEFAULT));
   H5_CHECK(dset.get(), path_, ": opening dataset ", spec.path);
   const DType stored = stored_dtype(spec);
@@ -98,6 +105,8 @@ void WeightWriter::write_rows(const TensorSpec& spec, int64_t row_begin, int64_t
   H5Handle type = h5_file_type(stored);
   H5_CHECK(H5Dwrite(dset.get(), type.get(), mspace.get(), fspace.get(), H5P_DEFAULT, src), path_,
            ": writing dataset ", spec.path);
+  it->second.hash.update(src, n * dtype_size(stored));
+  it->second.rows += n_rows;
   bytes_written_ += int64_t(n * dtype_size(stored));
 }
 
@@ -117,7 +126,37 @@ void WeightWriter::set_attr(const std::string& name, const std::string& value) {
   h5_write_attr(file_.get(), name, value);
 }
 
+uint64_t WeightWriter::digest(const std::string& dataset) const {
+  LFM2_CHECK(has_whole(dataset), path_, ": ", dataset, " has not been written whole");
+  return written_.at(dataset).hash.digest();
+}
+
+bool WeightWriter::has_whole(const std::string& dataset) const {
+  const auto it = written_.find(dataset);
+  return it != written_.end() && it->second.rows == it->second.total_rows;
+}
+
+void WeightWriter::set_identity(const ModelIdentity& id) { identity_ = id; }
+
 void WeightWriter::commit() {
+  const std::vector<TensorSpec> specs = model_tensor_specs(cfg_);
+  if (identity_) {
+    for (size_t i = 0; i < specs.size(); ++i)
+      if (written_.count(specs[i].path))
+        LFM2_CHECK(digest(specs[i].path) == identity_->tensor_digests[i], path_, ": tensor '", specs[i].path,
+                   "' as written (", hex64(digest(specs[i].path)), ") differs from its digest in the model (",
+                   hex64(identity_->tensor_digests[i]), "): the source is damaged");
+    write_model_identity(file_.get(), *identity_);
+  } else {
+    bool whole = true;
+    for (const TensorSpec& s : specs) whole = whole && has_whole(s.path);
+    if (whole) {
+      ModelIdentity id;
+      for (const TensorSpec& s : specs) id.tensor_digests.push_back(digest(s.path));
+      id.fingerprint = model_fingerprint(config_json_, weight_dtype_, specs, id.tensor_digests);
+      write_model_identity(file_.get(), id);
+    }
+  }
   H5_CHECK(H5Fflush(file_.get(), H5F_SCOPE_GLOBAL), path_, ": flushing");
   hid_t id = file_.release();  // close explicitly to see the error
   H5_CHECK(H5Fclose(id), path_, ": closing");
@@ -147,6 +186,36 @@ WeightReader::WeightReader(const std::string& path) : path_(path) {
     stage_.info.layer_begin = int(h5_read_attr_int(f, "layer_begin", path));
     stage_.info.layer_end = int(h5_read_attr_int(f, "layer_end", path));
   }
+  const std::vector<TensorSpec> specs = model_tensor_specs(config_);
+  for (size_t i = 0; i < specs.size(); ++i) tensor_index_[specs[i].path] = i;
+  identity_ = read_model_identity(f, path, h5_read_attr_string(f, "config_json", path), weight_dtype_, specs);
+}
+
+uint64_t WeightReader::expected_digest(const std::string& dataset) const {
+  LFM2_CHECK(identity_, path_, ": no tensor digests (written by an older h5pack)");
+  const auto it = tensor_index_.find(dataset);
+  LFM2_CHECK(it != tensor_index_.end(), path_, ": '", dataset, "' is no tensor of the model");
+  return identity_->tensor_digests[it->second];
+}
+
+void WeightReader::check_digest(const std::string& dataset, int64_t row_begin, int64_t n_rows, int64_t total_rows,
+                                const void* data, size_t bytes) {
+  if (!verify_ || !identity_ || !tensor_index_.count(dataset)) return;
+  auto it = reading_.find(dataset);
+  if (row_begin == 0) it = reading_.insert_or_assign(dataset, Reading{}).first;
+  if (it == reading_.end()) return;
+  if (it->second.next_row != row_begin) {  // out of order: this pass is not checked
+    reading_.erase(it);
+    return;
+  }
+  it->second.hash.update(data, bytes);
+  it->second.next_row += n_rows;
+  if (it->second.next_row < total_rows) return;
+  const uint64_t got = it->second.hash.digest(), want = expected_digest(dataset);
+  reading_.erase(it);
+  LFM2_CHECK(got == want, path_, ": tensor '", dataset, "' does not match its digest (read ", hex64(got),
+             ", recorded ", hex64(want), "): the file is damaged; `h5pack verify ", path_, "` checks it whole");
+  ++tensors_verified_;
 }
 
 bool WeightReader::has(const std::string& dataset) const { return h5_exists(file_.get(), dataset); }
@@ -186,7 +255,9 @@ void WeightReader::read_rows_raw(const std::string& dataset, int64_t row_begin, 
   H5Handle mtype = h5_file_type(stored);
   H5_CHECK(H5Dread(dset.get(), mtype.get(), mspace.get(), fspace.get(), H5P_DEFAULT, out), path_,
            ": reading dataset ", dataset);
-  bytes_read_ += n_rows * row_elems(shape) * int64_t(dtype_size(stored));
+  const int64_t bytes = n_rows * row_elems(shape) * int64_t(dtype_size(stored));
+  bytes_read_ += bytes;
+  check_digest(dataset, row_begin, n_rows, shape[0], out, size_t(bytes));
 }
 
 void WeightReader::read(const TensorSpec& spec, void* out, DType want) {

@@ -80,6 +80,15 @@ class StageExecutor {
   // tokens (alloc_tokens), and copied to host (alloc_host memory, readable after synchronize()).
   virtual void choose(const void* x, int64_t first_seq, int64_t n_seq, int64_t seq_len, int64_t step,
                       int32_t* tokens, int32_t* host);
+  // Device executors: queues a count of the NaN / +-Inf values among the first n fp32 elements of a
+  // buffer in its memory (a hidden-state buffer) into *count, host memory from alloc_host() that
+  // the caller zeroed; readable once the queued work is done (synchronize()). Returns false where
+  // the backend has no such kernel (then nothing is queued, and model/checked_stage.h checks only
+  // the head's host outputs). Host executors need not implement it: their buffers are read directly.
+  virtual bool count_nonfinite(const void* buf, int64_t n, uint32_t* count) {
+    (void)buf, (void)n, (void)count;
+    return false;
+  }
 };
 
 // The CPU reference executor: fp32 weights and activations, fp32 accumulation, n_threads workers

@@ -1,19 +1,45 @@
 #include "rank/fatal.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <thread>
 
 #include "common/error.h"
 #include "common/log.h"
 #include "rank/transport.h"
 
 namespace lfm2 {
+namespace {
+
+// This rank's start-up errors since the last report, in order.
+std::vector<std::string>& kept_errors() {
+  static std::vector<std::string> errors;
+  return errors;
+}
+
+// "0", "0-3", "0, 2, 5-7".
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string s;
+  for (size_t i = 0; i < ranks.size();) {
+    size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    s += (s.empty() ? "" : ", ") + std::to_string(ranks[i]) + (j > i ? "-" + std::to_string(ranks[j]) : "");
+    i = j + 1;
+  }
+  return s;
+}
+
+}  // namespace
 
 bool startup_step(const std::function<void()>& step, bool report) {
   try {
     step();
     return true;
   } catch (const std::exception& e) {
-    if (report) log_error(e.what());
+    if (report) kept_errors().push_back(e.what());
     return false;
   }
 }
@@ -29,13 +55,53 @@ std::vector<int64_t> allreduce_max(const WorldConfig& world, std::vector<int64_t
 }
 
 bool all_ready(const WorldConfig& world, bool ok, double timeout_s, const std::string& what) {
-  return allreduce_max(world, {ok ? 0 : 1}, timeout_s, what)[0] == 0;
+  if (allreduce_max(world, {ok ? 0 : 1}, timeout_s, what)[0] == 0) return true;
+  report_startup_errors(world, timeout_s);
+  return false;
 }
 
-void abort_job(const WorldConfig& world, const std::string& msg) {
+int report_startup_errors(const WorldConfig& world, double timeout_s) {
+  std::vector<std::string> mine;
+  mine.swap(kept_errors());
+  std::vector<std::string> all;
+  try {
+    // replace: a message may quote a path that is not UTF-8
+    const std::string text = nlohmann::json(mine).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    all = gather_strings(world, text, timeout_s, "gathering the start-up errors");
+  } catch (const std::exception& e) {
+    for (const auto& m : mine) log_error(m);  // nothing is lost when the gather itself fails
+    abort_job(world, e);
+  }
+  if (!world.is_first()) return kExitError;
+  std::vector<std::string> order;
+  std::map<std::string, std::vector<int>> ranks_of;
+  for (int r = 0; r < int(all.size()); ++r)
+    for (const auto& m : nlohmann::json::parse(all[size_t(r)])) {
+      const std::string msg = m.get<std::string>();
+      auto& ranks = ranks_of[msg];
+      if (ranks.empty()) order.push_back(msg);
+      if (ranks.empty() || ranks.back() != r) ranks.push_back(r);
+    }
+  for (const auto& msg : order) {
+    const auto& ranks = ranks_of[msg];
+    log_error_as(cat("[rank ", ranks[0], "] "),
+                 ranks.size() > 1 ? cat(msg, " (ranks ", rank_list(ranks), ")") : msg);
+  }
+  return kExitError;
+}
+
+void abort_job(const WorldConfig& world, const std::string& msg, int code) {
   log_error(msg);
-  MPI_Abort(world.comm, kExitAborted);
-  std::_Exit(kExitAborted);  // MPI_Abort does not return; this keeps [[noreturn]] honest
+  MPI_Abort(world.comm, code);
+  std::_Exit(code);  // MPI_Abort does not return; this keeps [[noreturn]] honest
+}
+
+void abort_job(const WorldConfig& world, const std::exception& e) {
+  // MPI_Abort ends the job within a fraction of a second: 0.25 s per rank (at most 2 s) lets the
+  // lowest of the ranks that timed out speak alone.
+  if (dynamic_cast<const TimeoutError*>(&e))
+    std::this_thread::sleep_for(std::chrono::duration<double>(0.25 * std::min(std::max(world.rank, 0), 8)));
+  abort_job(world, e.what(), dynamic_cast<const NonFiniteError*>(&e) ? kExitNonFinite : kExitAborted);
 }
 
 }  // namespace lfm2

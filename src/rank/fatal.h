@@ -1,12 +1,17 @@
 // Fatal-error handling of lfm2-rank, in two phases.
 //
-// Before the exchange: each rank runs its start-up steps, reports its own error in one line, and
-// all ranks then agree (MPI_Allreduce) that every one is ready; if any is not, all exit nonzero
-// before any hidden state moves. After the exchange has started a rank cannot know what the others
-// are waiting for, so an error prints one line "[rank N] error: ..." and MPI_Abort ends every rank.
+// Before the exchange: each rank runs its start-up steps and keeps its own error; all ranks then
+// agree (MPI_Iallreduce, polled against --timeout) that every one is ready. If any is not, rank 0
+// gathers the errors and prints each distinct one once, as "[rank N] error: ..." of the lowest rank
+// that has it, and every rank exits 1 before any hidden state moves. After the exchange has started
+// a rank cannot know what the others are waiting for, so an error prints one line and MPI_Abort ends
+// every rank. A wait that times out (a peer stopped) does the same at any phase; the reporting rank
+// first waits its stagger (0.25 s per rank, at most 2 s), so that of several ranks left waiting the
+// lowest speaks and mpirun ends the others first.
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <string>
 #include <vector>
@@ -19,10 +24,12 @@ namespace lfm2 {
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitError = 1;             // bad input, setup or run-time error
 inline constexpr int kExitValidationFailed = 2;  // ran fine, answers did not match
-inline constexpr int kExitAborted = 3;           // MPI_Abort after the exchange started
+inline constexpr int kExitAborted = 3;           // MPI_Abort: a rank failed after the exchange began, or timed out
+inline constexpr int kExitNonFinite = 4;         // NaN or Inf in the hidden states or logits (--allow-nonfinite)
 
-// Runs one start-up step; on lfm2::Error (or std::exception) logs "error: ..." when `report` and
-// returns false. Errors every rank would find alike (the plan) are reported by rank 0 only.
+// Runs one start-up step; on lfm2::Error (or std::exception) keeps its message for the agreement's
+// report when `report` and returns false. Errors every rank would find alike (the plan) are kept by
+// rank 0 only.
 bool startup_step(const std::function<void()>& step, bool report = true);
 
 // Element-wise maximum over all ranks, waiting at most timeout_s (a non-blocking MPI_Iallreduce
@@ -30,10 +37,18 @@ bool startup_step(const std::function<void()>& step, bool report = true);
 std::vector<int64_t> allreduce_max(const WorldConfig& world, std::vector<int64_t> values, double timeout_s,
                                    const std::string& what);
 
-// True when every rank's `ok` is true.
+// True when every rank's `ok` is true; otherwise the errors are reported (report_startup_errors).
 bool all_ready(const WorldConfig& world, bool ok, double timeout_s, const std::string& what);
 
-// Logs "error: <msg>" and calls MPI_Abort(world.comm, kExitAborted); never returns.
-[[noreturn]] void abort_job(const WorldConfig& world, const std::string& msg);
+// After an agreement found a rank not ready: every rank's kept errors to rank 0, which prints each
+// distinct message once, as the lowest rank that has it ("... (ranks 0-3)" when several do).
+// Returns kExitError. Every rank must call it.
+int report_startup_errors(const WorldConfig& world, double timeout_s);
+
+// Logs "error: <msg>" and calls MPI_Abort(world.comm, code); never returns.
+[[noreturn]] void abort_job(const WorldConfig& world, const std::string& msg, int code = kExitAborted);
+// The same for an exception: a TimeoutError after the rank's stagger, a NonFiniteError with
+// kExitNonFinite.
+[[noreturn]] void abort_job(const WorldConfig& world, const std::exception& e);
 
 }  // namespace lfm2

@@ -7,6 +7,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "rank/fatal.h"
+#include "rank/fault_hook.h"
 #include "rank/jobs.h"
 #include "rank/run_report.h"
 #include "rank/transport.h"
@@ -107,6 +108,7 @@ JobOutcome run_generation(RankSetup& s, GenerateJob& job) {
                    {"seq_len", s.seq_len}, {"new_tokens", K}, {"dtype", opt.dtype}},
                   opt.timeout_s);
 
+  fault_point(world.rank, "output");
   JobOutcome out;
   if (world.is_last()) {
     GenerateResult result;
@@ -138,8 +140,14 @@ JobOutcome run_generation(RankSetup& s, GenerateJob& job) {
       o.n_new = K;
       o.generated = result.generated;
       o.n_generated = result.n_generated;
-      write_outputs(opt.output, o, meta);
-      out.lines.push_back("wrote " + opt.output);
+      // A write that fails (a full disk) is this rank's error alone: the job ends together, exit 1.
+      try {
+        write_outputs(opt.output, o, meta);
+        out.lines.push_back("wrote " + opt.output);
+      } catch (const std::exception& e) {
+        log_error(e.what());
+        out.code = std::max(out.code, kExitError);
+      }
     }
   }
   if (!opt.benchmark) {

@@ -5,14 +5,21 @@
 // With no arguments it runs and validates the shipped default under data/default (docs/pipeline.md).
 #include <CLI/CLI.hpp>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <functional>
+#include <memory>
 
+#include "common/cli_checks.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "common/parallel.h"
 #include "common/pending_file.h"
+#include "io/h5_util.h"
 #include "rank/fatal.h"
+#include "rank/fault_hook.h"
 #include "rank/options.h"
+#include "rank/watchdog.h"
 #include "rank/world.h"
 
 namespace {
@@ -38,18 +45,14 @@ CLI::Validator number_check(const std::string& must_be, std::function<bool(doubl
 
 int main(int argc, char** argv) {
   using namespace lfm2;
-  std::unique_ptr<MpiSession> mpi;
-  WorldConfig world;
-  try {
-    mpi = std::make_unique<MpiSession>(&argc, &argv);
-    world = query_world();
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "lfm2-rank: error: %s\n", e.what());
-    return kExitError;
-  }
-  set_log_prefix(cat("[rank ", world.rank, "] "));
-  remove_pending_files_on_signals();  // an interrupted job leaves no OUT.h5.tmp.<pid> behind
+  h5_no_exit_handlers();
+  // Until MPI says otherwise, the launcher's environment tells this process its rank.
+  const int launched_as = launcher_rank();
+  set_log_prefix(cat("[rank ", launched_as, "] "));
+  remove_pending_files_on_signals();  // an interrupted job leaves no OUT.h5.tmp.* behind
+  fault_point(launched_as, "init");
 
+  // The command line is parsed before MPI starts, so that --timeout bounds MPI's start as well.
   RankOptions opt;
   CLI::App app{
       "lfm2-rank: LFM2-MoE inference as a pipeline over MPI ranks (mpirun -np P lfm2-rank ...).\n"
@@ -59,41 +62,44 @@ int main(int argc, char** argv) {
   app.add_option("--answers", opt.answers, "HDF5 file with next_token [N] (and logits [N, V]) to validate against");
   app.add_option("--output", opt.output, "write next_token, logits (and all_logits) here, atomically");
   app.add_option("--microbatch", opt.microbatch, "sequences per microbatch (default: about 4 microbatches per rank)")
-      ->check(CLI::PositiveNumber);
+      ->check(cli::whole(1, INT64_MAX));
   app.add_option("--dtype", opt.dtype, "activation / compute dtype")
       ->capture_default_str()
-      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+      ->check(cli::one_of({"fp32", "bf16", "fp16"}));
   bool fp16 = false;
   app.add_flag("--fp16", fp16, "alias of --dtype fp16");
   app.add_option("--device", opt.device, "backend: auto is cuda when built with it and every rank sees a GPU")
       ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+      ->check(cli::one_of({"auto", "cpu", "cuda"}));
   app.add_flag("--tf32", opt.tf32, "CUDA fp32: TF32 tensor cores for the GEMMs (validated at fp16's tolerance)");
   app.add_flag("--all-logits", opt.all_logits, "also write the logits of every position (all_logits [N, S, V])");
   auto* bench = app.add_flag("--benchmark", opt.benchmark, "warm-up, timed repetitions, throughput and bubble");
   app.add_option("--repeat", opt.repeat, "timed repetitions in benchmark mode")
       ->capture_default_str()
       ->needs(bench)
-      ->check(CLI::PositiveNumber);
+      ->check(cli::whole(1, 1000000));
   app.add_option("--warmup", opt.warmup, "untimed repetitions before them")
       ->capture_default_str()
       ->needs(bench)
-      ->check(CLI::NonNegativeNumber);
+      ->check(cli::whole(0, 1000000));
   app.add_option("--layers", opt.layers, "layers per rank, e.g. 6,6,6,6 (default: balanced by cost)");
   app.add_option("--threads", opt.threads, "CPU threads per rank (default: the node's cores / ranks on the node)")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--timeout", opt.timeout_s, "seconds any wait for another rank may take before the job aborts")
+      ->check(cli::whole(0, kMaxThreads));
+  app.add_option("--timeout", opt.timeout_s,
+                 "seconds any wait for another rank may take (MPI's start and end included) before the job aborts")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(cli::seconds(kMaxTimeoutS));
+  app.add_flag("--allow-nonfinite", opt.allow_nonfinite,
+               "go on past NaN / Inf in the hidden states or logits, with a warning (for debugging)");
   auto* gen = app.add_option("--max-new-tokens", opt.max_new_tokens,
                              "generate this many tokens after each prompt (greedy unless --temperature)")
-                  ->check(number_check("a whole number >= 1", [](double v) { return v >= 1 && v == std::floor(v); }));
+                  ->check(cli::whole(1, int64_t(1) << 30));
   app.add_option("--temperature", opt.temperature, "sampling temperature (0: greedy)")
       ->needs(gen)
       ->check(number_check("a finite number >= 0", [](double v) { return std::isfinite(v) && v >= 0; }));
   app.add_option("--top-k", opt.top_k, "sample among the k most likely tokens (0: all)")
       ->needs(gen)
-      ->check(CLI::NonNegativeNumber);
+      ->check(cli::whole(0, int64_t(1) << 30));
   app.add_option("--top-p", opt.top_p, "then among the smallest set whose probability reaches p, in (0, 1]")
       ->needs(gen)
       ->check(number_check("in (0, 1]", [](double v) { return v > 0 && v <= 1; }));
@@ -107,30 +113,56 @@ int main(int argc, char** argv) {
   std::string graphs = "on";
   app.add_option("--cuda-graphs", graphs, "CUDA: replay each stage's layers from a CUDA Graph captured once per shape")
       ->capture_default_str()
-      ->check(CLI::IsMember({"on", "off"}));
+      ->check(cli::one_of({"on", "off"}));
   app.footer(
       "Exit codes: 0 ran (and validated), 1 bad input or error (one line from the rank that found it),\n"
-      "2 validation failed, 3 aborted after the exchange started. Details: docs/pipeline.md");
+      "2 validation failed, 3 aborted (a rank failed after the exchange began, or a wait timed out),\n"
+      "4 NaN/Inf found. Details: docs/pipeline.md");
+  int parse_code = -1;  // -1: parsed; else the exit code after reporting
+  std::string parse_error;
   try {
     app.parse(argc, argv);
+    if (fp16 && app.count("--dtype") > 0 && opt.dtype != "fp16")
+      parse_error = cat("--fp16 and --dtype ", opt.dtype, " disagree");
   } catch (const CLI::ParseError& e) {
-    // Every rank parses the same line; rank 0 speaks for all of them.
-    if (world.rank == 0) {
-      if (e.get_exit_code() == 0)
-        app.exit(e);
-      else
-        log_error(e.what());
+    if (e.get_exit_code() == 0) {
+      if (launched_as == 0) app.exit(e);  // --help
+      parse_code = kExitOk;
+    } else {
+      parse_error = e.what();
     }
-    return e.get_exit_code() == 0 ? kExitOk : kExitError;
   }
-  if (fp16) {
-    if (app.count("--dtype") > 0 && opt.dtype != "fp16") {
-      if (world.rank == 0) log_error(cat("--fp16 and --dtype ", opt.dtype, " disagree"));
-      return kExitError;
+  if (!parse_error.empty()) parse_code = kExitError;
+
+  Watchdog watchdog(log_prefix(), launched_as);
+  std::unique_ptr<MpiSession> mpi;
+  WorldConfig world;
+  watchdog.arm("MPI initialisation", opt.timeout_s);
+  try {
+    mpi = std::make_unique<MpiSession>(&argc, &argv);
+    world = query_world();
+  } catch (const std::exception& e) {
+    log_error(e.what());
+    return kExitError;
+  }
+  watchdog.disarm();
+  set_log_prefix(cat("[rank ", world.rank, "] "));
+
+  int code = parse_code;
+  if (code < 0) {
+    if (fp16) opt.dtype = "fp16";
+    opt.cuda_graphs = graphs == "on";
+    opt.use_default = opt.model.empty() && opt.inputs.empty();
+    try {
+      code = run_rank(world, opt);
+    } catch (const std::exception& e) {
+      abort_job(world, e);  // a start-up agreement that timed out, or an MPI error in one
     }
-    opt.dtype = "fp16";
+  } else if (code != kExitOk && world.rank == 0) {
+    log_error(parse_error);  // every rank parsed the same line; rank 0 speaks for all of them
   }
-  opt.cuda_graphs = graphs == "on";
-  opt.use_default = opt.model.empty() && opt.inputs.empty();
-  return run_rank(world, opt);
+  watchdog.arm("MPI_Finalize", opt.timeout_s);
+  mpi.reset();
+  watchdog.disarm();
+  return code;
 }

@@ -9,6 +9,9 @@
 
 namespace lfm2 {
 
+// The longest --timeout (about 11.6 days): past it the deadlines' arithmetic stops being exact.
+inline constexpr double kMaxTimeoutS = 1e6;
+
 struct RankOptions {
   std::string model;       // FILE.h5, or a pattern with %d for per-stage files ("stage-%d.h5")
   std::string inputs;      // input_ids (N, S)
@@ -23,7 +26,8 @@ struct RankOptions {
   int repeat = 5, warmup = 1;
   std::string layers;  // "6,6,6,6" overrides the balanced split
   int threads = 0;     // 0: the node's cores shared among its ranks
-  double timeout_s = 600;
+  double timeout_s = 600;   // (0, kMaxTimeoutS]
+  bool allow_nonfinite = false;  // NaN / Inf in hidden states or logits: warn instead of stopping
   std::string trace;         // optional: write the run's timeline here (Chrome trace-event JSON)
   // Generation (--max-new-tokens > 0; 0: scoring).
   int64_t max_new_tokens = 0;

@@ -29,13 +29,17 @@
 #include "common/log.h"
 #include "io/token_files.h"
 #include "io/weight_file.h"
+#include "model/checked_stage.h"
 #include "model/stage_executor.h"
 #include "rank/fatal.h"
+#include "rank/fault_hook.h"
 #include "rank/gpu_identity.h"
 #include "rank/jobs.h"
 #include "rank/options.h"
 #include "rank/pipeline.h"
 #include "rank/run_report.h"
+#include "rank/run_outputs.h"
+#include "rank/same_model.h"
 #include "rank/stage_plan.h"
 #include "rank/transport.h"
 #ifdef LFM2_HAVE_CUDA
@@ -218,14 +222,6 @@ void check_state_fits(const StageExecutor& exec, const GenerateShape& shape, boo
              " MiB of host memory are free (fewer sequences, shorter prompts or fewer new tokens)");
 }
 
-// An output path whose directory exists and is writable, and that is not a directory itself.
-void check_writable_path(const std::string& path, const char* what) {
-  const fs::path dir = fs::absolute(path).parent_path();
-  LFM2_CHECK(!fs::is_directory(path), what, " ", path, ": is a directory");
-  LFM2_CHECK(fs::is_directory(dir) && ::access(dir.c_str(), W_OK) == 0, what, " ", path, ": cannot write into ",
-             dir.string());
-}
-
 }  // namespace
 
 int run_rank(const WorldConfig& world, RankOptions opt) {
@@ -234,11 +230,12 @@ int run_rank(const WorldConfig& world, RankOptions opt) {
 
   // ---- phase A: options, this rank's weight file, the inputs (rank 0).
   bool ok = startup_step([&] { check_backend(opt); }, r0);
-  // Rank 0 writes the trace: an unwritable path fails now, before any work.
-  if (ok && r0 && !opt.trace.empty()) ok = startup_step([&] { check_writable_path(opt.trace, "--trace"); });
   if (ok && opt.use_default) ok = startup_step([&] { resolve_default(opt); }, r0);
   if (ok && (opt.model.empty() || opt.inputs.empty()))
     ok = startup_step([&] { LFM2_FAIL("give both --model and --inputs (or neither, for the shipped default)"); }, r0);
+  // Rank 0 writes the trace, the last rank the output: each is writable and no input, or fails now.
+  if (ok && (r0 || last))
+    ok = startup_step([&] { check_run_outputs(opt, world, [&](int r) { return weight_path_for(opt.model, r); }); });
   std::string weight_path;
   std::unique_ptr<WeightReader> weights;
   TokenInputs inputs;
@@ -254,6 +251,9 @@ int run_rank(const WorldConfig& world, RankOptions opt) {
       check_inputs(inputs, cfg.vocab_size, cfg.max_position_embeddings, opt.inputs);
       zero_padding(inputs);
     });
+  // Every rank's file holds the same model (fingerprints), or rank 0 names two that differ.
+  const bool same = startup_step([&] { check_same_model(world, weights.get(), weight_path, opt.timeout_s); });
+  ok = ok && same;
   // --device auto: CUDA only when every rank sees a GPU (one transport for the whole job).
   int64_t no_gpu = 1;
 #ifdef LFM2_HAVE_CUDA
@@ -262,7 +262,7 @@ int run_rank(const WorldConfig& world, RankOptions opt) {
   const auto agreed = allreduce_max(
       world, {ok ? 0 : 1, inputs.n_seq, inputs.seq_len, no_gpu, inputs.lengths.empty() ? 0 : 1}, opt.timeout_s,
       "the start-up agreement");
-  if (agreed[0] != 0) return kExitError;
+  if (agreed[0] != 0) return report_startup_errors(world, opt.timeout_s);
   const int64_t N = agreed[1], S = agreed[2];
   // Every rank learns the prompt lengths (the last one reads each sequence's last position there).
   std::vector<int32_t> lengths = inputs.lengths;
@@ -292,7 +292,7 @@ int run_rank(const WorldConfig& world, RankOptions opt) {
       r0);
   const int n_threads = opt.threads > 0 ? opt.threads : default_threads(world);
   const int64_t microbatch = opt.microbatch > 0 ? std::min(opt.microbatch, N) : default_microbatch(N, S, P, use_cuda);
-  std::unique_ptr<StageExecutor> exec;
+  std::unique_ptr<StageExecutor> exec, checked;
   std::unique_ptr<Transport> transport;
   std::unique_ptr<Pipeline> pipeline;
   std::unique_ptr<ScoreJob> score;
@@ -329,6 +329,7 @@ int run_rank(const WorldConfig& world, RankOptions opt) {
 #endif
   if (ok)
     ok = startup_step([&] {
+      fault_point(world.rank, "loading");
       const StagePlan& plan = plans[size_t(world.rank)];
       if (weights->is_stage_file()) {
         const StageInfo s = weights->stage();
@@ -360,12 +361,6 @@ int run_rank(const WorldConfig& world, RankOptions opt) {
       facts.bytes_read = weights->bytes_read();
       log_info(cat("read ", mib(facts.bytes_read), " of weights (layers ", plan.layer_begin, "-", plan.layer_end - 1,
                    ") from ", weight_path, " in ", int64_t((now_s() - t0) * 1000), " ms"));
-      if (last && !opt.output.empty()) {
-        // Found now rather than after the whole run: the output's directory must be writable.
-        const fs::path dir = fs::absolute(opt.output).parent_path();
-        LFM2_CHECK(fs::is_directory(dir) && ::access(dir.c_str(), W_OK) == 0, opt.output, ": cannot write into ",
-                   dir.string());
-      }
       if (last && !opt.answers.empty()) {
         answers = read_answers(opt.answers);
         check_answers(answers, N, cfg.vocab_size, opt.answers);
@@ -378,18 +373,22 @@ int run_rank(const WorldConfig& world, RankOptions opt) {
       }
 #endif
       if (!transport) transport = make_mpi_transport(world, opt.timeout_s);
+      // Each microbatch's hidden states and logits are checked for NaN / Inf as they are made.
+      const int64_t n_micro = (N + microbatch - 1) / microbatch;
+      checked = make_checked_stage(*exec, range, {n_micro, microbatch, cfg.hidden_size, cfg.vocab_size}, n_threads,
+                                   opt.allow_nonfinite);
       if (opt.max_new_tokens > 0) {
         const GenerateShape shape{N, S, microbatch, cfg.hidden_size, opt.max_new_tokens, lengths};
-        check_state_fits(*exec, shape, use_cuda);
-        pipeline = std::make_unique<Pipeline>(world, *exec, *transport, cfg.hidden_size, shape.max_item_tokens());
-        generate = std::make_unique<GenerateJob>(world, *exec, shape, sampling_params(opt));
+        check_state_fits(*checked, shape, use_cuda);
+        pipeline = std::make_unique<Pipeline>(world, *checked, *transport, cfg.hidden_size, shape.max_item_tokens());
+        generate = std::make_unique<GenerateJob>(world, *checked, shape, sampling_params(opt));
       } else {
         // The logits cross to the host only for someone who reads them: the output file, or answers
         // with logits to compare (not in a benchmark, which validates the top-1 only).
         const bool want_logits = !opt.benchmark && (!opt.output.empty() || answers.has_logits());
         PipelineShape shape{N, S, microbatch, cfg.hidden_size, cfg.vocab_size, want_logits, opt.all_logits, lengths};
-        pipeline = std::make_unique<Pipeline>(world, *exec, *transport, cfg.hidden_size, shape.max_micro_tokens());
-        score = std::make_unique<ScoreJob>(world, *exec, shape);
+        pipeline = std::make_unique<Pipeline>(world, *checked, *transport, cfg.hidden_size, shape.max_micro_tokens());
+        score = std::make_unique<ScoreJob>(world, *checked, shape);
       }
       pipeline->set_tracing(!opt.trace.empty());
       install_kill_hook(*pipeline, world.rank);
@@ -406,6 +405,7 @@ int run_rank(const WorldConfig& world, RankOptions opt) {
       }
 #endif
     });
+  fault_point(world.rank, "agreement");
   if (!all_ready(world, ok, opt.timeout_s, "the ready agreement")) return kExitError;
 
 #ifdef LFM2_HAVE_CUDA
@@ -471,7 +471,7 @@ int run_rank(const WorldConfig& world, RankOptions opt) {
     if (r0 && !out.done.empty()) log_info(cat(out.done, ", exit ", code));
     return code;
   } catch (const std::exception& e) {
-    abort_job(world, e.what());
+    abort_job(world, e);
   }
 }
 

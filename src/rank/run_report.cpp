@@ -23,7 +23,7 @@ void deliver_report(const WorldConfig& world, const std::vector<std::string>& li
     return;
   }
   if (world.is_last()) {
-    const std::string text = nlohmann::json(lines).dump();
+    const std::string text = nlohmann::json(lines).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     MPI_Request req;
     MPI_CHECK(MPI_Isend(text.data(), int(text.size()), MPI_CHAR, 0, kReportTag, world.comm, &req),
               "sending the report");
@@ -36,7 +36,7 @@ void deliver_report(const WorldConfig& world, const std::vector<std::string>& li
       return flag != 0;
     };
     if (!poll_until(arrived, timeout_s))
-      LFM2_FAIL("timed out after ", timeout_s, " s waiting for the last rank's report (see --timeout)");
+      LFM2_TIMEOUT("timed out after ", timeout_s, " s waiting for the last rank's report (see --timeout)");
     int n = 0;
     MPI_Get_count(&st, MPI_CHAR, &n);
     std::string text(size_t(n), '\0');

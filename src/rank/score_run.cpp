@@ -7,6 +7,7 @@
 #include "common/log.h"
 #include "rank/benchmark.h"
 #include "rank/fatal.h"
+#include "rank/fault_hook.h"
 #include "rank/jobs.h"
 #include "rank/run_report.h"
 #include "rank/validate.h"
@@ -66,6 +67,7 @@ JobOutcome run_scoring(RankSetup& s, ScoreJob& job) {
                    {"seq_len", S}, {"dtype", opt.dtype}},
                   opt.timeout_s);
 
+  fault_point(world.rank, "output");
   JobOutcome out;
   if (world.is_last()) {
     PipelineResult result;
@@ -89,8 +91,14 @@ JobOutcome run_scoring(RankSetup& s, ScoreJob& job) {
     }
     if (!opt.output.empty()) {
       TokenOutputs o{N, S, s.cfg.vocab_size, result.next_token, result.logits, result.margin, result.all_logits};
-      write_outputs(opt.output, o, meta);
-      out.lines.push_back("wrote " + opt.output);
+      // A write that fails (a full disk) is this rank's error alone: the job ends together, exit 1.
+      try {
+        write_outputs(opt.output, o, meta);
+        out.lines.push_back("wrote " + opt.output);
+      } catch (const std::exception& e) {
+        log_error(e.what());
+        out.code = std::max(out.code, kExitError);
+      }
     }
   }
   if (!opt.benchmark) {

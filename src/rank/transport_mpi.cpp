@@ -56,7 +56,7 @@ class MpiTransport final : public Transport {
     const int peer = s.peer;
     const bool is_send = s.is_send;
     if (!poll_until([&] { return test(h); }, timeout_s_))
-      LFM2_FAIL("timed out after ", timeout_s_, " s waiting to ", is_send ? "send " : "receive ", what,
+      LFM2_TIMEOUT("timed out after ", timeout_s_, " s waiting to ", is_send ? "send " : "receive ", what,
                 is_send ? " to rank " : " from rank ", peer, " (did it stop? see --timeout)");
   }
 
@@ -123,7 +123,7 @@ void wait_mpi_request(MPI_Request* req, double timeout_s, const std::string& wha
     return flag != 0;
   };
   if (!poll_until(done, timeout_s))
-    LFM2_FAIL("timed out after ", timeout_s, " s in ", what, " (a rank stopped? see --timeout)");
+    LFM2_TIMEOUT("timed out after ", timeout_s, " s in ", what, " (a rank stopped? see --timeout)");
 }
 
 }  // namespace lfm2

@@ -103,8 +103,12 @@ TEST(H5packCli, ErrorsAreOneLine) {
   expect_one_line_error(run(dir, "convert " + dir.file("ckpt") + " " + dir.file("x.h5")),
                         dir.file("ckpt/model.safetensors"), "truncated");
   expect_one_line_error(run(dir, "convert " + dir.file("ckpt") + " " + dir.file("x.h5") + " --dtype int4"), "",
-                        "unknown dtype 'int4'");
-  expect_one_line_error(run(dir, "frobnicate"), "", "see h5pack --help");
+                        "--dtype: 'int4' is not fp32, bf16 or fp16");
+  expect_one_line_error(run(dir, "frobnicate"), "", "unknown subcommand 'frobnicate'");
+  expect_one_line_error(run(dir, "synth " + dir.file("x.h5") + " --preset lfm2-tiny --threads 100000"), "",
+                        "--threads: 100000 is more than 1024");
+  expect_one_line_error(run(dir, "split " + dir.file("x.h5") + " " + dir.file("s%d.h5") + " --stages abc"), "",
+                        "--stages: 'abc' is not a number");
   expect_one_line_error(run(dir, "split " + dir.file("x.h5") + " " + dir.file("s%d.h5")), "", "--stages is required");
   EXPECT_EQ(run(dir, "--help").code, 0);
   std::vector<std::string> left = dir.entries();

@@ -193,4 +193,9 @@ void argmax_margin(int32_t* out, float* margin, const float* in, int64_t n_rows,
 template <typename T>
 void convert_from_f32(T* out, const float* in, int64_t n, cudaStream_t stream);
 
+// --- nonfinite.cu: *count += the number of NaN / +-Inf among in[0, n) (cpu::count_nonfinite).
+// count: device memory or pinned host memory (mapped under UVA), zeroed by the caller; one atomicAdd per warp
+// that saw any, none when all are finite.
+void count_nonfinite(unsigned int* count, const float* in, int64_t n, cudaStream_t stream);
+
 }  // namespace lfm2::cuda

@@ -1,0 +1,95 @@
+// `h5pack verify`: every tensor read in row order through WeightReader, which hashes what it reads
+// and compares each tensor's digest when its last row arrives.
+#include "h5pack/verify.h"
+
+#include <chrono>
+#include <cmath>
+#include <set>
+#include <vector>
+
+#include "common/log.h"
+#include "common/xxhash64.h"
+#include "io/weight_file.h"
+
+namespace lfm2 {
+namespace {
+
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+int64_t count_nonfinite_stored(const void* data, DType t, int64_t n) {
+  int64_t bad = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    float v = 0;
+    switch (t) {
+      case DType::F32: v = static_cast<const float*>(data)[i]; break;
+      case DType::BF16: v = bf16_to_float(static_cast<const uint16_t*>(data)[i]); break;
+      case DType::F16: v = fp16_to_float(static_cast<const uint16_t*>(data)[i]); break;
+    }
+    bad += std::isfinite(v) ? 0 : 1;
+  }
+  return bad;
+}
+
+}  // namespace
+
+VerifyReport verify_weights(const std::string& path, bool progress) {
+  const double t0 = now_s();
+  WeightReader reader(path);
+  LFM2_CHECK(reader.identity(), path,
+             ": no model fingerprint or tensor digests to check against (written by an older h5pack; rewrite it with "
+             "this h5pack's synth, convert or split)");
+  const ModelConfig& cfg = reader.config();
+  std::vector<TensorSpec> want;
+  if (reader.is_stage_file()) {
+    const StageInfo s = reader.stage();
+    LFM2_CHECK(s.n_stages >= 1 && s.stage >= 0 && s.stage < s.n_stages && s.layer_begin >= 0 &&
+                   s.layer_begin < s.layer_end && s.layer_end <= cfg.num_hidden_layers,
+               path, ": stage attributes (stage ", s.stage, " of ", s.n_stages, ", layers [", s.layer_begin, ", ",
+               s.layer_end, ")) do not fit the model's ", cfg.num_hidden_layers, " layers");
+    want = stage_tensor_specs(cfg, s.layer_begin, s.layer_end, s.stage == 0, s.stage == s.n_stages - 1);
+  } else {
+    want = model_tensor_specs(cfg);
+  }
+  std::set<std::string> wanted;
+  for (const auto& spec : want) wanted.insert(spec.path);
+  for (const auto& spec : model_tensor_specs(cfg))
+    LFM2_CHECK(wanted.count(spec.path) || !reader.has(spec.path), path, ": dataset '", spec.path,
+               "' does not belong in ", reader.is_stage_file() ? "this stage file" : "this file");
+
+  VerifyReport r;
+  r.fingerprint = hex64(reader.identity()->fingerprint);
+  double total = 0;
+  for (const auto& spec : want) total += double(spec.numel());
+  Progress prog(cat("verify ", path), total, progress && total > double(int64_t(64) << 20));
+  std::vector<char> buf;
+  for (const auto& spec : want) {
+    LFM2_CHECK(reader.has(spec.path), path, ": dataset '", spec.path, "' is missing");
+    const auto shape = reader.shape(spec.path);
+    LFM2_CHECK(shape == spec.shape, path, ": dataset '", spec.path, "' does not have the shape config_json implies");
+    const DType stored = reader.dtype(spec.path);
+    const DType expect = spec.is_vector() ? DType::F32 : reader.weight_dtype();
+    LFM2_CHECK(stored == expect, path, ": dataset '", spec.path, "' is ", dtype_name(stored), ", expected ",
+               dtype_name(expect));
+    const int64_t row = spec.numel() / spec.shape[0];
+    const int64_t row_bytes = row * int64_t(dtype_size(stored));
+    const int64_t block = std::max<int64_t>(1, (int64_t(64) << 20) / row_bytes);
+    const int64_t before = reader.tensors_verified();
+    for (int64_t b = 0; b < spec.shape[0]; b += block) {
+      const int64_t n = std::min(block, spec.shape[0] - b);
+      buf.resize(size_t(n * row_bytes));
+      reader.read_rows_raw(spec.path, b, n, buf.data());  // checks the digest after the last row
+      const int64_t bad = count_nonfinite_stored(buf.data(), stored, n * row);
+      if (bad && r.first_nonfinite.empty()) r.first_nonfinite = spec.path;
+      r.nonfinite += bad;
+      prog.advance(double(n * row));
+    }
+    LFM2_CHECK(reader.tensors_verified() == before + 1, path, ": tensor '", spec.path, "' was not checked");
+    r.tensors += 1;
+    r.bytes += spec.shape[0] * row_bytes;
+  }
+  prog.finish();
+  r.seconds = now_s() - t0;
+  return r;
+}
+
+}  // namespace lfm2

@@ -1,0 +1,20 @@
+// lfm2-rank's outputs, checked at start-up by the rank that writes each (--trace: rank 0,
+// --output: the last rank), before any work: the path is no directory, a file can be created in
+// its directory, and it is none of the run's inputs (every rank's weight file as this node sees
+// it, --inputs, --answers) nor the other output (common/output_guard.h). Replacing an existing
+// file is said in the log.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "rank/options.h"
+#include "rank/world.h"
+
+namespace lfm2 {
+
+// `weight_path(r)`: the weight file of rank r (the --model pattern filled in).
+void check_run_outputs(const RankOptions& opt, const WorldConfig& world,
+                       const std::function<std::string(int)>& weight_path);
+
+}  // namespace lfm2
