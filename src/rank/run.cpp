@@ -143,12 +143,6 @@ int default_threads(const WorldConfig& world) {
   return mine < node_cores ? std::max(1, mine) : shared;
 }
 
-std::string join(const std::vector<int>& v) {
-  std::string s;
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
-  return s;
-}
-
 // The test hook LFM2_TEST_KILL="rank:microbatch[:stop]": that rank raises SIGKILL (or SIGSTOP, to
 // stall without dying) after that microbatch. Used by tests/rank to prove no rank waits forever.
 void install_kill_hook(Pipeline& pipeline, int rank) {

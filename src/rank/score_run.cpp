@@ -90,7 +90,7 @@ JobOutcome run_scoring(RankSetup& s, ScoreJob& job) {
       out.code = v.passed ? kExitOk : kExitValidationFailed;
     }
     if (!opt.output.empty()) {
-      TokenOutputs o{N, S, s.cfg.vocab_size, result.next_token, result.logits, result.margin, result.all_logits};
+      TokenOutputs o{N, S, s.cfg.vocab_size, result.next_token, result.logits, result.margin, result.all_logits, 0, {}, {}};
       // A write that fails (a full disk) is this rank's error alone: the job ends together, exit 1.
       try {
         write_outputs(opt.output, o, meta);

@@ -94,7 +94,7 @@ void drop(const std::string& file, const std::string& dataset) {
 }
 
 void inputs(const std::string& out, int64_t n, int64_t s, int64_t vocab, bool as_float) {
-  TokenInputs in{n, s, {}};
+  TokenInputs in{n, s, {}, {}};
   for (int64_t i = 0; i < n * s; ++i) in.ids.push_back(int32_t((i * 7919 + 13) % vocab));
   if (!as_float) return write_inputs(out, in);
   std::vector<float> f(in.ids.begin(), in.ids.end());

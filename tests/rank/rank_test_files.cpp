@@ -34,21 +34,21 @@ uint32_t lcg(uint64_t& s) {
 void make(const std::string& dir, const std::string& model) {
   const ModelConfig cfg = WeightReader(model).config();
   uint64_t seed = 2024;
-  TokenInputs in{12, 9, {}};
+  TokenInputs in{12, 9, {}, {}};
   for (int i = 0; i < 12 * 9; ++i) in.ids.push_back(int32_t(lcg(seed) % uint32_t(cfg.vocab_size)));
   write_inputs(dir + "/inputs.h5", in);
   TokenInputs bad = in;
   bad.ids[5 * 9 + 4] = int32_t(cfg.vocab_size);
   write_inputs(dir + "/bad_token.h5", bad);
-  write_inputs(dir + "/empty_seq.h5", TokenInputs{2, 0, {}});
-  TokenInputs longer{1, cfg.max_position_embeddings + 1, {}};
+  write_inputs(dir + "/empty_seq.h5", TokenInputs{2, 0, {}, {}});
+  TokenInputs longer{1, cfg.max_position_embeddings + 1, {}, {}};
   longer.ids.assign(size_t(longer.seq_len), 1);
   write_inputs(dir + "/too_long.h5", longer);
   // Ragged prompts (right-padded with ids outside the vocabulary: padding must never be read), and
   // each prompt alone at its own length.
   TokenInputs ragged{6, 9, {}, {9, 1, 5, 9, 3, 7}};
   for (int64_t s = 0; s < 6; ++s) {
-    TokenInputs one{1, ragged.lengths[size_t(s)], {}};
+    TokenInputs one{1, ragged.lengths[size_t(s)], {}, {}};
     for (int64_t p = 0; p < 9; ++p) {
       const bool pad = p >= ragged.lengths[size_t(s)];
       ragged.ids.push_back(pad ? int32_t(cfg.vocab_size + 7) : in.ids[size_t(s * 9 + p)]);

@@ -313,7 +313,9 @@ TEST(PipelineSchedule, DeviceHostNeverWaitsAndReceivesRunAhead) {
       ASSERT_EQ(int(got.waits_at_forward[size_t(r)].size()), M);
       for (int m = 0; m < M; ++m) {
         EXPECT_EQ(got.waits_at_forward[size_t(r)][size_t(m)], 0) << "rank " << r << " microbatch " << m;
-        if (r > 0) EXPECT_EQ(got.posted_at_forward[size_t(r)][size_t(m)], std::min(M, m + 3)) << "rank " << r;
+        if (r > 0) {
+          EXPECT_EQ(got.posted_at_forward[size_t(r)][size_t(m)], std::min(M, m + 3)) << "rank " << r;
+        }
       }
     }
   }
@@ -367,7 +369,7 @@ TEST(PipelineSchedule, AWaitForASilentPeerTimesOut) {
   w.size = 2;
   FakeStage stage(3, 6, false, true);
   LoopbackTransport transport(hub, 1, 0.2);
-  const PipelineShape shape{4, 2, 2, kHidden, kVocab, true, false};
+  const PipelineShape shape{4, 2, 2, kHidden, kVocab, true, false, {}};
   Pipeline pipe(w, stage, transport, kHidden, shape.max_micro_tokens());
   ScoreJob job(w, stage, shape);
   try {

@@ -53,7 +53,7 @@ class TokenFiles : public ::testing::Test {
 };
 
 TEST_F(TokenFiles, InputsRoundTrip) {
-  TokenInputs in{3, 4, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 511}};
+  TokenInputs in{3, 4, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 511}, {}};
   write_inputs(path("in.h5"), in);
   const TokenInputs back = read_inputs(path("in.h5"));
   EXPECT_EQ(back.n_seq, 3);
@@ -179,7 +179,7 @@ TEST_F(TokenFiles, MalformedInputsAreNamed) {
 }
 
 TEST_F(TokenFiles, TokenRangeAndLengthChecks) {
-  TokenInputs in{2, 3, {0, 1, 2, 3, -1, 5}};
+  TokenInputs in{2, 3, {0, 1, 2, 3, -1, 5}, {}};
   EXPECT_NE(error_of([&] { check_inputs(in, 512, 8, "x.h5"); }).find("input_ids[1, 1] = -1 is outside"),
             std::string::npos);
   in.ids[4] = 512;
