@@ -53,24 +53,24 @@ class CheckedStage final : public StageExecutor {
     check_head(m, n_seq, seq_len, o);
   }
 
-  // Generation: the same checks on the hidden states of each prefill and decode step on the host
-  // (the microbatch is named from its first sequence); device executors check the head's tokens
-  // only through the scoring path, so generation is passed through there.
+  // Generation: the same checks on the hidden states of each prefill and decode step (the
+  // microbatch is named from its first sequence). Device executors count into one slot per
+  // microbatch and step, read at the next synchronize().
   int64_t state_bytes(int64_t n_seq, int64_t max_len) const override { return inner_.state_bytes(n_seq, max_len); }
   void alloc_state(int64_t n_seq, int64_t max_len, const int32_t* lengths, const SamplingParams& s) override {
     inner_.alloc_state(n_seq, max_len, lengths, s);
+    if (on_device() && max_len > max_steps_) {
+      gen_counts_ = static_cast<uint32_t*>(inner_.alloc_host(n_micro_ * max_len * int64_t(sizeof(uint32_t))));
+      max_steps_ = max_len;
+    }
   }
   void prefill(void* x, int64_t first_seq, int64_t n_seq, int64_t seq_len) override {
     inner_.prefill(x, first_seq, n_seq, seq_len);
-    if (!on_device())
-      check_hidden(x, n_seq, seq_len, first_seq / microbatch_, 1,
-                   cat("after layers ", range_.layer_begin, "-", range_.layer_end - 1, " (prefill)"));
+    check_step(x, first_seq, n_seq, seq_len, 0, " (prefill)");
   }
   void decode(void* x, int64_t first_seq, int64_t n_seq, int64_t step) override {
     inner_.decode(x, first_seq, n_seq, step);
-    if (!on_device())
-      check_hidden(x, n_seq, 1, first_seq / microbatch_, 1,
-                   cat("after layers ", range_.layer_begin, "-", range_.layer_end - 1, " (decode step ", step, ")"));
+    check_step(x, first_seq, n_seq, 1, step, cat(" (decode step ", step, ")"));
   }
   int32_t* alloc_tokens(int64_t n) override { return inner_.alloc_tokens(n); }
   void embed_tokens(const int32_t* tokens, int64_t n_seq, void* x) override { inner_.embed_tokens(tokens, n_seq, x); }
@@ -103,10 +103,20 @@ class CheckedStage final : public StageExecutor {
     HeadOutputs out;
   };
 
-  void check_hidden(void* x, int64_t n_seq, int64_t seq_len, int64_t m, int kind, const std::string& where) {
+  void check_step(void* x, int64_t first_seq, int64_t n_seq, int64_t seq_len, int64_t step, const std::string& what) {
+    const int64_t m = first_seq / microbatch_;
+    const std::string where = cat("after layers ", range_.layer_begin, "-", range_.layer_end - 1, what);
+    if (!on_device()) return check_hidden(x, n_seq, seq_len, m, 1, where);
+    LFM2_CHECK(gen_counts_ && step < max_steps_, "checked stage: step ", step, " past the generation state");
+    check_hidden(x, n_seq, seq_len, m, 1, where, gen_counts_ + m * max_steps_ + step);
+  }
+
+  // `slot`: the host count of a device check (default: one per microbatch and kind, for scoring).
+  void check_hidden(void* x, int64_t n_seq, int64_t seq_len, int64_t m, int kind, const std::string& where,
+                    uint32_t* slot = nullptr) {
     const int64_t n = n_seq * seq_len * hidden_;
     if (on_device()) {
-      uint32_t* c = counts_ + kind * n_micro_ + m;
+      uint32_t* c = slot ? slot : counts_ + kind * n_micro_ + m;
       *c = 0;
       if (inner_.count_nonfinite(x, n, c)) pending_.push_back({c, m, n_seq, seq_len, where});
       return;
@@ -163,6 +173,8 @@ class CheckedStage final : public StageExecutor {
   bool allow_, warned_ = false;
   int64_t embeds_ = 0, forwards_ = 0, heads_ = 0;
   uint32_t* counts_ = nullptr;
+  uint32_t* gen_counts_ = nullptr;  // generation on a device: (n_micro, max_steps)
+  int64_t max_steps_ = 0;
   std::vector<Pending> pending_;
   std::vector<HeadPending> heads_pending_;
   std::vector<float> logits_;

@@ -9,7 +9,9 @@
 // buffer that is checked whole. Device executors: StageExecutor::count_nonfinite queues a count per
 // microbatch on the device, read at synchronize(), the end of each run; the head's host outputs
 // (margins, logits where asked for) are checked then too. The microbatch of a call is the number of
-// calls of that kind so far, modulo the microbatches of a run.
+// calls of that kind so far, modulo the microbatches of a run. Generation checks the hidden states
+// after every prefill and decode step (on a device: one count per microbatch and step); a device's
+// greedy choice of the next token is not checked (no margin is made there).
 #pragma once
 
 #include <cstdint>

@@ -175,6 +175,7 @@ class CudaStage final : public CudaStageExecutor {
     if (!std::is_same<T, float>::value) check_sixteen_bit_shapes();
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     CUDA_CHECK(cudaStreamCreateWithFlags(&d2h_stream_, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaMalloc(&nonfinite_, sizeof(unsigned int)));
     cuda::cublas_prepare();
     upload_weights(reader);
   }
@@ -188,6 +189,7 @@ class CudaStage final : public CudaStageExecutor {
     for (void* p : token_bufs_) cudaFree(p);
     free_state();
     for (void* p : host_) cudaFreeHost(p);
+    cudaFree(nonfinite_);
     head_.release();
     free_scratch();
     arena_.release();
@@ -221,6 +223,15 @@ class CudaStage final : public CudaStageExecutor {
     CUDA_CHECK(cudaSetDevice(device_));
     CUDA_CHECK(cudaMemcpyAsync(ids_, ids, size_t(n) * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
     cuda::embedding(static_cast<float*>(x), ids_, embed_, n, cfg_.vocab_size, cfg_.hidden_size, stream_);
+  }
+
+  // One device counter serves every check: zeroed, counted and copied out in stream order.
+  bool count_nonfinite(const void* buf, int64_t n, uint32_t* count) override {
+    CUDA_CHECK(cudaSetDevice(device_));
+    CUDA_CHECK(cudaMemsetAsync(nonfinite_, 0, sizeof(unsigned int), stream_));
+    cuda::count_nonfinite(nonfinite_, static_cast<const float*>(buf), n, stream_);
+    CUDA_CHECK(cudaMemcpyAsync(count, nonfinite_, sizeof(unsigned int), cudaMemcpyDeviceToHost, stream_));
+    return true;
   }
 
   void* alloc_host(int64_t bytes) override {
@@ -701,6 +712,7 @@ class CudaStage final : public CudaStageExecutor {
   } state_;
   std::vector<void*> token_bufs_;                // alloc_tokens()
   std::vector<void*> host_;                      // alloc_host()
+  unsigned int* nonfinite_ = nullptr;            // count_nonfinite()'s device counter
   WeightArena arena_;
   std::vector<DevLayer<T>> layers_;
   const T* embed_ = nullptr;          // (V, H)

@@ -17,6 +17,7 @@
 #include "kernels/linear.h"
 #include "kernels/moe_experts.h"
 #include "kernels/moe_router.h"
+#include "kernels/nonfinite.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
 #include "kernels/short_conv.h"
@@ -373,6 +374,34 @@ TYPED_TEST(CudaOps, MoeExperts) {
 }
 
 // ---------------------------------------------------------------- dtype-free ops
+
+class CudaNonfinite : public CudaTest {};
+
+// The per-microbatch NaN/Inf check: the device count equals the CPU count, for sizes below one
+// block, across the grid-stride limit, and with NaN, +Inf and -Inf mixed in (or none).
+TEST_F(CudaNonfinite, CountMatchesCpu) {
+  const float nan = std::nanf(""), inf = INFINITY;
+  for (auto [n, n_bad] : {std::pair<int64_t, int64_t>{1, 0}, {1, 1}, {255, 3}, {4097, 0}, {300000, 17}, {1 << 22, 1000}}) {
+    auto x = rand_vec(static_cast<size_t>(n), 41, 100.f);
+    std::vector<char> bad(size_t(n), 0);
+    for (int64_t i = 0; i < n_bad; ++i) {
+      const size_t at = size_t((i * 7919 + 11) % n);
+      x[at] = i % 3 == 0 ? nan : i % 3 == 1 ? inf : -inf;
+      bad[at] = 1;
+    }
+    const int64_t placed = std::count(bad.begin(), bad.end(), 1);
+    ASSERT_EQ(cpu::count_nonfinite(x.data(), n), placed) << n << " values";
+    DevBuf<float> d_x(x.size());
+    DevBuf<unsigned int> d_count(1);
+    upload(d_x, x);
+    upload(d_count, std::vector<unsigned int>{0});
+    cuda::count_nonfinite(d_count.get(), d_x.get(), n, stream_);
+    sync();
+    unsigned int got = 0;
+    CUDA_CHECK(cudaMemcpy(&got, d_count.get(), sizeof got, cudaMemcpyDeviceToHost));
+    EXPECT_EQ(int64_t(got), placed) << n << " values";
+  }
+}
 
 class CudaMoe : public CudaTest {};
 
