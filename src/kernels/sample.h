@@ -16,6 +16,7 @@ struct SamplingParams {
   float top_p = 1;           // then the smallest prefix whose probability reaches p, in (0, 1]
   uint64_t seed = 0;
   std::vector<int32_t> eos;  // end-of-sequence ids (empty: none)
+  int64_t first_sequence = 0;  // the inputs' index of the job's sequence 0 (a replica's block): keys the draw
   bool greedy() const { return temperature <= 0 || top_k == 1; }
 };
 

@@ -70,7 +70,7 @@ void choose_tokens(int32_t* tokens, const float* logits, int64_t n_rows, int64_t
       } else if (params.greedy()) {
         argmax(&t, row, 1, vocab);
       } else {
-        t = draw(row, vocab, params, sampling_uniform(params.seed, s, step));
+        t = draw(row, vocab, params, sampling_uniform(params.seed, params.first_sequence + s, step));
       }
       if (finished && std::find(params.eos.begin(), params.eos.end(), t) != params.eos.end()) finished[s] = 1;
       tokens[i] = t;

@@ -90,18 +90,23 @@ int report_startup_errors(const WorldConfig& world, double timeout_s) {
   return kExitError;
 }
 
-void abort_job(const WorldConfig& world, const std::string& msg, int code) {
+void abort_job(const WorldConfig&, const std::string& msg, int code) {
   log_error(msg);
-  MPI_Abort(world.comm, code);
+  MPI_Abort(MPI_COMM_WORLD, code);  // the job, whichever communicator `world` is
   std::_Exit(code);  // MPI_Abort does not return; this keeps [[noreturn]] honest
 }
 
 void abort_job(const WorldConfig& world, const std::exception& e) {
   // MPI_Abort ends the job within a fraction of a second: 0.25 s per rank (at most 2 s) lets the
   // lowest of the ranks that timed out speak alone.
-  if (dynamic_cast<const TimeoutError*>(&e))
-    std::this_thread::sleep_for(std::chrono::duration<double>(0.25 * std::min(std::max(world.rank, 0), 8)));
-  abort_job(world, e.what(), dynamic_cast<const NonFiniteError*>(&e) ? kExitNonFinite : kExitAborted);
+  const bool timeout = dynamic_cast<const TimeoutError*>(&e) != nullptr;
+  if (timeout)
+    std::this_thread::sleep_for(
+        std::chrono::duration<double>(0.25 * std::min(std::max(world.world_rank(world.rank), 0), 8)));
+  // A rank's own failure names its replica (the whole job ends with it); a timeout names whom it
+  // waited for instead.
+  const std::string msg = world.n_replicas > 1 && !timeout ? cat("replica ", world.replica, ": ", e.what()) : e.what();
+  abort_job(world, msg, dynamic_cast<const NonFiniteError*>(&e) ? kExitNonFinite : kExitAborted);
 }
 
 }  // namespace lfm2

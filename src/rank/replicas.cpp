@@ -67,7 +67,8 @@ std::vector<int64_t> sequence_costs(int64_t n_seq, int64_t seq_len, const std::v
 std::vector<SeqBlock> split_sequences(const std::vector<int64_t>& costs, int n_blocks) {
   const int64_t n = int64_t(costs.size());
   LFM2_CHECK(n_blocks >= 1, "split_sequences: ", n_blocks, " blocks");
-  LFM2_CHECK(n >= n_blocks, n, " sequences for ", n_blocks, " replicas: every replica needs at least one");
+  LFM2_CHECK(n >= n_blocks, n, " sequences for ", n_blocks,
+             " replicas: every replica needs at least one (fewer ranks, or more stages per replica: --pipeline)");
   double total = 0;
   for (int64_t c : costs) total += double(c);
   std::vector<SeqBlock> blocks;
@@ -109,8 +110,10 @@ std::vector<ReplicaWork> plan_work(const std::vector<SeqBlock>& blocks, int64_t 
     ReplicaWork w;
     w.seqs = b;
     w.width = full_width || lengths.empty() ? seq_len : 0;
-    for (int64_t i = b.begin; i < b.end && w.width < seq_len; ++i) w.width = std::max<int64_t>(w.width, lengths[size_t(i)]);
-    w.microbatch = microbatch > 0 ? std::min(microbatch, b.size()) : default_microbatch(b.size(), w.width, n_stages, gpu);
+    for (int64_t i = b.begin; i < b.end && w.width < seq_len; ++i)
+      w.width = std::max<int64_t>(w.width, lengths[size_t(i)]);
+    w.microbatch =
+        microbatch > 0 ? std::min(microbatch, b.size()) : default_microbatch(b.size(), w.width, n_stages, gpu);
     work.push_back(w);
   }
   return work;

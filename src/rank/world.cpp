@@ -23,6 +23,7 @@ WorldConfig query_world() {
             "node-local communicator");
   MPI_CHECK(MPI_Comm_rank(local, &w.local_rank), "node-local rank");
   MPI_CHECK(MPI_Comm_size(local, &w.local_size), "node-local size");
+  MPI_CHECK(MPI_Allreduce(&w.rank, &w.node, 1, MPI_INT, MPI_MIN, local), "naming the node");
   MPI_Comm_free(&local);
   char name[MPI_MAX_PROCESSOR_NAME];
   int len = 0;

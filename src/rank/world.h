@@ -3,6 +3,10 @@
 // rank / size come from MPI_COMM_WORLD; local_rank / local_size from MPI_Comm_split_type
 // (MPI_COMM_TYPE_SHARED), i.e. the ranks on this node, which is what picks a GPU. Everything else
 // (the pipeline, the transport, logging) asks this struct instead of calling MPI again.
+//
+// With replicas (replicas.h) a rank has two of them: the job's (MPI_COMM_WORLD: the start-up
+// agreements, the results) and its pipeline's (rank = stage, size = stages, comm = the replica's
+// own communicator), which the pipeline, its transport and its jobs use.
 #pragma once
 
 #include <mpi.h>
@@ -15,10 +19,23 @@
 namespace lfm2 {
 
 struct WorldConfig {
-  int rank = 0, size = 1;              // in MPI_COMM_WORLD
+  int rank = 0, size = 1;              // in comm
   int local_rank = 0, local_size = 1;  // on this node
+  int node = 0;                        // the lowest MPI_COMM_WORLD rank on this node: names the node
   std::string host;                    // processor name
-  MPI_Comm comm = MPI_COMM_WORLD;      // the pipeline's communicator (not owned)
+  MPI_Comm comm = MPI_COMM_WORLD;      // MPI_COMM_WORLD, or a replica's pipeline (not owned)
+  int replica = 0, n_replicas = 1;     // this rank's replica (replicas.h)
+  std::vector<int> world_ranks;        // rank in comm -> rank in MPI_COMM_WORLD (empty: the same)
+
+  // Messages name ranks as the launcher and the log prefix do: by their MPI_COMM_WORLD rank, and
+  // with replicas also by replica and stage ("rank 5 (replica 1 stage 2)").
+  int world_rank(int r) const { return world_ranks.empty() ? r : world_ranks[size_t(r)]; }
+  std::string rank_name(int r) const {
+    return n_replicas > 1 && !world_ranks.empty()
+               ? "rank " + std::to_string(world_rank(r)) + " (replica " + std::to_string(replica) + " stage " +
+                     std::to_string(r) + ")"
+               : "rank " + std::to_string(world_rank(r));
+  }
 
   bool is_first() const { return rank == 0; }
   bool is_last() const { return rank == size - 1; }
@@ -26,7 +43,8 @@ struct WorldConfig {
   int next() const { return rank + 1; }  // downstream stage (valid unless is_last)
 };
 
-// Reads the world from an initialised MPI (one MPI_Comm_split_type, freed again).
+// Reads the world from an initialised MPI (one MPI_Comm_split_type and an allreduce on it, freed
+// again).
 WorldConfig query_world();
 
 // Owns MPI_Init_thread / MPI_Finalize for main(); errors on the communicator are returned, not
