@@ -15,7 +15,7 @@ std::string seq_range(const SeqBlock& b) {
 
 // "replica 1 (sequences 6-11 on ranks 3-5)"
 std::string replica_name(const ReplicaLayout& layout, const std::vector<ReplicaWork>& work, int r) {
-  return cat("replica ", r, " (", seq_range(work[size_t(r)].seqs), " on ranks ", layout.rank_list(r), ")");
+  return cat("replica ", r, " (", seq_range(work[size_t(r)].seqs), " on ", layout.rank_list(r), ")");
 }
 
 template <typename T>
@@ -56,7 +56,7 @@ std::vector<std::string> replica_plan_lines(const ReplicaLayout& layout, const s
       seen.push_back(h);
       on += (on.empty() ? "" : " + ") + h;
     }
-    lines.push_back(cat("plan: replica ", r, ": ranks ", layout.rank_list(r), " on ", on, ", ", seq_range(w.seqs), " (",
+    lines.push_back(cat("plan: replica ", r, ": ", layout.rank_list(r), " on ", on, ", ", seq_range(w.seqs), " (",
                         w.seqs.size(), " x ", w.width, " tokens in ", w.n_micro(), " microbatches of ", w.microbatch,
                         ", GPipe bubble ", fixed(100 * gpipe_bubble(layout.n_stages, w.n_micro()), 1), "%)"));
   }

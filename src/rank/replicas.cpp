@@ -12,9 +12,9 @@ std::string ReplicaLayout::rank_list(int replica) const {
   const std::vector<int>& r = ranks[size_t(replica)];
   bool consecutive = true;
   for (size_t i = 1; i < r.size(); ++i) consecutive = consecutive && r[i] == r[i - 1] + 1;
-  if (r.size() == 1) return std::to_string(r[0]);
-  if (consecutive) return cat(r.front(), "-", r.back());
-  std::string s;
+  if (r.size() == 1) return cat("rank ", r[0]);
+  if (consecutive) return cat("ranks ", r.front(), "-", r.back());
+  std::string s = "ranks ";
   for (size_t i = 0; i < r.size(); ++i) s += (i ? ", " : "") + std::to_string(r[i]);
   return s;
 }

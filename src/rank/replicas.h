@@ -28,7 +28,7 @@ struct ReplicaLayout {
 
   int n_ranks() const { return n_replicas * n_stages; }
   int last_rank(int replica) const { return ranks[size_t(replica)].back(); }
-  // "0-2" or "0, 4, 5": the ranks of a replica.
+  // "ranks 0-2", "ranks 0, 4, 5" or "rank 3": the ranks of a replica.
   std::string rank_list(int replica) const;
 };
 

@@ -1,6 +1,6 @@
 // Fixture tool of the MPI tests (tests/rank/CMakeLists.txt): writes their token files and compares
 // outputs bit for bit.
-//   rank_test_files make DIR MODEL.h5      inputs.h5 and the malformed files next to it
+//   rank_test_files make DIR MODEL.h5      inputs.h5, ragged prompts and the malformed files next to it
 //   rank_test_files isolate PATTERN P      moves each stage file into DIR/<stage>/ alone
 //   rank_test_files perturb IN.h5 OUT.h5   answers with one wrong top-1 and logits off by 1
 //   rank_test_files same A.h5 B.h5 ...     every file's datasets equal A's, bit for bit
@@ -57,6 +57,13 @@ void make(const std::string& dir, const std::string& model) {
     write_inputs(dir + "/single_" + std::to_string(s) + ".h5", one);
   }
   write_inputs(dir + "/ragged.h5", ragged);
+  // Seven ragged prompts: three replicas get uneven blocks (2, 2, 3 by tokens), the last block's
+  // longest prompt (7) shorter than the inputs' width.
+  TokenInputs seven = ragged;
+  seven.n_seq = 7;
+  seven.lengths.push_back(2);
+  for (int64_t p = 0; p < 9; ++p) seven.ids.push_back(p < 2 ? in.ids[size_t(6 * 9 + p)] : int32_t(cfg.vocab_size + 7));
+  write_inputs(dir + "/seven.h5", seven);
   TokenOutputs short_answers;
   short_answers.n_seq = 11;
   short_answers.next_token.assign(11, 0);

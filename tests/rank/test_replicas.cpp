@@ -27,7 +27,8 @@ TEST(GroupRanks, OneNodeConsecutiveRanks) {
   EXPECT_EQ(l.ranks, (Ranks{{0, 1, 2}, {3, 4, 5}}));
   EXPECT_EQ(l.replica_of, (std::vector<int>{0, 0, 0, 1, 1, 1}));
   EXPECT_EQ(l.stage_of, (std::vector<int>{0, 1, 2, 0, 1, 2}));
-  EXPECT_EQ(l.rank_list(1), "3-5");
+  EXPECT_EQ(l.rank_list(1), "ranks 3-5");
+  EXPECT_EQ(group_ranks({0, 0}, 1).rank_list(1), "rank 1");
 }
 
 TEST(GroupRanks, OnePipelineIsEveryRankInOrder) {
@@ -43,7 +44,7 @@ TEST(GroupRanks, ReplicasStayOnTheirNode) {
   // replica of two stages stays on one node, though its ranks are not consecutive.
   const ReplicaLayout l = group_ranks({0, 1, 0, 1, 0, 1, 0, 1}, 2);
   EXPECT_EQ(l.ranks, (Ranks{{0, 2}, {1, 3}, {4, 6}, {5, 7}}));
-  EXPECT_EQ(l.rank_list(0), "0, 2");
+  EXPECT_EQ(l.rank_list(0), "ranks 0, 2");
 }
 
 TEST(GroupRanks, LeftoversSpanNodes) {
@@ -51,7 +52,7 @@ TEST(GroupRanks, LeftoversSpanNodes) {
   // small nodes' ranks make the other (a packing in rank order would split both).
   const ReplicaLayout l = group_ranks({0, 0, 2, 2, 2, 2, 6, 6}, 4);
   EXPECT_EQ(l.ranks, (Ranks{{0, 1, 6, 7}, {2, 3, 4, 5}}));
-  EXPECT_EQ(l.rank_list(0), "0, 1, 6, 7");
+  EXPECT_EQ(l.rank_list(0), "ranks 0, 1, 6, 7");
 }
 
 TEST(GroupRanks, EveryRankOnceStagesInRankOrder) {
