@@ -1,6 +1,7 @@
 #include "rank/replica_report.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <set>
 
 #include "common/error.h"
@@ -8,6 +9,12 @@
 
 namespace lfm2 {
 namespace {
+
+std::string significant(double v) {  // printf("%.3g"), as the validation report prints
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g", v);
+  return buf;
+}
 
 std::string seq_range(const SeqBlock& b) {
   return b.size() == 1 ? cat("sequence ", b.begin) : cat("sequences ", b.begin, "-", b.end - 1);
@@ -94,7 +101,7 @@ std::vector<std::string> replica_score_lines(const ReplicaLayout& layout, const 
         validate_outputs(rows(next_token, b, 1), rows(logits, b, vocab), vocab, answers_of(answers, b), tol);
     std::string logits;
     if (v.compared_logits)
-      logits = cat(", max |dlogit| ", v.max_abs_dlogit,
+      logits = cat(", max |dlogit| ", significant(v.max_abs_dlogit),
                    v.worst_seq < 0 ? std::string() : cat(" (sequence ", b.begin + v.worst_seq, ")"));
     lines.push_back(cat("validation: ", replica_name(layout, work, r), ": top-1 ", v.agree, "/", v.n_seq,
                         ", near-ties ", v.near_ties, logits));
