@@ -344,9 +344,9 @@ int run_rank(const Replicas& rep, RankOptions opt) {
   if (ok && pipe.is_first())
     ok = startup_step([&] { inputs = read_block(opt.inputs, work[size_t(pipe.replica)], weights->config()); });
   if (!all_ready(world, ok, opt.timeout_s, "the inputs agreement")) return kExitError;
-  const ReplicaWork& mine = work[size_t(pipe.replica)];
-  const int64_t microbatch = mine.microbatch;
-  const std::vector<int32_t> my_lengths = lengths_of(lengths, mine.seqs);
+  const ReplicaWork& my_work = work[size_t(pipe.replica)];
+  const int64_t microbatch = my_work.microbatch;
+  const std::vector<int32_t> my_lengths = lengths_of(lengths, my_work.seqs);
 
   // ---- phase B: the plan, this rank's stage, the answers (last rank), the buffers.
   const ModelConfig& cfg = weights->config();
@@ -386,7 +386,7 @@ int run_rank(const Replicas& rep, RankOptions opt) {
   std::unique_ptr<CudaBusyTimer> busy_timer;
   if (use_cuda) {
     // Every rank takes part in the gather, whatever its own state, so that none is left waiting.
-    GpuFacts mine_gpu;
+    GpuFacts mine;
     if (ok)
       ok = startup_step([&] {
         const int n = visible_gpu_count();
@@ -394,14 +394,14 @@ int run_rank(const Replicas& rep, RankOptions opt) {
                    " has no GPU of its own: ", n, " visible there for ", world.local_size,
                    " ranks (run at most one rank per GPU)");
         const GpuInfo g = gpu_info(world.local_rank);
-        mine_gpu.ok = 1;
-        mine_gpu.device = g.device;
-        std::memcpy(mine_gpu.uuid, g.uuid, sizeof mine_gpu.uuid);
-        copy_text(mine_gpu.host, world.host);
-        copy_text(mine_gpu.name, g.name);
-        copy_text(mine_gpu.uuid_text, g.uuid_string());
+        mine.ok = 1;
+        mine.device = g.device;
+        std::memcpy(mine.uuid, g.uuid, sizeof mine.uuid);
+        copy_text(mine.host, world.host);
+        copy_text(mine.name, g.name);
+        copy_text(mine.uuid_text, g.uuid_string());
       });
-    const bool gathered = startup_step([&] { gpus = allgather_gpus(world, mine_gpu, opt.timeout_s); });
+    const bool gathered = startup_step([&] { gpus = allgather_gpus(world, mine, opt.timeout_s); });
     ok = ok && gathered;
     if (ok) ok = startup_step([&] { check_distinct_gpus(gpus); }, r0);
   }
@@ -455,20 +455,20 @@ int run_rank(const Replicas& rep, RankOptions opt) {
 #endif
       if (!transport) transport = make_mpi_transport(pipe, opt.timeout_s);
       // Each microbatch's hidden states and logits are checked for NaN / Inf as they are made.
-      const CheckShape check{mine.n_micro(), microbatch, cfg.hidden_size, cfg.vocab_size, mine.seqs.begin};
+      const CheckShape check{my_work.n_micro(), microbatch, cfg.hidden_size, cfg.vocab_size, my_work.seqs.begin};
       checked = make_checked_stage(*exec, range, check, n_threads, opt.allow_nonfinite);
       if (opt.max_new_tokens > 0) {
-        const GenerateShape shape{mine.seqs.size(), mine.width, microbatch, cfg.hidden_size, opt.max_new_tokens,
+        const GenerateShape shape{my_work.seqs.size(), my_work.width, microbatch, cfg.hidden_size, opt.max_new_tokens,
                                   my_lengths};
         check_state_fits(*checked, shape, use_cuda);
         pipeline = std::make_unique<Pipeline>(pipe, *checked, *transport, cfg.hidden_size, shape.max_item_tokens());
-        generate = std::make_unique<GenerateJob>(pipe, *checked, shape, sampling_params(opt, mine.seqs.begin));
+        generate = std::make_unique<GenerateJob>(pipe, *checked, shape, sampling_params(opt, my_work.seqs.begin));
       } else {
         // The logits cross to the host only for someone who reads them: the output file, or answers
         // to compare (not in a benchmark, which validates the top-1 only). Every replica's last
         // stage must know, and only the job's last rank reads the answers: any answers count.
         const bool want_logits = !opt.benchmark && (!opt.output.empty() || !opt.answers.empty());
-        PipelineShape shape{mine.seqs.size(), mine.width, microbatch, cfg.hidden_size, cfg.vocab_size,
+        PipelineShape shape{my_work.seqs.size(), my_work.width, microbatch, cfg.hidden_size, cfg.vocab_size,
                             want_logits, opt.all_logits, my_lengths};
         pipeline = std::make_unique<Pipeline>(pipe, *checked, *transport, cfg.hidden_size, shape.max_micro_tokens());
         score = std::make_unique<ScoreJob>(pipe, *checked, shape);
