@@ -305,6 +305,44 @@ TYPED_TEST(CudaOps, Swiglu) {
 // one (every token's first pick is expert E/2 and the rest distinct: one expert holds all tokens).
 enum class Routing { kSpread, kFew, kOne };
 
+// x + cpu::moe_experts(in): the reference of cuda::moe_experts (w1, w3 split out of w13).
+std::vector<float> moe_reference(const std::vector<float>& x, const std::vector<float>& in, const std::vector<float>& w1,
+                                 const std::vector<float>& w3, const std::vector<float>& w2,
+                                 const std::vector<int32_t>& experts, const std::vector<float>& weights, int64_t n,
+                                 int64_t H, int64_t E, int64_t I, int64_t k) {
+  const auto need = cpu::moe_experts_scratch(n, H, E, I, k, 1);
+  std::vector<float> fs(static_cast<size_t>(need.floats)), moe(static_cast<size_t>(n * H)), ref(moe.size());
+  std::vector<int32_t> is(static_cast<size_t>(need.ints));
+  cpu::moe_experts(moe.data(), in.data(), w1.data(), w3.data(), w2.data(), experts.data(), weights.data(), n, H, E, I,
+                   k, fs.data(), is.data(), 1);
+  cpu::add(ref.data(), x.data(), moe.data(), n * H);
+  return ref;
+}
+
+// cuda::moe_experts on uploaded copies, x coming back; the scratch starts as `fill` bytes.
+template <typename T>
+std::vector<float> moe_on_device(const std::vector<float>& x, const std::vector<T>& in, const std::vector<T>& w13,
+                                 const std::vector<T>& w2, const std::vector<int32_t>& experts,
+                                 const std::vector<float>& weights, int64_t n, int64_t H, int64_t E, int64_t I,
+                                 int64_t k, cudaStream_t stream, int fill = 0) {
+  DevBuf<T> d_in(in.size()), d_w13(w13.size()), d_w2(w2.size());
+  DevBuf<float> d_x(x.size()), d_w(weights.size());
+  DevBuf<int32_t> d_e(experts.size());
+  const size_t scratch = static_cast<size_t>(cuda::moe_experts_scratch_bytes(n, H, E, I, k, sizeof(T)));
+  DevBuf<char> d_scratch(scratch);
+  CUDA_CHECK(cudaMemset(d_scratch.get(), fill, scratch));
+  upload(d_in, in);
+  upload(d_w13, w13);
+  upload(d_w2, w2);
+  upload(d_x, x);
+  upload(d_w, weights);
+  upload(d_e, experts);
+  cuda::moe_experts(d_x.get(), d_in.get(), d_w13.get(), d_w2.get(), d_e.get(), d_w.get(), n, H, E, I, k,
+                    d_scratch.get(), stream);
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  return download(d_x.get(), x.size());
+}
+
 TYPED_TEST(CudaOps, MoeExperts) {
   using T = TypeParam;
   struct Case {
@@ -346,28 +384,10 @@ TYPED_TEST(CudaOps, MoeExperts) {
     auto w13_raw = round_to<T>(w13);
     auto w2_raw = round_to<T>(w2);
 
-    const auto need = cpu::moe_experts_scratch(n, H, E, I, k, 1);
-    std::vector<float> fs(static_cast<size_t>(need.floats)), moe(static_cast<size_t>(n * H)), ref(static_cast<size_t>(n * H));
-    std::vector<int32_t> is(static_cast<size_t>(need.ints));
-    cpu::moe_experts(moe.data(), in.data(), w1.data(), w3.data(), w2.data(), experts.data(), weights.data(), n, H, E,
-                     I, k, fs.data(), is.data(), 1);
-    cpu::add(ref.data(), x.data(), moe.data(), n * H);
-
-    DevBuf<T> d_in(in.size()), d_w13(w13.size()), d_w2(w2.size());
-    DevBuf<float> d_x(x.size()), d_w(weights.size());
-    DevBuf<int32_t> d_e(experts.size());
-    DevBuf<char> d_scratch(static_cast<size_t>(cuda::moe_experts_scratch_bytes(n, H, E, I, k, sizeof(T))));
-    upload(d_in, in_raw);
-    upload(d_w13, w13_raw);
-    upload(d_w2, w2_raw);
-    upload(d_x, x);
-    upload(d_w, weights);
-    upload(d_e, experts);
-    cuda::moe_experts(d_x.get(), d_in.get(), d_w13.get(), d_w2.get(), d_e.get(), d_w.get(), n, H, E, I, k,
-                      d_scratch.get(), this->stream_);
-    this->sync();
+    const auto ref = moe_reference(x, in, w1, w3, w2, experts, weights, n, H, E, I, k);
+    const auto got = moe_on_device<T>(x, in_raw, w13_raw, w2_raw, experts, weights, n, H, E, I, k, this->stream_);
     // bf16/fp16 round gate/up, the activation and the expert outputs: three roundings
-    EXPECT_TRUE(close_t<T>(download(d_x.get(), ref.size()), ref, 3))
+    EXPECT_TRUE(close_t<T>(got, ref, 3))
         << n << " tokens, H " << H << ", " << E << " experts, I " << I << ", top " << k << ", routing "
         << int(routing);
   }
@@ -399,29 +419,9 @@ TYPED_TEST(CudaOps, MoeExpertsDroppedRows) {
         experts[size_t(t * k + j)] = dropped ? -1 : int32_t((t * 3 + j * 5) % E);
         weights[size_t(t * k + j)] = 0.25f + 0.1f * float(j);
       }
-    const auto need = cpu::moe_experts_scratch(n, H, E, I, k, 1);
-    std::vector<float> fs(static_cast<size_t>(need.floats)), moe(static_cast<size_t>(n * H)), ref(moe.size());
-    std::vector<int32_t> is(static_cast<size_t>(need.ints));
-    cpu::moe_experts(moe.data(), in.data(), w1.data(), w3.data(), w2.data(), experts.data(), weights.data(), n, H, E,
-                     I, k, fs.data(), is.data(), 1);
-    cpu::add(ref.data(), x.data(), moe.data(), n * H);
-
-    DevBuf<T> d_in(in.size()), d_w13(w13.size()), d_w2(w2.size());
-    DevBuf<float> d_x(x.size()), d_w(weights.size());
-    DevBuf<int32_t> d_e(experts.size());
-    const size_t scratch = static_cast<size_t>(cuda::moe_experts_scratch_bytes(n, H, E, I, k, sizeof(T)));
-    DevBuf<char> d_scratch(scratch);
-    CUDA_CHECK(cudaMemset(d_scratch.get(), 0x7f, scratch));  // stale indices, as a reused scratch has
-    upload(d_in, in_raw);
-    upload(d_w13, w13_raw);
-    upload(d_w2, w2_raw);
-    upload(d_x, x);
-    upload(d_w, weights);
-    upload(d_e, experts);
-    cuda::moe_experts(d_x.get(), d_in.get(), d_w13.get(), d_w2.get(), d_e.get(), d_w.get(), n, H, E, I, k,
-                      d_scratch.get(), this->stream_);
-    this->sync();
-    const auto got = download(d_x.get(), ref.size());
+    const auto ref = moe_reference(x, in, w1, w3, w2, experts, weights, n, H, E, I, k);
+    // stale indices in the scratch, as a reused one has
+    const auto got = moe_on_device<T>(x, in_raw, w13_raw, w2_raw, experts, weights, n, H, E, I, k, this->stream_, 0x7f);
     EXPECT_TRUE(close_t<T>(got, ref, 3)) << n << " tokens";
     for (int64_t t = 0; t < n; ++t) {
       if (experts[size_t(t * k)] >= 0) continue;

@@ -4,31 +4,19 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <filesystem>
 #include <random>
 #include <vector>
 
-#include "h5pack/presets.h"
-#include "h5pack/synth.h"
 #include "io/weight_file.h"
 #include "model/stage_executor.h"
+#include "synth_mini.h"
 
 namespace lfm2 {
 namespace {
 
 TEST(CpuStage, FinishedRowsSkipTheExpertsAndChangeNothingElse) {
-  ModelConfig cfg = synth_preset("lfm2-mini");
-  cfg.num_hidden_layers = 4;
-  cfg.layer_types.resize(4);
-  cfg.validate("test config");
-  const std::string path = std::string(LFM2_GOLDEN_WORK_DIR) + "/mini4_finished_f32.h5";
-  std::filesystem::create_directories(LFM2_GOLDEN_WORK_DIR);
-  SynthOptions opt;
-  opt.seed = 11;
-  opt.dtype = DType::F32;
-  opt.progress = false;
-  synth_weights(cfg, path, opt);
-  WeightReader reader(path);
+  ModelConfig cfg;
+  WeightReader reader(test::synth_mini(4, 11, "mini4_finished_f32.h5", &cfg));
   int moe_layers = 0;
   for (int l = 0; l < 4; ++l) moe_layers += cfg.is_moe(l);
   ASSERT_GT(moe_layers, 0);
