@@ -78,4 +78,9 @@ void choose_tokens(int32_t* tokens, const float* logits, int64_t n_rows, int64_t
   }, 1);
 }
 
+void finished_flags(float* flags, const int32_t* tokens, int64_t n, const std::vector<int32_t>& eos) {
+  for (int64_t i = 0; i < n; ++i)
+    flags[i] = std::find(eos.begin(), eos.end(), tokens[i]) != eos.end() ? 1.0f : 0.0f;
+}
+
 }  // namespace lfm2::cpu

@@ -102,6 +102,18 @@ GenerateResult gather_tokens(const RankSetup& s, const GenerateJob& job) {
   return all;
 }
 
+// The decode steps after a sequence's EOS skip the experts (StageExecutor::decode): how many.
+std::string finished_line(const GenerateResult& r, int64_t N, int64_t K) {
+  int64_t ended = 0, skipped = 0;
+  for (int64_t s = 0; s < N; ++s) {
+    const int64_t n = r.n_generated[size_t(s)];
+    ended += n < K;
+    skipped += K - n;
+  }
+  return cat("results: ", ended, " of ", N, " sequences ended at an EOS before ", K, " tokens; ", skipped, " of ",
+             N * (K - 1), " decode sequence-steps left out the experts");
+}
+
 }  // namespace
 
 JobOutcome run_generation(RankSetup& s, GenerateJob& job) {
@@ -136,6 +148,7 @@ JobOutcome run_generation(RankSetup& s, GenerateJob& job) {
     std::string head = "results: sequence 0 generated";
     for (int64_t t = 0; t < std::min<int64_t>(K, 12); ++t) head += cat(" ", result.generated[size_t(t)]);
     out.lines.push_back(head + (K > 12 ? " ..." : ""));
+    if (!opt.eos.empty()) out.lines.push_back(finished_line(result, N, K));
     nlohmann::json meta = run_metadata(s);
     meta["max_new_tokens"] = K;
     meta["temperature"] = opt.temperature;

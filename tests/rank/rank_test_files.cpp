@@ -162,6 +162,7 @@ int eos_check(const std::string& greedy, const std::string& out, int32_t eos) {
   const TokenOutputs g = read_outputs(greedy), o = read_outputs(out);
   const int64_t K = g.n_new;
   int bad = 0, stopped = 0;
+  int64_t skipped = 0;
   for (int64_t s = 0; s < g.n_seq; ++s) {
     int64_t stop = K;
     for (int64_t t = 0; t < K && stop == K; ++t)
@@ -170,11 +171,16 @@ int eos_check(const std::string& greedy, const std::string& out, int32_t eos) {
     for (int64_t t = 0; t < K; ++t)
       ok = ok && o.generated[size_t(s * K + t)] == (t < stop ? g.generated[size_t(s * K + t)] : eos);
     stopped += stop < K ? 1 : 0;
+    skipped += K - stop;
     if (!ok) std::printf("sequence %lld: wrong after its EOS (n_generated %d, expected %lld)\n", (long long)s,
                          o.n_generated[size_t(s)], (long long)stop);
     bad += ok ? 0 : 1;
   }
   std::printf("eos %d: %d of %lld sequences stopped early, %d wrong\n", eos, stopped, (long long)g.n_seq, bad);
+  // the line the last rank reports for the decode steps that left out the experts
+  std::printf("expect: %d of %lld sequences ended at an EOS before %lld tokens; %lld of %lld decode sequence-steps "
+              "left out the experts\n",
+              stopped, (long long)g.n_seq, (long long)K, (long long)skipped, (long long)(g.n_seq * (K - 1)));
   return bad || stopped == 0 ? 1 : 0;
 }
 
