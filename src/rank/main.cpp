@@ -121,6 +121,12 @@ int main(int argc, char** argv) {
   app.add_option("--cuda-graphs", graphs, "CUDA: replay each stage's layers from a CUDA Graph captured once per shape")
       ->capture_default_str()
       ->check(cli::one_of({"on", "off"}));
+  std::string verify = "on";
+  app.add_option("--verify-weights", verify,
+                 "check every tensor against its digest as it is loaded (off: trusted files, e.g. just checked with "
+                 "h5pack verify; the model fingerprints are compared either way)")
+      ->capture_default_str()
+      ->check(cli::one_of({"on", "off"}));
   app.footer(
       "Exit codes: 0 ran (and validated), 1 bad input or error (one line from the rank that found it),\n"
       "2 validation failed, 3 aborted (a rank failed after the exchange began, or a wait timed out),\n"
@@ -167,6 +173,7 @@ int main(int argc, char** argv) {
   if (code < 0) {
     if (fp16) opt.dtype = "fp16";
     opt.cuda_graphs = graphs == "on";
+    opt.verify_weights = verify == "on";
     opt.use_default = opt.model.empty() && opt.inputs.empty();
     try {
       watchdog.arm("grouping the ranks into replicas", opt.timeout_s);  // blocking collectives

@@ -29,6 +29,7 @@ struct RankOptions {
   int threads = 0;     // 0: the node's cores shared among its ranks
   double timeout_s = 600;   // (0, kMaxTimeoutS]
   bool allow_nonfinite = false;  // NaN / Inf in hidden states or logits: warn instead of stopping
+  bool verify_weights = true;    // check every tensor against its digest as it is loaded
   std::string trace;         // optional: write the run's timeline here (Chrome trace-event JSON)
   // Generation (--max-new-tokens > 0; 0: scoring).
   int64_t max_new_tokens = 0;

@@ -306,6 +306,7 @@ int run_rank(const Replicas& rep, RankOptions opt) {
     ok = startup_step([&] {
       weight_path = weight_path_for(opt.model, pipe.rank);
       weights = std::make_unique<WeightReader>(weight_path);
+      weights->set_verify(opt.verify_weights);
     });
   if (ok && r0)
     ok = startup_step([&] {
@@ -441,7 +442,8 @@ int run_rank(const Replicas& rep, RankOptions opt) {
       if (!exec) exec = make_cpu_stage(*weights, range, n_threads);
       facts.bytes_read = weights->bytes_read();
       log_info(cat("read ", mib(facts.bytes_read), " of weights (layers ", plan.layer_begin, "-", plan.layer_end - 1,
-                   ") from ", weight_path, " in ", int64_t((now_s() - t0) * 1000), " ms"));
+                   ") from ", weight_path, " in ", int64_t((now_s() - t0) * 1000), " ms",
+                   opt.verify_weights ? "" : " (digests not checked: --verify-weights off)"));
       if (last && !opt.answers.empty()) {
         answers = read_answers(opt.answers);
         check_answers(answers, N, cfg.vocab_size, opt.answers);
