@@ -9,6 +9,7 @@
 #include <map>
 
 #include "common/error.h"
+#include "common/log.h"
 
 namespace lfm2 {
 namespace {
@@ -32,6 +33,7 @@ Pipeline::Pipeline(const WorldConfig& world, StageExecutor& exec, Transport& tra
   n_buf_ = world_.size == 1 ? 1 : 3;
   buffer_bytes_ = size_t(max_item_tokens * hidden) * dtype_size(exec_.act_dtype());
   for (int b = 0; b < n_buf_; ++b) buf_.push_back(exec_.alloc_hidden(max_item_tokens));
+  if (exec_.on_device()) queue_guard_ = std::make_unique<Watchdog>(log_prefix(), world_.rank);
 }
 
 void Pipeline::set_tracing(bool on) {
@@ -60,6 +62,10 @@ class Pipeline::Run {
     if (device_) p_.timer_->reset();
     for (int64_t i = 0; i < M_; ++i) {
       const double t_queue = now_s();
+      if (p_.queue_guard_)
+        p_.queue_guard_->arm(cat("queueing ", job_.item_name(i), " on the GPU"), p_.transport_.timeout_s(),
+                             "the host was held inside a CUDA call (one that waits for the whole device, "
+                             "behind a transfer that cannot finish?)");
       {
         NvtxRange range("queue item");
         acquire(i);
@@ -68,6 +74,7 @@ class Pipeline::Run {
         if (!last_) send(i);
         release_done();
       }
+      if (p_.queue_guard_) p_.queue_guard_->disarm();
       if (device_) host_span("queue", i, t_queue);
       if (i == p_.kill_after_) std::raise(p_.kill_signal_);
     }
@@ -140,10 +147,15 @@ class Pipeline::Run {
   }
 
   // The receives of i+1 .. i+B-1 that can start now, so that they overlap i's compute. On the host
-  // only those whose buffer's last send has completed (tested, not waited for).
+  // only those whose buffer's last send has completed (tested, not waited for). Never one whose
+  // item needs feedback from an item this rank has yet to queue (generation with fewer microbatches
+  // than buffers): its NCCL kernel would spin for data that only this host's next steps can
+  // release, and any CUDA call that waits for the whole device (loading a kernel's module on first
+  // use does) would then wait forever.
   void post_recvs_ahead(int64_t i) {
     if (first_) return;
     while (next_recv_ < std::min(M_, i + B_)) {
+      if (job_.feedback_source(next_recv_) >= i) return;
       const Handle s = send_h_[size_t(buffer_of(next_recv_))];
       if (!device_ && s != Transport::kNone && !test_pending(s)) return;
       post_recv(next_recv_++);

@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,7 @@
 #include "rank/stage_plan.h"
 #include "rank/trace.h"
 #include "rank/transport.h"
+#include "rank/watchdog.h"
 #include "rank/world.h"
 
 namespace lfm2 {
@@ -135,6 +137,9 @@ class Pipeline {
   size_t buffer_bytes_ = 0;
   std::vector<void*> buf_;  // hidden states of max_item_tokens tokens each
   BusyTimer* timer_ = nullptr;
+  // Device executors: queueing an item is microseconds of host work, but a CUDA call inside it may
+  // synchronise the device; this bounds it by --timeout.
+  std::unique_ptr<Watchdog> queue_guard_;
   bool tracing_ = false;
   std::vector<TraceSpan> trace_;
   int64_t kill_after_ = -1;

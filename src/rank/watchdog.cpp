@@ -26,11 +26,12 @@ Watchdog::~Watchdog() {
 
 double Watchdog::stagger_s(int rank) { return 2.0 * std::min(std::max(rank, 0), 3); }
 
-void Watchdog::arm(const std::string& what, double timeout_s) {
+void Watchdog::arm(const std::string& what, double timeout_s, const std::string& cause) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     armed_ = true;
     what_ = what;
+    cause_ = cause;
     timeout_s_ = std::max(timeout_s, kMinMpiSeconds);
     deadline_ = std::chrono::steady_clock::now() +
                 std::chrono::duration_cast<std::chrono::steady_clock::duration>(
@@ -56,13 +57,11 @@ void Watchdog::watch() {
     }
     if (cv_.wait_until(lock, deadline_) != std::cv_status::timeout) continue;  // re-armed, disarmed or stopped
     if (!armed_ || stop_ || std::chrono::steady_clock::now() < deadline_) continue;
-    // The main thread is stuck inside MPI: say so in one line and end this process; mpirun then ends
-    // the others.
+    // The main thread is stuck inside a call it cannot leave (MPI, a CUDA call): say so in one line
+    // and end this process; mpirun then ends the others.
     std::fflush(stdout);
-    std::fprintf(stderr,
-                 "%serror: timed out after %g s in %s: a rank did not arrive (stopped or never started? "
-                 "see --timeout)\n",
-                 prefix_.c_str(), timeout_s_, what_.c_str());
+    std::fprintf(stderr, "%serror: timed out after %g s in %s: %s\n", prefix_.c_str(), timeout_s_, what_.c_str(),
+                 cause_.c_str());
     std::fflush(stderr);
     remove_pending_files_now();
     std::_Exit(kExitAborted);

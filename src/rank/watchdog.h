@@ -32,8 +32,9 @@ class Watchdog {
   Watchdog& operator=(const Watchdog&) = delete;
 
   // From now on, `what` ("MPI initialisation") must end within max(timeout_s, kMinMpiSeconds) plus
-  // the rank's stagger.
-  void arm(const std::string& what, double timeout_s);
+  // the rank's stagger; past it the line names `what` and then `cause`.
+  static constexpr const char* kRankMissing = "a rank did not arrive (stopped or never started? see --timeout)";
+  void arm(const std::string& what, double timeout_s, const std::string& cause = kRankMissing);
   // It ended in time.
   void disarm();
 
@@ -48,7 +49,7 @@ class Watchdog {
   std::mutex mu_;
   std::condition_variable cv_;
   bool armed_ = false, stop_ = false;
-  std::string what_;
+  std::string what_, cause_;
   double timeout_s_ = 0;
   std::chrono::steady_clock::time_point deadline_;
   std::thread thread_;

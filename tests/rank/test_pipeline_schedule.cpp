@@ -110,12 +110,13 @@ class LoopbackTransport final : public Transport {
     ops_.push_back({nullptr, bytes, peer, true, true});
     return Handle(ops_.size() - 1);
   }
-  Handle irecv(void* buf, size_t bytes, int peer, int, Handle after) override {
+  Handle irecv(void* buf, size_t bytes, int peer, int tag, Handle after) override {
     if (after != kNone) {
       EXPECT_TRUE(device_) << "a host transport gets no `after`";
       EXPECT_TRUE(ops_.at(size_t(after)).is_send && !ops_.at(size_t(after)).released) << "after: a pending send";
     }
     ++posted_recvs;
+    if (on_irecv) on_irecv(peer, tag);
     ops_.push_back({buf, bytes, peer, false, false});
     return Handle(ops_.size() - 1);
   }
@@ -145,6 +146,7 @@ class LoopbackTransport final : public Transport {
     if (!poll_until([&] { return test(h); }, timeout_s_)) LFM2_FAIL("timed out waiting for ", what);
   }
   int waits = 0, posted_recvs = 0;
+  std::function<void(int peer, int tag)> on_irecv;  // called as each receive is posted
 
  private:
   struct Op {
@@ -360,6 +362,93 @@ TEST(PipelineSchedule, TopOneIsTheFirstMaximum) {
     EXPECT_EQ(r.result.next_token[size_t(s)], best);
   }
   EXPECT_TRUE(r.result.all_logits.empty());
+}
+
+// Generation's shape of work: item i is step i / M of microbatch i % M, and its input is what the
+// last stage made of item i - M (sent back to the first stage). Each stage adds 1, the last doubles.
+class FeedbackJob final : public PipelineJob {
+ public:
+  FeedbackJob(int64_t n_micro, int64_t steps) : M_(n_micro), steps_(steps), fb_(size_t(n_micro)), out_(size_t(n_micro)) {}
+  int64_t n_items() const override { return M_ * steps_; }
+  size_t item_bytes(int64_t) const override { return sizeof(float); }
+  void input(int64_t i, void* x) override {
+    *static_cast<float*>(x) = i < M_ ? float(i) : fb_[size_t(feedback_slot(i - M_))];
+  }
+  void layers(int64_t, void* x) override {
+    *static_cast<float*>(x) += 1;
+    ++queued;
+  }
+  void output(int64_t i, void* x) override {
+    const float v = *static_cast<float*>(x);
+    if (feeds_back(i))
+      fb_[size_t(feedback_slot(i))] = 2 * v;
+    else
+      out_[size_t(i % M_)] = v;
+  }
+  std::string item_name(int64_t i) const override { return cat("item ", i); }
+  int64_t feedback_source(int64_t i) const override { return i < M_ ? -1 : i - M_; }
+  bool feeds_back(int64_t i) const override { return i + M_ < n_items(); }
+  int feedback_slot(int64_t i) const override { return int(i % M_); }
+  void* feedback_buffer(int slot) override { return &fb_[size_t(slot)]; }
+  size_t feedback_bytes(int64_t) const override { return sizeof(float); }
+
+  int64_t queued = 0;  // items whose layers this stage has queued
+  const std::vector<float>& results() const { return out_; }
+
+ private:
+  int64_t M_, steps_;
+  std::vector<float> fb_, out_;
+};
+
+// With fewer microbatches than buffers, a receive posted ahead could be for an item whose input
+// needs feedback this very stage has yet to produce; on a GPU its kernel then spins for data that
+// only this host's next steps release, and a CUDA call that waits for the whole device (a module
+// loaded on first use) never returns. A stage posts a receive only once it has queued the item
+// that receive depends on; the results stay those of one stage.
+TEST(PipelineSchedule, ReceivesAheadNeverWaitOnFeedbackNotYetQueued) {
+  for (int P : {2, 3}) {
+    for (int64_t M : {1, 2, 3, 5}) {
+      const int64_t steps = 4;
+      std::vector<float> want(static_cast<size_t>(M));
+      for (int64_t m = 0; m < M; ++m) {
+        float v = float(m);
+        for (int64_t t = 0; t + 1 < steps; ++t) v = 2 * (v + float(P));
+        want[size_t(m)] = v + float(P);
+      }
+      Hub hub;
+      std::vector<float> got;
+      std::vector<std::string> errors(static_cast<size_t>(P));
+      std::vector<std::thread> threads;
+      for (int r = 0; r < P; ++r) {
+        threads.emplace_back([&, r] {
+          try {
+            WorldConfig w;
+            w.rank = r;
+            w.size = P;
+            FakeStage stage(r, r + 1, r == 0, r == P - 1, /*device=*/true);
+            LoopbackTransport transport(hub, r, 10.0, /*device=*/true);
+            CountingTimer timer;
+            FeedbackJob job(M, steps);
+            transport.on_irecv = [&](int peer, int tag) {
+              if (peer != r - 1) return;  // the feedback link into the first stage
+              EXPECT_LT(job.feedback_source(tag), job.queued)
+                  << "rank " << r << " of " << P << ", " << M << " microbatches: item " << tag
+                  << " received ahead of its feedback";
+            };
+            Pipeline pipe(w, stage, transport, kHidden, 1);
+            pipe.set_busy_timer(&timer);
+            pipe.run(job);
+            if (r == P - 1) got = job.results();
+          } catch (const std::exception& e) {
+            errors[size_t(r)] = e.what();
+          }
+        });
+      }
+      for (auto& t : threads) t.join();
+      for (int r = 0; r < P; ++r) EXPECT_EQ(errors[size_t(r)], "") << "rank " << r;
+      EXPECT_EQ(got, want) << P << " stages, " << M << " microbatches";
+    }
+  }
 }
 
 TEST(PipelineSchedule, AWaitForASilentPeerTimesOut) {
