@@ -25,6 +25,14 @@ class TimeoutError : public Error {
   using Error::Error;
 };
 
+// A send that ran past its deadline. Its sender sits upstream of the stall, and so may the ranks
+// before it, blocked in turn on their full buffers: src/rank/fatal.h lets the highest such sender,
+// the one next to the stall, speak.
+class SendTimeoutError : public TimeoutError {
+ public:
+  using TimeoutError::TimeoutError;
+};
+
 // NaN or +-Inf where a finite value must be (src/model/checked_stage.h); its own exit code.
 class NonFiniteError : public Error {
  public:
@@ -40,7 +48,7 @@ std::string cat(const Args&... args) {
 }
 
 [[noreturn]] void throw_error(const char* file, int line, const std::string& what, const std::string& msg);
-[[noreturn]] void throw_timeout(const char* file, int line, const std::string& msg);
+[[noreturn]] void throw_timeout(const char* file, int line, const std::string& msg, bool send = false);
 
 }  // namespace lfm2
 
@@ -54,3 +62,5 @@ std::string cat(const Args&... args) {
 
 // A wait that ran past its deadline: throws lfm2::TimeoutError.
 #define LFM2_TIMEOUT(...) ::lfm2::throw_timeout(__FILE__, __LINE__, ::lfm2::cat(__VA_ARGS__))
+// A send that ran past its deadline: throws lfm2::SendTimeoutError.
+#define LFM2_SEND_TIMEOUT(...) ::lfm2::throw_timeout(__FILE__, __LINE__, ::lfm2::cat(__VA_ARGS__), true)

@@ -32,6 +32,17 @@ std::string rank_list(const std::vector<int>& ranks) {
   return s;
 }
 
+// "node-a" or "node-a, node-b": the distinct hosts of these ranks, in rank order.
+std::string host_list(const WorldConfig& world, const std::vector<int>& ranks) {
+  std::vector<std::string> seen;
+  for (int r : ranks)
+    if (r < int(world.hosts.size()) && std::find(seen.begin(), seen.end(), world.hosts[size_t(r)]) == seen.end())
+      seen.push_back(world.hosts[size_t(r)]);
+  std::string s;
+  for (const auto& h : seen) s += (s.empty() ? "" : ", ") + h;
+  return s;
+}
+
 }  // namespace
 
 bool startup_step(const std::function<void()>& step, bool report) {
@@ -46,6 +57,7 @@ bool startup_step(const std::function<void()>& step, bool report) {
 
 std::vector<int64_t> allreduce_max(const WorldConfig& world, std::vector<int64_t> values, double timeout_s,
                                    const std::string& what) {
+  barrier(world, timeout_s, what);  // a rank that never comes is named by rank 0 here
   std::vector<int64_t> out(values.size());
   MPI_Request req;
   MPI_CHECK(MPI_Iallreduce(values.data(), out.data(), int(values.size()), MPI_INT64_T, MPI_MAX, world.comm, &req),
@@ -84,8 +96,11 @@ int report_startup_errors(const WorldConfig& world, double timeout_s) {
     }
   for (const auto& msg : order) {
     const auto& ranks = ranks_of[msg];
-    log_error_as(cat("[rank ", ranks[0], "] "),
-                 ranks.size() > 1 ? cat(msg, " (ranks ", rank_list(ranks), ")") : msg);
+    // Across hosts, say where: a node that lacks a file is then named ("(on node-b)").
+    const std::string on = world.multi_host() ? cat("on ", host_list(world, ranks)) : std::string();
+    const std::string which = ranks.size() > 1 ? cat("ranks ", rank_list(ranks)) : std::string();
+    const std::string where = which.empty() ? on : on.empty() ? which : cat(which, " ", on);
+    log_error_as(cat("[rank ", ranks[0], "] "), where.empty() ? msg : cat(msg, " (", where, ")"));
   }
   return kExitError;
 }
@@ -97,10 +112,16 @@ void abort_job(const WorldConfig& world, const std::string& msg, int code) {
 }
 
 void abort_job(const WorldConfig& world, const std::exception& e) {
-  // MPI_Abort ends the job within a fraction of a second: 0.25 s per rank (at most 2 s) lets the
-  // lowest of the ranks that timed out speak alone.
-  if (dynamic_cast<const TimeoutError*>(&e))
-    std::this_thread::sleep_for(std::chrono::duration<double>(0.25 * std::min(std::max(world.rank, 0), 8)));
+  // MPI_Abort ends the job within a fraction of a second, so of the ranks that timed out the first to
+  // call it speaks alone; it should be one next to the stalled rank. A stall blocks the senders
+  // before it (the highest of them is its neighbour; rank 0's node, where mpirun prints, is always
+  // on this side) and starves the receivers after it (the lowest is its neighbour): each waits 0.25 s
+  // per place in that order (at most 4 s), senders on the odd places, every other wait on the even.
+  if (dynamic_cast<const TimeoutError*>(&e)) {
+    const bool send = dynamic_cast<const SendTimeoutError*>(&e) != nullptr;
+    const int place = send ? 2 * (world.size - 1 - world.rank) + 1 : 2 * std::max(world.rank, 0);
+    std::this_thread::sleep_for(std::chrono::duration<double>(0.25 * std::min(place, 16)));
+  }
   abort_job(world, e.what(), dynamic_cast<const NonFiniteError*>(&e) ? kExitNonFinite : kExitAborted);
 }
 

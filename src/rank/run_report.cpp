@@ -36,7 +36,8 @@ void deliver_report(const WorldConfig& world, const std::vector<std::string>& li
       return flag != 0;
     };
     if (!poll_until(arrived, timeout_s))
-      LFM2_TIMEOUT("timed out after ", timeout_s, " s waiting for the last rank's report (see --timeout)");
+      LFM2_TIMEOUT("timed out after ", timeout_s, " s waiting for the last rank's report (",
+                   world.rank_name(world.size - 1), "; see --timeout)");
     int n = 0;
     MPI_Get_count(&st, MPI_CHAR, &n);
     std::string text(size_t(n), '\0');
@@ -84,6 +85,7 @@ std::vector<std::string> pipeline_report(const std::vector<StageTiming>& timing,
 
 // Each rank's busy and wall time of one run, gathered to rank 0 (the run report).
 std::vector<StageTiming> gather_timing(const WorldConfig& world, const StageTiming& mine, double timeout_s) {
+  barrier(world, timeout_s, "gathering stage times");  // after the run: names a rank that never finished it
   std::vector<StageTiming> all(size_t(world.size));
   MPI_Request req;
   MPI_CHECK(MPI_Igather(&mine, 2, MPI_DOUBLE, all.data(), 2, MPI_DOUBLE, 0, world.comm, &req), "gathering stage times");

@@ -55,9 +55,12 @@ class MpiTransport final : public Transport {
     const Slot& s = slot(h);
     const int peer = s.peer;
     const bool is_send = s.is_send;
-    if (!poll_until([&] { return test(h); }, timeout_s_))
-      LFM2_TIMEOUT("timed out after ", timeout_s_, " s waiting to ", is_send ? "send " : "receive ", what,
-                is_send ? " to rank " : " from rank ", peer, " (did it stop? see --timeout)");
+    if (poll_until([&] { return test(h); }, timeout_s_)) return;
+    if (is_send)
+      LFM2_SEND_TIMEOUT("timed out after ", timeout_s_, " s waiting to send ", what, " to ", world_.rank_name(peer),
+                        " (did it stop? see --timeout)");
+    LFM2_TIMEOUT("timed out after ", timeout_s_, " s waiting to receive ", what, " from ", world_.rank_name(peer),
+                 " (did it stop? see --timeout)");
   }
 
  private:

@@ -206,7 +206,7 @@ class NcclTransportImpl final : public NcclTransport {
     const bool is_send = s.is_send;
     if (!poll_until([&] { return test(h); }, timeout_s_))
       fail(cat("timed out after ", timeout_s_, " s waiting to ", is_send ? "send " : "receive ", what,
-               is_send ? " to rank " : " from rank ", peer, " (did it stop? see --timeout)"));
+               is_send ? " to " : " from ", world_.rank_name(peer), " (did it stop? see --timeout)"));
   }
 
   std::vector<TraceSpan> transfer_spans() override { return std::move(spans_); }

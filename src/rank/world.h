@@ -1,8 +1,9 @@
 // WorldConfig: where this process sits in the MPI job, asked once at start-up.
 //
 // rank / size come from MPI_COMM_WORLD; local_rank / local_size from MPI_Comm_split_type
-// (MPI_COMM_TYPE_SHARED), i.e. the ranks on this node, which is what picks a GPU. Everything else
-// (the pipeline, the transport, logging) asks this struct instead of calling MPI again.
+// (MPI_COMM_TYPE_SHARED), i.e. the ranks on this node, which is what picks a GPU; hosts[r] is rank
+// r's host (gathered once), so that a message about another rank can say where it runs. Everything
+// else (the pipeline, the transport, logging) asks this struct instead of calling MPI again.
 #pragma once
 
 #include <mpi.h>
@@ -18,15 +19,21 @@ struct WorldConfig {
   int rank = 0, size = 1;              // in MPI_COMM_WORLD
   int local_rank = 0, local_size = 1;  // on this node
   std::string host;                    // processor name
+  std::vector<std::string> hosts;      // every rank's processor name, by rank
   MPI_Comm comm = MPI_COMM_WORLD;      // the pipeline's communicator (not owned)
 
   bool is_first() const { return rank == 0; }
   bool is_last() const { return rank == size - 1; }
   int prev() const { return rank - 1; }  // upstream stage (valid unless is_first)
   int next() const { return rank + 1; }  // downstream stage (valid unless is_last)
+  // Whether the ranks run on more than one host.
+  bool multi_host() const;
+  // "rank 2", or "rank 2 on node-b" when the job spans several hosts: how messages name a peer.
+  std::string rank_name(int r) const;
 };
 
-// Reads the world from an initialised MPI (one MPI_Comm_split_type, freed again).
+// Reads the world from an initialised MPI (one MPI_Comm_split_type, freed again; one allgather of
+// the host names).
 WorldConfig query_world();
 
 // Owns MPI_Init_thread / MPI_Finalize for main(); errors on the communicator are returned, not
@@ -39,7 +46,8 @@ class MpiSession {
   MpiSession& operator=(const MpiSession&) = delete;
 };
 
-// A barrier waited for against timeout_s (MPI_Ibarrier polled); `what` names it in a timeout.
+// A barrier waited for against timeout_s; `what` names it in a timeout, and rank 0's timeout also
+// names the ranks (and hosts) that did not arrive.
 void barrier(const WorldConfig& world, double timeout_s, const std::string& what);
 
 // Every rank's `mine`, in rank order, on rank 0 (empty elsewhere); non-blocking collectives waited
