@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# tests/multihost/fault_case.sh: faults across emulated hosts (launch/netns-hosts.sh).
+#
+#   fault_case.sh CASE --work DIR --rank LFM2_RANK --model FILE.h5 --stages DIR_OF_stage-r.h5
+#       --inputs IN.h5 --timeout SECONDS
+#
+# CASE (4 ranks over node0 and node1, two each, unless said):
+#   link-down     node1's link goes down mid-run (once a quarter of the hidden states crossed it)
+#   kill-remote   rank 2, on node1, is killed after its microbatch 3
+#   stop-remote   rank 2, on node1, stops (SIGSTOP) after its microbatch 3
+#   missing-file  3 ranks on 3 hosts with node-local disks; node2's lacks stage-2.h5
+# Each must end with a nonzero exit, one line naming the rank and host at fault, no output file
+# (nor a temporary one), and nothing left running on any host, within --timeout plus the time the
+# ranks stagger their reports and mpirun needs to notice a lost host (10 s in all) after the fault.
+set -euo pipefail
+LFM2_SOURCE_DIR=$(cd "$(dirname "$0")/../.." && pwd)
+. "$LFM2_SOURCE_DIR/tests/multihost/lib.sh"
+
+case_name=$1
+shift
+WORK="" rank="" model="" stages="" inputs="" timeout=5
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --work) WORK=$2 ;; --rank) rank=$2 ;; --model) model=$2 ;; --stages) stages=$2 ;; --inputs) inputs=$2 ;;
+    --timeout) timeout=$2 ;;
+    *) echo "fault_case: unknown argument $1" >&2; exit 2 ;;
+  esac
+  shift 2
+done
+rm -rf "$WORK"
+mkdir -p "$WORK"
+slack=10
+out=$WORK/out.h5
+env_kill=()
+ranks=4 per_host=2
+files=(--model "$model" --inputs "$inputs" --output "$out")
+case "$case_name" in
+  link-down)
+    hosts_up 2
+    # One sequence per microbatch and one thread per rank: the run lasts long enough to be cut.
+    files+=(--microbatch 1 --threads 1)
+    expect_rc='^3$'
+    # Rank 0 names the ranks that never finished the run, or rank 1 the rank it cannot send to.
+    expect_line="^\[rank [01]\] error: timed out after $timeout s (in gathering stage times: ranks 2-3 on node1 have not arrived|waiting to send microbatch [0-9]+ to rank 2 on node1)"
+    ;;
+  kill-remote)
+    hosts_up 2
+    env_kill=(-x LFM2_TEST_KILL=2:3)
+    files+=(--microbatch 1)
+    expect_rc='^(3|137)$'
+    # The killed rank cannot speak: mpirun names it (rank, node, signal).
+    expect_line="process rank 2 with PID [0-9]+ on node node1 exited on signal 9"
+    ;;
+  stop-remote)
+    hosts_up 2
+    env_kill=(-x LFM2_TEST_KILL=2:3:stop)
+    files+=(--microbatch 1)
+    expect_rc='^3$'
+    expect_line="^\[rank [0-3]\] error: timed out after $timeout s (in gathering stage times: ranks 2-3 on node1 have not arrived|waiting to (send microbatch [0-9]+ to|receive microbatch [0-9]+ from) rank 2 on node1)"
+    ;;
+  missing-file)
+    hosts_up 3 --disks
+    ranks=3 per_host=1
+    ln "$stages/stage-0.h5" "$H/disk/node0/" 2>/dev/null || cp "$stages/stage-0.h5" "$H/disk/node0/"
+    ln "$stages/stage-1.h5" "$H/disk/node1/" 2>/dev/null || cp "$stages/stage-1.h5" "$H/disk/node1/"
+    out=$H/disk/node2/out.h5
+    files=(--model "$H/node/stage-%d.h5" --inputs "$inputs" --output "$H/node/out.h5")
+    expect_rc='^1$'
+    expect_line="^\[rank 2\] error: $H/node/stage-2\.h5: no such file .*\(on node2\)$"
+    ;;
+  *) echo "fault_case: unknown case $case_name" >&2; exit 2 ;;
+esac
+
+# The job, in the background: its output to a log, its exit code to a file.
+t0=$(now)
+(
+  set +e
+  "$HOSTS" mpirun "$H" -np "$ranks" --map-by "ppr:$per_host:node" --bind-to none "${env_kill[@]}" \
+    "$rank" --device cpu "${files[@]}" --timeout "$timeout" >"$WORK/run.log" 2>&1 </dev/null
+  echo $? >"$WORK/rc"
+) &
+job=$!
+
+t_fault=$t0
+if [ "$case_name" = link-down ]; then
+  # Mid-run: once a quarter of the hidden states (32 x 32 x 256 fp32 in all) left node0.
+  base=$(tx_of node0)
+  while [ $(($(tx_of node0) - base)) -lt 262144 ]; do
+    [ -f "$WORK/rc" ] && fail "the run ended before the link could be cut: $(tail -3 "$WORK/run.log")"
+    sleep 0.01
+  done
+  "$HOSTS" link "$H" node1 down
+  t_fault=$(now)
+  echo "fault_case: node1's link down $(echo "$t_fault - $t0" | bc) s into the run"
+fi
+
+# Bounded: the job must end, and everything on every host with it, within the time allowed.
+limit=$((${timeout%.*} + slack))
+while kill -0 "$job" 2>/dev/null || [ -n "$("$HOSTS" pids "$H")" ]; do
+  if [ "$(echo "$(secs_since "$t_fault") > $limit + 20" | bc)" = 1 ]; then
+    cat "$WORK/run.log"
+    fail "still running $(secs_since "$t_fault") s after the fault:"$'\n'"$("$HOSTS" pids "$H")"
+  fi
+  sleep 0.1
+done
+took=$(secs_since "$t_fault")
+wait "$job" || true
+rc=$(cat "$WORK/rc")
+cat "$WORK/run.log"
+echo "fault_case: $case_name: exit $rc; the job and everything on the hosts ended $took s after the fault (allowed: $limit s)"
+
+[[ $rc =~ $expect_rc ]] || fail "exit $rc, expected /$expect_rc/"
+[ "$(echo "$took > $limit" | bc)" = 0 ] || fail "took $took s, more than --timeout $timeout s + $slack s"
+grep -Eq -- "$expect_line" "$WORK/run.log" || fail "no line matches /$expect_line/"
+errors=$(grep -Ec '^\[rank [0-9]+\] error: ' "$WORK/run.log" || true)
+if [ "$case_name" != kill-remote ]; then
+  [ "$errors" = 1 ] || fail "$errors error lines, expected one"
+fi
+grep -Eq 'terminate called|Segmentation fault|core dumped|Assertion .* failed' "$WORK/run.log" && fail "a crash"
+[ ! -e "$out" ] || fail "an output was written: $out"
+left=$(find "$WORK" -name '*.tmp.*')
+[ -z "$left" ] || fail "temporary files left: $left"
+echo "fault_case: PASS ($case_name)"
