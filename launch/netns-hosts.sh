@@ -7,7 +7,7 @@
 #   launch/netns-hosts.sh mpirun DIR ARGS...    # mpirun on node0 over the hosts, TCP only
 #   launch/netns-hosts.sh bytes DIR HOST        # "tx_bytes rx_bytes" of HOST's interface
 #   launch/netns-hosts.sh link DIR HOST up|down # HOST's network link up or down
-#   launch/netns-hosts.sh pids DIR              # processes still running on the hosts, one a line
+#   launch/netns-hosts.sh pids DIR              # what still runs on the hosts: "host pid name command"
 #   launch/netns-hosts.sh down DIR              # ends what runs on them and removes them (idempotent)
 #
 # Each host is a Linux network namespace (named lfm2-<pid>-<host>, unique per `up`) with its own
@@ -18,9 +18,10 @@
 # --disks gives every host a private directory DIR/disk/<host>, bound (in the host's own mount
 # namespace) over the one common path DIR/node: a node-local disk, as on a cluster without a shared
 # filesystem. Open MPI reaches the other hosts through launch/netns-agent.sh (plm_rsh_agent).
-# Inside the hosts, TCP gives up on an unanswered connection after about 3 s (net.ipv4.tcp_retries2
-# = 3, a per-namespace setting) instead of the default 15 minutes, so that mpirun notices a host
-# whose link went down within seconds, as a cluster tuned for fast failure detection would.
+# Inside the hosts, TCP gives up on an unanswered connection after about 13 s (net.ipv4.tcp_retries2
+# = 5, a per-namespace setting) instead of the default 15 minutes, so that Open MPI's daemons notice
+# a host whose link went down within seconds, as on a cluster tuned for fast failure detection
+# (lfm2-rank's own --timeout, shorter, ends the ranks first; docs/pipeline.md).
 # Needs root (network namespaces), iproute2 and util-linux's unshare.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -86,7 +87,7 @@ up() {
     ip -n "$ns" addr add "$SUBNET.$((i + 1))/24" dev "$IFACE"
     ip -n "$ns" link set "$IFACE" up
     ip -n "$ns" link set lo up
-    ip netns exec "$ns" sysctl -qw net.ipv4.tcp_retries2=3
+    ip netns exec "$ns" sysctl -qw net.ipv4.tcp_retries2=5
     echo "$h slots=64" >>"$dir/hostfile"
     if [ $disks -eq 1 ]; then mkdir -p "$dir/disk/$h"; fi
   done
@@ -140,7 +141,7 @@ pids() {
   local h
   for ((i = 0; i < N; i++)); do
     for p in $(ip netns pids "$(ns_of "node$i")" 2>/dev/null); do
-      echo "node$i $p $(tr '\0' ' ' </proc/"$p"/cmdline 2>/dev/null | cut -c1-120)"
+      echo "node$i $p $(cat /proc/"$p"/comm 2>/dev/null) $(tr '\0' ' ' </proc/"$p"/cmdline 2>/dev/null | cut -c1-100)"
     done
   done
   for p in $(ip netns pids "$(ns_of switch)" 2>/dev/null); do echo "switch $p"; done

@@ -112,15 +112,21 @@ void abort_job(const WorldConfig& world, const std::string& msg, int code) {
 }
 
 void abort_job(const WorldConfig& world, const std::exception& e) {
-  // MPI_Abort ends the job within a fraction of a second, so of the ranks that timed out the first to
-  // call it speaks alone; it should be one next to the stalled rank. A stall blocks the senders
-  // before it (the highest of them is its neighbour; rank 0's node, where mpirun prints, is always
-  // on this side) and starves the receivers after it (the lowest is its neighbour): each waits 0.25 s
-  // per place in that order (at most 4 s), senders on the odd places, every other wait on the even.
-  if (dynamic_cast<const TimeoutError*>(&e)) {
-    const bool send = dynamic_cast<const SendTimeoutError*>(&e) != nullptr;
-    const int place = send ? 2 * (world.size - 1 - world.rank) + 1 : 2 * std::max(world.rank, 0);
-    std::this_thread::sleep_for(std::chrono::duration<double>(0.25 * std::min(place, 16)));
+  // MPI_Abort ends the job within a fraction of a second (a second or two across hosts), so of the
+  // ranks that timed out the first to call it speaks alone; it should be one that names the stalled
+  // rank. Each waits 0.25 s per place (at most 6 s). First rank 0 waiting on all ranks (a barrier,
+  // an agreement): it names every rank that did not arrive, with its host, and sits on the node
+  // where mpirun prints. Then the ranks waiting on one peer: a stall blocks the senders before it
+  // (the highest is its neighbour) and starves the receivers after it (the lowest is), so
+  // receivers take the odd places from the bottom and senders the even ones from the top. Last the
+  // other ranks waiting on all, which cannot tell whom they wait for.
+  if (const auto* t = dynamic_cast<const TimeoutError*>(&e)) {
+    const int r = std::max(world.rank, 0), P = world.size;
+    const int place = t->kind() == TimeoutKind::kReceive ? 1 + 2 * r
+                      : t->kind() == TimeoutKind::kSend  ? 2 * (P - r)
+                      : r == 0                           ? 0
+                                                         : 2 * P + r;
+    std::this_thread::sleep_for(std::chrono::duration<double>(0.25 * std::min(place, 24)));
   }
   abort_job(world, e.what(), dynamic_cast<const NonFiniteError*>(&e) ? kExitNonFinite : kExitAborted);
 }

@@ -7,9 +7,9 @@
 // hidden state moves. After the exchange has started a rank cannot know what the others are waiting
 // for, so an error prints one line and MPI_Abort ends every rank. A wait that times out (a peer
 // stopped, or its link is down) does the same at any phase; the reporting rank first waits its
-// stagger (0.25 s per place, at most 4 s: the highest blocked sender and the lowest other waiter
-// first), so that of several ranks left waiting one next to the stalled rank speaks and mpirun ends
-// the others first.
+// stagger (0.25 s per place, at most 6 s: rank 0 waiting on all ranks first, naming those that did
+// not arrive; then the blocked sender and receiver next to the stall), so that of several ranks
+// left waiting one that names the stalled rank speaks and mpirun ends the others first.
 #pragma once
 
 #include <cstdint>

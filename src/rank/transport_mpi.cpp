@@ -126,7 +126,7 @@ void wait_mpi_request(MPI_Request* req, double timeout_s, const std::string& wha
     return flag != 0;
   };
   if (!poll_until(done, timeout_s))
-    LFM2_TIMEOUT("timed out after ", timeout_s, " s in ", what, " (a rank stopped? see --timeout)");
+    LFM2_GROUP_TIMEOUT("timed out after ", timeout_s, " s in ", what, " (a rank stopped? see --timeout)");
 }
 
 }  // namespace lfm2

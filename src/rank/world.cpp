@@ -124,7 +124,7 @@ void barrier(const WorldConfig& world, double timeout_s, const std::string& what
     MPI_CHECK(MPI_Isend(&token, 1, MPI_CHAR, 0, kArrivalTag, world.comm, &reqs[0]), what);
     MPI_CHECK(MPI_Irecv(&tokens[0], 1, MPI_CHAR, 0, kArrivalTag, world.comm, &reqs[1]), what);
     if (!wait_all(reqs, timeout_s, what))
-      LFM2_TIMEOUT("timed out after ", timeout_s, " s in ", what, " (a rank stopped? see --timeout)");
+      LFM2_GROUP_TIMEOUT("timed out after ", timeout_s, " s in ", what, " (a rank stopped? see --timeout)");
     return;
   }
   reqs.assign(size_t(world.size), MPI_REQUEST_NULL);
@@ -137,13 +137,13 @@ void barrier(const WorldConfig& world, double timeout_s, const std::string& what
       MPI_CHECK(MPI_Test(&reqs[size_t(r)], &flag, MPI_STATUS_IGNORE), what);
       if (!flag) missing.push_back(r);
     }
-    LFM2_TIMEOUT("timed out after ", timeout_s, " s in ", what, ": ", name_ranks(world, missing),
+    LFM2_GROUP_TIMEOUT("timed out after ", timeout_s, " s in ", what, ": ", name_ranks(world, missing),
                  missing.size() > 1 ? " have" : " has", " not arrived (stopped, or cut off? see --timeout)");
   }
   for (int r = 1; r < world.size; ++r)
     MPI_CHECK(MPI_Isend(&token, 1, MPI_CHAR, r, kArrivalTag, world.comm, &reqs[size_t(r)]), what);
   if (!wait_all(reqs, timeout_s, what))
-    LFM2_TIMEOUT("timed out after ", timeout_s, " s in ", what, " (a rank stopped? see --timeout)");
+    LFM2_GROUP_TIMEOUT("timed out after ", timeout_s, " s in ", what, " (a rank stopped? see --timeout)");
 }
 
 std::vector<std::string> gather_strings(const WorldConfig& world, const std::string& mine, double timeout_s,

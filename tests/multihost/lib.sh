@@ -7,8 +7,9 @@ HOSTS=${LFM2_SOURCE_DIR:?}/launch/netns-hosts.sh
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 
 fail() { echo "FAIL: $*"; exit 1; }
-now() { date +%s.%N; }
-secs_since() { echo "$(now) - $1" | bc; }
+now() { date +%s%3N; }                          # milliseconds
+ms_since() { echo $(($(now) - $1)); }
+secs() { printf '%d.%03d' $(($1 / 1000)) $(($1 % 1000)); }  # milliseconds as seconds
 
 hosts_up() {
   "$HOSTS" check || exit 77
@@ -24,7 +25,7 @@ assert_nothing_left() {
   local grace=${1:-3} t0 left
   t0=$(now)
   while left=$("$HOSTS" pids "$H") && [ -n "$left" ]; do
-    if [ "$(echo "$(secs_since "$t0") > $grace" | bc)" = 1 ]; then
+    if [ "$(ms_since "$t0")" -gt $((grace * 1000)) ]; then
       fail "processes left on the hosts ${grace} s after the job ended:"$'\n'"$left"
     fi
     sleep 0.1

@@ -58,7 +58,7 @@ set +e
   "$rank" --device cpu "${files[@]}" --timeout 60 2>&1 | tee "$WORK/run.log"
 rc=${PIPESTATUS[0]}
 set -e
-echo "pipeline_case: mpirun exit $rc after $(secs_since "$t0") s"
+echo "pipeline_case: mpirun exit $rc after $(secs "$(ms_since "$t0")") s"
 [ "$rc" -eq 0 ] || fail "the run exited $rc"
 grep -q "validation: PASS" "$WORK/run.log" || fail "no 'validation: PASS'"
 assert_nothing_left 3
