@@ -11,16 +11,18 @@
 #             and fp32 answers from transformers (tools/hf_answers.py) on GPU 0        -> data.log
 #   ctest     the CUDA and GPU tests (-L 'cuda|gpu')                                   -> ctest.log
 #   peer      hf_peer.py (transformers, bf16, grouped_mm experts) on GPU 0              -> peer.log
+#   layout    tools/plan_layout.py's R x P for this machine and the model              -> summary
 #   runs      each RUNS entry P:DTYPE:MICROBATCH[:GRAPHS[:trace]] as mpirun -np P lfm2-rank
-#             --benchmark (warm-up 1, repeat $REPEAT), with --trace where asked          -> runs.log
+#             --benchmark (warm-up 1, repeat $REPEAT), with --trace where asked; P may be RxP
+#             (R replicas of a P-stage pipeline: mpirun -np R*P ... --pipeline P)       -> runs.log
 #   generate  each GEN_RUNS entry P:DTYPE:BATCH:MICROBATCH:NEW as --max-new-tokens NEW --benchmark on
-#             the first BATCH prompts (time to first token, decode tokens/s)           -> generate.log
+#             the first BATCH prompts (time to first token, decode tokens/s); P may be RxP -> generate.log
 #   validate  fp32 at P = 1 and P = all GPUs against the answers (top-1 must be N/N)    -> validate.log
 # Every run is cut off at $RUN_TIMEOUT_S; runs that would start after $BUDGET_S are skipped.
 # Environment: OUT, WORK (/tmp/lfm2-bench), BUILD_DIR (/tmp/lfm2-build), PRESET (lfm2-8b-a1b),
 # N (1024), S (32), REPEAT (3), RUNS, SKIP_<PHASE>=1, PEER_SCRIPT (hf_peer.py; default .bench/ or
 # ../shared/bench/), BUDGET_S (500), RUN_TIMEOUT_S (150), EXTRA (more lfm2-rank options for every run),
-# VALIDATE_P (the rank counts validated in fp32; default 1 and all GPUs).
+# VALIDATE_P (the rank counts validated in fp32, RxP allowed; default 1 and all GPUs).
 set -uo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -120,6 +122,16 @@ if ! skip PEER && [ -n "$PEER_SCRIPT" ]; then
   say "[$(elapsed) s] peer: transformers bf16 grouped_mm, best ${PEER_SPS:-?} samples/s ($(grep -o '"mb": [0-9]*, "secs": [0-9.]*, "samples_s": [0-9.]*' "$OUT/peer.log" | tr '\n' ';'))"
 fi
 
+# ---- the layout tools/plan_layout.py proposes for this machine (h5py reads the model's config)
+if ! skip LAYOUT; then
+  python3 "$here/tools/plan_layout.py" --model "$MODEL" --sequences "$N" --seq-len "$S" --dtype bf16 2>&1 |
+    sed 's/^/layout: /' | tee -a "$SUMMARY"
+fi
+
+# "RxP" -> ranks R*P and --pipeline P; a plain P -> P ranks, one pipeline.
+ranks_of() { case "$1" in *x*) echo $((${1%x*} * ${1#*x})) ;; *) echo "$1" ;; esac; }
+pipeline_opt() { case "$1" in *x*) echo "--pipeline ${1#*x}" ;; esac; }
+
 # ---- lfm2-rank runs
 ROWS=()
 one_run() {  # one_run NAME NP LOG options...
@@ -152,8 +164,9 @@ if ! skip RUNS; then
     graphs=${graphs:-on}
     name="p$np-$dt-mb$mb-graphs-$graphs"
     opts=(--dtype "$dt" --microbatch "$mb" --cuda-graphs "$graphs" --benchmark --warmup 1 --repeat "$REPEAT")
+    opts+=($(pipeline_opt "$np"))
     [ "${trace:-}" = trace ] && opts+=(--trace "$OUT/trace-$name.json")
-    one_run "$name" "$np" runs.log "${opts[@]}"
+    one_run "$name" "$(ranks_of "$np")" runs.log "${opts[@]}"
     if [ "${trace:-}" = trace ] && [ -f "$OUT/trace-$name.json" ]; then
       python3 "$here/tools/trace_gantt.py" "$OUT/trace-$name.json" "$OUT/trace-$name.png" >>"$OUT/runs.log" 2>&1
     fi
@@ -167,9 +180,10 @@ for g in $GEN_RUNS; do
   python3 -c "import h5py; h5py.File('$sub_inputs','w')['input_ids']=h5py.File('$INPUTS','r')['input_ids'][:$batch]" \
     >>"$OUT/generate.log" 2>&1
   name="gen-p$np-$dt-b$batch-mb$mb-k$new"
-  [ "$np" -gt "$NGPU" ] && { say "skipped $name: $np ranks, $NGPU GPUs"; continue; }
-  cmd=(mpirun -np "$np" "${MPI_FLAGS[@]}" "$RANK" --device cuda --model "$MODEL" --inputs "$sub_inputs" --timeout 120
-    --dtype "$dt" --microbatch "$mb" --max-new-tokens "$new" --benchmark --warmup 1 --repeat 2)
+  [ "$(ranks_of "$np")" -gt "$NGPU" ] && { say "skipped $name: $(ranks_of "$np") ranks, $NGPU GPUs"; continue; }
+  cmd=(mpirun -np "$(ranks_of "$np")" "${MPI_FLAGS[@]}" "$RANK" --device cuda --model "$MODEL" --inputs "$sub_inputs"
+    --timeout 120 --dtype "$dt" --microbatch "$mb" --max-new-tokens "$new" --benchmark --warmup 1 --repeat 2
+    $(pipeline_opt "$np"))
   { echo "=== $name: ${cmd[*]}"; timeout -k 10 "$RUN_TIMEOUT_S" "${cmd[@]}"; echo "=== $name: exit $?"; } >"$OUT/tmp.log" 2>&1
   cat "$OUT/tmp.log" >>"$OUT/generate.log"
   say "[$(elapsed) s] $name: $(grep -E 'exit [0-9]+$' "$OUT/tmp.log" | tail -1 | sed 's/.*exit/exit/')"
@@ -180,7 +194,8 @@ done
 # ---- validation in fp32 against transformers' answers
 if ! skip VALIDATE && [ -f "$ANSWERS.done" ]; then
   for np in ${VALIDATE_P:-1 $([ "$NGPU" -gt 1 ] && echo "$NGPU")}; do
-    one_run "validate-fp32-p$np" "$np" validate.log --dtype fp32 --answers "$ANSWERS" --microbatch 128
+    one_run "validate-fp32-p$np" "$(ranks_of "$np")" validate.log --dtype fp32 --answers "$ANSWERS" --microbatch 128 \
+      $(pipeline_opt "$np")
   done
   one_run "validate-bf16-p$NGPU" "$NGPU" validate.log --dtype bf16 --answers "$ANSWERS"
 fi

@@ -90,6 +90,11 @@ class AtomicFile {
 }  // namespace
 
 TokenInputs read_inputs(const std::string& path) {
+  const TokenInputs head = read_inputs_header(path);
+  return read_inputs_block(path, 0, head.n_seq, head.seq_len);
+}
+
+TokenInputs read_inputs_header(const std::string& path) {
   H5Handle f = open_read(path, "inputs");
   std::vector<int64_t> shape;
   H5Handle d = open_dataset(f.get(), path, "input_ids", H5T_INTEGER, 2, &shape);
@@ -98,7 +103,6 @@ TokenInputs read_inputs(const std::string& path) {
   in.seq_len = shape[1];
   LFM2_CHECK(in.n_seq > 0, path, ": input_ids ", shape_str(shape), " holds no sequences");
   LFM2_CHECK(in.seq_len > 0, path, ": input_ids ", shape_str(shape), " holds empty sequences");
-  read_all(d.get(), H5T_NATIVE_INT32, &in.ids, in.n_seq * in.seq_len, path + ": reading input_ids");
   if (h5_exists(f.get(), "lengths")) {
     H5Handle l = open_dataset(f.get(), path, "lengths", H5T_INTEGER, 1, &shape);
     LFM2_CHECK(shape[0] == in.n_seq, path, ": lengths ", shape_str(shape), " does not match input_ids (", in.n_seq,
@@ -111,14 +115,52 @@ TokenInputs read_inputs(const std::string& path) {
   return in;
 }
 
-void check_inputs(const TokenInputs& in, int64_t vocab, int64_t max_positions, const std::string& path) {
+TokenInputs read_inputs_block(const std::string& path, int64_t begin, int64_t end, int64_t width) {
+  H5Handle f = open_read(path, "inputs");
+  std::vector<int64_t> shape;
+  H5Handle d = open_dataset(f.get(), path, "input_ids", H5T_INTEGER, 2, &shape);
+  LFM2_CHECK(0 <= begin && begin < end && end <= shape[0] && 0 < width && width <= shape[1], path,
+             ": rows [", begin, ", ", end, ") x ", width, " tokens are not inside input_ids ", shape_str(shape));
+  TokenInputs in;
+  in.n_seq = end - begin;
+  in.seq_len = width;
+  in.ids.resize(size_t(in.n_seq * width));
+  const hsize_t start[2] = {hsize_t(begin), 0}, count[2] = {hsize_t(in.n_seq), hsize_t(width)};
+  H5Handle file_space(H5Dget_space(d.get()));
+  H5_CHECK(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start, nullptr, count, nullptr), path,
+           ": selecting rows of input_ids");
+  H5Handle mem_space(H5Screate_simple(2, count, nullptr));
+  H5_CHECK(H5Dread(d.get(), H5T_NATIVE_INT32, mem_space.get(), file_space.get(), H5P_DEFAULT, in.ids.data()), path,
+           ": reading input_ids");
+  if (h5_exists(f.get(), "lengths")) {
+    H5Handle l = open_dataset(f.get(), path, "lengths", H5T_INTEGER, 1, &shape);
+    H5Handle lspace(H5Dget_space(l.get()));
+    H5_CHECK(H5Sselect_hyperslab(lspace.get(), H5S_SELECT_SET, start, nullptr, count, nullptr), path,
+             ": selecting lengths");
+    H5Handle lmem(H5Screate_simple(1, count, nullptr));
+    in.lengths.resize(size_t(in.n_seq));
+    H5_CHECK(H5Dread(l.get(), H5T_NATIVE_INT32, lmem.get(), lspace.get(), H5P_DEFAULT, in.lengths.data()), path,
+             ": reading lengths");
+    for (int64_t i = 0; i < in.n_seq; ++i)
+      LFM2_CHECK(in.lengths[size_t(i)] >= 1 && in.lengths[size_t(i)] <= width, path, ": lengths[", begin + i, "] = ",
+                 in.lengths[size_t(i)], " is outside [1, ", width, "]", width == shape[1] ? " (the padded row length)" : "");
+  }
+  return in;
+}
+
+void check_input_shape(const TokenInputs& in, int64_t max_positions, const std::string& path) {
   LFM2_CHECK(in.seq_len <= max_positions, path, ": sequences of ", in.seq_len,
              " tokens are longer than the model's max_position_embeddings ", max_positions);
+}
+
+void check_inputs(const TokenInputs& in, int64_t vocab, int64_t max_positions, const std::string& path,
+                  int64_t first_row) {
+  check_input_shape(in, max_positions, path);
   for (int64_t s = 0; s < in.n_seq; ++s)
     for (int64_t p = 0; p < in.length(s); ++p) {
       const int32_t t = in.ids[size_t(s * in.seq_len + p)];
-      LFM2_CHECK(t >= 0 && t < vocab, path, ": input_ids[", s, ", ", p, "] = ", t, " is outside the vocabulary [0, ",
-                 vocab, ")");
+      LFM2_CHECK(t >= 0 && t < vocab, path, ": input_ids[", first_row + s, ", ", p, "] = ", t,
+                 " is outside the vocabulary [0, ", vocab, ")");
     }
 }
 

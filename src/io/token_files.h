@@ -37,10 +37,20 @@ struct TokenAnswers {
 // one-line error for a missing or unreadable file, a missing dataset, a non-integer type, a rank
 // other than 2, an empty shape, or lengths of the wrong shape or outside [1, S].
 TokenInputs read_inputs(const std::string& path);
+// The same checks, reading only the shape and the lengths (ids stays empty).
+TokenInputs read_inputs_header(const std::string& path);
+// Rows [begin, end) of input_ids, only their first `width` columns (an HDF5 hyperslab: nothing else
+// of the file is read), and their lengths (each at most `width`). Replicas
+// read their own block of sequences this way (src/rank/replicas.h).
+TokenInputs read_inputs_block(const std::string& path, int64_t begin, int64_t end, int64_t width);
 
-// Checks every id of every prompt (padding is never read) is in [0, vocab) and S <= max_positions;
-// throws naming the first offender.
-void check_inputs(const TokenInputs& in, int64_t vocab, int64_t max_positions, const std::string& path);
+// Checks S <= max_positions.
+void check_input_shape(const TokenInputs& in, int64_t max_positions, const std::string& path);
+// Checks the shape and that every id of every prompt (padding is never read) is in [0, vocab);
+// throws naming the first offender by its row in the file (`first_row`: the file's row of in's
+// row 0, for a block).
+void check_inputs(const TokenInputs& in, int64_t vocab, int64_t max_positions, const std::string& path,
+                  int64_t first_row = 0);
 
 // Sets every padding id (past a sequence's length) to 0, so that nothing downstream reads a value
 // nobody checked; the positions' results are never used.

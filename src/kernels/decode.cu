@@ -137,6 +137,16 @@ __global__ void eos_kernel(int32_t* tokens, const int32_t* top, uint8_t* finishe
   tokens[i] = t;
 }
 
+// 1 where the fed-back token is an EOS id: the sequence has finished (choose repeats EOS after it).
+__global__ void finished_flags_kernel(float* flags, const int32_t* tokens, const int32_t* eos, int n_eos, int64_t n) {
+  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  float f = 0.f;
+  for (int e = 0; e < n_eos; ++e)
+    if (tokens[i] == eos[e]) f = 1.f;
+  flags[i] = f;
+}
+
 }  // namespace
 
 template <typename T>
@@ -192,6 +202,13 @@ void apply_eos(int32_t* tokens, const int32_t* top, uint8_t* finished, const int
   if (n == 0) return;
   eos_kernel<<<grid_for(n, 256), 256, 0, stream>>>(tokens, top, finished, eos, n_eos, n, first_seq);
   CUDA_CHECK_LAUNCH("eos_kernel");
+}
+
+void finished_flags(float* flags, const int32_t* tokens, const int32_t* eos, int n_eos, int64_t n,
+                    cudaStream_t stream) {
+  if (n == 0) return;
+  finished_flags_kernel<<<grid_for(n, 256), 256, 0, stream>>>(flags, tokens, eos, n_eos, n);
+  CUDA_CHECK_LAUNCH("finished_flags_kernel");
 }
 
 #define INST(T)                                                                                                   \

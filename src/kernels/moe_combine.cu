@@ -38,6 +38,7 @@ __global__ void __launch_bounds__(kThreads) moe_combine_kernel(float* x, const T
   for (int64_t c = int64_t(threadIdx.x) * V; c < hidden; c += int64_t(kThreads) * V) {
     float acc[V] = {};
     for (int k = 0; k < top_k; ++k) {
+      if (s_row[k] < 0) continue;  // a dropped pair (sorted first)
       alignas(16) T y[V];
       const T* src = expert_out + int64_t(s_row[k]) * hidden + c;
       if constexpr (V * sizeof(T) == 16)

@@ -19,6 +19,7 @@ MoeScratchSize moe_experts_scratch(int64_t n_tokens, int64_t hidden, int64_t n_e
 
 // out, in (n_tokens, hidden); w1, w3 (n_experts, inter, hidden); w2 (n_experts, hidden, inter);
 // experts, weights (n_tokens, top_k) from moe_router(); scratch sized by moe_experts_scratch().
+// An expert of -1 (moe_drop_rows) is a dropped pair: it adds nothing and costs nothing.
 void moe_experts(float* out, const float* in, const float* w1, const float* w3, const float* w2,
                  const int32_t* experts, const float* weights, int64_t n_tokens, int64_t hidden, int64_t n_experts,
                  int64_t inter, int64_t top_k, float* scratch, int32_t* int_scratch, int n_threads = 1);

@@ -40,6 +40,7 @@ void moe_experts(float* out, const float* in, const float* w1, const float* w3, 
 
   std::fill(offsets, offsets + n_experts + 1, 0);
   for (int64_t i = 0; i < n_tokens * top_k; ++i) {
+    if (experts[i] == -1) continue;  // dropped (moe_drop_rows)
     LFM2_CHECK(experts[i] >= 0 && experts[i] < n_experts, "moe_experts: expert index ", experts[i], " outside [0, ",
                n_experts, ")");
     ++offsets[experts[i] + 1];
@@ -49,6 +50,7 @@ void moe_experts(float* out, const float* in, const float* w1, const float* w3, 
   for (int64_t t = 0; t < n_tokens; ++t)  // tokens ascending within each expert
     for (int64_t k = 0; k < top_k; ++k) {
       const int32_t x = experts[t * top_k + k];
+      if (x < 0) continue;
       entry_token[cursor[x]] = int32_t(t);
       entry_weight[cursor[x]] = weights[t * top_k + k];
       ++cursor[x];

@@ -19,7 +19,7 @@ constexpr int kMaxExperts = 1024;
 constexpr int kScanThreads = 1024;
 
 // Rank of this thread's pair among the chunk's earlier pairs of the same expert, and (in wcount)
-// each warp's count per expert. e < 0 marks a pair past the end.
+// each warp's count per expert. e < 0 marks a pair past the end or a dropped one.
 __device__ __forceinline__ int chunk_rank(int e, int (*wcount)[kMaxExperts], int n_experts) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   for (int i = threadIdx.x; i < kWarps * n_experts; i += kChunk) wcount[i / n_experts][i % n_experts] = 0;
@@ -76,15 +76,22 @@ __global__ void __launch_bounds__(kScanThreads) scan_kernel(int32_t* data, int64
     offsets[x] = x < n_experts ? data[int64_t(x) * n_chunks] : sums[kScanThreads - 1];
 }
 
+// Dropped pairs (expert -1) get dest_row -1; rows [total, n_pairs), which no pair fills when some
+// were dropped, get src_token 0 so that a gather over all n_pairs rows reads inside its input.
 __global__ void __launch_bounds__(kChunk) scatter_kernel(int32_t* src_token, int32_t* dest_row,
-                                                         const int32_t* chunk_base, const int32_t* experts,
-                                                         int64_t n_pairs, int n_experts, int64_t n_chunks,
-                                                         int top_k) {
+                                                         const int32_t* chunk_base, const int32_t* offsets,
+                                                         const int32_t* experts, int64_t n_pairs, int n_experts,
+                                                         int64_t n_chunks, int top_k) {
   __shared__ int wcount[kWarps][kMaxExperts];
   const int64_t i = blockIdx.x * int64_t(kChunk) + threadIdx.x;
   const int e = i < n_pairs ? experts[i] : -1;
   const int r = chunk_rank(e, wcount, n_experts);
-  if (e < 0) return;
+  if (i >= n_pairs) return;
+  if (i >= offsets[n_experts]) src_token[i] = 0;
+  if (e < 0) {
+    dest_row[i] = -1;
+    return;
+  }
   const int row = chunk_base[int64_t(e) * n_chunks + blockIdx.x] + r;
   src_token[row] = int32_t(i / top_k);
   dest_row[i] = row;
@@ -111,8 +118,8 @@ void moe_permute(int32_t* offsets, int32_t* src_token, int32_t* dest_row, const 
   CUDA_CHECK_LAUNCH("moe_permute count_kernel");
   scan_kernel<<<1, kScanThreads, 0, stream>>>(scratch, n_experts * n_chunks, offsets, int(n_experts), n_chunks);
   CUDA_CHECK_LAUNCH("moe_permute scan_kernel");
-  scatter_kernel<<<unsigned(n_chunks), kChunk, 0, stream>>>(src_token, dest_row, scratch, experts, n_pairs,
-                                                            int(n_experts), n_chunks, int(top_k));
+  scatter_kernel<<<unsigned(n_chunks), kChunk, 0, stream>>>(src_token, dest_row, scratch, offsets, experts,
+                                                            n_pairs, int(n_experts), n_chunks, int(top_k));
   CUDA_CHECK_LAUNCH("moe_permute scatter_kernel");
 }
 

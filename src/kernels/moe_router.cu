@@ -86,4 +86,18 @@ void moe_router(float* weights, int32_t* experts, const float* logits, const flo
   CUDA_CHECK_LAUNCH("moe_router_kernel");
 }
 
+namespace {
+__global__ void drop_rows_kernel(int32_t* experts, const float* done, int64_t n_pairs, int top_k) {
+  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (i < n_pairs && done[i / top_k] != 0.f) experts[i] = -1;
+}
+}  // namespace
+
+void moe_drop_rows(int32_t* experts, const float* done, int64_t n_tokens, int64_t top_k, cudaStream_t stream) {
+  const int64_t n_pairs = n_tokens * top_k;
+  if (n_pairs == 0) return;
+  drop_rows_kernel<<<grid_for(n_pairs, 256), 256, 0, stream>>>(experts, done, n_pairs, int(top_k));
+  CUDA_CHECK_LAUNCH("drop_rows_kernel");
+}
+
 }  // namespace lfm2::cuda

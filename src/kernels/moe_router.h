@@ -18,6 +18,10 @@ void moe_router(float* weights, int32_t* experts, const float* logits, const flo
                 int64_t n_experts, int64_t top_k, bool norm_topk_prob, float routed_scaling_factor,
                 int n_threads = 1);
 
+// Generation: rows whose flag in `done` (n_tokens) is non-zero are finished sequences; their
+// pairs get expert -1, which moe_experts skips (the row receives nothing from the experts).
+void moe_drop_rows(int32_t* experts, const float* done, int64_t n_tokens, int64_t top_k);
+
 inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
 }  // namespace lfm2::cpu

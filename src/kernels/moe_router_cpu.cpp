@@ -2,6 +2,8 @@
 // remaining expert (strict >, so the lowest index wins among equals).
 #include "kernels/moe_router.h"
 
+#include <algorithm>
+
 #include "common/error.h"
 #include "common/parallel.h"
 
@@ -40,6 +42,11 @@ void moe_router(float* weights, int32_t* experts, const float* logits, const flo
       for (int64_t k = 0; k < top_k; ++k) w[k] *= routed_scaling_factor;
     }
   }, 16);
+}
+
+void moe_drop_rows(int32_t* experts, const float* done, int64_t n_tokens, int64_t top_k) {
+  for (int64_t t = 0; t < n_tokens; ++t)
+    if (done[t] != 0.0f) std::fill(experts + t * top_k, experts + (t + 1) * top_k, -1);
 }
 
 }  // namespace lfm2::cpu

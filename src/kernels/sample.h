@@ -16,6 +16,7 @@ struct SamplingParams {
   float top_p = 1;           // then the smallest prefix whose probability reaches p, in (0, 1]
   uint64_t seed = 0;
   std::vector<int32_t> eos;  // end-of-sequence ids (empty: none)
+  int64_t first_sequence = 0;  // the inputs' index of the job's sequence 0 (a replica's block): keys the draw
   bool greedy() const { return temperature <= 0 || top_k == 1; }
 };
 
@@ -27,6 +28,10 @@ namespace lfm2::cpu {
 // generation step `step`. finished (one flag per sequence, indexed by seq_ids) is read and set.
 void choose_tokens(int32_t* tokens, const float* logits, int64_t n_rows, int64_t vocab, const int64_t* seq_ids,
                    int64_t step, const SamplingParams& params, uint8_t* finished, int n_threads = 1);
+
+// flags[i] = 1 where tokens[i] is an EOS id, else 0: the sequence fed back token i has finished
+// (after its first EOS the last stage repeats one), so its next decode step need not be computed.
+void finished_flags(float* flags, const int32_t* tokens, int64_t n, const std::vector<int32_t>& eos);
 
 // The uniform number in [0, 1) of (seed, sequence, step): 53 random bits.
 double sampling_uniform(uint64_t seed, int64_t sequence, int64_t step);

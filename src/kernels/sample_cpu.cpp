@@ -70,12 +70,17 @@ void choose_tokens(int32_t* tokens, const float* logits, int64_t n_rows, int64_t
       } else if (params.greedy()) {
         argmax(&t, row, 1, vocab);
       } else {
-        t = draw(row, vocab, params, sampling_uniform(params.seed, s, step));
+        t = draw(row, vocab, params, sampling_uniform(params.seed, params.first_sequence + s, step));
       }
       if (finished && std::find(params.eos.begin(), params.eos.end(), t) != params.eos.end()) finished[s] = 1;
       tokens[i] = t;
     }
   }, 1);
+}
+
+void finished_flags(float* flags, const int32_t* tokens, int64_t n, const std::vector<int32_t>& eos) {
+  for (int64_t i = 0; i < n; ++i)
+    flags[i] = std::find(eos.begin(), eos.end(), tokens[i]) != eos.end() ? 1.0f : 0.0f;
 }
 
 }  // namespace lfm2::cpu

@@ -14,7 +14,7 @@ class CheckedStage final : public StageExecutor {
  public:
   CheckedStage(StageExecutor& inner, const StageRange& range, const CheckShape& shape, int n_threads, bool allow)
       : inner_(inner), range_(range), n_micro_(std::max<int64_t>(1, shape.n_micro)), microbatch_(shape.microbatch),
-        hidden_(shape.hidden), vocab_(shape.vocab), n_threads_(n_threads), allow_(allow) {
+        hidden_(shape.hidden), vocab_(shape.vocab), first_seq_(shape.first_seq), n_threads_(n_threads), allow_(allow) {
     if (inner_.on_device())
       counts_ = static_cast<uint32_t*>(inner_.alloc_host(2 * n_micro_ * int64_t(sizeof(uint32_t))));
   }
@@ -147,7 +147,8 @@ class CheckedStage final : public StageExecutor {
   // within the microbatch, -1 if unknown.
   void found(int64_t bad, int64_t rows, int64_t m, int64_t row, int64_t seq_len, const std::string& where,
              const char* what) {
-    const int64_t seq0 = m * microbatch_, n_seq = std::max<int64_t>(1, rows / std::max<int64_t>(1, seq_len));
+    const int64_t seq0 = first_seq_ + m * microbatch_;
+    const int64_t n_seq = std::max<int64_t>(1, rows / std::max<int64_t>(1, seq_len));
     const std::string msg = cat(
         "NaN/Inf in the ", what, " ", where, ", microbatch ", m,
         n_seq == 1 ? cat(" (sequence ", seq0, ")") : cat(" (sequences ", seq0, "-", seq0 + n_seq - 1, ")"), ": ", bad,
@@ -168,7 +169,7 @@ class CheckedStage final : public StageExecutor {
  private:
   StageExecutor& inner_;
   StageRange range_;
-  int64_t n_micro_, microbatch_, hidden_, vocab_;
+  int64_t n_micro_, microbatch_, hidden_, vocab_, first_seq_;
   int n_threads_;
   bool allow_, warned_ = false;
   int64_t embeds_ = 0, forwards_ = 0, heads_ = 0;

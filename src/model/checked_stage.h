@@ -27,6 +27,7 @@ struct CheckShape {
   int64_t n_micro = 1;     // microbatches per run
   int64_t microbatch = 1;  // sequences per microbatch (the last may hold fewer)
   int64_t hidden = 0, vocab = 0;
+  int64_t first_seq = 0;   // the inputs' index of sequence 0 (a replica's block), for the messages
 };
 
 // `inner` must outlive the result.

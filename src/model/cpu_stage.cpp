@@ -99,8 +99,9 @@ class CpuStage final : public StageExecutor {
     LFM2_CHECK(pos.empty() || *std::max_element(pos.begin(), pos.end()) < max_len_, "cpu stage: decode step ", step,
                " reaches past the state's ", max_len_, " positions");
     float* h = static_cast<float*>(x);
+    const float* done = decode_flags(x, n_seq, cfg_.hidden_size);
     for (size_t li = 0; li < w_.layers.size(); ++li)
-      layer_forward(li, h, n_seq, 1, Ctx{Ctx::kDecode, first_seq, pos.data()});
+      layer_forward(li, h, n_seq, 1, Ctx{Ctx::kDecode, first_seq, pos.data(), done});
   }
 
   int32_t* alloc_tokens(int64_t n) override {
@@ -108,7 +109,10 @@ class CpuStage final : public StageExecutor {
     return tokens_.back().get();
   }
 
-  void embed_tokens(const int32_t* tokens, int64_t n_seq, void* x) override { embed(tokens, n_seq, 1, x); }
+  void embed_tokens(const int32_t* tokens, int64_t n_seq, void* x) override {
+    embed(tokens, n_seq, 1, x);
+    cpu::finished_flags(decode_flags(x, n_seq, cfg_.hidden_size), tokens, n_seq, sampling_.eos);
+  }
 
   void choose(const void* x, int64_t first_seq, int64_t n_seq, int64_t seq_len, int64_t step, int32_t* tokens,
               int32_t* host) override {
@@ -166,11 +170,12 @@ class CpuStage final : public StageExecutor {
   }
 
   // How a layer runs: plainly (scoring), storing the sequences' state (prefill), or one token per
-  // sequence against it (decode, positions pos).
+  // sequence against it (decode, positions pos; rows flagged in done are not routed to experts).
   struct Ctx {
     enum Kind { kPlain, kPrefill, kDecode } kind = kPlain;
     int64_t first_seq = 0;
     const int64_t* pos = nullptr;
+    const float* done = nullptr;
   };
 
   // Each sequence's state in one layer of this stage (alloc_state).
@@ -201,7 +206,7 @@ class CpuStage final : public StageExecutor {
 
     cpu::rmsnorm(y, x, lw.ffn_norm.data(), T, H, eps, n_threads_);
     if (lw.is_moe)
-      moe_block(lw, y, mix, T);
+      moe_block(lw, y, mix, T, ctx.done);
     else
       dense_block(lw, y, mix, T);
     cpu::add(x, x, mix, T * H, n_threads_);
@@ -281,8 +286,8 @@ class CpuStage final : public StageExecutor {
     cpu::linear(out, g, lw.w2.data(), T, I, H, n_threads_);
   }
 
-  // out = routed experts of f, HF Lfm2MoeSparseMoeBlock.
-  void moe_block(const LayerWeights& lw, const float* f, float* out, int64_t T) {
+  // out = routed experts of f, HF Lfm2MoeSparseMoeBlock; rows flagged in done (or none) get nothing.
+  void moe_block(const LayerWeights& lw, const float* f, float* out, int64_t T, const float* done) {
     const int64_t H = cfg_.hidden_size, E = cfg_.num_experts, Im = cfg_.moe_intermediate_size;
     const int64_t top_k = cfg_.num_experts_per_tok;
     float* logits = grow(q_, T * E);
@@ -292,6 +297,7 @@ class CpuStage final : public StageExecutor {
     if (int64_t(picked_.size()) < T * top_k) picked_.resize(size_t(T * top_k));
     cpu::moe_router(rw.data(), picked_.data(), logits, lw.expert_bias.empty() ? nullptr : lw.expert_bias.data(), T, E,
                     top_k, cfg_.norm_topk_prob, float(cfg_.routed_scaling_factor), n_threads_);
+    if (done) cpu::moe_drop_rows(picked_.data(), done, T, top_k);
     const auto need = cpu::moe_experts_scratch(T, H, E, Im, top_k, n_threads_);
     float* fs = grow(moe_scratch_, need.floats);
     if (int64_t(moe_int_scratch_.size()) < need.ints) moe_int_scratch_.resize(size_t(need.ints));

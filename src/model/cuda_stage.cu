@@ -367,7 +367,7 @@ class CudaStage final : public CudaStageExecutor {
       LFM2_CHECK(state_.host_lengths[size_t(first_seq + i)] + step - 1 < state_.max_len, "cuda stage: decode step ",
                  step, " of sequence ", first_seq + i, " reaches past the state's ", state_.max_len, " positions");
     CUDA_CHECK(cudaSetDevice(device_));
-    layers(static_cast<float*>(x), n_seq, 1, Gen{true, first_seq, step});
+    layers(static_cast<float*>(x), n_seq, 1, Gen{true, first_seq, step, decode_flags(x, n_seq, cfg_.hidden_size)});
   }
 
   int32_t* alloc_tokens(int64_t n) override {
@@ -381,6 +381,8 @@ class CudaStage final : public CudaStageExecutor {
     check_capacity(n_seq, "embed_tokens");
     CUDA_CHECK(cudaSetDevice(device_));
     cuda::embedding(static_cast<float*>(x), tokens, embed_, n_seq, cfg_.vocab_size, cfg_.hidden_size, stream_);
+    cuda::finished_flags(decode_flags(x, n_seq, cfg_.hidden_size), tokens, state_.eos,
+                         int(state_.sampling.eos.size()), n_seq, stream_);
   }
 
   // Greedy: the head, the argmax and the EOS rule on the device, the tokens copied to `host`
@@ -427,6 +429,7 @@ class CudaStage final : public CudaStageExecutor {
   struct Gen {
     bool on = false;
     int64_t first_seq = 0, step = 0;
+    const float* done = nullptr;  // decode: the finished flags (device), not routed to experts
   };
 
   void layers(float* x, int64_t n_seq, int64_t seq_len, const Gen& gen = Gen{}) {
@@ -441,7 +444,7 @@ class CudaStage final : public CudaStageExecutor {
         conv_block(L, x, n_seq, seq_len, gen);
       cuda::rmsnorm(y_, x, L.ffn_norm, n, H, eps, stream_);
       if (L.is_moe)
-        moe_block(L, x, n);
+        moe_block(L, x, n, gen.done);
       else
         dense_block(L, x, n);
     }
@@ -513,12 +516,13 @@ class CudaStage final : public CudaStageExecutor {
     cuda::linear_add_f32(x, mid_, L.w2, n, I, H, stream_, tf32_);
   }
 
-  void moe_block(const DevLayer<T>& L, float* x, int64_t n) {
+  void moe_block(const DevLayer<T>& L, float* x, int64_t n, const float* done = nullptr) {
     const int64_t H = cfg_.hidden_size, E = cfg_.num_experts, Im = cfg_.moe_intermediate_size;
     const int64_t k = cfg_.num_experts_per_tok;
     cuda::linear_f32out(router_logits_, y_, L.gate, n, H, E, stream_, tf32_);
     cuda::moe_router(topk_w_, topk_ids_, router_logits_, L.expert_bias, n, E, k, cfg_.norm_topk_prob,
                      float(cfg_.routed_scaling_factor), stream_);
+    if (done) cuda::moe_drop_rows(topk_ids_, done, n, k, stream_);
     cuda::moe_experts(x, y_, L.w13, L.w2, topk_ids_, topk_w_, n, H, E, Im, k, moe_scratch_, stream_);
   }
 

@@ -30,6 +30,11 @@ struct HeadOutputs {
   float* all_logits = nullptr;    // (n_seq * seq_len, V) every position
 };
 
+// Generation's decode step: the buffer holds n_seq fp32 rows of hidden states, then n_seq fp32
+// finished flags (0 or 1). Needs act_dtype() F32, which both backends have.
+inline float* decode_flags(void* x, int64_t n_seq, int64_t hidden) { return static_cast<float*>(x) + n_seq * hidden; }
+inline int64_t decode_buffer_floats(int64_t n_seq, int64_t hidden) { return n_seq * (hidden + 1); }
+
 class StageExecutor {
  public:
   virtual ~StageExecutor() = default;
@@ -69,11 +74,14 @@ class StageExecutor {
   // also stores their state (the last stage also forgets whether they had finished).
   virtual void prefill(void* x, int64_t first_seq, int64_t n_seq, int64_t seq_len);
   // Decode step `step` (>= 1): x holds one token per sequence, each at position lengths[s] + step - 1;
-  // reads and extends their state.
+  // reads and extends their state. After the n_seq rows, x holds n_seq finished flags
+  // (decode_flags(); written by embed_tokens): a finished sequence is not routed to the experts,
+  // and its row is unspecified afterwards (the last stage repeats its EOS whatever the row says).
   virtual void decode(void* x, int64_t first_seq, int64_t n_seq, int64_t step);
   // Token buffers the executor computes with (device memory on a GPU): alloc_tokens(n) of n ids.
   virtual int32_t* alloc_tokens(int64_t n);
-  // First stage: x = embed_tokens[tokens], tokens from alloc_tokens().
+  // First stage: x = embed_tokens[tokens], tokens from alloc_tokens(), and the finished flags after
+  // the rows: 1 where the token is an EOS id of alloc_state()'s sampling (kernels/sample.h).
   virtual void embed_tokens(const int32_t* tokens, int64_t n_seq, void* x);
   // Last stage: the token of step `step` of each sequence (SamplingParams) from x: its last position
   // (lengths[s] - 1 of seq_len rows) after the prefill, its one row after a decode step; into

@@ -33,28 +33,45 @@ double BenchmarkSummary::busy_spread() const {
 
 double BenchmarkSummary::busy_fraction() const { return 1.0 - measured_bubble(); }
 
-double BenchmarkSummary::gpipe_bubble() const { return lfm2::gpipe_bubble(n_ranks, n_micro); }
+double BenchmarkSummary::gpipe_bubble() const { return lfm2::gpipe_bubble(layout.n_stages, n_micro); }
 
 std::vector<std::string> BenchmarkSummary::report() const {
   std::vector<std::string> lines;
-  char buf[256];
-  std::snprintf(buf, sizeof buf,
-                "benchmark: %d ranks, %lld x %lld tokens in %lld microbatches of %lld, %d repetitions: "
-                "%.4f s mean, %.4f s best",
-                n_ranks, (long long)n_seq, (long long)seq_len, (long long)n_micro, (long long)microbatch, repeat,
-                wall_mean_s, wall_min_s);
+  char buf[320];
+  const int R = layout.n_replicas;
+  if (R == 1) {
+    std::snprintf(buf, sizeof buf,
+                  "benchmark: %d ranks, %lld x %lld tokens in %lld microbatches of %lld, %d repetitions: "
+                  "%.4f s mean, %.4f s best",
+                  n_ranks, (long long)n_seq, (long long)seq_len, (long long)n_micro, (long long)microbatch, repeat,
+                  wall_mean_s, wall_min_s);
+  } else {
+    std::string seqs, micros;  // "6 + 6", "3 + 3"
+    for (const ReplicaWork& w : work) {
+      seqs += cat(seqs.empty() ? "" : " + ", w.seqs.size());
+      micros += cat(micros.empty() ? "" : " + ", w.n_micro(), " of ", w.microbatch);
+    }
+    std::snprintf(buf, sizeof buf,
+                  "benchmark: %d ranks (%d replicas x %d stages), %lld x %lld tokens: %s sequences in %s "
+                  "microbatches, %d repetitions: %.4f s mean, %.4f s best",
+                  n_ranks, R, layout.n_stages, (long long)n_seq, (long long)seq_len, seqs.c_str(), micros.c_str(),
+                  repeat, wall_mean_s, wall_min_s);
+  }
   lines.push_back(buf);
   std::snprintf(buf, sizeof buf, "benchmark: %.1f samples/s, %.1f tokens/s", samples_per_s(), tokens_per_s());
   lines.push_back(buf);
   for (int r = 0; r < n_ranks; ++r) {
-    const StagePlan& p = plans[size_t(r)];
-    std::snprintf(buf, sizeof buf, "benchmark: stage %d (layers %d-%d): busy %.4f s, %.1f%% of the wall time", r,
+    const int stage = layout.stage_of[size_t(r)];
+    const StagePlan& p = plans[size_t(stage)];
+    const std::string who =
+        R == 1 ? cat("stage ", stage) : cat("replica ", layout.replica_of[size_t(r)], " stage ", stage);
+    std::snprintf(buf, sizeof buf, "benchmark: %s (layers %d-%d): busy %.4f s, %.1f%% of the wall time", who.c_str(),
                   p.layer_begin, p.layer_end - 1, busy_s[size_t(r)], 100.0 * busy_s[size_t(r)] / wall_mean_s);
     lines.push_back(buf);
   }
   std::snprintf(buf, sizeof buf,
-                "benchmark: bubble %.1f%% measured (1 - sum busy / (P * wall)), GPipe (P-1)/(M+P-1) = %.1f%%",
-                100.0 * measured_bubble(), 100.0 * gpipe_bubble());
+                "benchmark: bubble %.1f%% measured (1 - sum busy / (%s * wall)), GPipe (P-1)/(M+P-1) = %.1f%%",
+                100.0 * measured_bubble(), R == 1 ? "P" : "ranks", 100.0 * gpipe_bubble());
   lines.push_back(buf);
   std::snprintf(buf, sizeof buf, "benchmark: busy spread %.1f%% (busiest vs idlest stage), busy / wall %.3f",
                 100.0 * busy_spread(), busy_fraction());
@@ -62,15 +79,22 @@ std::vector<std::string> BenchmarkSummary::report() const {
   return lines;
 }
 
-BenchmarkSummary run_benchmark(const WorldConfig& world, Pipeline& pipeline, ScoreJob& job,
+BenchmarkSummary run_benchmark(const WorldConfig& world, const ReplicaLayout& layout,
+                               const std::vector<ReplicaWork>& work, Pipeline& pipeline, ScoreJob& job,
                                const std::vector<StagePlan>& plans, int warmup, int repeat, double timeout_s) {
   LFM2_CHECK(repeat >= 1, "--repeat must be at least 1");
   BenchmarkSummary s;
   s.n_ranks = world.size;
-  s.n_seq = job.shape().n_seq;
+  s.layout = layout;
+  s.work = work;
+  s.n_seq = work.back().seqs.end;
   s.seq_len = job.shape().seq_len;
-  s.n_micro = job.shape().n_micro();
-  s.microbatch = job.shape().microbatch;
+  for (const ReplicaWork& w : work) s.seq_len = std::max(s.seq_len, w.width);
+  const auto fewest = std::min_element(work.begin(), work.end(), [](const ReplicaWork& a, const ReplicaWork& b) {
+    return a.n_micro() < b.n_micro();
+  });
+  s.n_micro = fewest->n_micro();
+  s.microbatch = fewest->microbatch;
   s.repeat = repeat;
   s.plans = plans;
   for (int i = 0; i < warmup; ++i) {

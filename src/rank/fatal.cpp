@@ -36,8 +36,8 @@ std::string rank_list(const std::vector<int>& ranks) {
 std::string host_list(const WorldConfig& world, const std::vector<int>& ranks) {
   std::vector<std::string> seen;
   for (int r : ranks)
-    if (r < int(world.hosts.size()) && std::find(seen.begin(), seen.end(), world.hosts[size_t(r)]) == seen.end())
-      seen.push_back(world.hosts[size_t(r)]);
+    if (!world.host_of(r).empty() && std::find(seen.begin(), seen.end(), world.host_of(r)) == seen.end())
+      seen.push_back(world.host_of(r));
   std::string s;
   for (const auto& h : seen) s += (s.empty() ? "" : ", ") + h;
   return s;
@@ -105,30 +105,35 @@ int report_startup_errors(const WorldConfig& world, double timeout_s) {
   return kExitError;
 }
 
-void abort_job(const WorldConfig& world, const std::string& msg, int code) {
+void abort_job(const WorldConfig&, const std::string& msg, int code) {
   log_error(msg);
-  MPI_Abort(world.comm, code);
+  MPI_Abort(MPI_COMM_WORLD, code);  // the job, whichever communicator `world` is
   std::_Exit(code);  // MPI_Abort does not return; this keeps [[noreturn]] honest
 }
 
 void abort_job(const WorldConfig& world, const std::exception& e) {
   // MPI_Abort ends the job within a fraction of a second (a second or two across hosts), so of the
   // ranks that timed out the first to call it speaks alone; it should be one that names the stalled
-  // rank. Each waits 0.25 s per place (at most 6 s). First rank 0 waiting on all ranks (a barrier,
-  // an agreement): it names every rank that did not arrive, with its host, and sits on the node
-  // where mpirun prints. Then the ranks waiting on one peer: a stall blocks the senders before it
-  // (the highest is its neighbour) and starves the receivers after it (the lowest is), so
-  // receivers take the odd places from the bottom and senders the even ones from the top. Last the
-  // other ranks waiting on all, which cannot tell whom they wait for.
-  if (const auto* t = dynamic_cast<const TimeoutError*>(&e)) {
-    const int r = std::max(world.rank, 0), P = world.size;
+  // rank. Each waits 0.25 s per place (at most 6 s), by its rank in the job. First rank 0 waiting on
+  // all ranks (a barrier, an agreement, the stage times): it names every rank that did not arrive,
+  // with its host, and sits on the node where mpirun prints. Then the ranks waiting on one peer: a
+  // stall blocks the senders before it (the highest is its neighbour) and starves the receivers
+  // after it (the lowest is), so receivers take the odd places from the bottom and senders the even
+  // ones from the top. Last the other ranks waiting on all, which cannot tell whom they wait for.
+  const auto* t = dynamic_cast<const TimeoutError*>(&e);
+  if (t) {
+    const int r = std::max(world.world_rank(world.rank), 0);
+    const int n = world.world_ranks.empty() ? world.size : world.size * world.n_replicas;  // the job's ranks
     const int place = t->kind() == TimeoutKind::kReceive ? 1 + 2 * r
-                      : t->kind() == TimeoutKind::kSend  ? 2 * (P - r)
+                      : t->kind() == TimeoutKind::kSend  ? 2 * (n - r)
                       : r == 0                           ? 0
-                                                         : 2 * P + r;
+                                                         : 2 * n + r;
     std::this_thread::sleep_for(std::chrono::duration<double>(0.25 * std::min(place, 24)));
   }
-  abort_job(world, e.what(), dynamic_cast<const NonFiniteError*>(&e) ? kExitNonFinite : kExitAborted);
+  // A rank's own failure names its replica (the whole job ends with it); a timeout names whom it
+  // waited for instead.
+  const std::string msg = world.n_replicas > 1 && !t ? cat("replica ", world.replica, ": ", e.what()) : e.what();
+  abort_job(world, msg, dynamic_cast<const NonFiniteError*>(&e) ? kExitNonFinite : kExitAborted);
 }
 
 }  // namespace lfm2

@@ -29,6 +29,15 @@ inline constexpr int kExitValidationFailed = 2;  // ran fine, answers did not ma
 inline constexpr int kExitAborted = 3;           // MPI_Abort: a rank failed after the exchange began, or timed out
 inline constexpr int kExitNonFinite = 4;         // NaN or Inf in the hidden states or logits (--allow-nonfinite)
 
+// With replicas, a wait after the run that cannot name whom it waits for (the report, the exit
+// agreement: collectives of the whole job) lasts this much longer than --timeout, so that a wait
+// that can (a replica's results, the stage times: point to point) times out first and names the
+// replica that stopped; 2.5 s is more than any rank's stagger.
+inline constexpr double kUnnamedWaitGraceS = 2.5;
+inline double unnamed_wait_s(const WorldConfig& world, double timeout_s) {
+  return world.n_replicas > 1 ? timeout_s + kUnnamedWaitGraceS : timeout_s;
+}
+
 // Runs one start-up step; on lfm2::Error (or std::exception) keeps its message for the agreement's
 // report when `report` and returns false. Errors every rank would find alike (the plan) are kept by
 // rank 0 only.
@@ -47,10 +56,10 @@ bool all_ready(const WorldConfig& world, bool ok, double timeout_s, const std::s
 // Returns kExitError. Every rank must call it.
 int report_startup_errors(const WorldConfig& world, double timeout_s);
 
-// Logs "error: <msg>" and calls MPI_Abort(world.comm, code); never returns.
+// Logs "error: <msg>" and calls MPI_Abort on MPI_COMM_WORLD: the whole job ends. Never returns.
 [[noreturn]] void abort_job(const WorldConfig& world, const std::string& msg, int code = kExitAborted);
 // The same for an exception: a TimeoutError after the rank's stagger, a NonFiniteError with
-// kExitNonFinite.
+// kExitNonFinite; with replicas any other error names this rank's replica ("error: replica 1: ...").
 [[noreturn]] void abort_job(const WorldConfig& world, const std::exception& e);
 
 }  // namespace lfm2

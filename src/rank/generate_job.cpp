@@ -10,13 +10,16 @@ namespace lfm2 {
 
 int64_t GenerateShape::micro_size(int64_t g) const { return std::min(microbatch, n_seq - g * microbatch); }
 
-int64_t GenerateShape::max_item_tokens() const { return std::min(microbatch, n_seq) * seq_len; }
+// A decode item is a row per sequence plus the finished flags (decode_buffer_floats): two rows'
+// room per sequence cover it when the prompts are one token long.
+int64_t GenerateShape::max_item_tokens() const { return std::min(microbatch, n_seq) * std::max<int64_t>(seq_len, 2); }
 
 GenerateJob::GenerateJob(const WorldConfig& world, StageExecutor& exec, const GenerateShape& shape,
                          const SamplingParams& sampling)
     : world_(world), exec_(exec), shape_(shape), eos_(sampling.eos), steps_(shape.max_new_tokens) {
   const int64_t N = shape_.n_seq, S = shape_.seq_len, K = shape_.max_new_tokens;
   LFM2_CHECK(N > 0 && S > 0 && shape_.microbatch > 0 && K > 0, "generation: empty batch");
+  LFM2_CHECK(exec_.act_dtype() == DType::F32, "generation: hidden states must be fp32 (the decode flags are)");
   if (shape_.lengths.empty()) shape_.lengths.assign(size_t(N), int32_t(S));
   exec_.alloc_state(N, shape_.max_len(), shape_.lengths.data(), sampling);
   if (world_.is_first()) ids_ = static_cast<int32_t*>(exec_.alloc_host(N * S * int64_t(sizeof(int32_t))));
@@ -35,8 +38,9 @@ void GenerateJob::set_ids(const int32_t* ids) {
 }
 
 size_t GenerateJob::item_bytes(int64_t i) const {
-  const int64_t rows = shape_.micro_size(micro_of(i)) * (step_of(i) == 0 ? shape_.seq_len : 1);
-  return size_t(rows * shape_.hidden) * dtype_size(exec_.act_dtype());
+  const int64_t n = shape_.micro_size(micro_of(i));
+  if (step_of(i) > 0) return size_t(decode_buffer_floats(n, shape_.hidden)) * sizeof(float);
+  return size_t(n * shape_.seq_len * shape_.hidden) * sizeof(float);
 }
 
 std::string GenerateJob::item_name(int64_t i) const {

@@ -9,6 +9,8 @@
 #include "rank/fatal.h"
 #include "rank/fault_hook.h"
 #include "rank/jobs.h"
+#include "rank/replica_report.h"
+#include "rank/replica_results.h"
 #include "rank/run_report.h"
 #include "rank/transport.h"
 #include "rank/validate.h"
@@ -61,7 +63,9 @@ std::vector<std::string> benchmark(RankSetup& s, GenerateJob& job) {
   const std::vector<double> busy_first = gather_busy(s.world, first.busy_s, opt.timeout_s);
   std::vector<std::string> lines;
   const double decode_s = full.wall_s - first.wall_s;
-  lines.push_back(cat("benchmark: generation of ", N, " x ", K, " tokens after ", s.seq_len, "-token prompts, microbatch ",
+  const int R = s.layout.n_replicas;
+  lines.push_back(cat("benchmark: generation of ", N, " x ", K, " tokens after ", s.seq_len, "-token prompts, ",
+                      R > 1 ? cat(R, " replicas x ", s.layout.n_stages, " stages, ") : std::string(), "microbatch ",
                       s.microbatch, ": ", fixed(full.wall_s, 4), " s, ", fixed(double(N * K) / full.wall_s, 1),
                       " tokens/s"));
   lines.push_back(cat("benchmark: time to first token (prefill of all prompts) ", fixed(first.wall_s, 4), " s; decode ",
@@ -72,7 +76,10 @@ std::vector<std::string> benchmark(RankSetup& s, GenerateJob& job) {
   for (int r = 0; r < s.world.size; ++r) {
     const double b = busy_all[size_t(r)] - busy_first[size_t(r)];
     sum += b;
-    busy += cat(r ? ", " : " ", fixed(b, 4), " s (", fixed(decode_s > 0 ? 100 * b / decode_s : 0, 1), "%)");
+    const std::string who = s.layout.n_replicas == 1 ? std::string()
+                                                     : cat("replica ", s.layout.replica_of[size_t(r)], " stage ",
+                                                           s.layout.stage_of[size_t(r)], " ");
+    busy += cat(r ? ", " : " ", who, fixed(b, 4), " s (", fixed(decode_s > 0 ? 100 * b / decode_s : 0, 1), "%)");
   }
   lines.push_back(busy);
   lines.push_back(cat("benchmark: decode bubble ",
@@ -81,14 +88,40 @@ std::vector<std::string> benchmark(RankSetup& s, GenerateJob& job) {
   return lines;
 }
 
+// Every replica's tokens, in input order, on the job's last rank (replica_results.h).
+GenerateResult gather_tokens(const RankSetup& s, const GenerateJob& job) {
+  GenerateResult mine;
+  if (s.pipe.is_last()) job.take_results(&mine);
+  if (s.layout.n_replicas == 1) return mine;
+  GenerateResult all;
+  all.n_new = job.shape().max_new_tokens;
+  ResultGather g(s.world, s.layout, s.blocks());
+  g.add(mine.generated, all.n_new, &all.generated);
+  g.add(mine.n_generated, 1, &all.n_generated);
+  g.run(s.opt.timeout_s);
+  return all;
+}
+
+// The decode steps after a sequence's EOS skip the experts (StageExecutor::decode): how many.
+std::string finished_line(const GenerateResult& r, int64_t N, int64_t K) {
+  int64_t ended = 0, skipped = 0;
+  for (int64_t s = 0; s < N; ++s) {
+    const int64_t n = r.n_generated[size_t(s)];
+    ended += n < K;
+    skipped += K - n;
+  }
+  return cat("results: ", ended, " of ", N, " sequences ended at an EOS before ", K, " tokens; ", skipped, " of ",
+             N * (K - 1), " decode sequence-steps left out the experts");
+}
+
 }  // namespace
 
 JobOutcome run_generation(RankSetup& s, GenerateJob& job) {
   const WorldConfig& world = s.world;
   const RankOptions& opt = s.opt;
   const int64_t N = s.n_seq, K = job.shape().max_new_tokens, G = job.shape().n_micro();
-  if (world.is_first()) job.set_ids(s.inputs.ids.data());
-  job.set_stream(opt.stream && world.is_last());
+  if (s.pipe.is_first()) job.set_ids(s.inputs.ids.data());
+  job.set_stream(opt.stream && s.pipe.is_last() && s.pipe.replica == 0);  // sequence 0 is replica 0's
   const double t0 = now_s();
   std::vector<std::string> bench_lines;
   if (opt.benchmark) {
@@ -96,8 +129,8 @@ JobOutcome run_generation(RankSetup& s, GenerateJob& job) {
   } else {
     if (!opt.trace.empty()) barrier(world, opt.timeout_s, "the trace's start");
     const StageTiming t = s.pipeline->run(job);
-    const auto timing = gather_timing(world, t, opt.timeout_s);
-    if (world.is_first()) bench_lines = pipeline_report(timing, s.plans, job.n_items());
+    const auto timing = gather_timing(world, s.layout, t, opt.timeout_s);
+    if (world.is_first()) bench_lines = replica_pipeline_report(timing, s.layout, s.work, s.plans, job.n_items() / G);
   }
   const double run_s = now_s() - t0;
   if (world.is_first())
@@ -109,14 +142,14 @@ JobOutcome run_generation(RankSetup& s, GenerateJob& job) {
                   opt.timeout_s);
 
   fault_point(world.rank, "output");
+  const GenerateResult result = gather_tokens(s, job);
   JobOutcome out;
   if (world.is_last()) {
-    GenerateResult result;
-    job.take_results(&result);
     std::string head = "results: sequence 0 generated";
     for (int64_t t = 0; t < std::min<int64_t>(K, 12); ++t) head += cat(" ", result.generated[size_t(t)]);
     out.lines.push_back(head + (K > 12 ? " ..." : ""));
-    nlohmann::json meta = run_metadata(s, G);
+    if (!opt.eos.empty()) out.lines.push_back(finished_line(result, N, K));
+    nlohmann::json meta = run_metadata(s);
     meta["max_new_tokens"] = K;
     meta["temperature"] = opt.temperature;
     meta["top_k"] = opt.top_k;
@@ -126,6 +159,8 @@ JobOutcome run_generation(RankSetup& s, GenerateJob& job) {
       const bool exact = s.dtype == DType::F32 && !(s.use_cuda && opt.tf32) && opt.temperature <= 0;
       const GenerationCheck c = check_generated(result.generated, K, s.answers, exact);
       for (const auto& l : c.report()) out.lines.push_back(l);
+      for (const auto& l : replica_generation_lines(s.layout, s.work, result.generated, K, s.answers, exact))
+        out.lines.push_back(l);
       meta["validation"] = c.passed ? "PASS" : "FAIL";
       meta["tokens_equal"] = c.equal;
       out.code = c.passed ? kExitOk : kExitValidationFailed;

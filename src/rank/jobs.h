@@ -16,24 +16,33 @@
 #include "rank/generate_job.h"
 #include "rank/options.h"
 #include "rank/pipeline.h"
+#include "rank/replicas.h"
 #include "rank/score_job.h"
 #include "rank/stage_plan.h"
 #include "rank/world.h"
 
 namespace lfm2 {
 
-// What start-up leaves for a job.
+// What start-up leaves for a job. The job runs on this rank's replica (pipe, its block of work)
+// and reports, validates and writes for the whole job (world, every replica's work).
 struct RankSetup {
-  WorldConfig world;
+  WorldConfig world;  // the job (MPI_COMM_WORLD)
+  WorldConfig pipe;   // this rank's pipeline: stage pipe.rank of its replica
+  ReplicaLayout layout;
+  std::vector<ReplicaWork> work;  // per replica
   RankOptions opt;
   ModelConfig cfg;
   std::vector<StagePlan> plans;
-  int64_t n_seq = 0, seq_len = 0, microbatch = 1;
+  int64_t n_seq = 0, seq_len = 0;  // the whole inputs (N, S)
+  int64_t microbatch = 1;          // this replica's
   DType dtype = DType::F32;
   bool use_cuda = false;
-  TokenInputs inputs;    // rank 0
-  TokenAnswers answers;  // last rank, with --answers
+  TokenInputs inputs;    // a replica's first stage: its block
+  TokenAnswers answers;  // the job's last rank, with --answers: all of them
   Pipeline* pipeline = nullptr;
+
+  const ReplicaWork& mine() const { return work[size_t(pipe.replica)]; }
+  std::vector<SeqBlock> blocks() const;
 };
 
 // How a job ended: its exit code, the last rank's report lines (rank 0 prints them) and rank 0's
@@ -48,6 +57,6 @@ JobOutcome run_scoring(RankSetup& s, ScoreJob& job);
 JobOutcome run_generation(RankSetup& s, GenerateJob& job);
 
 // The output file's run metadata common to both jobs.
-nlohmann::json run_metadata(const RankSetup& s, int64_t n_items);
+nlohmann::json run_metadata(const RankSetup& s);
 
 }  // namespace lfm2

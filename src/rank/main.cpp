@@ -1,6 +1,8 @@
-// lfm2-rank: LFM2-MoE inference as a pipeline over MPI ranks (one stage per rank).
+// lfm2-rank: LFM2-MoE inference as a pipeline over MPI ranks (one stage per rank), or as R replicas
+// of a P-stage pipeline (--pipeline P over R x P ranks).
 //
 //   mpirun -np 4 lfm2-rank --model model.h5 --inputs inputs.h5 --answers answers.h5 --output out.h5
+//   mpirun -np 4 lfm2-rank --pipeline 2 ...     # two replicas of a 2-stage pipeline
 //
 // With no arguments it runs and validates the shipped default under data/default (docs/pipeline.md).
 #include <CLI/CLI.hpp>
@@ -19,6 +21,7 @@
 #include "rank/fatal.h"
 #include "rank/fault_hook.h"
 #include "rank/options.h"
+#include "rank/replica_world.h"
 #include "rank/watchdog.h"
 #include "rank/world.h"
 
@@ -63,6 +66,10 @@ int main(int argc, char** argv) {
   app.add_option("--output", opt.output, "write next_token, logits (and all_logits) here, atomically");
   app.add_option("--microbatch", opt.microbatch, "sequences per microbatch (default: about 4 microbatches per rank)")
       ->check(cli::whole(1, INT64_MAX));
+  app.add_option("--pipeline", opt.pipeline,
+                 "stages per pipeline: mpirun -np R*P runs R replicas of a P-stage pipeline, each on a block of the "
+                 "sequences (default: all ranks, one pipeline)")
+      ->check(cli::whole(1, 1 << 20));
   app.add_option("--dtype", opt.dtype, "activation / compute dtype")
       ->capture_default_str()
       ->check(cli::one_of({"fp32", "bf16", "fp16"}));
@@ -148,19 +155,31 @@ int main(int argc, char** argv) {
   watchdog.disarm();
   set_log_prefix(cat("[rank ", world.rank, "] "));
 
+  // Every rank knows the rank count and --pipeline alike, so a bad pair is found without talking.
+  const int stages = opt.pipeline > 0 ? opt.pipeline : world.size;
+  if (parse_code < 0 && world.size % stages != 0) {
+    parse_code = kExitError;
+    parse_error = cat("--pipeline ", stages, ": ", world.size, " ranks do not make whole pipelines of ", stages,
+                      " stages (run a multiple of ", stages, " ranks: R replicas need R x ", stages, ")");
+  }
   int code = parse_code;
+  std::unique_ptr<Replicas> replicas;
   if (code < 0) {
     if (fp16) opt.dtype = "fp16";
     opt.cuda_graphs = graphs == "on";
     opt.use_default = opt.model.empty() && opt.inputs.empty();
     try {
-      code = run_rank(world, opt);
+      watchdog.arm("grouping the ranks into replicas", opt.timeout_s);  // blocking collectives
+      replicas = std::make_unique<Replicas>(world, stages);
+      watchdog.disarm();
+      code = run_rank(*replicas, opt);
     } catch (const std::exception& e) {
-      abort_job(world, e);  // a start-up agreement that timed out, or an MPI error in one
+      abort_job(replicas ? replicas->world() : world, e);  // an agreement that timed out, an MPI error in one
     }
   } else if (code != kExitOk && world.rank == 0) {
     log_error(parse_error);  // every rank parsed the same line; rank 0 speaks for all of them
   }
+  replicas.reset();  // its communicator goes before MPI does
   watchdog.arm("MPI_Finalize", opt.timeout_s);
   mpi.reset();
   watchdog.disarm();

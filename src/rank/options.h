@@ -18,6 +18,7 @@ struct RankOptions {
   std::string answers;     // optional: validate against it
   std::string output;      // optional: write results here
   int64_t microbatch = 0;  // sequences per microbatch; 0: about 4 microbatches per stage
+  int pipeline = 0;        // stages per pipeline (--pipeline P: R = ranks / P replicas); 0: all ranks, one
   std::string dtype = "fp32";   // fp32 | bf16 | fp16 (bf16 / fp16: CUDA only)
   std::string device = "auto";  // auto (cuda when built with it and every rank sees a GPU) | cpu | cuda
   bool tf32 = false;            // CUDA fp32: TF32 tensor cores for the GEMMs
@@ -41,8 +42,10 @@ struct RankOptions {
   bool use_default = false;  // no model/inputs given: run the shipped default under data/default
 };
 
-// Runs the program on this rank; returns its exit code (fatal.h). Ends the job through MPI_Abort
-// on an error after the exchange has started.
-int run_rank(const WorldConfig& world, RankOptions opt);
+class Replicas;
+
+// Runs the program on this rank, a stage of one of the job's replicas (replica_world.h); returns
+// its exit code (fatal.h). Ends the job through MPI_Abort on an error after the exchange has started.
+int run_rank(const Replicas& replicas, RankOptions opt);
 
 }  // namespace lfm2

@@ -1,10 +1,13 @@
 // One lfm2-rank process from start-up to exit code.
 //
-// Start-up runs in two agreed phases so that a rank's failure stops every rank before any hidden
-// state moves: (A) open this rank's weight file, rank 0 reads and checks the inputs; all agree and
-// learn (N, S). (B) the plan, the stage-file check, loading the stage, the last rank's answers, the
-// buffers; all agree again. On CUDA, (B') the NCCL communicator and its warm-up exchange, agreed
-// once more. Then (C) the exchange, where any error aborts the job.
+// Start-up runs in agreed phases so that a rank's failure stops every rank before any hidden state
+// moves: (A) open this rank's weight file, rank 0 reads the inputs' shape (and prompt lengths); all
+// agree and learn (N, S). The sequences are split into one block per replica (replicas.h) and each
+// replica's first stage reads and checks its own block; all agree. (B) the plan, the stage-file
+// check, loading the stage, the last rank's answers, the buffers; all agree again. On CUDA, (B')
+// each replica's NCCL communicators and their warm-up exchange, agreed once more. Then (C) the
+// exchange, where any error aborts the job. Every agreement is over the whole job (one replica's
+// error stops all of them); the pipeline, its transport and its job are the replica's.
 //
 // The GPU: node-local rank r takes device r of those it sees (a rank beyond the count is an error),
 // and every rank gathers every rank's GPU uuid before loading, so that two ranks on one GPU fail
@@ -37,6 +40,8 @@
 #include "rank/jobs.h"
 #include "rank/options.h"
 #include "rank/pipeline.h"
+#include "rank/replica_report.h"
+#include "rank/replica_world.h"
 #include "rank/run_report.h"
 #include "rank/run_outputs.h"
 #include "rank/same_model.h"
@@ -185,8 +190,9 @@ std::vector<int32_t> broadcast_ints(const WorldConfig& world, std::vector<int32_
   return v;
 }
 
-SamplingParams sampling_params(const RankOptions& opt) {
+SamplingParams sampling_params(const RankOptions& opt, int64_t first_sequence) {
   SamplingParams p;
+  p.first_sequence = first_sequence;
   p.temperature = float(opt.temperature);
   p.top_k = opt.top_k;
   p.top_p = float(opt.top_p);
@@ -216,34 +222,95 @@ void check_state_fits(const StageExecutor& exec, const GenerateShape& shape, boo
              " MiB of host memory are free (fewer sequences, shorter prompts or fewer new tokens)");
 }
 
+// This replica's block of the inputs, read by its first stage: only its rows, only up to its
+// longest prompt (an HDF5 hyperslab), checked, padding zeroed.
+TokenInputs read_block(const std::string& path, const ReplicaWork& w, const ModelConfig& cfg) {
+  TokenInputs in = read_inputs_block(path, w.seqs.begin, w.seqs.end, w.width);
+  check_inputs(in, cfg.vocab_size, cfg.max_position_embeddings, path, w.seqs.begin);
+  zero_padding(in);
+  return in;
+}
+
+std::vector<int32_t> lengths_of(const std::vector<int32_t>& lengths, const SeqBlock& b) {
+  if (lengths.empty()) return {};
+  return std::vector<int32_t>(lengths.begin() + b.begin, lengths.begin() + b.end);
+}
+
+// What the plan says beside the layers: how they were split, the backend, the transport.
+struct PlanText {
+  std::string how, backend, transport;
+};
+
+// The plan, printed once by rank 0 from every rank's facts: the split of the layers, the replicas
+// (with several) and their work, each rank's layers, memory and GPU.
+void print_plan(const RankSetup& s, const PlanText& t, const std::vector<RankFacts>& all,
+                const std::vector<GpuFacts>& gpus, const std::vector<std::string>& hosts) {
+  const ReplicaLayout& l = s.layout;
+  const int P = l.n_stages;
+  const int64_t M = s.work[0].n_micro();
+  if (l.n_replicas == 1)
+    log_info(cat("plan: ", P, " ranks over ", s.cfg.num_hidden_layers, " layers (", t.how, "); ", s.n_seq, " x ",
+                 s.seq_len, " tokens in ", M, " microbatches of ", s.microbatch, " (GPipe bubble ",
+                 fixed(100 * gpipe_bubble(P, M), 1), "%); ", t.backend, ", transport ", t.transport));
+  else
+    log_info(cat("plan: ", P, " stages over ", s.cfg.num_hidden_layers, " layers in each of ", l.n_replicas,
+                 " replicas (", t.how, "); ", s.n_seq, " x ", s.seq_len, " tokens; ", t.backend, ", transport ",
+                 t.transport));
+  for (const std::string& line : replica_plan_lines(l, s.work, hosts)) log_info(line);
+  for (int r = 0; r < l.n_ranks(); ++r) {
+    const RankFacts& f = all[size_t(r)];
+    const std::string where = l.n_replicas == 1 ? cat("local ", f.local_rank)
+                                                : cat("replica ", l.replica_of[size_t(r)], " stage ",
+                                                      l.stage_of[size_t(r)], ", local ", f.local_rank);
+    log_info(cat("plan: rank ", r, " (", where, "): layers ", f.layer_begin, "-", f.layer_end - 1, " (",
+                 f.layer_end - f.layer_begin, "), weights ", mib(f.weight_bytes), ", read ", mib(f.bytes_read),
+                 ", free host memory ", f.free_host < 0 ? std::string("?") : gib(f.free_host),
+                 f.gpu < 0 ? std::string()
+                           : cat("; GPU ", f.gpu, " ", gpus[size_t(r)].name, " (", gpus[size_t(r)].uuid_text, ") on ",
+                                 gpus[size_t(r)].host, ": weights ", gib(f.gpu_weight_bytes), ", free ",
+                                 gib(f.gpu_free), " of ", gib(f.gpu_total))));
+  }
+  for (int rep = 0; rep < l.n_replicas; ++rep) {
+    const int64_t m = s.work[size_t(rep)].n_micro();
+    if (m < P)
+      log_info(cat("warning: ", m, " microbatches for ", P, l.n_replicas == 1 ? " ranks" : " stages",
+                   l.n_replicas == 1 ? std::string() : cat(" in replica ", rep), ": some ranks will idle (bubble ",
+                   int(100 * gpipe_bubble(P, m)), "%); use a smaller --microbatch"));
+  }
+}
+
 }  // namespace
 
-int run_rank(const WorldConfig& world, RankOptions opt) {
+int run_rank(const Replicas& rep, RankOptions opt) {
+  const WorldConfig& world = rep.world();  // the job: every agreement, the results, the exit code
+  const WorldConfig& pipe = rep.pipe();    // this rank's pipeline: stage pipe.rank of pipe.size
+  const ReplicaLayout& layout = rep.layout();
+  // Rank 0 reads the inputs' shape and writes the trace; the job's last rank (the last stage of its
+  // replica) reads the answers, gathers every replica's results and writes the output.
   const bool r0 = world.is_first(), last = world.is_last();
-  const int P = world.size;
+  const int P = pipe.size, R = layout.n_replicas;
 
-  // ---- phase A: options, this rank's weight file, the inputs (rank 0).
+  // ---- phase A: options, this rank's weight file, the inputs' shape (rank 0).
   bool ok = startup_step([&] { check_backend(opt); }, r0);
   if (ok && opt.use_default) ok = startup_step([&] { resolve_default(opt); }, r0);
   if (ok && (opt.model.empty() || opt.inputs.empty()))
     ok = startup_step([&] { LFM2_FAIL("give both --model and --inputs (or neither, for the shipped default)"); }, r0);
   // Rank 0 writes the trace, the last rank the output: each is writable and no input, or fails now.
   if (ok && (r0 || last))
-    ok = startup_step([&] { check_run_outputs(opt, world, [&](int r) { return weight_path_for(opt.model, r); }); });
+    ok = startup_step(
+        [&] { check_run_outputs(opt, world, P, [&](int stage) { return weight_path_for(opt.model, stage); }); });
   std::string weight_path;
   std::unique_ptr<WeightReader> weights;
   TokenInputs inputs;
   if (ok)
     ok = startup_step([&] {
-      weight_path = weight_path_for(opt.model, world.rank);
+      weight_path = weight_path_for(opt.model, pipe.rank);
       weights = std::make_unique<WeightReader>(weight_path);
     });
   if (ok && r0)
     ok = startup_step([&] {
-      inputs = read_inputs(opt.inputs);
-      const ModelConfig& cfg = weights->config();
-      check_inputs(inputs, cfg.vocab_size, cfg.max_position_embeddings, opt.inputs);
-      zero_padding(inputs);
+      inputs = read_inputs_header(opt.inputs);
+      check_input_shape(inputs, weights->config().max_position_embeddings, opt.inputs);
     });
   // Every rank's file holds the same model (fingerprints), or rank 0 names two that differ.
   const bool same = startup_step([&] { check_same_model(world, weights.get(), weight_path, opt.timeout_s); });
@@ -258,12 +325,28 @@ int run_rank(const WorldConfig& world, RankOptions opt) {
       "the start-up agreement");
   if (agreed[0] != 0) return report_startup_errors(world, opt.timeout_s);
   const int64_t N = agreed[1], S = agreed[2];
-  // Every rank learns the prompt lengths (the last one reads each sequence's last position there).
+  // Every rank learns the prompt lengths (the split balances them; the last stages read each
+  // sequence's last position there).
   std::vector<int32_t> lengths = inputs.lengths;
   if (agreed[4] != 0 && !startup_step([&] { lengths = broadcast_ints(world, lengths, N, opt.timeout_s); }))
     return kExitError;
   const bool use_cuda = opt.device == "cuda" || (opt.device == "auto" && agreed[3] == 0);
   const DType dtype = use_cuda ? parse_dtype(opt.dtype) : DType::F32;
+
+  // ---- the replicas' work: one block of sequences each; each replica's first stage reads its own.
+  std::vector<ReplicaWork> work;
+  ok = startup_step(
+      [&] {
+        work = plan_work(split_sequences(sequence_costs(N, S, lengths, opt.max_new_tokens), R), S, lengths,
+                         opt.all_logits, opt.microbatch, P, use_cuda);
+      },
+      r0);
+  if (ok && pipe.is_first())
+    ok = startup_step([&] { inputs = read_block(opt.inputs, work[size_t(pipe.replica)], weights->config()); });
+  if (!all_ready(world, ok, opt.timeout_s, "the inputs agreement")) return kExitError;
+  const ReplicaWork& my_work = work[size_t(pipe.replica)];
+  const int64_t microbatch = my_work.microbatch;
+  const std::vector<int32_t> my_lengths = lengths_of(lengths, my_work.seqs);
 
   // ---- phase B: the plan, this rank's stage, the answers (last rank), the buffers.
   const ModelConfig& cfg = weights->config();
@@ -271,6 +354,9 @@ int run_rank(const WorldConfig& world, RankOptions opt) {
   ok = startup_step(
       [&] {
         const int L = int(cfg.num_hidden_layers);
+        if (opt.pipeline > 0)
+          LFM2_CHECK(P <= L, "--pipeline ", P, ": cannot run ", P, " stages: the model has ", L,
+                     " layers (one stage needs at least one)");
         LFM2_CHECK(P <= L, "cannot run ", P, " ranks: the model has ", L, " layers (one rank needs at least one)");
         // Stage files were cut by `h5pack split` with the default plan (seq_len 32, last-position
         // head); a whole-model file lets the split balance this run's own sequence length.
@@ -285,7 +371,6 @@ int run_rank(const WorldConfig& world, RankOptions opt) {
       },
       r0);
   const int n_threads = opt.threads > 0 ? opt.threads : default_threads(world);
-  const int64_t microbatch = opt.microbatch > 0 ? std::min(opt.microbatch, N) : default_microbatch(N, S, P, use_cuda);
   std::unique_ptr<StageExecutor> exec, checked;
   std::unique_ptr<Transport> transport;
   std::unique_ptr<Pipeline> pipeline;
@@ -324,14 +409,16 @@ int run_rank(const WorldConfig& world, RankOptions opt) {
   if (ok)
     ok = startup_step([&] {
       fault_point(world.rank, "loading");
-      const StagePlan& plan = plans[size_t(world.rank)];
+      const StagePlan& plan = plans[size_t(pipe.rank)];
       if (weights->is_stage_file()) {
         const StageInfo s = weights->stage();
-        LFM2_CHECK(s.stage == world.rank && s.n_stages == P && s.layer_begin == plan.layer_begin &&
+        LFM2_CHECK(s.stage == pipe.rank && s.n_stages == P && s.layer_begin == plan.layer_begin &&
                        s.layer_end == plan.layer_end,
                    weight_path, ": stage file for stage ", s.stage, "/", s.n_stages, " layers [", s.layer_begin, ", ",
-                   s.layer_end, "), but rank ", world.rank, "/", P, " runs layers [", plan.layer_begin, ", ",
-                   plan.layer_end, ")",
+                   s.layer_end, "), but ",
+                   R == 1 ? cat("rank ", pipe.rank, "/", P)
+                          : cat("rank ", world.rank, " (stage ", pipe.rank, "/", P, ")"),
+                   " runs layers [", plan.layer_begin, ", ", plan.layer_end, ")",
                    opt.layers.empty() ? " (split it for this plan, or pass its split as --layers)" : " (--layers)");
       }
       facts.layer_begin = plan.layer_begin;
@@ -361,28 +448,30 @@ int run_rank(const WorldConfig& world, RankOptions opt) {
       }
 #ifdef LFM2_HAVE_CUDA
       if (cuda_exec) {
-        auto t = make_nccl_transport(world, *cuda_exec, opt.timeout_s);
+        auto t = make_nccl_transport(pipe, *cuda_exec, opt.timeout_s);  // the replica's communicators only
         nccl = t.get();
         transport = std::move(t);
       }
 #endif
-      if (!transport) transport = make_mpi_transport(world, opt.timeout_s);
+      if (!transport) transport = make_mpi_transport(pipe, opt.timeout_s);
       // Each microbatch's hidden states and logits are checked for NaN / Inf as they are made.
-      const int64_t n_micro = (N + microbatch - 1) / microbatch;
-      checked = make_checked_stage(*exec, range, {n_micro, microbatch, cfg.hidden_size, cfg.vocab_size}, n_threads,
-                                   opt.allow_nonfinite);
+      const CheckShape check{my_work.n_micro(), microbatch, cfg.hidden_size, cfg.vocab_size, my_work.seqs.begin};
+      checked = make_checked_stage(*exec, range, check, n_threads, opt.allow_nonfinite);
       if (opt.max_new_tokens > 0) {
-        const GenerateShape shape{N, S, microbatch, cfg.hidden_size, opt.max_new_tokens, lengths};
+        const GenerateShape shape{my_work.seqs.size(), my_work.width, microbatch, cfg.hidden_size, opt.max_new_tokens,
+                                  my_lengths};
         check_state_fits(*checked, shape, use_cuda);
-        pipeline = std::make_unique<Pipeline>(world, *checked, *transport, cfg.hidden_size, shape.max_item_tokens());
-        generate = std::make_unique<GenerateJob>(world, *checked, shape, sampling_params(opt));
+        pipeline = std::make_unique<Pipeline>(pipe, *checked, *transport, cfg.hidden_size, shape.max_item_tokens());
+        generate = std::make_unique<GenerateJob>(pipe, *checked, shape, sampling_params(opt, my_work.seqs.begin));
       } else {
         // The logits cross to the host only for someone who reads them: the output file, or answers
-        // with logits to compare (not in a benchmark, which validates the top-1 only).
-        const bool want_logits = !opt.benchmark && (!opt.output.empty() || answers.has_logits());
-        PipelineShape shape{N, S, microbatch, cfg.hidden_size, cfg.vocab_size, want_logits, opt.all_logits, lengths};
-        pipeline = std::make_unique<Pipeline>(world, *checked, *transport, cfg.hidden_size, shape.max_micro_tokens());
-        score = std::make_unique<ScoreJob>(world, *checked, shape);
+        // to compare (not in a benchmark, which validates the top-1 only). Every replica's last
+        // stage must know, and only the job's last rank reads the answers: any answers count.
+        const bool want_logits = !opt.benchmark && (!opt.output.empty() || !opt.answers.empty());
+        PipelineShape shape{my_work.seqs.size(), my_work.width, microbatch, cfg.hidden_size, cfg.vocab_size,
+                            want_logits, opt.all_logits, my_lengths};
+        pipeline = std::make_unique<Pipeline>(pipe, *checked, *transport, cfg.hidden_size, shape.max_micro_tokens());
+        score = std::make_unique<ScoreJob>(pipe, *checked, shape);
       }
       pipeline->set_tracing(!opt.trace.empty());
       install_kill_hook(*pipeline, world.rank);
@@ -403,51 +492,25 @@ int run_rank(const WorldConfig& world, RankOptions opt) {
   if (!all_ready(world, ok, opt.timeout_s, "the ready agreement")) return kExitError;
 
 #ifdef LFM2_HAVE_CUDA
-  // ---- phase B': the NCCL communicator (after every buffer), its warm-up exchange; agreed.
+  // ---- phase B': each replica's NCCL communicators (after every buffer), their warm-up; agreed.
   if (nccl) {
     const double t0 = now_s();
     ok = startup_step([&] { nccl->connect(); });
     if (!all_ready(world, ok, opt.timeout_s, "the NCCL agreement")) return kExitError;
     if (r0)
-      log_info(cat("nccl: communicator of ", P, " ranks and warm-up exchange in ", int64_t((now_s() - t0) * 1000),
-                   " ms"));
+      log_info(cat("nccl: communicators of ", P, " ranks", R > 1 ? cat(" in each of ", R, " replicas") : std::string(),
+                   " and warm-up exchange in ", int64_t((now_s() - t0) * 1000), " ms"));
   }
 #endif
 
   // ---- phase C: the exchange. From here on an error ends the whole job.
   try {
     const auto all = gather_facts(world, facts, opt.timeout_s);
-    const int64_t M = score ? score->shape().n_micro() : generate->shape().n_micro();
-    if (r0) {
-      log_info(cat("plan: ", P, " ranks over ", cfg.num_hidden_layers, " layers (",
-                   !opt.layers.empty()         ? "--layers " + opt.layers
-                   : weights->is_stage_file() ? std::string("as the stage files were split")
-                   : use_cuda                  ? std::string("balanced by the GPU cost model")
-                                               : std::string("balanced by FLOPs"),
-                   "); ", N, " x ", S,
-                   " tokens in ", M, " microbatches of ", microbatch, " (GPipe bubble ",
-                   fixed(100 * gpipe_bubble(P, M), 1), "%); ",
-                   use_cuda ? cat("cuda ", opt.dtype, opt.dtype != "fp32" ? "" : opt.tf32 ? " (TF32)" : " (TF32 off)")
-                            : cat("cpu fp32, threads per rank ", n_threads),
-                   use_cuda ? cat(", CUDA graphs ", opt.cuda_graphs ? "on" : "off") : std::string(),
-                   ", transport ", transport->name()));
-      for (int r = 0; r < P; ++r) {
-        const RankFacts& f = all[size_t(r)];
-        log_info(cat("plan: rank ", r, " (local ", f.local_rank, "): layers ", f.layer_begin, "-", f.layer_end - 1,
-                     " (", f.layer_end - f.layer_begin, "), weights ", mib(f.weight_bytes), ", read ",
-                     mib(f.bytes_read), ", free host memory ", f.free_host < 0 ? std::string("?") : gib(f.free_host),
-                     f.gpu < 0 ? std::string()
-                               : cat("; GPU ", f.gpu, " ", gpus[size_t(r)].name, " (", gpus[size_t(r)].uuid_text, ") on ",
-                                     gpus[size_t(r)].host, ": weights ", gib(f.gpu_weight_bytes), ", free ",
-                                     gib(f.gpu_free), " of ", gib(f.gpu_total))));
-      }
-      if (M < P)
-        log_info(cat("warning: ", M, " microbatches for ", P, " ranks: some ranks will idle (bubble ",
-                     int(100 * gpipe_bubble(P, M)), "%); use a smaller --microbatch"));
-    }
-
     RankSetup setup;
     setup.world = world;
+    setup.pipe = pipe;
+    setup.layout = layout;
+    setup.work = work;
     setup.opt = opt;
     setup.cfg = cfg;
     setup.plans = plans;
@@ -459,9 +522,22 @@ int run_rank(const WorldConfig& world, RankOptions opt) {
     setup.inputs = std::move(inputs);
     setup.answers = std::move(answers);
     setup.pipeline = pipeline.get();
+    if (r0) {
+      PlanText text;
+      text.how = !opt.layers.empty()         ? "--layers " + opt.layers
+                 : weights->is_stage_file() ? std::string("as the stage files were split")
+                 : use_cuda                  ? std::string("balanced by the GPU cost model")
+                                             : std::string("balanced by FLOPs");
+      text.backend = use_cuda ? cat("cuda ", opt.dtype, opt.dtype != "fp32" ? "" : opt.tf32 ? " (TF32)" : " (TF32 off)",
+                                    ", CUDA graphs ", opt.cuda_graphs ? "on" : "off")
+                              : cat("cpu fp32, threads per rank ", n_threads);
+      text.transport = transport->name();
+      print_plan(setup, text, all, gpus, rep.hosts());
+    }
     const JobOutcome out = score ? run_scoring(setup, *score) : run_generation(setup, *generate);
     deliver_report(world, out.lines, opt.timeout_s);
-    const int code = int(allreduce_max(world, {out.code}, opt.timeout_s, "the exit agreement")[0]);
+    const int code =
+        int(allreduce_max(world, {out.code}, unnamed_wait_s(world, opt.timeout_s), "the exit agreement")[0]);
     if (r0 && !out.done.empty()) log_info(cat(out.done, ", exit ", code));
     return code;
   } catch (const std::exception& e) {

@@ -33,12 +33,13 @@ void check_creatable(const std::string& what, const std::string& path) {
 
 }  // namespace
 
-void check_run_outputs(const RankOptions& opt, const WorldConfig& world,
+void check_run_outputs(const RankOptions& opt, const WorldConfig& world, int n_stages,
                        const std::function<std::string(int)>& weight_path) {
   std::vector<NamedPath> inputs;
-  const bool per_rank = weight_path(0) != weight_path(world.size - 1);
-  for (int r = 0; r < (per_rank ? world.size : 1); ++r)
-    inputs.push_back({per_rank ? "--model file of rank " + std::to_string(r) : "--model file", weight_path(r)});
+  const bool per_stage = weight_path(0) != weight_path(n_stages - 1);
+  const std::string of = n_stages == world.size ? "--model file of rank " : "--model file of stage ";
+  for (int s = 0; s < (per_stage ? n_stages : 1); ++s)
+    inputs.push_back({per_stage ? of + std::to_string(s) : "--model file", weight_path(s)});
   inputs.push_back({"--inputs file", opt.inputs});
   inputs.push_back({"--answers file", opt.answers});
   std::vector<NamedPath> outputs;

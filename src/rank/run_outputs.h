@@ -13,8 +13,9 @@
 
 namespace lfm2 {
 
-// `weight_path(r)`: the weight file of rank r (the --model pattern filled in).
-void check_run_outputs(const RankOptions& opt, const WorldConfig& world,
+// `weight_path(s)`: the weight file of stage s of n_stages (the --model pattern filled in; with
+// replicas every replica's stage s reads it).
+void check_run_outputs(const RankOptions& opt, const WorldConfig& world, int n_stages,
                        const std::function<std::string(int)>& weight_path);
 
 }  // namespace lfm2

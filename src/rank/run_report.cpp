@@ -6,6 +6,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "rank/fatal.h"
 #include "rank/trace.h"
 #include "rank/transport.h"
 
@@ -13,6 +14,20 @@ namespace lfm2 {
 namespace {
 
 constexpr int kReportTag = 32767;
+constexpr int kTimingTag = 32765;  // replica_results.cpp uses 32766
+
+// "rank 3 (replica 1 stage 1), rank 5 (replica 2 stage 1)" (job ranks), with their hosts when the
+// job spans several; with one replica "ranks 1-2" (world.h's name_ranks).
+std::string rank_names(const WorldConfig& world, const std::vector<int>& ranks, const ReplicaLayout& layout) {
+  if (layout.n_replicas == 1) return name_ranks(world, ranks);
+  std::string s;
+  for (const int r : ranks) {
+    s += cat(s.empty() ? "" : ", ", "rank ", r, " (replica ", layout.replica_of[size_t(r)], " stage ",
+             layout.stage_of[size_t(r)], ")");
+    if (world.multi_host()) s += cat(" on ", world.host_of(r));
+  }
+  return s;
+}
 
 }  // namespace
 
@@ -35,8 +50,9 @@ void deliver_report(const WorldConfig& world, const std::vector<std::string>& li
       MPI_CHECK(MPI_Iprobe(world.size - 1, kReportTag, world.comm, &flag, &st), "waiting for the report");
       return flag != 0;
     };
-    if (!poll_until(arrived, timeout_s))
-      LFM2_TIMEOUT("timed out after ", timeout_s, " s waiting for the last rank's report (",
+    const double wait_s = unnamed_wait_s(world, timeout_s);
+    if (!poll_until(arrived, wait_s))
+      LFM2_TIMEOUT("timed out after ", wait_s, " s waiting for the last rank's report (",
                    world.rank_name(world.size - 1), "; see --timeout)");
     int n = 0;
     MPI_Get_count(&st, MPI_CHAR, &n);
@@ -83,21 +99,47 @@ std::vector<std::string> pipeline_report(const std::vector<StageTiming>& timing,
   return lines;
 }
 
-// Each rank's busy and wall time of one run, gathered to rank 0 (the run report).
-std::vector<StageTiming> gather_timing(const WorldConfig& world, const StageTiming& mine, double timeout_s) {
-  barrier(world, timeout_s, "gathering stage times");  // after the run: names a rank that never finished it
+// Each rank's busy and wall time of one run, sent to rank 0 point to point, so that rank 0 can name
+// the ranks that did not finish the run.
+std::vector<StageTiming> gather_timing(const WorldConfig& world, const ReplicaLayout& layout, const StageTiming& mine,
+                                       double timeout_s) {
+  static_assert(sizeof(StageTiming) == 2 * sizeof(double), "StageTiming travels as two doubles");
   std::vector<StageTiming> all(size_t(world.size));
-  MPI_Request req;
-  MPI_CHECK(MPI_Igather(&mine, 2, MPI_DOUBLE, all.data(), 2, MPI_DOUBLE, 0, world.comm, &req), "gathering stage times");
-  wait_mpi_request(&req, timeout_s, "gathering stage times");
-  return all;
+  if (!world.is_first()) {
+    MPI_Request req;
+    MPI_CHECK(MPI_Isend(&mine, 2, MPI_DOUBLE, 0, kTimingTag, world.comm, &req), "sending the stage times");
+    wait_mpi_request(&req, timeout_s, "sending the stage times to rank 0");
+    return all;
+  }
+  all[0] = mine;
+  std::vector<MPI_Request> reqs(size_t(world.size), MPI_REQUEST_NULL);
+  for (int r = 1; r < world.size; ++r)
+    MPI_CHECK(MPI_Irecv(&all[size_t(r)], 2, MPI_DOUBLE, r, kTimingTag, world.comm, &reqs[size_t(r)]),
+              "gathering stage times");
+  auto done = [&] {
+    int flag = 0;
+    MPI_CHECK(MPI_Testall(int(reqs.size()), reqs.data(), &flag, MPI_STATUSES_IGNORE), "gathering stage times");
+    return flag != 0;
+  };
+  if (poll_until(done, timeout_s)) return all;
+  std::vector<int> missing;
+  for (int r = 1; r < world.size; ++r) {
+    int flag = 0;
+    MPI_Test(&reqs[size_t(r)], &flag, MPI_STATUS_IGNORE);
+    if (!flag) missing.push_back(r);
+  }
+  LFM2_GROUP_TIMEOUT("timed out after ", timeout_s, " s gathering stage times: nothing from ",
+                     rank_names(world, missing, layout), " (did a rank stop, or lose its link? see --timeout)");
 }
 
 // Every rank's trace events to rank 0, which writes the file (whole or not at all).
 void deliver_trace(const WorldConfig& world, const Pipeline& pipeline, const std::vector<StagePlan>& plans,
                    const std::string& path, const nlohmann::json& meta, double timeout_s) {
-  const StagePlan& p = plans[size_t(world.rank)];
-  const std::string label = cat("rank ", world.rank, ": layers ", p.layer_begin, "-", p.layer_end - 1,
+  const WorldConfig& pipe = pipeline.world();  // this rank's stage of its replica
+  const StagePlan& p = plans[size_t(pipe.rank)];
+  const std::string label = cat("rank ", world.rank,
+                                pipe.n_replicas > 1 ? cat(" (replica ", pipe.replica, " stage ", pipe.rank, ")") : "",
+                                ": layers ", p.layer_begin, "-", p.layer_end - 1,
                                 world.size > 1 ? cat(" on ", world.host) : std::string());
   const std::vector<std::string> all = gather_strings(world, trace_events_json(world.rank, label, pipeline.trace()),
                                                       timeout_s, "gathering the trace");

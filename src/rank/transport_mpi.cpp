@@ -24,7 +24,7 @@ class MpiTransport final : public Transport {
   Handle isend(const void* buf, size_t bytes, int peer, int tag) override {
     Handle h = take_slot(peer, true);
     MPI_CHECK(MPI_Isend(buf, count_of(bytes), MPI_BYTE, peer, tag, world_.comm, &slots_[h].req), "MPI_Isend of ", bytes,
-              " bytes to rank ", peer);
+              " bytes to ", world_.rank_name(peer));
     return h;
   }
 
@@ -33,7 +33,7 @@ class MpiTransport final : public Transport {
     Handle h = take_slot(peer, false);
     slots_[h].bytes = bytes;
     MPI_CHECK(MPI_Irecv(buf, count_of(bytes), MPI_BYTE, peer, tag, world_.comm, &slots_[h].req), "MPI_Irecv of ", bytes,
-              " bytes from rank ", peer);
+              " bytes from ", world_.rank_name(peer));
     return h;
   }
 
@@ -41,7 +41,8 @@ class MpiTransport final : public Transport {
     Slot& s = slot(h);
     if (!s.done) advance(s);
     if (!s.done) return false;
-    LFM2_CHECK(s.is_send || s.got == s.bytes, "received ", s.got, " bytes from rank ", s.peer, ", expected ", s.bytes);
+    LFM2_CHECK(s.is_send || s.got == s.bytes, "received ", s.got, " bytes from ", world_.rank_name(s.peer),
+               ", expected ", s.bytes);
     s.used = false;
     return true;
   }
@@ -75,7 +76,7 @@ class MpiTransport final : public Transport {
   void advance(Slot& s) {
     int flag = 0;
     MPI_Status status;
-    MPI_CHECK(MPI_Test(&s.req, &flag, &status), s.is_send ? "send to rank " : "receive from rank ", s.peer);
+    MPI_CHECK(MPI_Test(&s.req, &flag, &status), s.is_send ? "send to " : "receive from ", world_.rank_name(s.peer));
     if (!flag) return;
     s.done = true;
     if (!s.is_send) {

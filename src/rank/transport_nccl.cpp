@@ -151,8 +151,9 @@ class NcclTransportImpl final : public NcclTransport {
     Slot& s = slots_[size_t(h)];
     enqueue_after_compute(s, stream);
     mark(s.t_begin, stream);
-    check_call(comm, ncclSend(buf, bytes, ncclUint8, peer, comm, stream), cat("ncclSend of ", bytes, " bytes to rank ", peer));
-    settle(comm, cat("ncclSend to rank ", peer));
+    check_call(comm, ncclSend(buf, bytes, ncclUint8, peer, comm, stream),
+               cat("ncclSend of ", bytes, " bytes to ", world_.rank_name(peer)));
+    settle(comm, cat("ncclSend to ", world_.rank_name(peer)));
     mark(s.t_end, stream);
     CUDA_CHECK(cudaEventRecord(s.done, stream));
     return h;
@@ -171,8 +172,9 @@ class NcclTransportImpl final : public NcclTransport {
     enqueue_after_compute(s, stream);
     if (after != kNone) CUDA_CHECK(cudaStreamWaitEvent(stream, slot(after).done, 0));
     mark(s.t_begin, stream);
-    check_call(comm, ncclRecv(buf, bytes, ncclUint8, peer, comm, stream), cat("ncclRecv of ", bytes, " bytes from rank ", peer));
-    settle(comm, cat("ncclRecv from rank ", peer));
+    check_call(comm, ncclRecv(buf, bytes, ncclUint8, peer, comm, stream),
+               cat("ncclRecv of ", bytes, " bytes from ", world_.rank_name(peer)));
+    settle(comm, cat("ncclRecv from ", world_.rank_name(peer)));
     mark(s.t_end, stream);
     CUDA_CHECK(cudaEventRecord(s.done, stream));
     return h;
@@ -186,13 +188,13 @@ class NcclTransportImpl final : public NcclTransport {
 
   bool test(Handle h) override {
     Slot& s = slot(h);
-    check_async(s.is_send ? cat("sending to rank ", s.peer) : cat("receiving from rank ", s.peer));
+    check_async(cat(s.is_send ? "sending to " : "receiving from ", world_.rank_name(s.peer)));
     const cudaError_t e = cudaEventQuery(s.done);
     if (e == cudaErrorNotReady) return false;
     if (e != cudaSuccess) {
       cudaGetLastError();
-      fail(cat(s.is_send ? "sending to rank " : "receiving from rank ", s.peer, ": CUDA error ", cudaGetErrorName(e),
-               ": ", cudaGetErrorString(e)));
+      fail(cat(s.is_send ? "sending to " : "receiving from ", world_.rank_name(s.peer), ": CUDA error ",
+               cudaGetErrorName(e), ": ", cudaGetErrorString(e)));
     }
     if (!s.is_send && !s.ordered) exec_.wait_event(s.done);  // the compute that reads the data follows it
     if (tracing_ && timeline_) record_span(s);

@@ -25,6 +25,7 @@ WorldConfig query_world() {
             "node-local communicator");
   MPI_CHECK(MPI_Comm_rank(local, &w.local_rank), "node-local rank");
   MPI_CHECK(MPI_Comm_size(local, &w.local_size), "node-local size");
+  MPI_CHECK(MPI_Allreduce(&w.rank, &w.node, 1, MPI_INT, MPI_MIN, local), "naming the node");
   MPI_Comm_free(&local);
   char name[MPI_MAX_PROCESSOR_NAME];
   int len = 0;
@@ -49,9 +50,17 @@ bool WorldConfig::multi_host() const {
   return false;
 }
 
+std::string WorldConfig::host_of(int r) const {
+  const int w = r >= 0 && r < size ? world_rank(r) : -1;
+  return w >= 0 && w < int(hosts.size()) ? hosts[size_t(w)] : std::string();
+}
+
 std::string WorldConfig::rank_name(int r) const {
-  if (!multi_host() || r < 0 || r >= int(hosts.size())) return cat("rank ", r);
-  return cat("rank ", r, " on ", hosts[size_t(r)]);
+  const bool known = r >= 0 && r < size;
+  std::string s = cat("rank ", known ? world_rank(r) : r);
+  if (known && n_replicas > 1 && !world_ranks.empty()) s += cat(" (replica ", replica, " stage ", r, ")");
+  if (known && multi_host()) s += cat(" on ", host_of(r));
+  return s;
 }
 
 MpiSession::MpiSession(int* argc, char*** argv) {
@@ -78,20 +87,6 @@ bool arrival_tag_allowed(MPI_Comm comm) {
   return MPI_Comm_get_attr(comm, MPI_TAG_UB, &ub, &flag) == MPI_SUCCESS && flag && *static_cast<int*>(ub) >= kArrivalTag;
 }
 
-// "rank 1", "ranks 2-3", or across hosts "ranks 2-3 on node-b, rank 5 on node-c" (runs of ranks on one host).
-std::string name_ranks(const WorldConfig& world, const std::vector<int>& ranks) {
-  std::string s;
-  for (size_t i = 0; i < ranks.size();) {
-    size_t j = i;
-    auto host = [&](size_t k) { return world.multi_host() ? world.hosts[size_t(ranks[k])] : std::string(); };
-    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1 && host(j + 1) == host(i)) ++j;
-    s += cat(s.empty() ? "" : ", ", j > i ? cat("ranks ", ranks[i], "-", ranks[j]) : cat("rank ", ranks[i]),
-             host(i).empty() ? "" : " on ", host(i));
-    i = j + 1;
-  }
-  return s;
-}
-
 // Waits for every request against the deadline; false on timeout.
 bool wait_all(std::vector<MPI_Request>& reqs, double timeout_s, const std::string& what) {
   return poll_until(
@@ -104,6 +99,23 @@ bool wait_all(std::vector<MPI_Request>& reqs, double timeout_s, const std::strin
 }
 
 }  // namespace
+
+std::string name_ranks(const WorldConfig& world, const std::vector<int>& ranks) {
+  std::string s;
+  if (world.n_replicas > 1 && !world.world_ranks.empty()) {  // a replica's ranks need not be consecutive
+    for (int r : ranks) s += cat(s.empty() ? "" : ", ", world.rank_name(r));
+    return s;
+  }
+  auto host = [&](size_t k) { return world.multi_host() ? world.host_of(ranks[k]) : std::string(); };
+  for (size_t i = 0; i < ranks.size();) {
+    size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1 && host(j + 1) == host(i)) ++j;
+    s += cat(s.empty() ? "" : ", ", j > i ? cat("ranks ", ranks[i], "-", ranks[j]) : cat("rank ", ranks[i]),
+             host(i).empty() ? "" : " on ", host(i));
+    i = j + 1;
+  }
+  return s;
+}
 
 // Every rank tells rank 0 that it arrived and waits for rank 0's go, so that a rank 0 whose wait
 // times out knows which ranks never came and names them, with their hosts: the rank or node that

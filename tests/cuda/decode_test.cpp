@@ -9,6 +9,8 @@
 #include "cuda_test_util.h"
 #include "kernels/attention.h"
 #include "kernels/cuda/ops.h"
+#include "kernels/moe_router.h"
+#include "kernels/sample.h"
 #include "kernels/short_conv.h"
 
 namespace lfm2 {
@@ -132,6 +134,32 @@ TEST_F(CudaTest, EndOfSequenceRule) {
   std::vector<uint8_t> fin(finished.size());
   CUDA_CHECK(cudaMemcpy(fin.data(), d_fin.get(), fin.size(), cudaMemcpyDeviceToHost));
   EXPECT_EQ(fin, (std::vector<uint8_t>{0, 0, 1, 1, 0, 0}));  // sequence 3 chose 7, an EOS: finished
+}
+
+// The finished flags of fed-back tokens and the pairs they drop, against the CPU twins.
+TEST_F(CudaTest, FinishedFlagsDropTheirPairs) {
+  const std::vector<int32_t> tokens = {5, 2, 7, 9, 2, 11, 7}, eos = {7, 2};
+  const int64_t n = int64_t(tokens.size()), k = 3;
+  std::vector<float> want(tokens.size());
+  cpu::finished_flags(want.data(), tokens.data(), n, eos);
+  DevBuf<int32_t> d_tokens(tokens.size()), d_eos(eos.size()), d_experts(size_t(n * k));
+  DevBuf<float> d_flags(tokens.size());
+  upload(d_tokens, tokens);
+  upload(d_eos, eos);
+  cuda::finished_flags(d_flags.get(), d_tokens.get(), d_eos.get(), int(eos.size()), n, stream_);
+  sync();
+  const auto flags = download(d_flags.get(), tokens.size());
+  EXPECT_EQ(flags, want);
+  EXPECT_EQ(flags, (std::vector<float>{0, 1, 1, 0, 1, 0, 1}));
+
+  std::vector<int32_t> experts(size_t(n * k));
+  for (size_t i = 0; i < experts.size(); ++i) experts[i] = int32_t(i % 5);
+  std::vector<int32_t> ref = experts;
+  cpu::moe_drop_rows(ref.data(), want.data(), n, k);
+  upload(d_experts, experts);
+  cuda::moe_drop_rows(d_experts.get(), d_flags.get(), n, k, stream_);
+  sync();
+  EXPECT_EQ(int_download(d_experts.get(), experts.size()), ref);
 }
 
 }  // namespace

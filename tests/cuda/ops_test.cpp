@@ -305,6 +305,44 @@ TYPED_TEST(CudaOps, Swiglu) {
 // one (every token's first pick is expert E/2 and the rest distinct: one expert holds all tokens).
 enum class Routing { kSpread, kFew, kOne };
 
+// x + cpu::moe_experts(in): the reference of cuda::moe_experts (w1, w3 split out of w13).
+std::vector<float> moe_reference(const std::vector<float>& x, const std::vector<float>& in, const std::vector<float>& w1,
+                                 const std::vector<float>& w3, const std::vector<float>& w2,
+                                 const std::vector<int32_t>& experts, const std::vector<float>& weights, int64_t n,
+                                 int64_t H, int64_t E, int64_t I, int64_t k) {
+  const auto need = cpu::moe_experts_scratch(n, H, E, I, k, 1);
+  std::vector<float> fs(static_cast<size_t>(need.floats)), moe(static_cast<size_t>(n * H)), ref(moe.size());
+  std::vector<int32_t> is(static_cast<size_t>(need.ints));
+  cpu::moe_experts(moe.data(), in.data(), w1.data(), w3.data(), w2.data(), experts.data(), weights.data(), n, H, E, I,
+                   k, fs.data(), is.data(), 1);
+  cpu::add(ref.data(), x.data(), moe.data(), n * H);
+  return ref;
+}
+
+// cuda::moe_experts on uploaded copies, x coming back; the scratch starts as `fill` bytes.
+template <typename T>
+std::vector<float> moe_on_device(const std::vector<float>& x, const std::vector<T>& in, const std::vector<T>& w13,
+                                 const std::vector<T>& w2, const std::vector<int32_t>& experts,
+                                 const std::vector<float>& weights, int64_t n, int64_t H, int64_t E, int64_t I,
+                                 int64_t k, cudaStream_t stream, int fill = 0) {
+  DevBuf<T> d_in(in.size()), d_w13(w13.size()), d_w2(w2.size());
+  DevBuf<float> d_x(x.size()), d_w(weights.size());
+  DevBuf<int32_t> d_e(experts.size());
+  const size_t scratch = static_cast<size_t>(cuda::moe_experts_scratch_bytes(n, H, E, I, k, sizeof(T)));
+  DevBuf<char> d_scratch(scratch);
+  CUDA_CHECK(cudaMemset(d_scratch.get(), fill, scratch));
+  upload(d_in, in);
+  upload(d_w13, w13);
+  upload(d_w2, w2);
+  upload(d_x, x);
+  upload(d_w, weights);
+  upload(d_e, experts);
+  cuda::moe_experts(d_x.get(), d_in.get(), d_w13.get(), d_w2.get(), d_e.get(), d_w.get(), n, H, E, I, k,
+                    d_scratch.get(), stream);
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  return download(d_x.get(), x.size());
+}
+
 TYPED_TEST(CudaOps, MoeExperts) {
   using T = TypeParam;
   struct Case {
@@ -346,30 +384,49 @@ TYPED_TEST(CudaOps, MoeExperts) {
     auto w13_raw = round_to<T>(w13);
     auto w2_raw = round_to<T>(w2);
 
-    const auto need = cpu::moe_experts_scratch(n, H, E, I, k, 1);
-    std::vector<float> fs(static_cast<size_t>(need.floats)), moe(static_cast<size_t>(n * H)), ref(static_cast<size_t>(n * H));
-    std::vector<int32_t> is(static_cast<size_t>(need.ints));
-    cpu::moe_experts(moe.data(), in.data(), w1.data(), w3.data(), w2.data(), experts.data(), weights.data(), n, H, E,
-                     I, k, fs.data(), is.data(), 1);
-    cpu::add(ref.data(), x.data(), moe.data(), n * H);
-
-    DevBuf<T> d_in(in.size()), d_w13(w13.size()), d_w2(w2.size());
-    DevBuf<float> d_x(x.size()), d_w(weights.size());
-    DevBuf<int32_t> d_e(experts.size());
-    DevBuf<char> d_scratch(static_cast<size_t>(cuda::moe_experts_scratch_bytes(n, H, E, I, k, sizeof(T))));
-    upload(d_in, in_raw);
-    upload(d_w13, w13_raw);
-    upload(d_w2, w2_raw);
-    upload(d_x, x);
-    upload(d_w, weights);
-    upload(d_e, experts);
-    cuda::moe_experts(d_x.get(), d_in.get(), d_w13.get(), d_w2.get(), d_e.get(), d_w.get(), n, H, E, I, k,
-                      d_scratch.get(), this->stream_);
-    this->sync();
+    const auto ref = moe_reference(x, in, w1, w3, w2, experts, weights, n, H, E, I, k);
+    const auto got = moe_on_device<T>(x, in_raw, w13_raw, w2_raw, experts, weights, n, H, E, I, k, this->stream_);
     // bf16/fp16 round gate/up, the activation and the expert outputs: three roundings
-    EXPECT_TRUE(close_t<T>(download(d_x.get(), ref.size()), ref, 3))
+    EXPECT_TRUE(close_t<T>(got, ref, 3))
         << n << " tokens, H " << H << ", " << E << " experts, I " << I << ", top " << k << ", routing "
         << int(routing);
+  }
+}
+
+// Generation's finished rows: pairs of expert -1 add nothing (the row of x stays as it was) and
+// leave the other rows as the CPU gives them; also when every pair of the batch is dropped.
+TYPED_TEST(CudaOps, MoeExpertsDroppedRows) {
+  using T = TypeParam;
+  const int64_t H = 64, E = 8, I = 48, k = 2;
+  for (const int64_t n : {int64_t(37), int64_t(3)}) {
+    auto in = rand_vec(static_cast<size_t>(n * H), 51);
+    auto w13 = rand_vec(static_cast<size_t>(E * 2 * I * H), 52, float(1 / std::sqrt(double(H))));
+    auto w2 = rand_vec(static_cast<size_t>(E * H * I), 53, float(1 / std::sqrt(double(I))));
+    auto x = rand_vec(static_cast<size_t>(n * H), 54);
+    auto in_raw = round_to<T>(in);
+    auto w13_raw = round_to<T>(w13);
+    auto w2_raw = round_to<T>(w2);
+    std::vector<float> w1(static_cast<size_t>(E * I * H)), w3(w1.size());
+    for (int64_t e = 0; e < E; ++e) {
+      std::copy_n(w13.begin() + e * 2 * I * H, I * H, w1.begin() + e * I * H);
+      std::copy_n(w13.begin() + e * 2 * I * H + I * H, I * H, w3.begin() + e * I * H);
+    }
+    std::vector<int32_t> experts(static_cast<size_t>(n * k));
+    std::vector<float> weights(experts.size());
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t j = 0; j < k; ++j) {
+        const bool dropped = n == 3 || t % 3 == 1;  // n = 3: the whole batch has finished
+        experts[size_t(t * k + j)] = dropped ? -1 : int32_t((t * 3 + j * 5) % E);
+        weights[size_t(t * k + j)] = 0.25f + 0.1f * float(j);
+      }
+    const auto ref = moe_reference(x, in, w1, w3, w2, experts, weights, n, H, E, I, k);
+    // stale indices in the scratch, as a reused one has
+    const auto got = moe_on_device<T>(x, in_raw, w13_raw, w2_raw, experts, weights, n, H, E, I, k, this->stream_, 0x7f);
+    EXPECT_TRUE(close_t<T>(got, ref, 3)) << n << " tokens";
+    for (int64_t t = 0; t < n; ++t) {
+      if (experts[size_t(t * k)] >= 0) continue;
+      EXPECT_TRUE(std::equal(got.begin() + t * H, got.begin() + (t + 1) * H, x.begin() + t * H)) << "row " << t;
+    }
   }
 }
 

@@ -12,10 +12,9 @@
 #include <random>
 #include <vector>
 
-#include "h5pack/presets.h"
-#include "h5pack/synth.h"
 #include "io/weight_file.h"
 #include "model/stage_executor.h"
+#include "synth_mini.h"
 
 namespace lfm2 {
 namespace {
@@ -44,19 +43,9 @@ std::vector<float> run(WeightReader& reader, const std::vector<StageRange>& rang
 }
 
 TEST(CpuStage, BitIdenticalForAnyThreadCountAndSplit) {
-  ModelConfig cfg = synth_preset("lfm2-mini");
-  cfg.num_hidden_layers = 5;
-  cfg.layer_types.resize(5);
-  cfg.validate("test config");
+  ModelConfig cfg;
+  WeightReader reader(test::synth_mini(5, 7, "mini5_f32.h5", &cfg));
   ASSERT_TRUE(cfg.is_attention(2));
-  const std::string path = std::string(LFM2_GOLDEN_WORK_DIR) + "/mini5_f32.h5";
-  std::filesystem::create_directories(LFM2_GOLDEN_WORK_DIR);
-  SynthOptions opt;
-  opt.seed = 7;
-  opt.dtype = DType::F32;
-  opt.progress = false;
-  synth_weights(cfg, path, opt);
-  WeightReader reader(path);
 
   const int64_t n_seq = 3, seq_len = 41;
   std::mt19937 rng(5);

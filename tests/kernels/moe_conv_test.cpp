@@ -8,6 +8,7 @@
 
 #include "kernels/moe_experts.h"
 #include "kernels/moe_router.h"
+#include "kernels/sample.h"
 #include "kernels/short_conv.h"
 #include "test_util.h"
 
@@ -154,6 +155,62 @@ TEST(MoeExperts, MatchesWeightedSumOfSwiGluMlps) {
     }
     EXPECT_LE(rel_err(out1, ref), 2e-6) << "T " << T << " E " << E << " k " << k;
     EXPECT_EQ(out1, out4);
+  }
+}
+
+// Generation's finished rows: flagged from their fed-back token, their pairs dropped; the experts
+// then give the other rows exactly what they give them alone, and the dropped rows nothing.
+TEST(MoeExperts, DroppedRowsGetNothingAndChangeNothingElse) {
+  const int64_t T = 23, H = 16, E = 6, Im = 8, k = 2;
+  auto x = randn(T * H, 31), w1 = randn(E * Im * H, 32, 0.3f), w3 = randn(E * Im * H, 33, 0.3f),
+       w2 = randn(E * H * Im, 34, 0.3f), logits = randn(T * E, 35);
+  std::vector<int32_t> idx(static_cast<size_t>(T * k)), tokens(static_cast<size_t>(T));
+  std::vector<float> wts(static_cast<size_t>(T * k)), done(static_cast<size_t>(T));
+  cpu::moe_router(wts.data(), idx.data(), logits.data(), nullptr, T, E, k, true, 1.0f);
+  for (int64_t t = 0; t < T; ++t) tokens[size_t(t)] = int32_t(t % 5 == 1 ? 7 : t % 7 == 3 ? 9 : 100 + t);
+  cpu::finished_flags(done.data(), tokens.data(), T, {7, 9});
+  int64_t n_done = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    EXPECT_EQ(done[size_t(t)], (t % 5 == 1 || t % 7 == 3) ? 1.0f : 0.0f) << "row " << t;
+    n_done += done[size_t(t)] != 0;
+  }
+  ASSERT_GT(n_done, 3);
+  ASSERT_LT(n_done, T);
+
+  auto experts = [&](const std::vector<float>& in, const std::vector<int32_t>& ids, const std::vector<float>& w,
+                     int64_t n) {
+    const auto need = cpu::moe_experts_scratch(n, H, E, Im, k, 2);
+    std::vector<float> fs(size_t(need.floats)), out(size_t(n * H));
+    std::vector<int32_t> is(size_t(need.ints));
+    cpu::moe_experts(out.data(), in.data(), w1.data(), w3.data(), w2.data(), ids.data(), w.data(), n, H, E, Im, k,
+                     fs.data(), is.data(), 2);
+    return out;
+  };
+  std::vector<int32_t> dropped = idx;
+  cpu::moe_drop_rows(dropped.data(), done.data(), T, k);
+  const auto got = experts(x, dropped, wts, T);
+  // the live rows alone
+  std::vector<float> live_x, live_w;
+  std::vector<int32_t> live_ids;
+  for (int64_t t = 0; t < T; ++t)
+    if (done[size_t(t)] == 0) {
+      live_x.insert(live_x.end(), x.begin() + t * H, x.begin() + (t + 1) * H);
+      live_ids.insert(live_ids.end(), idx.begin() + t * k, idx.begin() + (t + 1) * k);
+      live_w.insert(live_w.end(), wts.begin() + t * k, wts.begin() + (t + 1) * k);
+    }
+  const auto live = experts(live_x, live_ids, live_w, T - n_done);
+  const auto all = experts(x, idx, wts, T);  // undropped, every row gets something
+  for (int64_t t = 0; t < T; ++t)
+    EXPECT_NE(std::vector<float>(all.begin() + t * H, all.begin() + (t + 1) * H), std::vector<float>(size_t(H), 0.0f));
+  for (int64_t t = 0, l = 0; t < T; ++t) {
+    const std::vector<float> row(got.begin() + t * H, got.begin() + (t + 1) * H);
+    if (done[size_t(t)] != 0) {
+      EXPECT_EQ(row, std::vector<float>(size_t(H), 0.0f)) << "dropped row " << t;
+      for (int64_t j = 0; j < k; ++j) EXPECT_EQ(dropped[size_t(t * k + j)], -1);
+    } else {
+      EXPECT_EQ(row, std::vector<float>(live.begin() + l * H, live.begin() + (l + 1) * H)) << "live row " << t;
+      ++l;
+    }
   }
 }
 

@@ -42,7 +42,7 @@ case "$case_name" in
     expect_rc='^3$'
     # Rank 0 names the ranks that never finished the run (rank 1 too, when its last send to rank 2
     # was still on the way), or rank 1 the rank it cannot send to.
-    expect_line="^\[rank [01]\] error: timed out after $timeout s (in gathering stage times: (rank 1 on node0, )?ranks 2-3 on node1 have not arrived|waiting to send microbatch [0-9]+ to rank 2 on node1)"
+    expect_line="^\[rank [01]\] error: timed out after $timeout s (gathering stage times: nothing from (rank 1 on node0, )?ranks 2-3 on node1|waiting to send microbatch [0-9]+ to rank 2 on node1)"
     ;;
   kill-remote)
     hosts_up 2
@@ -57,7 +57,7 @@ case "$case_name" in
     env_kill=(-x LFM2_TEST_KILL=2:3:stop)
     files+=(--microbatch 1)
     expect_rc='^3$'
-    expect_line="^\[rank [0-3]\] error: timed out after $timeout s (in gathering stage times: (rank 1 on node0, )?ranks 2-3 on node1 have not arrived|waiting to (send microbatch [0-9]+ to|receive microbatch [0-9]+ from) rank 2 on node1)"
+    expect_line="^\[rank [0-3]\] error: timed out after $timeout s (gathering stage times: nothing from (rank 1 on node0, )?ranks 2-3 on node1|waiting to (send microbatch [0-9]+ to|receive microbatch [0-9]+ from) rank 2 on node1)"
     ;;
   missing-file)
     hosts_up 3 --disks

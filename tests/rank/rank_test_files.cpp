@@ -1,6 +1,6 @@
 // Fixture tool of the MPI tests (tests/rank/CMakeLists.txt): writes their token files and compares
 // outputs bit for bit.
-//   rank_test_files make DIR MODEL.h5      inputs.h5 and the malformed files next to it
+//   rank_test_files make DIR MODEL.h5      inputs.h5, ragged prompts and the malformed files next to it
 //   rank_test_files isolate PATTERN P      moves each stage file into DIR/<stage>/ alone
 //   rank_test_files perturb IN.h5 OUT.h5   answers with one wrong top-1 and logits off by 1
 //   rank_test_files same A.h5 B.h5 ...     every file's datasets equal A's, bit for bit
@@ -57,6 +57,13 @@ void make(const std::string& dir, const std::string& model) {
     write_inputs(dir + "/single_" + std::to_string(s) + ".h5", one);
   }
   write_inputs(dir + "/ragged.h5", ragged);
+  // Seven ragged prompts: three replicas get uneven blocks (2, 2, 3 by tokens), the last block's
+  // longest prompt (7) shorter than the inputs' width.
+  TokenInputs seven = ragged;
+  seven.n_seq = 7;
+  seven.lengths.push_back(2);
+  for (int64_t p = 0; p < 9; ++p) seven.ids.push_back(p < 2 ? in.ids[size_t(6 * 9 + p)] : int32_t(cfg.vocab_size + 7));
+  write_inputs(dir + "/seven.h5", seven);
   TokenOutputs short_answers;
   short_answers.n_seq = 11;
   short_answers.next_token.assign(11, 0);
@@ -155,6 +162,7 @@ int eos_check(const std::string& greedy, const std::string& out, int32_t eos) {
   const TokenOutputs g = read_outputs(greedy), o = read_outputs(out);
   const int64_t K = g.n_new;
   int bad = 0, stopped = 0;
+  int64_t skipped = 0;
   for (int64_t s = 0; s < g.n_seq; ++s) {
     int64_t stop = K;
     for (int64_t t = 0; t < K && stop == K; ++t)
@@ -163,11 +171,16 @@ int eos_check(const std::string& greedy, const std::string& out, int32_t eos) {
     for (int64_t t = 0; t < K; ++t)
       ok = ok && o.generated[size_t(s * K + t)] == (t < stop ? g.generated[size_t(s * K + t)] : eos);
     stopped += stop < K ? 1 : 0;
+    skipped += K - stop;
     if (!ok) std::printf("sequence %lld: wrong after its EOS (n_generated %d, expected %lld)\n", (long long)s,
                          o.n_generated[size_t(s)], (long long)stop);
     bad += ok ? 0 : 1;
   }
   std::printf("eos %d: %d of %lld sequences stopped early, %d wrong\n", eos, stopped, (long long)g.n_seq, bad);
+  // the line the last rank reports for the decode steps that left out the experts
+  std::printf("expect: %d of %lld sequences ended at an EOS before %lld tokens; %lld of %lld decode sequence-steps "
+              "left out the experts\n",
+              stopped, (long long)g.n_seq, (long long)K, (long long)skipped, (long long)(g.n_seq * (K - 1)));
   return bad || stopped == 0 ? 1 : 0;
 }
 

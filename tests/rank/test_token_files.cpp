@@ -95,6 +95,33 @@ TEST_F(TokenFiles, LengthsRoundTripAndAreChecked) {
             std::string::npos);
 }
 
+// A replica's block: rows [begin, end), their first `width` tokens, their lengths; a bad id is
+// named by its row in the file.
+TEST_F(TokenFiles, BlockReadsRowsAndColumns) {
+  TokenInputs in{4, 3, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, {3, 2, 1, 3}};
+  write_inputs(path("in.h5"), in);
+  const TokenInputs head = read_inputs_header(path("in.h5"));
+  EXPECT_EQ(head.n_seq, 4);
+  EXPECT_EQ(head.seq_len, 3);
+  EXPECT_TRUE(head.ids.empty());
+  EXPECT_EQ(head.lengths, in.lengths);
+  const TokenInputs b = read_inputs_block(path("in.h5"), 1, 3, 2);
+  EXPECT_EQ(b.n_seq, 2);
+  EXPECT_EQ(b.seq_len, 2);
+  EXPECT_EQ(b.ids, (std::vector<int32_t>{3, 4, 6, 7}));
+  EXPECT_EQ(b.lengths, (std::vector<int32_t>{2, 1}));
+  EXPECT_EQ(read_inputs_block(path("in.h5"), 3, 4, 3).ids, (std::vector<int32_t>{9, 10, 11}));
+  // A prompt longer than the width asked for, and rows outside the file, are refused.
+  EXPECT_NE(error_of([&] { read_inputs_block(path("in.h5"), 0, 2, 2); }).find("lengths[0] = 3 is outside [1, 2]"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { read_inputs_block(path("in.h5"), 2, 5, 3); }).find("rows [2, 5) x 3 tokens"),
+            std::string::npos);
+  TokenInputs bad = read_inputs_block(path("in.h5"), 2, 4, 3);
+  bad.ids[3] = 999;
+  EXPECT_NE(error_of([&] { check_inputs(bad, 512, 3, "in.h5", 2); }).find("input_ids[3, 0] = 999"),
+            std::string::npos);
+}
+
 TEST_F(TokenFiles, GeneratedRoundTrips) {
   TokenOutputs out;
   out.n_seq = 2;

@@ -100,11 +100,15 @@ void swiglu_pairs(T* out, const T* gate_up, int64_t n_rows, int64_t inter, cudaS
 void moe_router(float* weights, int32_t* experts, const float* logits, const float* expert_bias, int64_t n_tokens,
                 int64_t n_experts, int64_t top_k, bool norm_topk_prob, float routed_scaling_factor,
                 cudaStream_t stream);
+// moe_drop_rows (cpu::moe_drop_rows): the pairs of rows flagged in done (n_tokens) get expert -1.
+void moe_drop_rows(int32_t* experts, const float* done, int64_t n_tokens, int64_t top_k, cudaStream_t stream);
 
 // --- moe_permute.cu: the (token, slot) pairs sorted by expert, stably (token order within an expert),
 // on the device: offsets (n_experts + 1), the first permuted row of each expert's group;
 // src_token (n_tokens * top_k), the token each permuted row comes from; dest_row (n_tokens * top_k),
 // the permuted row of (token, slot). scratch: moe_permute_scratch_ints() ints. n_experts <= 1024.
+// A pair of expert -1 (moe_drop_rows) gets no row (dest_row -1); the rows past the last group's
+// end get src_token 0, so a gather of all n_tokens * top_k rows stays inside `in`.
 int64_t moe_permute_scratch_ints(int64_t n_tokens, int64_t n_experts, int64_t top_k);
 void moe_permute(int32_t* offsets, int32_t* src_token, int32_t* dest_row, const int32_t* experts, int64_t n_tokens,
                  int64_t n_experts, int64_t top_k, int32_t* scratch, cudaStream_t stream);
@@ -136,7 +140,7 @@ void moe_grouped_swiglu(T* act, const T* in, const T* w13, const int32_t* offset
 
 // --- moe_combine.cu: weighted un-permutation fused with the residual add:
 // x[t] += sum over t's experts in ascending order of weights[t, k] * expert_out[dest_row[t, k]]
-// (fp32, fixed order, no atomics). top_k <= 32.
+// (fp32, fixed order, no atomics; a dest_row of -1, a dropped pair, adds nothing). top_k <= 32.
 template <typename T>
 void moe_combine(float* x, const T* expert_out, const int32_t* dest_row, const float* weights, int64_t n_tokens,
                  int64_t top_k, int64_t hidden, cudaStream_t stream);
@@ -184,6 +188,9 @@ void short_conv_decode(T* out, const T* bcx, const float* conv_w, float* state, 
 // first_seq + i has finished; finished (one flag per sequence) set when a token is an EOS id.
 void apply_eos(int32_t* tokens, const int32_t* top, uint8_t* finished, const int32_t* eos, int n_eos, int64_t n,
                int64_t first_seq, cudaStream_t stream);
+// finished_flags (cpu::finished_flags): flags[i] = 1 where tokens[i] is one of the n_eos EOS ids, else 0.
+void finished_flags(float* flags, const int32_t* tokens, const int32_t* eos, int n_eos, int64_t n,
+                    cudaStream_t stream);
 
 // --- argmax.cu: cpu::argmax_margin on the GPU (the head's next token and its margin over the
 // runner-up). out, margin (n_rows); in (n_rows, n_cols) fp32.
