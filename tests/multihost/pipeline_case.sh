@@ -61,6 +61,9 @@ set -e
 echo "pipeline_case: mpirun exit $rc after $(secs "$(ms_since "$t0")") s"
 [ "$rc" -eq 0 ] || fail "the run exited $rc"
 grep -q "validation: PASS" "$WORK/run.log" || fail "no 'validation: PASS'"
+# The run report's start-up line names the slowest reader by rank and host.
+grep -Eq "^\[rank 0\] start-up: first microbatch [0-9.]+ s after launch .* \(slowest: rank [0-9]+ on node[0-9], " \
+  "$WORK/run.log" || fail "no start-up line naming a rank and its host"
 assert_nothing_left 3
 
 # Where each rank ran: the plan's node-local ranks say ranks were packed per host.
