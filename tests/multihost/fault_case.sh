@@ -8,6 +8,8 @@
 #   link-down     node1's link goes down mid-run (once a quarter of the hidden states crossed it)
 #   kill-remote   rank 2, on node1, is killed after its microbatch 3
 #   stop-remote   rank 2, on node1, stops (SIGSTOP) after its microbatch 3
+#   stop-replica  two replicas of 2 stages (--pipeline 2), one per host; rank 3 (replica 1's last
+#                 stage, the writer) stops after its microbatch 1: named with replica, stage and host
 #   missing-file  3 ranks on 3 hosts with node-local disks; node2's lacks stage-2.h5
 # Each must end with a nonzero exit, one line naming the rank and host at fault, no output file
 # (nor a temporary one), and nothing left running on any host: every rank on every host within
@@ -59,6 +61,15 @@ case "$case_name" in
     expect_rc='^3$'
     expect_line="^\[rank [0-3]\] error: timed out after $timeout s (gathering stage times: nothing from (rank 1 on node0, )?ranks 2-3 on node1|waiting to (send microbatch [0-9]+ to|receive microbatch [0-9]+ from) rank 2 on node1)"
     ;;
+  stop-replica)
+    hosts_up 2
+    env_kill=(-x LFM2_TEST_KILL=3:1:stop)
+    files+=(--microbatch 1 --pipeline 2)
+    expect_rc='^3$'
+    # Rank 0 names who did not finish; or replica 0's last stage, blocked sending its results to
+    # the stopped writer; or rank 2, blocked sending to it.
+    expect_line="^\[rank [012]\] error: timed out after $timeout s (gathering stage times: nothing from (rank 2 \(replica 1 stage 0\) on node1, )?rank 3 \(replica 1 stage 1\) on node1|sending the results of replica 0 to rank 3 on node1|waiting to send microbatch [0-9]+ to rank 3 \(replica 1 stage 1\) on node1)"
+    ;;
   missing-file)
     hosts_up 3 --disks
     ranks=3 per_host=1
@@ -96,7 +107,7 @@ case "$case_name" in
     "$HOSTS" link "$H" node1 down
     t_fault=$(now)
     echo "fault_case: node1's link down $(secs $((t_fault - t0))) s into the run" ;;
-  kill-remote | stop-remote)
+  kill-remote | stop-remote | stop-replica)
     seen=0
     until [ -f "$WORK/rc" ]; do
       n=0 stopped=0
@@ -109,7 +120,7 @@ case "$case_name" in
       sleep 0.01
     done
     t_fault=$(now)
-    echo "fault_case: rank 2 $([ "$case_name" = kill-remote ] && echo killed || echo stopped) $(secs $((t_fault - t0))) s into the run" ;;
+    echo "fault_case: ${env_kill[1]#LFM2_TEST_KILL=}: seen $([ "$case_name" = kill-remote ] && echo killed || echo stopped) $(secs $((t_fault - t0))) s into the run" ;;
 esac
 
 # Bounded: every rank on every host ends within --timeout plus the ranks' stagger (at most 6 s);
