@@ -49,7 +49,8 @@ SOCKETS=(NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_NET=Socket NCCL_IB_DISABLE=1
 H=$(mktemp -d /tmp/lfm2-gpu-hosts.XXXXXX)
 cleanup() { "$here/netns-hosts.sh" down "$H/hosts" >/dev/null 2>&1; rm -rf "$H"; }
 trap cleanup EXIT
-trap 'exit 130' INT TERM
+CHILD=""
+trap '[ -n "$CHILD" ] && kill "$CHILD" 2>/dev/null; exit 130' INT TERM
 why="OVER=loopback"
 if [ "${OVER:-auto}" != loopback ] && why=$("$here/netns-hosts.sh" check 2>&1) && "$here/netns-hosts.sh" up "$H/hosts" 2 >/dev/null; then
   MODE=netns
@@ -80,8 +81,15 @@ one_run() {  # one_run NAME sockets|nvlink ARGS...
   fi
   local before="" after="" t=$SECONDS
   [ "$how" = sockets ] && [ $MODE = netns ] && before=$("$here/netns-hosts.sh" bytes "$H/hosts" node0)
-  { echo "=== $name: ${cmd[*]}"; timeout -k 10 "$RUN_TIMEOUT_S" "${cmd[@]}"; echo "=== $name: exit $? in $((SECONDS - t)) s"; } \
-    >"$OUT/tmp.log" 2>&1
+  # In the background, so that INT/TERM reach the trap at once (it ends the run, then the hosts).
+  {
+    echo "=== $name: ${cmd[*]}"
+    timeout -k 10 "$RUN_TIMEOUT_S" "${cmd[@]}" &
+    CHILD=$!
+    wait "$CHILD"
+    echo "=== $name: exit $? in $((SECONDS - t)) s"
+    CHILD=""
+  } >"$OUT/tmp.log" 2>&1
   [ -n "$before" ] && after=$("$here/netns-hosts.sh" bytes "$H/hosts" node0)
   cat "$OUT/tmp.log" >>"$OUT/run.log"
   local rc sps valid via crossed=""
