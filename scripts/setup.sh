@@ -2,7 +2,10 @@
 # Installs what lfm2-rank needs to build and test (Debian packages), only what is missing, and,
 # when the CUDA backend will be built (nvcc found and LFM2_CUDA is not OFF), the CUTLASS headers
 # (the PyPI wheel nvidia-cutlass, headers only) into .deps/cutlass-<version>/include.
-# Idempotent and quiet when everything is present. Needs root or sudo for apt-get.
+# With LFM2_TEST_PACKAGES=1 (scripts/test.sh sets it when run as root) also what the multi-host
+# tests use (tests/multihost: iproute2 for the emulated hosts, Slurm and munge for the Slurm test),
+# installed without starting their services. Idempotent and quiet when everything is present.
+# Needs root or sudo for apt-get.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,6 +19,10 @@ fi
 packages=(build-essential cmake ninja-build ccache pkg-config
           libopenmpi-dev openmpi-bin libhdf5-dev hdf5-tools
           libgtest-dev nlohmann-json3-dev libcli11-dev)
+# Optional: the multi-host tests skip, saying why, without them. srun --mpi=pmix and pmi2 are plugins
+# of slurm-wlm-basic-plugins; the PMIx one loads libpmix2 (Open MPI's, named here all the same).
+test_packages=(iproute2 util-linux procps slurmctld slurmd slurm-client slurm-wlm-basic-plugins munge libpmix2)
+[ "${LFM2_TEST_PACKAGES:-0}" = 1 ] && packages+=("${test_packages[@]}")
 
 # The CUTLASS wheel is fetched with pip: python3-pip is needed only when the headers are missing.
 need_cutlass=0
@@ -37,8 +44,17 @@ if [ ${#missing[@]} -gt 0 ]; then
     sudo="sudo"
   fi
   export DEBIAN_FRONTEND=noninteractive
+  # Packages with daemons (munge, slurmd) are installed, not started: the tests run their own. A
+  # policy-rc.d that says "no" (Debian's switch for that) stands for the install if there is none.
+  policy=/usr/sbin/policy-rc.d
+  if [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\n# scripts/setup.sh: no service starts while it installs\nexit 101\n' | $sudo tee "$policy" >/dev/null
+    $sudo chmod 755 "$policy"
+    trap '$sudo rm -f "$policy"' EXIT
+  fi
   $sudo apt-get update -qq
   $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  if grep -q 'scripts/setup.sh' "$policy" 2>/dev/null; then $sudo rm -f "$policy"; trap - EXIT; fi
   echo "setup: done"
 fi
 

@@ -15,8 +15,8 @@ void throw_error(const char* file, int line, const std::string& what, const std:
   throw Error(located(file, line, what, msg));
 }
 
-void throw_timeout(const char* file, int line, const std::string& msg) {
-  throw TimeoutError(located(file, line, "timeout", msg));
+void throw_timeout(const char* file, int line, const std::string& msg, TimeoutKind kind) {
+  throw TimeoutError(located(file, line, "timeout", msg), kind);
 }
 
 }  // namespace lfm2

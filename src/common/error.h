@@ -20,9 +20,16 @@ class Error : public std::runtime_error {
 // A wait for another process that ran past its deadline (--timeout): the consequence of a peer that
 // stopped or died, not a fault of the rank that reports it (src/rank/fatal.h lets the lowest such
 // rank speak).
+// What the rank waited for decides which of several timed-out ranks speaks (src/rank/fatal.cpp):
+// a receive (or a reply) from one peer, a send to one peer, or all ranks (an agreement, a barrier).
+enum class TimeoutKind { kReceive, kSend, kGroup };
 class TimeoutError : public Error {
  public:
-  using Error::Error;
+  explicit TimeoutError(const std::string& msg, TimeoutKind kind = TimeoutKind::kReceive) : Error(msg), kind_(kind) {}
+  TimeoutKind kind() const { return kind_; }
+
+ private:
+  TimeoutKind kind_;
 };
 
 // NaN or +-Inf where a finite value must be (src/model/checked_stage.h); its own exit code.
@@ -40,7 +47,7 @@ std::string cat(const Args&... args) {
 }
 
 [[noreturn]] void throw_error(const char* file, int line, const std::string& what, const std::string& msg);
-[[noreturn]] void throw_timeout(const char* file, int line, const std::string& msg);
+[[noreturn]] void throw_timeout(const char* file, int line, const std::string& msg, TimeoutKind kind);
 
 }  // namespace lfm2
 
@@ -52,5 +59,11 @@ std::string cat(const Args&... args) {
 
 #define LFM2_FAIL(...) ::lfm2::throw_error(__FILE__, __LINE__, "error", ::lfm2::cat(__VA_ARGS__))
 
-// A wait that ran past its deadline: throws lfm2::TimeoutError.
-#define LFM2_TIMEOUT(...) ::lfm2::throw_timeout(__FILE__, __LINE__, ::lfm2::cat(__VA_ARGS__))
+// A wait that ran past its deadline: throws lfm2::TimeoutError. LFM2_TIMEOUT for one from a peer,
+// LFM2_SEND_TIMEOUT for a send to a peer, LFM2_GROUP_TIMEOUT for a wait on all ranks.
+#define LFM2_TIMEOUT(...) \
+  ::lfm2::throw_timeout(__FILE__, __LINE__, ::lfm2::cat(__VA_ARGS__), ::lfm2::TimeoutKind::kReceive)
+#define LFM2_SEND_TIMEOUT(...) \
+  ::lfm2::throw_timeout(__FILE__, __LINE__, ::lfm2::cat(__VA_ARGS__), ::lfm2::TimeoutKind::kSend)
+#define LFM2_GROUP_TIMEOUT(...) \
+  ::lfm2::throw_timeout(__FILE__, __LINE__, ::lfm2::cat(__VA_ARGS__), ::lfm2::TimeoutKind::kGroup)

@@ -3,11 +3,13 @@
 // Before the exchange: each rank runs its start-up steps and keeps its own error; all ranks then
 // agree (MPI_Iallreduce, polled against --timeout) that every one is ready. If any is not, rank 0
 // gathers the errors and prints each distinct one once, as "[rank N] error: ..." of the lowest rank
-// that has it, and every rank exits 1 before any hidden state moves. After the exchange has started
-// a rank cannot know what the others are waiting for, so an error prints one line and MPI_Abort ends
-// every rank. A wait that times out (a peer stopped) does the same at any phase; the reporting rank
-// first waits its stagger (0.25 s per rank, at most 2 s), so that of several ranks left waiting the
-// lowest speaks and mpirun ends the others first.
+// that has it (naming the hosts when the ranks span several), and every rank exits 1 before any
+// hidden state moves. After the exchange has started a rank cannot know what the others are waiting
+// for, so an error prints one line and MPI_Abort ends every rank. A wait that times out (a peer
+// stopped, or its link is down) does the same at any phase; the reporting rank first waits its
+// stagger (0.25 s per place, at most 6 s: rank 0 waiting on all ranks first, naming those that did
+// not arrive; then the blocked sender and receiver next to the stall), so that of several ranks
+// left waiting one that names the stalled rank speaks and mpirun ends the others first.
 #pragma once
 
 #include <cstdint>

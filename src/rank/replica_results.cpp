@@ -53,8 +53,8 @@ void ResultGather::run(double timeout_s) {
     for (const Field& f : fields_)
       post(&reqs, true, const_cast<char*>(static_cast<const char*>(f.mine)), f.mine_bytes, writer, world_.comm);
     if (!poll_until([&] { return all_done(reqs); }, timeout_s))
-      LFM2_TIMEOUT("timed out after ", timeout_s, " s sending the results of replica ", replica, " to rank ", writer,
-                   ", which writes the output (did it stop? see --timeout)");
+      LFM2_SEND_TIMEOUT("timed out after ", timeout_s, " s sending the results of replica ", replica, " to ",
+                        world_.rank_name(writer), ", which writes the output (did it stop? see --timeout)");
     return;
   }
   std::vector<std::vector<MPI_Request>> reqs(size_t(layout_.n_replicas));
@@ -79,7 +79,7 @@ void ResultGather::run(double timeout_s) {
   if (poll_until(every, timeout_s)) return;
   std::string late;
   for (int r = 0; r < layout_.n_replicas; ++r)
-    if (!done[size_t(r)]) late += cat(late.empty() ? "" : ", ", "replica ", r, " (rank ", layout_.last_rank(r), ")");
+    if (!done[size_t(r)]) late += cat(late.empty() ? "" : ", ", "replica ", r, " (", world_.rank_name(layout_.last_rank(r)), ")");
   LFM2_TIMEOUT("timed out after ", timeout_s, " s waiting for the results of ", late, " (did it stop? see --timeout)");
 }
 

@@ -46,6 +46,7 @@
 #include "rank/run_outputs.h"
 #include "rank/same_model.h"
 #include "rank/stage_plan.h"
+#include "rank/startup_report.h"
 #include "rank/transport.h"
 #ifdef LFM2_HAVE_CUDA
 #include "rank/cuda_rank.h"
@@ -163,6 +164,7 @@ void install_kill_hook(Pipeline& pipeline, int rank) {
 struct RankFacts {
   int64_t layer_begin, layer_end, weight_bytes, bytes_read, free_host, local_rank;
   int64_t gpu, gpu_weight_bytes, gpu_free, gpu_total;  // gpu -1: the CPU backend
+  int64_t started_us, load_us;                         // start-up (startup_report.h)
 };
 
 template <size_t N>
@@ -379,6 +381,7 @@ int run_rank(const Replicas& rep, RankOptions opt) {
   std::unique_ptr<GenerateJob> generate;
   TokenAnswers answers;
   RankFacts facts{};
+  facts.started_us = process_start_us();
   facts.gpu = -1;
   std::vector<GpuFacts> gpus;
 #ifdef LFM2_HAVE_CUDA
@@ -441,6 +444,7 @@ int run_rank(const Replicas& rep, RankOptions opt) {
 #endif
       if (!exec) exec = make_cpu_stage(*weights, range, n_threads);
       facts.bytes_read = weights->bytes_read();
+      facts.load_us = int64_t((now_s() - t0) * 1e6);
       log_info(cat("read ", mib(facts.bytes_read), " of weights (layers ", plan.layer_begin, "-", plan.layer_end - 1,
                    ") from ", weight_path, " in ", int64_t((now_s() - t0) * 1000), " ms",
                    opt.verify_weights ? "" : " (digests not checked: --verify-weights off)"));
@@ -536,8 +540,12 @@ int run_rank(const Replicas& rep, RankOptions opt) {
       text.transport = transport->name();
       print_plan(setup, text, all, gpus, rep.hosts());
     }
+    std::vector<StartupFacts> startup;
+    for (const RankFacts& f : all) startup.push_back({f.started_us, f.load_us, f.bytes_read});
+    const int64_t first_micro_us = wall_now_us();  // rank 0's first microbatch enters the pipeline next
     const JobOutcome out = score ? run_scoring(setup, *score) : run_generation(setup, *generate);
     deliver_report(world, out.lines, opt.timeout_s);
+    if (r0) log_info(startup_line(world, startup, first_micro_us));
     const int code =
         int(allreduce_max(world, {out.code}, unnamed_wait_s(world, opt.timeout_s), "the exit agreement")[0]);
     if (r0 && !out.done.empty()) log_info(cat(out.done, ", exit ", code));

@@ -16,15 +16,15 @@ namespace {
 constexpr int kReportTag = 32767;
 constexpr int kTimingTag = 32765;  // replica_results.cpp uses 32766
 
-// "rank 3 (replica 1 stage 1), rank 5 (replica 2 stage 1)", or "ranks 1, 2" with one replica.
-std::string rank_names(const std::vector<int>& ranks, const ReplicaLayout& layout) {
-  std::string s = layout.n_replicas > 1 || ranks.size() == 1 ? "" : "ranks ";
-  for (size_t i = 0; i < ranks.size(); ++i) {
-    const int r = ranks[i];
-    s += i ? ", " : "";
-    s += layout.n_replicas > 1 ? cat("rank ", r, " (replica ", layout.replica_of[size_t(r)], " stage ",
-                                     layout.stage_of[size_t(r)], ")")
-                               : cat(ranks.size() == 1 ? "rank " : "", r);
+// "rank 3 (replica 1 stage 1), rank 5 (replica 2 stage 1)" (job ranks), with their hosts when the
+// job spans several; with one replica "ranks 1-2" (world.h's name_ranks).
+std::string rank_names(const WorldConfig& world, const std::vector<int>& ranks, const ReplicaLayout& layout) {
+  if (layout.n_replicas == 1) return name_ranks(world, ranks);
+  std::string s;
+  for (const int r : ranks) {
+    s += cat(s.empty() ? "" : ", ", "rank ", r, " (replica ", layout.replica_of[size_t(r)], " stage ",
+             layout.stage_of[size_t(r)], ")");
+    if (world.multi_host()) s += cat(" on ", world.host_of(r));
   }
   return s;
 }
@@ -52,7 +52,8 @@ void deliver_report(const WorldConfig& world, const std::vector<std::string>& li
     };
     const double wait_s = unnamed_wait_s(world, timeout_s);
     if (!poll_until(arrived, wait_s))
-      LFM2_TIMEOUT("timed out after ", wait_s, " s waiting for the last rank's report (see --timeout)");
+      LFM2_TIMEOUT("timed out after ", wait_s, " s waiting for the last rank's report (",
+                   world.rank_name(world.size - 1), "; see --timeout)");
     int n = 0;
     MPI_Get_count(&st, MPI_CHAR, &n);
     std::string text(size_t(n), '\0');
@@ -127,8 +128,8 @@ std::vector<StageTiming> gather_timing(const WorldConfig& world, const ReplicaLa
     MPI_Test(&reqs[size_t(r)], &flag, MPI_STATUS_IGNORE);
     if (!flag) missing.push_back(r);
   }
-  LFM2_TIMEOUT("timed out after ", timeout_s, " s gathering stage times: nothing from ", rank_names(missing, layout),
-               " (did a rank stop? see --timeout)");
+  LFM2_GROUP_TIMEOUT("timed out after ", timeout_s, " s gathering stage times: nothing from ",
+                     rank_names(world, missing, layout), " (did a rank stop, or lose its link? see --timeout)");
 }
 
 // Every rank's trace events to rank 0, which writes the file (whole or not at all).

@@ -56,9 +56,12 @@ class MpiTransport final : public Transport {
     const Slot& s = slot(h);
     const int peer = s.peer;
     const bool is_send = s.is_send;
-    if (!poll_until([&] { return test(h); }, timeout_s_))
-      LFM2_TIMEOUT("timed out after ", timeout_s_, " s waiting to ", is_send ? "send " : "receive ", what,
-                is_send ? " to " : " from ", world_.rank_name(peer), " (did it stop? see --timeout)");
+    if (poll_until([&] { return test(h); }, timeout_s_)) return;
+    if (is_send)
+      LFM2_SEND_TIMEOUT("timed out after ", timeout_s_, " s waiting to send ", what, " to ", world_.rank_name(peer),
+                        " (did it stop? see --timeout)");
+    LFM2_TIMEOUT("timed out after ", timeout_s_, " s waiting to receive ", what, " from ", world_.rank_name(peer),
+                 " (did it stop? see --timeout)");
   }
 
  private:
@@ -124,7 +127,7 @@ void wait_mpi_request(MPI_Request* req, double timeout_s, const std::string& wha
     return flag != 0;
   };
   if (!poll_until(done, timeout_s))
-    LFM2_TIMEOUT("timed out after ", timeout_s, " s in ", what, " (a rank stopped? see --timeout)");
+    LFM2_GROUP_TIMEOUT("timed out after ", timeout_s, " s in ", what, " (a rank stopped? see --timeout)");
 }
 
 }  // namespace lfm2

@@ -206,9 +206,15 @@ class NcclTransportImpl final : public NcclTransport {
     const Slot& s = slot(h);
     const int peer = s.peer;
     const bool is_send = s.is_send;
-    if (!poll_until([&] { return test(h); }, timeout_s_))
-      fail(cat("timed out after ", timeout_s_, " s waiting to ", is_send ? "send " : "receive ", what,
-               is_send ? " to " : " from ", world_.rank_name(peer), " (did it stop? see --timeout)"));
+    if (poll_until([&] { return test(h); }, timeout_s_)) return;
+    // A timeout, as over MPI: its kind sets the reporting rank's stagger (fatal.h), so that the
+    // stalled rank's neighbours speak first.
+    abort_comms();
+    if (is_send)
+      LFM2_SEND_TIMEOUT("timed out after ", timeout_s_, " s waiting to send ", what, " to ", world_.rank_name(peer),
+                        " (did it stop? see --timeout)");
+    LFM2_TIMEOUT("timed out after ", timeout_s_, " s waiting to receive ", what, " from ", world_.rank_name(peer),
+                 " (did it stop? see --timeout)");
   }
 
   std::vector<TraceSpan> transfer_spans() override { return std::move(spans_); }
@@ -337,11 +343,15 @@ class NcclTransportImpl final : public NcclTransport {
   }
 
   // Aborts the communicators (so that no NCCL kernel or proxy waits on a peer any more) and throws.
-  [[noreturn]] void fail(const std::string& msg) {
+  void abort_comms() {
     for (ncclComm_t& comm : comms_) {
       if (comm) ncclCommAbort(comm);
       comm = nullptr;
     }
+  }
+
+  [[noreturn]] void fail(const std::string& msg) {
+    abort_comms();
     LFM2_FAIL(msg);
   }
 
