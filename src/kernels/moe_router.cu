@@ -1,5 +1,6 @@
 // The MoE router on the GPU: one warp per token; lane l holds experts l, l+32, ...; top-k by k
-// rounds of a warp-wide arg-max (the lower expert index wins ties, as on the CPU).
+// rounds of a warp-wide arg-max (the lower expert index wins ties, as on the CPU). A NaN score
+// (NaN weights) ranks as -inf, so that the warp still agrees on valid experts.
 #include "common/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/ops.h"
@@ -26,7 +27,8 @@ __global__ void moe_router_kernel(float* weights, int32_t* experts, const float*
     score[i] = -INFINITY;
     if (x < n_experts) {
       const float p = sigmoid_f32(lg[x]);
-      score[i] = expert_bias ? p + expert_bias[x] : p;
+      const float sc = expert_bias ? p + expert_bias[x] : p;
+      score[i] = sc != sc ? -INFINITY : sc;  // NaN loses to every number: all lanes agree on one order
     }
   }
   float w_sel = 0.f;  // lane k keeps the k-th pick's weight

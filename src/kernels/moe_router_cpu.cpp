@@ -1,8 +1,9 @@
 // MoE router on the CPU: one token per work item; top-k by repeated selection of the best
-// remaining expert (strict >, so the lowest index wins among equals).
+// remaining expert (strict >, so the lowest index wins among equals; a NaN score ranks as -inf).
 #include "kernels/moe_router.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "common/error.h"
 #include "common/parallel.h"
@@ -21,6 +22,7 @@ void moe_router(float* weights, int32_t* experts, const float* logits, const flo
       for (int64_t x = 0; x < n_experts; ++x) {
         prob[x] = sigmoid(logits[t * n_experts + x]);
         score[x] = expert_bias ? prob[x] + expert_bias[x] : prob[x];
+        if (score[x] != score[x]) score[x] = -std::numeric_limits<float>::infinity();  // as on the GPU
         taken[x] = false;
       }
       float* w = weights + t * top_k;

@@ -51,6 +51,7 @@ TYPED_TEST(CudaDecode, KvCacheAndAttention) {
                          this->stream_);
     cuda::kv_cache_store(d_k.get(), d_v.get(), d_dec.get(), n, 1, nh, nkv, hd, d_len.get(), first, step, max_len,
                          this->stream_);
+    this->sync();  // the downloads below copy on the legacy stream, which does not wait for stream_
     // the same on the host, as the CPU stage stores them
     std::vector<float> k(size_t(N * max_len * kv), 0.f), v(k.size(), 0.f), q;
     std::vector<int64_t> pos;

@@ -494,6 +494,30 @@ TEST_F(CudaMoe, RouterMatchesCpu) {
   EXPECT_THROW(cuda::moe_router(d_w.get(), d_i.get(), d_l.get(), nullptr, 1, 33, 33, true, 1.f, stream_), Error);
 }
 
+// NaN logits (NaN weights upstream) still route every token to valid, distinct experts, the CPU's:
+// NaN ranks as -inf. Fewer experts than lanes too (a lane with none must not read past the row).
+TEST_F(CudaMoe, RouterWithNaNLogitsPicksValidExperts) {
+  for (auto [n, E, k] : {std::tuple<int64_t, int64_t, int64_t>{6, 4, 2}, {6, 8, 2}, {9, 32, 4}, {4, 64, 8}}) {
+    auto logits = rand_vec(static_cast<size_t>(n * E), 24, 4.f);
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t x = 0; x < E; ++x)
+        if (t % 3 == 0 || (t % 3 == 1 && x % 2 == 1)) logits[size_t(t * E + x)] = NAN;  // all / half NaN
+    std::vector<float> w(static_cast<size_t>(n * k));
+    std::vector<int32_t> ids(static_cast<size_t>(n * k));
+    cpu::moe_router(w.data(), ids.data(), logits.data(), nullptr, n, E, k, true, 1.f);
+    for (int64_t t = 0; t < n; t += 3)
+      for (int64_t j = 0; j < k; ++j) EXPECT_EQ(ids[size_t(t * k + j)], j);  // all NaN: the lowest indices
+    DevBuf<float> d_logits(logits.size()), d_w(w.size());
+    DevBuf<int32_t> d_ids(ids.size());
+    upload(d_logits, logits);
+    cuda::moe_router(d_w.get(), d_ids.get(), d_logits.get(), nullptr, n, E, k, true, 1.f, stream_);
+    sync();
+    std::vector<int32_t> got(ids.size());
+    CUDA_CHECK(cudaMemcpy(got.data(), d_ids.get(), ids.size() * 4, cudaMemcpyDeviceToHost));
+    EXPECT_EQ(got, ids) << n << " tokens, " << E << " experts, top " << k;
+  }
+}
+
 // The permutation against a host counting sort: stable by (token, slot) within each expert.
 TEST_F(CudaMoe, PermuteIsStableCountingSort) {
   for (auto [n, E, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 4, 1}, {37, 32, 4}, {1000, 32, 4},
