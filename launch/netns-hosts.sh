@@ -118,7 +118,9 @@ run_mpirun() {
   shift
   load "$dir"
   export NETNS_HOSTS_DIR=$DIR
-  local flags=(--hostfile "$DIR/hostfile" --mca plm_rsh_agent "$here/netns-agent.sh"
+  # plm rsh named outright: an installation whose defaults launch on this host only (plm isolated)
+  # would otherwise see one node.
+  local flags=(--hostfile "$DIR/hostfile" --mca plm rsh --mca plm_rsh_agent "$here/netns-agent.sh"
     --mca btl tcp,self --mca btl_tcp_if_include "$IFACE" --mca oob_tcp_if_include "$IFACE")
   [ "$(id -u)" -eq 0 ] && flags+=(--allow-run-as-root)
   run "$DIR" node0 mpirun "${flags[@]}" "$@"
