@@ -26,7 +26,8 @@ __device__ __forceinline__ int64_t sequence_of(int64_t row, int64_t seq_len, int
 template <typename T>
 __global__ void kv_store_kernel(T* k_cache, T* v_cache, const T* qkv, int64_t n_rows, int64_t width, int64_t k_off,
                                 int64_t v_off, int64_t kv, int64_t seq_len, const int32_t* lengths, int64_t first_seq,
-                                int64_t step, int64_t max_len) {
+                                int64_t step, int64_t max_len, const int64_t* at) {
+  if (at) first_seq = at[0], step = at[1];
   const int64_t n = n_rows * kv;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t row = i / kv, c = i - row * kv;
@@ -45,7 +46,9 @@ constexpr int kMaxDimsPerLane = 4;  // head_dim <= 128
 template <typename T>
 __global__ void attention_decode_kernel(T* out, const T* qkv, const T* k_cache, const T* v_cache, int64_t n_rows,
                                         int64_t width, int n_heads, int n_kv_heads, int head_dim, float scale,
-                                        const int32_t* lengths, int64_t first_seq, int64_t step, int64_t max_len) {
+                                        const int32_t* lengths, int64_t first_seq, int64_t step, int64_t max_len,
+                                        const int64_t* at) {
+  if (at) first_seq = at[0], step = at[1];
   const int lane = threadIdx.x & 31;
   const int64_t item = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) >> 5;
   if (item >= n_rows * n_heads) return;
@@ -106,7 +109,9 @@ __global__ void conv_state_kernel(float* state, const T* bcx, int64_t n_seq, int
 // One token per sequence against its conv state, then the state shifted to take the new u.
 template <typename T>
 __global__ void conv_decode_kernel(T* out, const T* bcx, const float* conv_w, float* state, int64_t n, int64_t hidden,
-                                   int64_t L, const int32_t* lengths, int64_t first_seq, int64_t step) {
+                                   int64_t L, const int32_t* lengths, int64_t first_seq, int64_t step,
+                                   const int64_t* at) {
+  if (at) first_seq = at[0], step = at[1];
   const int64_t total = n * hidden;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t row = i / hidden, c = i - row * hidden;
@@ -123,6 +128,11 @@ __global__ void conv_decode_kernel(T* out, const T* bcx, const float* conv_w, fl
     for (int64_t j = 0; j + 1 < L - 1; ++j) st[j * hidden] = st[(j + 1) * hidden];
     if (L > 1) st[(L - 2) * hidden] = u;
   }
+}
+
+__global__ void set_decode_at_kernel(int64_t* at, int64_t first_seq, int64_t step) {
+  at[0] = first_seq;
+  at[1] = step;
 }
 
 // tokens[i] = the chosen top-1, or the first EOS id once sequence first_seq + i has finished.
@@ -152,19 +162,19 @@ __global__ void finished_flags_kernel(float* flags, const int32_t* tokens, const
 template <typename T>
 void kv_cache_store(T* k_cache, T* v_cache, const T* qkv, int64_t n_rows, int64_t seq_len, int64_t n_heads,
                     int64_t n_kv_heads, int64_t head_dim, const int32_t* lengths, int64_t first_seq, int64_t step,
-                    int64_t max_len, cudaStream_t stream) {
+                    int64_t max_len, cudaStream_t stream, const int64_t* at) {
   if (n_rows == 0) return;
   const int64_t kv = n_kv_heads * head_dim, width = (n_heads + 2 * n_kv_heads) * head_dim;
   kv_store_kernel<<<grid_for(n_rows * kv, 256 * 4), 256, 0, stream>>>(k_cache, v_cache, qkv, n_rows, width,
                                                                       n_heads * head_dim, (n_heads + n_kv_heads) * head_dim,
-                                                                      kv, seq_len, lengths, first_seq, step, max_len);
+                                                                      kv, seq_len, lengths, first_seq, step, max_len, at);
   CUDA_CHECK_LAUNCH("kv_store_kernel");
 }
 
 template <typename T>
 void attention_decode(T* out, const T* qkv, const T* k_cache, const T* v_cache, int64_t n, int64_t n_heads,
                       int64_t n_kv_heads, int64_t head_dim, float scale, const int32_t* lengths, int64_t first_seq,
-                      int64_t step, int64_t max_len, cudaStream_t stream) {
+                      int64_t step, int64_t max_len, cudaStream_t stream, const int64_t* at) {
   LFM2_CHECK(head_dim <= 32 * kMaxDimsPerLane && n_kv_heads > 0 && n_heads % n_kv_heads == 0,
              "attention_decode: head_dim ", head_dim, " (at most ", 32 * kMaxDimsPerLane, "), ", n_heads, " heads, ",
              n_kv_heads, " kv heads");
@@ -174,7 +184,7 @@ void attention_decode(T* out, const T* qkv, const T* k_cache, const T* v_cache, 
   const int64_t width = (n_heads + 2 * n_kv_heads) * head_dim;
   attention_decode_kernel<<<grid_for(warps * 32, 256), 256, 0, stream>>>(
       out, qkv, k_cache, v_cache, n, width, int(n_heads), int(n_kv_heads), int(head_dim), scale, lengths, first_seq,
-      step, max_len);
+      step, max_len, at);
   CUDA_CHECK_LAUNCH("attention_decode_kernel");
 }
 
@@ -189,12 +199,18 @@ void short_conv_state(float* state, const T* bcx, int64_t n_seq, int64_t seq_len
 
 template <typename T>
 void short_conv_decode(T* out, const T* bcx, const float* conv_w, float* state, int64_t n, int64_t hidden, int64_t L,
-                       const int32_t* lengths, int64_t first_seq, int64_t step, cudaStream_t stream) {
+                       const int32_t* lengths, int64_t first_seq, int64_t step, cudaStream_t stream,
+                       const int64_t* at) {
   LFM2_CHECK(step >= 1, "short_conv_decode: step ", step);
   if (n == 0) return;
   conv_decode_kernel<<<grid_for(n * hidden, 256 * 4), 256, 0, stream>>>(out, bcx, conv_w, state, n, hidden, L, lengths,
-                                                                       first_seq, step);
+                                                                       first_seq, step, at);
   CUDA_CHECK_LAUNCH("conv_decode_kernel");
+}
+
+void set_decode_at(int64_t* at, int64_t first_seq, int64_t step, cudaStream_t stream) {
+  set_decode_at_kernel<<<1, 1, 0, stream>>>(at, first_seq, step);
+  CUDA_CHECK_LAUNCH("set_decode_at_kernel");
 }
 
 void apply_eos(int32_t* tokens, const int32_t* top, uint8_t* finished, const int32_t* eos, int n_eos, int64_t n,
@@ -213,13 +229,13 @@ void finished_flags(float* flags, const int32_t* tokens, const int32_t* eos, int
 
 #define INST(T)                                                                                                   \
   template void kv_cache_store<T>(T*, T*, const T*, int64_t, int64_t, int64_t, int64_t, int64_t, const int32_t*, \
-                                  int64_t, int64_t, int64_t, cudaStream_t);                                      \
+                                  int64_t, int64_t, int64_t, cudaStream_t, const int64_t*);                      \
   template void attention_decode<T>(T*, const T*, const T*, const T*, int64_t, int64_t, int64_t, int64_t, float,  \
-                                    const int32_t*, int64_t, int64_t, int64_t, cudaStream_t);                     \
+                                    const int32_t*, int64_t, int64_t, int64_t, cudaStream_t, const int64_t*);     \
   template void short_conv_state<T>(float*, const T*, int64_t, int64_t, int64_t, int64_t, const int32_t*,        \
                                     int64_t, cudaStream_t);                                                       \
   template void short_conv_decode<T>(T*, const T*, const float*, float*, int64_t, int64_t, int64_t,               \
-                                     const int32_t*, int64_t, int64_t, cudaStream_t);
+                                     const int32_t*, int64_t, int64_t, cudaStream_t, const int64_t*);
 LFM2_FOR_EACH_T(INST)
 #undef INST
 

@@ -18,7 +18,8 @@ template <typename T>
 __global__ void __launch_bounds__(kWarps * 32)
     qk_norm_rope_kernel(T* qkv, const float* q_norm, const float* k_norm, const float* inv_freq, int64_t seq_len,
                         int n_heads, int n_kv_heads, int head_dim, float eps, const int32_t* lengths,
-                        int64_t first_seq, int64_t step) {
+                        int64_t first_seq, int64_t step, const int64_t* at) {
+  if (at) first_seq = at[0], step = at[1];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t row = blockIdx.x;
   const int heads = n_heads + n_kv_heads;  // the normed, rotated ones; v follows untouched
@@ -67,7 +68,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 template <typename T>
 void qk_norm_rope(T* qkv, const float* q_norm, const float* k_norm, const float* inv_freq, int64_t n_seq,
                   int64_t seq_len, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float eps,
-                  cudaStream_t stream, const int32_t* lengths, int64_t first_seq, int64_t step) {
+                  cudaStream_t stream, const int32_t* lengths, int64_t first_seq, int64_t step, const int64_t* at) {
   LFM2_CHECK(step == 0 || (lengths && seq_len == 1), "qk_norm_rope: a decode step needs the lengths, one row each");
   LFM2_CHECK(head_dim % 2 == 0 && head_dim <= 64 * kMaxPairsPerLane, "qk_norm_rope: head_dim ", head_dim,
              " must be even and <= ", 64 * kMaxPairsPerLane);
@@ -76,13 +77,13 @@ void qk_norm_rope(T* qkv, const float* q_norm, const float* k_norm, const float*
   LFM2_CHECK(n_rows < (int64_t(1) << 31), "qk_norm_rope: ", n_rows, " rows in one launch");
   qk_norm_rope_kernel<<<unsigned(n_rows), kWarps * 32, 0, stream>>>(
       qkv, q_norm, k_norm, inv_freq, seq_len, int(n_heads), int(n_kv_heads), int(head_dim), eps, lengths, first_seq,
-      step);
+      step, at);
   CUDA_CHECK_LAUNCH("qk_norm_rope_kernel");
 }
 
 #define INST(T)                                                                                             \
   template void qk_norm_rope<T>(T*, const float*, const float*, const float*, int64_t, int64_t, int64_t, int64_t, \
-                                int64_t, float, cudaStream_t, const int32_t*, int64_t, int64_t);
+                                int64_t, float, cudaStream_t, const int32_t*, int64_t, int64_t, const int64_t*);
 LFM2_FOR_EACH_T(INST)
 #undef INST
 

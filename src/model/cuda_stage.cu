@@ -11,6 +11,8 @@
 //   MoE:   logits = y Wg^T (fp32); route; x += experts(y) (moe_experts, the combine adds into x)
 // forward() queues kernels only: no allocation, no host synchronisation, no host read of a
 // device value (the MoE's per-expert counts stay on the device), so it can be captured in a graph.
+// A generation decode step is too: its kernels read the microbatch's first sequence and the step
+// from the device (decode_at_), so one graph per buffer and microbatch size replays every step.
 #include "model/cuda_stage.h"
 
 #include <algorithm>
@@ -176,6 +178,7 @@ class CudaStage final : public CudaStageExecutor {
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     CUDA_CHECK(cudaStreamCreateWithFlags(&d2h_stream_, cudaStreamNonBlocking));
     CUDA_CHECK(cudaMalloc(&nonfinite_, sizeof(unsigned int)));
+    CUDA_CHECK(cudaMalloc(&decode_at_, 2 * sizeof(int64_t)));
     cuda::cublas_prepare();
     upload_weights(reader);
   }
@@ -190,6 +193,7 @@ class CudaStage final : public CudaStageExecutor {
     free_state();
     for (void* p : host_) cudaFreeHost(p);
     cudaFree(nonfinite_);
+    cudaFree(decode_at_);
     head_.release();
     free_scratch();
     arena_.release();
@@ -254,10 +258,7 @@ class CudaStage final : public CudaStageExecutor {
     CUDA_CHECK(cudaSetDevice(device_));
     float* x = static_cast<float*>(xv);
     if (!graphs_on_) return layers(x, n_seq, seq_len);
-    const GraphKey key{xv, n_seq, seq_len};
-    auto it = graphs_.find(key);
-    if (it == graphs_.end()) it = graphs_.emplace(key, capture(x, n_seq, seq_len)).first;
-    CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
+    replay(GraphKey{xv, n_seq, seq_len, false}, [&] { layers(x, n_seq, seq_len); });
   }
 
   // Last positions: norm, LM head (fp32 logits, kHeadRows rows at a time), top-1 and margin on the
@@ -367,7 +368,13 @@ class CudaStage final : public CudaStageExecutor {
       LFM2_CHECK(state_.host_lengths[size_t(first_seq + i)] + step - 1 < state_.max_len, "cuda stage: decode step ",
                  step, " of sequence ", first_seq + i, " reaches past the state's ", state_.max_len, " positions");
     CUDA_CHECK(cudaSetDevice(device_));
-    layers(static_cast<float*>(x), n_seq, 1, Gen{true, first_seq, step, decode_flags(x, n_seq, cfg_.hidden_size)});
+    Gen gen{true, first_seq, step, decode_flags(x, n_seq, cfg_.hidden_size)};
+    if (!graphs_on_) return layers(static_cast<float*>(x), n_seq, 1, gen);
+    // One graph per buffer and microbatch size serves every microbatch and step: the kernels read
+    // (first_seq, step) from decode_at_, written just before the replay.
+    cuda::set_decode_at(decode_at_, first_seq, step, stream_);
+    gen.at = decode_at_;
+    replay(GraphKey{x, n_seq, 1, true}, [&] { layers(static_cast<float*>(x), n_seq, 1, gen); });
   }
 
   int32_t* alloc_tokens(int64_t n) override {
@@ -430,6 +437,7 @@ class CudaStage final : public CudaStageExecutor {
     bool on = false;
     int64_t first_seq = 0, step = 0;
     const float* done = nullptr;  // decode: the finished flags (device), not routed to experts
+    const int64_t* at = nullptr;  // decode in a graph: (first_seq, step) on the device
   };
 
   void layers(float* x, int64_t n_seq, int64_t seq_len, const Gen& gen = Gen{}) {
@@ -450,11 +458,29 @@ class CudaStage final : public CudaStageExecutor {
     }
   }
 
-  cudaGraphExec_t capture(float* x, int64_t n_seq, int64_t seq_len) {
+  struct GraphKey {
+    void* x;
+    int64_t n_seq, seq_len;
+    bool decode;  // a generation decode step (its layers read the cache and the conv state)
+    bool operator<(const GraphKey& o) const {
+      return std::tie(x, n_seq, seq_len, decode) < std::tie(o.x, o.n_seq, o.seq_len, o.decode);
+    }
+  };
+
+  // Launches the graph of `key`, capturing `queue` (work on stream_ only) into it the first time.
+  template <typename Queue>
+  void replay(const GraphKey& key, Queue&& queue) {
+    auto it = graphs_.find(key);
+    if (it == graphs_.end()) it = graphs_.emplace(key, capture(queue)).first;
+    CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
+  }
+
+  template <typename Queue>
+  cudaGraphExec_t capture(Queue&& queue) {
     CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
     cudaGraph_t graph = nullptr;
     try {
-      layers(x, n_seq, seq_len);
+      queue();
     } catch (...) {
       cudaStreamEndCapture(stream_, &graph);  // leaves the stream usable; the error is the first one
       if (graph) cudaGraphDestroy(graph);
@@ -477,15 +503,15 @@ class CudaStage final : public CudaStageExecutor {
     const int64_t nh = cfg_.num_attention_heads, nkv = cfg_.num_key_value_heads, width = (nh + 2 * nkv) * hd;
     cuda::linear(big_, y_, L.wqkv, n, H, width, stream_, tf32_);
     cuda::qk_norm_rope(big_, L.q_norm, L.k_norm, inv_freq_, n_seq, seq_len, nh, nkv, hd, float(cfg_.norm_eps),
-                       stream_, state_.lengths, gen.first_seq, gen.step);
+                       stream_, state_.lengths, gen.first_seq, gen.step, gen.at);
     const float scale = float(std::pow(double(hd), -0.5));
     if (gen.on) {
       const LayerState& st = state_.layers[size_t(&L - layers_.data())];
       cuda::kv_cache_store(st.k, st.v, big_, n, seq_len, nh, nkv, hd, state_.lengths, gen.first_seq, gen.step,
-                           state_.max_len, stream_);
+                           state_.max_len, stream_, gen.at);
       if (gen.step > 0) {
         cuda::attention_decode(mid_, big_, st.k, st.v, n, nh, nkv, hd, scale, state_.lengths, gen.first_seq, gen.step,
-                               state_.max_len, stream_);
+                               state_.max_len, stream_, gen.at);
         cuda::linear_add_f32(x, mid_, L.attn_out, n, nh * hd, H, stream_, tf32_);
         return;
       }
@@ -501,7 +527,7 @@ class CudaStage final : public CudaStageExecutor {
     float* conv_state = gen.on ? state_.layers[size_t(&L - layers_.data())].conv : nullptr;
     if (gen.on && gen.step > 0)
       cuda::short_conv_decode(mid_, big_, L.conv_w, conv_state, n, H, K, state_.lengths, gen.first_seq, gen.step,
-                              stream_);
+                              stream_, gen.at);
     else
       cuda::short_conv(mid_, big_, L.conv_w, n_seq, seq_len, H, K, stream_);
     if (gen.on && gen.step == 0)
@@ -680,20 +706,13 @@ class CudaStage final : public CudaStageExecutor {
     capacity_ = 0;
   }
 
-  struct GraphKey {
-    void* x;
-    int64_t n_seq, seq_len;
-    bool operator<(const GraphKey& o) const {
-      return std::tie(x, n_seq, seq_len) < std::tie(o.x, o.n_seq, o.seq_len);
-    }
-  };
-
   ModelConfig cfg_;
   StageRange range_;
   int device_;
   bool tf32_;
-  bool graphs_on_;                               // capture forward() into CUDA Graphs
-  std::map<GraphKey, cudaGraphExec_t> graphs_;   // one per hidden buffer and shape
+  bool graphs_on_;                               // capture forward() and decode steps into CUDA Graphs
+  std::map<GraphKey, cudaGraphExec_t> graphs_;   // one per hidden buffer, shape and kind
+  int64_t* decode_at_ = nullptr;                 // (first_seq, step) of the decode step being replayed
   cudaStream_t stream_ = nullptr;                // compute
   cudaStream_t d2h_stream_ = nullptr;            // logits to the host
   HeadBuffers head_;                             // last stage

@@ -68,7 +68,7 @@ template <typename T>
 void qk_norm_rope(T* qkv, const float* q_norm, const float* k_norm, const float* inv_freq, int64_t n_seq,
                   int64_t seq_len, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float eps,
                   cudaStream_t stream, const int32_t* lengths = nullptr, int64_t first_seq = 0,
-                  int64_t step = 0);
+                  int64_t step = 0, const int64_t* at = nullptr);
 
 // --- attention.cu: causal GQA attention, one fused kernel with an online softmax in fp32 (memory
 // O(seq_len), any seq_len). out (n_tokens, n_heads * head_dim); q rows of q_stride elements
@@ -161,19 +161,23 @@ void moe_experts(float* x, const T* in, const T* w13, const T* w2, const int32_t
 // --- decode.cu: generation (SPEC §3). A prefill row (step 0) is at position row % seq_len of
 // sequence first_seq + row / seq_len; a decode row (step >= 1, one per sequence) is sequence
 // first_seq + row at position lengths[first_seq + row] + step - 1 (lengths: device, per sequence).
-// qk_norm_rope above takes the same (lengths, first_seq, step) for its positions.
+// qk_norm_rope above takes the same (lengths, first_seq, step) for its positions. `at` (device, or
+// nullptr): {first_seq, step} read by the kernels instead of the arguments, so that a decode step
+// captured once in a CUDA Graph replays for any microbatch and step (set_decode_at writes it, in
+// stream order, before each replay; the host arguments still describe the step for its checks).
+void set_decode_at(int64_t* at, int64_t first_seq, int64_t step, cudaStream_t stream);
 // kv_cache_store: the k and v parts of qkv rows into k_cache, v_cache (n_seq_all, max_len,
 // n_kv_heads * head_dim) at each row's (sequence, position) (cpu: the CPU stage's copy).
 template <typename T>
 void kv_cache_store(T* k_cache, T* v_cache, const T* qkv, int64_t n_rows, int64_t seq_len, int64_t n_heads,
                     int64_t n_kv_heads, int64_t head_dim, const int32_t* lengths, int64_t first_seq, int64_t step,
-                    int64_t max_len, cudaStream_t stream);
+                    int64_t max_len, cudaStream_t stream, const int64_t* at = nullptr);
 // attention_decode (cpu::attention_decode): out (n, n_heads * head_dim) from the q of qkv rows
 // against each sequence's cache positions 0..its position; online softmax in fp32.
 template <typename T>
 void attention_decode(T* out, const T* qkv, const T* k_cache, const T* v_cache, int64_t n, int64_t n_heads,
                       int64_t n_kv_heads, int64_t head_dim, float scale, const int32_t* lengths, int64_t first_seq,
-                      int64_t step, int64_t max_len, cudaStream_t stream);
+                      int64_t step, int64_t max_len, cudaStream_t stream, const int64_t* at = nullptr);
 // short_conv_state (cpu::short_conv_state for n_seq sequences): state (n_seq_all, L-1, hidden) fp32
 // of sequences first_seq.. from their prefill bcx rows (n_seq * seq_len, 3 * hidden).
 template <typename T>
@@ -183,7 +187,8 @@ void short_conv_state(float* state, const T* bcx, int64_t n_seq, int64_t seq_len
 // state of sequences first_seq.., which is shifted to take the new inputs.
 template <typename T>
 void short_conv_decode(T* out, const T* bcx, const float* conv_w, float* state, int64_t n, int64_t hidden, int64_t L,
-                       const int32_t* lengths, int64_t first_seq, int64_t step, cudaStream_t stream);
+                       const int32_t* lengths, int64_t first_seq, int64_t step, cudaStream_t stream,
+                       const int64_t* at = nullptr);
 // apply_eos (cpu::choose_tokens' end-of-sequence rule): tokens[i] = top[i], or eos[0] once sequence
 // first_seq + i has finished; finished (one flag per sequence) set when a token is an EOS id.
 void apply_eos(int32_t* tokens, const int32_t* top, uint8_t* finished, const int32_t* eos, int n_eos, int64_t n,
