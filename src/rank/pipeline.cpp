@@ -62,19 +62,15 @@ class Pipeline::Run {
     if (device_) p_.timer_->reset();
     for (int64_t i = 0; i < M_; ++i) {
       const double t_queue = now_s();
-      if (p_.queue_guard_)
-        p_.queue_guard_->arm(cat("queueing ", job_.item_name(i), " on the GPU"), p_.transport_.timeout_s(),
-                             "the host was held inside a CUDA call (one that waits for the whole device, "
-                             "behind a transfer that cannot finish?)");
       {
         NvtxRange range("queue item");
+        const QueueGuard guard(p_.queue_guard_.get(), job_.item_name(i), p_.transport_.timeout_s());
         acquire(i);
         post_recvs_ahead(i);
         compute(i);
         if (!last_) send(i);
         release_done();
       }
-      if (p_.queue_guard_) p_.queue_guard_->disarm();
       if (device_) host_span("queue", i, t_queue);
       if (i == p_.kill_after_) std::raise(p_.kill_signal_);
     }
@@ -87,6 +83,20 @@ class Pipeline::Run {
   }
 
  private:
+  // Arms the watchdog (if any) while one item is queued; disarms it however the scope ends.
+  struct QueueGuard {
+    Watchdog* w;
+    QueueGuard(Watchdog* watchdog, const std::string& item, double timeout_s) : w(watchdog) {
+      if (w)
+        w->arm(cat("queueing ", item, " on the GPU"), timeout_s,
+               "the host was held inside a CUDA call (one that waits for the whole device, behind a transfer "
+               "that cannot finish?)");
+    }
+    ~QueueGuard() {
+      if (w) w->disarm();
+    }
+  };
+
   enum class Kind { kRecv, kSend, kFeedbackRecv, kFeedbackSend };
   struct Pending {
     Handle h;
