@@ -150,7 +150,13 @@ echo "fault_case: $case_name: exit $rc; after the fault every rank ended in $(se
 grep -Eq -- "$expect_line" "$WORK/run.log" || fail "no line matches /$expect_line/"
 errors=$(grep -Ec '^\[rank [0-9]+\] error: ' "$WORK/run.log" || true)
 if [ "$case_name" != kill-remote ]; then
-  [ "$errors" = 1 ] || fail "$errors error lines, expected one"
+  # One line, as a rule: the ranks' staggers let the best-placed one speak and mpirun end the rest.
+  # On a loaded machine a second waiting rank may speak before mpirun's kill reaches it; it must
+  # then name the same culprit (every error line matches the expected one).
+  [ "$errors" -ge 1 ] || fail "no error line"
+  stray=$(grep -E '^\[rank [0-9]+\] error: ' "$WORK/run.log" | grep -Evc -- "$expect_line" || true)
+  [ "$stray" = 0 ] || fail "$stray of $errors error lines do not name the culprit (/$expect_line/)"
+  [ "$errors" = 1 ] || echo "fault_case: note: $errors error lines, all naming the culprit"
 fi
 grep -Eq 'terminate called|Segmentation fault|core dumped|Assertion .* failed' "$WORK/run.log" && fail "a crash"
 [ ! -e "$out" ] || fail "an output was written: $out"
