@@ -175,14 +175,7 @@ JobOutcome run_generation(RankSetup& s, GenerateJob& job) {
       o.n_new = K;
       o.generated = result.generated;
       o.n_generated = result.n_generated;
-      // A write that fails (a full disk) is this rank's error alone: the job ends together, exit 1.
-      try {
-        write_outputs(opt.output, o, meta);
-        out.lines.push_back("wrote " + opt.output);
-      } catch (const std::exception& e) {
-        log_error(e.what());
-        out.code = std::max(out.code, kExitError);
-      }
+      write_job_outputs(opt.output, o, meta, out);
     }
   }
   if (!opt.benchmark) {

@@ -59,4 +59,8 @@ JobOutcome run_generation(RankSetup& s, GenerateJob& job);
 // The output file's run metadata common to both jobs.
 nlohmann::json run_metadata(const RankSetup& s);
 
+// Writes --output (the last rank). A write that fails (a full disk) is this rank's error alone:
+// it is logged and the job ends together with exit 1 (`out.code`); no half-written file is left.
+void write_job_outputs(const std::string& path, const TokenOutputs& o, const nlohmann::json& meta, JobOutcome& out);
+
 }  // namespace lfm2

@@ -52,6 +52,16 @@ std::vector<SeqBlock> RankSetup::blocks() const {
   return b;
 }
 
+void write_job_outputs(const std::string& path, const TokenOutputs& o, const nlohmann::json& meta, JobOutcome& out) {
+  try {
+    write_outputs(path, o, meta);
+    out.lines.push_back("wrote " + path);
+  } catch (const std::exception& e) {
+    log_error(e.what());
+    out.code = std::max(out.code, kExitError);
+  }
+}
+
 nlohmann::json run_metadata(const RankSetup& s) {
   int64_t n_micro = 0;
   std::string per_replica;
@@ -126,15 +136,9 @@ JobOutcome run_scoring(RankSetup& s, ScoreJob& job) {
       out.code = v.passed ? kExitOk : kExitValidationFailed;
     }
     if (!opt.output.empty()) {
-      TokenOutputs o{N, S, s.cfg.vocab_size, result.next_token, result.logits, result.margin, result.all_logits, 0, {}, {}};
-      // A write that fails (a full disk) is this rank's error alone: the job ends together, exit 1.
-      try {
-        write_outputs(opt.output, o, meta);
-        out.lines.push_back("wrote " + opt.output);
-      } catch (const std::exception& e) {
-        log_error(e.what());
-        out.code = std::max(out.code, kExitError);
-      }
+      const TokenOutputs o{N, S, s.cfg.vocab_size, result.next_token, result.logits, result.margin, result.all_logits,
+                           0, {}, {}};
+      write_job_outputs(opt.output, o, meta, out);
     }
   }
   if (!opt.benchmark) {
