@@ -243,6 +243,46 @@ struct PlanText {
   std::string how, backend, transport;
 };
 
+PlanText plan_text(const RankOptions& opt, bool stage_files, bool use_cuda, int n_threads, const char* transport) {
+  PlanText t;
+  t.how = !opt.layers.empty() ? "--layers " + opt.layers
+          : stage_files      ? std::string("as the stage files were split")
+          : use_cuda         ? std::string("balanced by the GPU cost model")
+                             : std::string("balanced by FLOPs");
+  t.backend = use_cuda ? cat("cuda ", opt.dtype, opt.dtype != "fp32" ? "" : opt.tf32 ? " (TF32)" : " (TF32 off)",
+                             ", CUDA graphs ", opt.cuda_graphs ? "on" : "off")
+                       : cat("cpu fp32, threads per rank ", n_threads);
+  t.transport = transport;
+  return t;
+}
+
+// The layers of each of P stages: --layers, the split a stage file was cut with (h5pack split's
+// default plan: seq_len 32, last-position head), or a split balanced for this run's sequence length.
+std::vector<StagePlan> plan_stages(const RankOptions& opt, const ModelConfig& cfg, bool stage_files, int P, int64_t S,
+                                   bool use_cuda) {
+  const int L = int(cfg.num_hidden_layers);
+  if (opt.pipeline > 0)
+    LFM2_CHECK(P <= L, "--pipeline ", P, ": cannot run ", P, " stages: the model has ", L,
+               " layers (one stage needs at least one)");
+  LFM2_CHECK(P <= L, "cannot run ", P, " ranks: the model has ", L, " layers (one rank needs at least one)");
+  if (!opt.layers.empty()) return make_stage_plans(parse_layer_counts(opt.layers, L, P));
+  if (stage_files) return default_stage_plans(cfg, P);
+  return default_stage_plans(cfg, P, S, opt.all_logits, use_cuda ? CostModel::kGpu : CostModel::kFlops);
+}
+
+// A stage file holds the stage this rank runs, with the layers this plan gives it.
+void check_stage_file(const StageInfo& s, const std::string& path, const StagePlan& plan, const WorldConfig& world,
+                      const WorldConfig& pipe, int n_replicas, const RankOptions& opt) {
+  const int P = pipe.size;
+  LFM2_CHECK(s.stage == pipe.rank && s.n_stages == P && s.layer_begin == plan.layer_begin &&
+                 s.layer_end == plan.layer_end,
+             path, ": stage file for stage ", s.stage, "/", s.n_stages, " layers [", s.layer_begin, ", ", s.layer_end,
+             "), but ",
+             n_replicas == 1 ? cat("rank ", pipe.rank, "/", P) : cat("rank ", world.rank, " (stage ", pipe.rank, "/", P, ")"),
+             " runs layers [", plan.layer_begin, ", ", plan.layer_end, ")",
+             opt.layers.empty() ? " (split it for this plan, or pass its split as --layers)" : " (--layers)");
+}
+
 // The plan, printed once by rank 0 from every rank's facts: the split of the layers, the replicas
 // (with several) and their work, each rank's layers, memory and GPU.
 void print_plan(const RankSetup& s, const PlanText& t, const std::vector<RankFacts>& all,
@@ -356,19 +396,7 @@ int run_rank(const Replicas& rep, RankOptions opt) {
   std::vector<StagePlan> plans;
   ok = startup_step(
       [&] {
-        const int L = int(cfg.num_hidden_layers);
-        if (opt.pipeline > 0)
-          LFM2_CHECK(P <= L, "--pipeline ", P, ": cannot run ", P, " stages: the model has ", L,
-                     " layers (one stage needs at least one)");
-        LFM2_CHECK(P <= L, "cannot run ", P, " ranks: the model has ", L, " layers (one rank needs at least one)");
-        // Stage files were cut by `h5pack split` with the default plan (seq_len 32, last-position
-        // head); a whole-model file lets the split balance this run's own sequence length.
-        if (!opt.layers.empty())
-          plans = make_stage_plans(parse_layer_counts(opt.layers, L, P));
-        else if (weights->is_stage_file())
-          plans = default_stage_plans(cfg, P);
-        else
-          plans = default_stage_plans(cfg, P, S, opt.all_logits, use_cuda ? CostModel::kGpu : CostModel::kFlops);
+        plans = plan_stages(opt, cfg, weights->is_stage_file(), P, S, use_cuda);
         if (!use_cuda) check_cpu_fallback(opt);
         check_generation(opt, cfg, S);
       },
@@ -414,17 +442,7 @@ int run_rank(const Replicas& rep, RankOptions opt) {
     ok = startup_step([&] {
       fault_point(world.rank, "loading");
       const StagePlan& plan = plans[size_t(pipe.rank)];
-      if (weights->is_stage_file()) {
-        const StageInfo s = weights->stage();
-        LFM2_CHECK(s.stage == pipe.rank && s.n_stages == P && s.layer_begin == plan.layer_begin &&
-                       s.layer_end == plan.layer_end,
-                   weight_path, ": stage file for stage ", s.stage, "/", s.n_stages, " layers [", s.layer_begin, ", ",
-                   s.layer_end, "), but ",
-                   R == 1 ? cat("rank ", pipe.rank, "/", P)
-                          : cat("rank ", world.rank, " (stage ", pipe.rank, "/", P, ")"),
-                   " runs layers [", plan.layer_begin, ", ", plan.layer_end, ")",
-                   opt.layers.empty() ? " (split it for this plan, or pass its split as --layers)" : " (--layers)");
-      }
+      if (weights->is_stage_file()) check_stage_file(weights->stage(), weight_path, plan, world, pipe, R, opt);
       facts.layer_begin = plan.layer_begin;
       facts.layer_end = plan.layer_end;
       for (const auto& spec :
@@ -528,18 +546,9 @@ int run_rank(const Replicas& rep, RankOptions opt) {
     setup.inputs = std::move(inputs);
     setup.answers = std::move(answers);
     setup.pipeline = pipeline.get();
-    if (r0) {
-      PlanText text;
-      text.how = !opt.layers.empty()         ? "--layers " + opt.layers
-                 : weights->is_stage_file() ? std::string("as the stage files were split")
-                 : use_cuda                  ? std::string("balanced by the GPU cost model")
-                                             : std::string("balanced by FLOPs");
-      text.backend = use_cuda ? cat("cuda ", opt.dtype, opt.dtype != "fp32" ? "" : opt.tf32 ? " (TF32)" : " (TF32 off)",
-                                    ", CUDA graphs ", opt.cuda_graphs ? "on" : "off")
-                              : cat("cpu fp32, threads per rank ", n_threads);
-      text.transport = transport->name();
-      print_plan(setup, text, all, gpus, rep.hosts());
-    }
+    if (r0)
+      print_plan(setup, plan_text(opt, weights->is_stage_file(), use_cuda, n_threads, transport->name()), all, gpus,
+                 rep.hosts());
     std::vector<StartupFacts> startup;
     for (const RankFacts& f : all) startup.push_back({f.started_us, f.load_us, f.bytes_read});
     const int64_t first_micro_us = wall_now_us();  // rank 0's first microbatch enters the pipeline next
