@@ -64,7 +64,7 @@ class Pipeline::Run {
       const double t_queue = now_s();
       {
         NvtxRange range("queue item");
-        const QueueGuard guard(p_.queue_guard_.get(), job_.item_name(i), p_.transport_.timeout_s());
+        const QueueGuard guard(p_.queue_guard_.get(), job_, i, p_.transport_.timeout_s());
         acquire(i);
         post_recvs_ahead(i);
         compute(i);
@@ -86,9 +86,9 @@ class Pipeline::Run {
   // Arms the watchdog (if any) while one item is queued; disarms it however the scope ends.
   struct QueueGuard {
     Watchdog* w;
-    QueueGuard(Watchdog* watchdog, const std::string& item, double timeout_s) : w(watchdog) {
+    QueueGuard(Watchdog* watchdog, const PipelineJob& job, int64_t i, double timeout_s) : w(watchdog) {
       if (w)
-        w->arm(cat("queueing ", item, " on the GPU"), timeout_s,
+        w->arm(cat("queueing ", job.item_name(i), " on the GPU"), timeout_s,
                "the host was held inside a CUDA call (one that waits for the whole device, behind a transfer "
                "that cannot finish?)");
     }
