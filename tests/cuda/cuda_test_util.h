@@ -107,6 +107,13 @@ void upload(DevBuf<E>& d, const std::vector<E>& h) {
   CUDA_CHECK(cudaDeviceSynchronize());  // a pageable copy may return before its DMA lands
 }
 
+// Device int32 values, as they are.
+inline std::vector<int32_t> int_download(const int32_t* d, size_t n) {
+  std::vector<int32_t> h(n);
+  CUDA_CHECK(cudaMemcpy(h.data(), d, n * sizeof(int32_t), cudaMemcpyDeviceToHost));
+  return h;
+}
+
 // Device values of type T as floats.
 template <typename T>
 std::vector<float> download(const T* d, size_t n) {

@@ -22,11 +22,6 @@ template <typename T>
 class CudaDecode : public CudaTest {};
 TYPED_TEST_SUITE(CudaDecode, ElemTypes, ElemNames);
 
-std::vector<int32_t> int_download(const int32_t* d, size_t n) {
-  std::vector<int32_t> h(n);
-  CUDA_CHECK(cudaMemcpy(h.data(), d, n * sizeof(int32_t), cudaMemcpyDeviceToHost));
-  return h;
-}
 
 // Prefill rows of 3 sequences (from sequence 1 of 5), then a decode step of them, into the caches;
 // then attention of the decode rows over the caches, against cpu::attention_decode.

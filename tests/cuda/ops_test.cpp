@@ -483,9 +483,7 @@ TEST_F(CudaMoe, RouterMatchesCpu) {
     cuda::moe_router(d_w.get(), d_ids.get(), d_logits.get(), bias ? d_b.get() : nullptr, n, E, k, norm, scale,
                      stream_);
     sync();
-    std::vector<int32_t> got_ids(ids.size());
-    CUDA_CHECK(cudaMemcpy(got_ids.data(), d_ids.get(), ids.size() * 4, cudaMemcpyDeviceToHost));
-    EXPECT_EQ(got_ids, ids) << n << " tokens, " << E << " experts, top " << k;
+    EXPECT_EQ(int_download(d_ids.get(), ids.size()), ids) << n << " tokens, " << E << " experts, top " << k;
     EXPECT_TRUE(close(download(d_w.get(), w.size()), w, 1e-7, 1e-6));
   }
   // top_k past the warp's 32 picks is refused, not silently wrong
@@ -512,9 +510,7 @@ TEST_F(CudaMoe, RouterWithNaNLogitsPicksValidExperts) {
     upload(d_logits, logits);
     cuda::moe_router(d_w.get(), d_ids.get(), d_logits.get(), nullptr, n, E, k, true, 1.f, stream_);
     sync();
-    std::vector<int32_t> got(ids.size());
-    CUDA_CHECK(cudaMemcpy(got.data(), d_ids.get(), ids.size() * 4, cudaMemcpyDeviceToHost));
-    EXPECT_EQ(got, ids) << n << " tokens, " << E << " experts, top " << k;
+    EXPECT_EQ(int_download(d_ids.get(), ids.size()), ids) << n << " tokens, " << E << " experts, top " << k;
   }
 }
 
