@@ -135,15 +135,20 @@ __global__ void set_decode_at_kernel(int64_t* at, int64_t first_seq, int64_t ste
   at[1] = step;
 }
 
-// tokens[i] = the chosen top-1, or the first EOS id once sequence first_seq + i has finished.
-__global__ void eos_kernel(int32_t* tokens, const int32_t* top, uint8_t* finished, const int32_t* eos, int n_eos,
+// tokens[i] = the chosen top-1, or, once sequence first_seq + i has ended, the EOS id it produced
+// (ended: one per sequence, -1 until then).
+__global__ void eos_kernel(int32_t* tokens, const int32_t* top, int32_t* ended, const int32_t* eos, int n_eos,
                            int64_t n, int64_t first_seq) {
   const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (i >= n) return;
   int32_t t = top[i];
-  if (n_eos > 0 && finished[first_seq + i]) t = eos[0];
-  for (int e = 0; e < n_eos; ++e)
-    if (t == eos[e]) finished[first_seq + i] = 1;
+  const int32_t e0 = ended[first_seq + i];
+  if (e0 >= 0) {
+    t = e0;
+  } else {
+    for (int e = 0; e < n_eos; ++e)
+      if (t == eos[e]) ended[first_seq + i] = t;
+  }
   tokens[i] = t;
 }
 
@@ -213,10 +218,10 @@ void set_decode_at(int64_t* at, int64_t first_seq, int64_t step, cudaStream_t st
   CUDA_CHECK_LAUNCH("set_decode_at_kernel");
 }
 
-void apply_eos(int32_t* tokens, const int32_t* top, uint8_t* finished, const int32_t* eos, int n_eos, int64_t n,
+void apply_eos(int32_t* tokens, const int32_t* top, int32_t* ended, const int32_t* eos, int n_eos, int64_t n,
                int64_t first_seq, cudaStream_t stream) {
   if (n == 0) return;
-  eos_kernel<<<grid_for(n, 256), 256, 0, stream>>>(tokens, top, finished, eos, n_eos, n, first_seq);
+  eos_kernel<<<grid_for(n, 256), 256, 0, stream>>>(tokens, top, ended, eos, n_eos, n, first_seq);
   CUDA_CHECK_LAUNCH("eos_kernel");
 }
 

@@ -2,7 +2,7 @@
 // temperature -> top-k -> top-p -> a draw whose uniform number comes from a counter-based
 // generator keyed by (seed, sequence, step), so the choice depends on nothing but the logits and
 // those three numbers: not on the ranks, the microbatch or the thread that makes it.
-// A sequence that has produced an end-of-sequence token keeps producing the first EOS id.
+// A sequence that has produced an end-of-sequence token keeps producing that token.
 #pragma once
 
 #include <cstdint>
@@ -25,9 +25,11 @@ struct SamplingParams {
 namespace lfm2::cpu {
 
 // tokens (n_rows); logits (n_rows, vocab) fp32 (read only); row i is sequence seq_ids[i] at
-// generation step `step`. finished (one flag per sequence, indexed by seq_ids) is read and set.
+// generation step `step`. ended (one per sequence, indexed by seq_ids; kNotEnded or the EOS id the
+// sequence produced) is read and set: an ended sequence repeats its own EOS id.
+constexpr int32_t kNotEnded = -1;
 void choose_tokens(int32_t* tokens, const float* logits, int64_t n_rows, int64_t vocab, const int64_t* seq_ids,
-                   int64_t step, const SamplingParams& params, uint8_t* finished, int n_threads = 1);
+                   int64_t step, const SamplingParams& params, int32_t* ended, int n_threads = 1);
 
 // flags[i] = 1 where tokens[i] is an EOS id, else 0: the sequence fed back token i has finished
 // (after its first EOS the last stage repeats one), so its next decode step need not be computed.

@@ -59,20 +59,21 @@ double sampling_uniform(uint64_t seed, int64_t sequence, int64_t step) {
 }
 
 void choose_tokens(int32_t* tokens, const float* logits, int64_t n_rows, int64_t vocab, const int64_t* seq_ids,
-                   int64_t step, const SamplingParams& params, uint8_t* finished, int n_threads) {
+                   int64_t step, const SamplingParams& params, int32_t* ended, int n_threads) {
   parallel_for(n_rows, n_threads, [&](int64_t b, int64_t e, int) {
     for (int64_t i = b; i < e; ++i) {
       const int64_t s = seq_ids[i];
       const float* row = logits + i * vocab;
       int32_t t;
-      if (finished && finished[s]) {
-        t = params.eos.front();
+      if (ended && ended[s] != kNotEnded) {
+        t = ended[s];
       } else if (params.greedy()) {
         argmax(&t, row, 1, vocab);
       } else {
         t = draw(row, vocab, params, sampling_uniform(params.seed, params.first_sequence + s, step));
       }
-      if (finished && std::find(params.eos.begin(), params.eos.end(), t) != params.eos.end()) finished[s] = 1;
+      if (ended && ended[s] == kNotEnded && std::find(params.eos.begin(), params.eos.end(), t) != params.eos.end())
+        ended[s] = t;
       tokens[i] = t;
     }
   }, 1);

@@ -81,7 +81,7 @@ class CpuStage final : public StageExecutor {
     max_len_ = max_len;
     lengths_.assign(lengths, lengths + n_seq);
     sampling_ = sampling;
-    finished_.assign(size_t(n_seq), 0);
+    ended_.assign(size_t(n_seq), cpu::kNotEnded);
   }
 
   void prefill(void* x, int64_t first_seq, int64_t n_seq, int64_t seq_len) override {
@@ -89,7 +89,7 @@ class CpuStage final : public StageExecutor {
     float* h = static_cast<float*>(x);
     for (size_t li = 0; li < w_.layers.size(); ++li)
       layer_forward(li, h, n_seq, seq_len, Ctx{Ctx::kPrefill, first_seq, nullptr});
-    std::fill(finished_.begin() + first_seq, finished_.begin() + first_seq + n_seq, 0);
+    std::fill(ended_.begin() + first_seq, ended_.begin() + first_seq + n_seq, cpu::kNotEnded);
   }
 
   void decode(void* x, int64_t first_seq, int64_t n_seq, int64_t step) override {
@@ -126,7 +126,7 @@ class CpuStage final : public StageExecutor {
     head(x, n_seq, seq_len, last.data(), out);
     std::vector<int64_t> seq(static_cast<size_t>(n_seq));
     for (int64_t i = 0; i < n_seq; ++i) seq[size_t(i)] = first_seq + i;
-    cpu::choose_tokens(tokens, logits.data(), n_seq, cfg_.vocab_size, seq.data(), step, sampling_, finished_.data(),
+    cpu::choose_tokens(tokens, logits.data(), n_seq, cfg_.vocab_size, seq.data(), step, sampling_, ended_.data(),
                        n_threads_);
     if (host) std::copy(tokens, tokens + n_seq, host);
   }
@@ -324,7 +324,7 @@ class CpuStage final : public StageExecutor {
   int64_t max_len_ = 0;
   std::vector<int32_t> lengths_;
   SamplingParams sampling_;
-  std::vector<uint8_t> finished_;  // last stage: per sequence, an end-of-sequence token was chosen
+  std::vector<int32_t> ended_;  // last stage: per sequence, the EOS id it produced (cpu::kNotEnded: none yet)
   // Scratch, grown on demand and reused by every layer.
   std::vector<float> y_, mix_, q_, k_, v_, o_, attn_scratch_, moe_scratch_, head_logits_;
   std::vector<int32_t> picked_, moe_int_scratch_;

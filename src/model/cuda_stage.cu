@@ -308,7 +308,7 @@ class CudaStage final : public CudaStageExecutor {
     for (const DevLayer<T>& d : layers_)
       bytes += d.is_attention ? align_up(n_seq * max_len * kv * int64_t(sizeof(T))) * 2
                               : align_up(n_seq * (L - 1) * H * int64_t(sizeof(float)));
-    return bytes + align_up(n_seq * 4) + align_up(n_seq) + align_up(64 * 4);
+    return bytes + 2 * align_up(n_seq * 4) + align_up(64 * 4);
   }
 
   void alloc_state(int64_t n_seq, int64_t max_len, const int32_t* lengths, const SamplingParams& sampling) override {
@@ -335,14 +335,14 @@ class CudaStage final : public CudaStageExecutor {
       state_.layers.push_back(st);
     }
     state_.lengths = reinterpret_cast<int32_t*>(p);
-    state_.finished = reinterpret_cast<uint8_t*>(p + align_up(n_seq * 4));
-    state_.eos = reinterpret_cast<int32_t*>(p + align_up(n_seq * 4) + align_up(n_seq));
+    state_.ended = reinterpret_cast<int32_t*>(p + align_up(n_seq * 4));
+    state_.eos = reinterpret_cast<int32_t*>(p + 2 * align_up(n_seq * 4));
     CUDA_CHECK(cudaMemcpy(state_.lengths, lengths, size_t(n_seq) * 4, cudaMemcpyHostToDevice));
     if (!sampling.eos.empty())
       CUDA_CHECK(cudaMemcpy(state_.eos, sampling.eos.data(), sampling.eos.size() * 4, cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemset(state_.finished, 0, size_t(n_seq)));
+    CUDA_CHECK(cudaMemset(state_.ended, 0xff, size_t(n_seq) * 4));  // -1: cpu::kNotEnded
     state_.host_lengths.assign(lengths, lengths + n_seq);
-    state_.host_finished.assign(size_t(n_seq), 0);
+    state_.host_ended.assign(size_t(n_seq), cpu::kNotEnded);
     state_.n_seq = n_seq;
     state_.max_len = max_len;
     state_.sampling = sampling;
@@ -357,8 +357,8 @@ class CudaStage final : public CudaStageExecutor {
     CUDA_CHECK(cudaSetDevice(device_));
     layers(static_cast<float*>(x), n_seq, seq_len, Gen{true, first_seq, 0});
     if (range_.is_last) {
-      CUDA_CHECK(cudaMemsetAsync(state_.finished + first_seq, 0, size_t(n_seq), stream_));
-      std::fill(state_.host_finished.begin() + first_seq, state_.host_finished.begin() + first_seq + n_seq, 0);
+      CUDA_CHECK(cudaMemsetAsync(state_.ended + first_seq, 0xff, size_t(n_seq) * 4, stream_));
+      std::fill(state_.host_ended.begin() + first_seq, state_.host_ended.begin() + first_seq + n_seq, cpu::kNotEnded);
     }
   }
 
@@ -411,7 +411,7 @@ class CudaStage final : public CudaStageExecutor {
       cuda::linear_f32out(logits, y_, head_w_, rows, H, V, stream_, tf32_);
       if (greedy) {
         cuda::argmax_margin(head_.top, head_.margin, logits, rows, V, stream_);
-        cuda::apply_eos(tokens + r0, head_.top, state_.finished, state_.eos, int(state_.sampling.eos.size()), rows,
+        cuda::apply_eos(tokens + r0, head_.top, state_.ended, state_.eos, int(state_.sampling.eos.size()), rows,
                         first_seq + r0, stream_);
         if (host) copy_to_host(host + r0, tokens + r0, rows * 4);
       } else {
@@ -424,7 +424,7 @@ class CudaStage final : public CudaStageExecutor {
     for (int64_t i = 0; i < n_seq; ++i) seq[size_t(i)] = first_seq + i;
     std::vector<int32_t> chosen(static_cast<size_t>(n_seq));
     cpu::choose_tokens(chosen.data(), state_.host_logits, n_seq, V, seq.data(), step, state_.sampling,
-                       state_.host_finished.data(), 4);
+                       state_.host_ended.data(), 4);
     if (host) std::copy(chosen.begin(), chosen.end(), host);
     CUDA_CHECK(cudaMemcpy(tokens, chosen.data(), size_t(n_seq) * 4, cudaMemcpyHostToDevice));
   }
@@ -725,11 +725,11 @@ class CudaStage final : public CudaStageExecutor {
     char* base = nullptr;
     std::vector<LayerState> layers;  // per layer of this stage
     int32_t* lengths = nullptr;      // (N) prompt lengths
-    uint8_t* finished = nullptr;     // (N) last stage: an EOS was chosen
+    int32_t* ended = nullptr;        // (N) last stage: the EOS id each produced, -1 before
     int32_t* eos = nullptr;          // the EOS ids
     int64_t n_seq = 0, max_len = 0;
     std::vector<int32_t> host_lengths;
-    std::vector<uint8_t> host_finished;  // sampling: the flags the host keeps
+    std::vector<int32_t> host_ended;     // sampling: the EOS ids the host keeps
     SamplingParams sampling;
     float* host_logits = nullptr;        // sampling: pinned (microbatch, V)
   } state_;

@@ -34,7 +34,7 @@ struct GenerateShape {
 
 struct GenerateResult {
   int64_t n_new = 0;                // K
-  std::vector<int32_t> generated;   // (N, K); after an EOS, the first EOS id repeated
+  std::vector<int32_t> generated;   // (N, K); after an EOS, that EOS id repeated
   std::vector<int32_t> n_generated; // (N) tokens up to and including the first EOS, else K
 };
 

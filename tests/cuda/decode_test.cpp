@@ -116,20 +116,32 @@ TYPED_TEST(CudaDecode, ShortConvStateAndDecode) {
   }
 }
 
+// An ended sequence repeats the EOS id it produced (not the first listed one), as cpu::choose_tokens.
 TEST_F(CudaTest, EndOfSequenceRule) {
-  const std::vector<int32_t> top = {5, 2, 7, 9}, eos = {7, 2};
-  std::vector<uint8_t> finished = {0, 0, 1, 0, 0, 0};  // sequence 2 finished before (first_seq 1: rows 1..4)
-  DevBuf<int32_t> d_top(top.size()), d_eos(eos.size()), d_tokens(top.size());
-  DevBuf<uint8_t> d_fin(finished.size());
+  const std::vector<int32_t> top = {5, 9, 2, 9}, eos = {7, 2};
+  const int64_t n = int64_t(top.size()), vocab = 12, first = 1;
+  // sequence 2 ended before with 2, the second listed id (rows 1..4 are sequences 1..4)
+  std::vector<int32_t> ended = {-1, -1, 2, -1, -1, -1}, want_ended = ended;
+  std::vector<float> logits(size_t(n * vocab), 0.f);
+  std::vector<int64_t> seq;
+  for (int64_t i = 0; i < n; ++i) {
+    logits[size_t(i * vocab + top[size_t(i)])] = 1.f;
+    seq.push_back(first + i);
+  }
+  SamplingParams greedy;
+  greedy.eos = eos;
+  std::vector<int32_t> want(top.size());
+  cpu::choose_tokens(want.data(), logits.data(), n, vocab, seq.data(), 3, greedy, want_ended.data());
+  EXPECT_EQ(want, (std::vector<int32_t>{5, 2, 2, 9}));
+  EXPECT_EQ(want_ended, (std::vector<int32_t>{-1, -1, 2, 2, -1, -1}));  // sequence 3 chose 2: ended with it
+  DevBuf<int32_t> d_top(top.size()), d_eos(eos.size()), d_tokens(top.size()), d_ended(ended.size());
   upload(d_top, top);
   upload(d_eos, eos);
-  upload(d_fin, finished);
-  cuda::apply_eos(d_tokens.get(), d_top.get(), d_fin.get(), d_eos.get(), 2, 4, 1, stream_);
+  upload(d_ended, ended);
+  cuda::apply_eos(d_tokens.get(), d_top.get(), d_ended.get(), d_eos.get(), 2, n, first, stream_);
   sync();
-  EXPECT_EQ(int_download(d_tokens.get(), 4), (std::vector<int32_t>{5, 7, 7, 9}));
-  std::vector<uint8_t> fin(finished.size());
-  CUDA_CHECK(cudaMemcpy(fin.data(), d_fin.get(), fin.size(), cudaMemcpyDeviceToHost));
-  EXPECT_EQ(fin, (std::vector<uint8_t>{0, 0, 1, 1, 0, 0}));  // sequence 3 chose 7, an EOS: finished
+  EXPECT_EQ(int_download(d_tokens.get(), size_t(n)), want);
+  EXPECT_EQ(int_download(d_ended.get(), ended.size()), want_ended);
 }
 
 // The finished flags of fed-back tokens and the pairs they drop, against the CPU twins.

@@ -156,32 +156,59 @@ int extended_match(const std::string& generated, const std::string& scored) {
   return bad ? 1 : 0;
 }
 
-// --eos: every sequence of OUT equals GREEDY up to and including its first `eos`, then repeats it;
-// n_generated counts up to it (K where there is none).
-int eos_check(const std::string& greedy, const std::string& out, int32_t eos) {
+// --eos ids: every sequence of OUT equals GREEDY up to and including its first token among `eos`,
+// then repeats that token (whichever of the ids it was); n_generated counts up to it (K where none).
+int eos_check(const std::string& greedy, const std::string& out, const std::vector<int32_t>& eos) {
   const TokenOutputs g = read_outputs(greedy), o = read_outputs(out);
   const int64_t K = g.n_new;
   int bad = 0, stopped = 0;
   int64_t skipped = 0;
+  std::map<int32_t, int> ended_with;
   for (int64_t s = 0; s < g.n_seq; ++s) {
     int64_t stop = K;
+    int32_t last = -1;
     for (int64_t t = 0; t < K && stop == K; ++t)
-      if (g.generated[size_t(s * K + t)] == eos) stop = t + 1;
+      if (std::find(eos.begin(), eos.end(), g.generated[size_t(s * K + t)]) != eos.end()) {
+        stop = t + 1;
+        last = g.generated[size_t(s * K + t)];
+      }
     bool ok = o.n_generated[size_t(s)] == stop;
     for (int64_t t = 0; t < K; ++t)
-      ok = ok && o.generated[size_t(s * K + t)] == (t < stop ? g.generated[size_t(s * K + t)] : eos);
+      ok = ok && o.generated[size_t(s * K + t)] == (t < stop ? g.generated[size_t(s * K + t)] : last);
     stopped += stop < K ? 1 : 0;
     skipped += K - stop;
+    if (stop < K) ++ended_with[last];
     if (!ok) std::printf("sequence %lld: wrong after its EOS (n_generated %d, expected %lld)\n", (long long)s,
                          o.n_generated[size_t(s)], (long long)stop);
     bad += ok ? 0 : 1;
   }
-  std::printf("eos %d: %d of %lld sequences stopped early, %d wrong\n", eos, stopped, (long long)g.n_seq, bad);
+  for (const auto& [id, count] : ended_with) std::printf("eos %d: %d sequences ended with it\n", id, count);
+  std::printf("%d of %lld sequences stopped early, %d wrong\n", stopped, (long long)g.n_seq, bad);
   // the line the last rank reports for the decode steps that left out the experts
   std::printf("expect: %d of %lld sequences ended at an EOS before %lld tokens; %lld of %lld decode sequence-steps "
               "left out the experts\n",
               stopped, (long long)g.n_seq, (long long)K, (long long)skipped, (long long)(g.n_seq * (K - 1)));
-  return bad || stopped == 0 ? 1 : 0;
+  // every listed id must have ended a sequence early, or the run did not test the rule for it
+  return bad || int(ended_with.size()) != int(eos.size()) ? 1 : 0;
+}
+
+// Two EOS ids for --eos X --eos Y from a greedy run: X is sequence 0's second token; Y another token
+// that some sequence produces before any X with steps left after it, so that it ends with the id
+// listed second. Prints "X Y".
+int eos_pick(const std::string& greedy) {
+  const TokenOutputs g = read_outputs(greedy);
+  const int64_t K = g.n_new;
+  LFM2_CHECK(K >= 3, greedy, ": needs at least 3 new tokens");
+  const int32_t x = g.generated[1];
+  for (int64_t s = 1; s < g.n_seq; ++s)
+    for (int64_t t = 0; t + 1 < K; ++t) {
+      const int32_t y = g.generated[size_t(s * K + t)];
+      if (y == x) break;                                       // this sequence ends with X
+      if (y == g.generated[0] || y == g.generated[1]) continue;  // sequence 0 must end with X
+      std::printf("%d %d\n", x, y);
+      return 0;
+    }
+  LFM2_FAIL(greedy, ": no second EOS id found");
 }
 
 // Row i of a ragged run's outputs equals row 0 of `pattern` with %d = i (the prompt run alone), bit
@@ -284,10 +311,13 @@ int main(int argc, char** argv) {
   tk->add_option("file", a)->required();
   tk->add_option("sequence", n)->required();
   tk->add_option("step", m)->required();
-  auto* ec = app.add_subcommand("eos-check", "an --eos run stops each sequence at its first EOS");
+  std::vector<int32_t> eos;
+  auto* ec = app.add_subcommand("eos-check", "an --eos run stops each sequence at its first EOS and repeats it");
   ec->add_option("greedy", a)->required();
   ec->add_option("out", b)->required();
-  ec->add_option("eos", n)->required();
+  ec->add_option("eos", eos)->required()->expected(1, 64);
+  auto* ep = app.add_subcommand("eos-pick", "two EOS ids that end different sequences of a greedy run");
+  ep->add_option("greedy", a)->required();
   auto* rm = app.add_subcommand("rows-match", "a ragged run's rows equal each prompt run alone");
   rm->add_option("ragged", a)->required();
   rm->add_option("pattern", b)->required();
@@ -309,7 +339,8 @@ int main(int argc, char** argv) {
       const TokenOutputs g = read_outputs(a);
       std::printf("%d\n", g.generated.at(size_t(n * g.n_new + m)));
     }
-    if (*ec) return eos_check(a, b, int32_t(n));
+    if (*ec) return eos_check(a, b, eos);
+    if (*ep) return eos_pick(a);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rank_test_files: error: %s\n", e.what());
     return 1;

@@ -189,9 +189,10 @@ template <typename T>
 void short_conv_decode(T* out, const T* bcx, const float* conv_w, float* state, int64_t n, int64_t hidden, int64_t L,
                        const int32_t* lengths, int64_t first_seq, int64_t step, cudaStream_t stream,
                        const int64_t* at = nullptr);
-// apply_eos (cpu::choose_tokens' end-of-sequence rule): tokens[i] = top[i], or eos[0] once sequence
-// first_seq + i has finished; finished (one flag per sequence) set when a token is an EOS id.
-void apply_eos(int32_t* tokens, const int32_t* top, uint8_t* finished, const int32_t* eos, int n_eos, int64_t n,
+// apply_eos (cpu::choose_tokens' end-of-sequence rule): tokens[i] = top[i], or, once sequence
+// first_seq + i has ended, the EOS id it produced; ended (one per sequence, -1 = cpu::kNotEnded until
+// then) set to the token when a token is an EOS id.
+void apply_eos(int32_t* tokens, const int32_t* top, int32_t* ended, const int32_t* eos, int n_eos, int64_t n,
                int64_t first_seq, cudaStream_t stream);
 // finished_flags (cpu::finished_flags): flags[i] = 1 where tokens[i] is one of the n_eos EOS ids, else 0.
 void finished_flags(float* flags, const int32_t* tokens, const int32_t* eos, int n_eos, int64_t n,
