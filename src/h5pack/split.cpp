@@ -10,7 +10,7 @@
 #include "common/output_guard.h"
 #include "common/xxhash64.h"
 #include "io/weight_file.h"
-#include "rank/stage_plan.h"
+#include "plan/layer_partition.h"
 
 namespace lfm2 {
 

@@ -18,12 +18,12 @@
 #include "common/parallel.h"
 #include "common/pending_file.h"
 #include "io/h5_util.h"
-#include "rank/fatal.h"
-#include "rank/fault_hook.h"
+#include "rank/mpi/fatal.h"
+#include "rank/mpi/fault_hook.h"
+#include "rank/mpi/replica_comms.h"
+#include "rank/mpi/watchdog.h"
+#include "rank/mpi/world.h"
 #include "rank/options.h"
-#include "rank/replica_world.h"
-#include "rank/watchdog.h"
-#include "rank/world.h"
 
 namespace {
 

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "rank/world.h"
+#include "rank/mpi/world.h"
 
 namespace lfm2 {
 

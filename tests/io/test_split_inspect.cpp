@@ -9,7 +9,7 @@
 #include "h5pack/synth.h"
 #include "io/weight_file.h"
 #include "io_test_util.h"
-#include "rank/stage_plan.h"
+#include "plan/layer_partition.h"
 
 namespace lfm2 {
 namespace {

@@ -1,7 +1,7 @@
 // gpu_count: prints how many GPUs this process sees (0 without a driver); gpu_run.sh skips on it.
 #include <cstdio>
 
-#include "rank/cuda_rank.h"
+#include "rank/transport/nccl_transport.h"
 
 int main() {
   std::printf("%d\n", lfm2::visible_gpu_count());

@@ -1,0 +1,66 @@
+// The jobs of lfm2-rank over one start-up (run.cpp): scoring (the next token of every prompt) and
+// generation (--max-new-tokens). Start-up builds everything a job needs and agrees on it across
+// ranks (RankSetup); a job then runs the pipeline, reports, validates and writes its output, and
+// says how it ended. Nothing here depends on the backend.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/dtype.h"
+#include "io/model_config.h"
+#include "io/token_files.h"
+#include "model/stage_executor.h"
+#include "plan/layer_partition.h"
+#include "plan/replica_work.h"
+#include "rank/engine/pipeline.h"
+#include "rank/jobs/generate_job.h"
+#include "rank/jobs/score_job.h"
+#include "rank/mpi/world.h"
+#include "rank/options.h"
+
+namespace lfm2 {
+
+// What start-up leaves for a job. The job runs on this rank's replica (pipe, its block of work)
+// and reports, validates and writes for the whole job (world, every replica's work).
+struct RankSetup {
+  WorldConfig world;  // the job (MPI_COMM_WORLD)
+  WorldConfig pipe;   // this rank's pipeline: stage pipe.rank of its replica
+  ReplicaLayout layout;
+  std::vector<ReplicaWork> work;  // per replica
+  RankOptions opt;
+  ModelConfig cfg;
+  std::vector<StagePlan> plans;
+  int64_t n_seq = 0, seq_len = 0;  // the whole inputs (N, S)
+  int64_t microbatch = 1;          // this replica's
+  DType dtype = DType::F32;
+  bool use_cuda = false;
+  TokenInputs inputs;    // a replica's first stage: its block
+  TokenAnswers answers;  // the job's last rank, with --answers: all of them
+  Pipeline* pipeline = nullptr;
+
+  const ReplicaWork& mine() const { return work[size_t(pipe.replica)]; }
+  std::vector<SeqBlock> blocks() const;
+};
+
+// How a job ended: its exit code, the last rank's report lines (rank 0 prints them) and rank 0's
+// closing line.
+struct JobOutcome {
+  int code = 0;
+  std::vector<std::string> lines;
+  std::string done;
+};
+
+JobOutcome run_scoring(RankSetup& s, ScoreJob& job);
+JobOutcome run_generation(RankSetup& s, GenerateJob& job);
+
+// The output file's run metadata common to both jobs.
+nlohmann::json run_metadata(const RankSetup& s);
+
+// Writes --output (the last rank). A write that fails (a full disk) is this rank's error alone:
+// it is logged and the job ends together with exit 1 (`out.code`); no half-written file is left.
+void write_job_outputs(const std::string& path, const TokenOutputs& o, const nlohmann::json& meta, JobOutcome& out);
+
+}  // namespace lfm2

@@ -1,0 +1,153 @@
+// Scoring: one pass of the pipeline (or a benchmark of it), validation against answers, the output.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "rank/jobs/job_setup.h"
+#include "rank/mpi/fatal.h"
+#include "rank/mpi/fault_hook.h"
+#include "rank/report/benchmark_summary.h"
+#include "rank/report/replica_lines.h"
+#include "rank/report/result_gather.h"
+#include "rank/report/run_report.h"
+#include "rank/report/validate.h"
+
+namespace lfm2 {
+namespace {
+
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+// ", smallest top-1 margin 0.012 (sequence 17)": how close the closest call of the run was.
+std::string smallest_margin(const std::vector<float>& margin) {
+  if (margin.empty()) return "";
+  size_t at = 0;
+  for (size_t i = 1; i < margin.size(); ++i)
+    if (margin[i] < margin[at] || margin[at] != margin[at]) at = i;
+  return cat("; smallest top-1 margin ", margin[at], " (sequence ", at, ")");
+}
+
+// Every replica's results, in input order, on the job's last rank (replica_results.h).
+PipelineResult gather_scores(const RankSetup& s, const ScoreJob& job) {
+  PipelineResult mine;
+  if (s.pipe.is_last()) job.take_results(&mine);
+  if (s.layout.n_replicas == 1) return mine;
+  const PipelineShape& sh = job.shape();
+  PipelineResult all;
+  ResultGather g(s.world, s.layout, s.blocks());
+  g.add(mine.next_token, 1, &all.next_token);
+  g.add(mine.margin, 1, &all.margin);
+  if (sh.logits) g.add(mine.logits, sh.vocab, &all.logits);
+  if (sh.all_logits) g.add(mine.all_logits, sh.seq_len * sh.vocab, &all.all_logits);
+  g.run(s.opt.timeout_s);
+  return all;
+}
+
+}  // namespace
+
+std::vector<SeqBlock> RankSetup::blocks() const {
+  std::vector<SeqBlock> b;
+  for (const ReplicaWork& w : work) b.push_back(w.seqs);
+  return b;
+}
+
+void write_job_outputs(const std::string& path, const TokenOutputs& o, const nlohmann::json& meta, JobOutcome& out) {
+  try {
+    write_outputs(path, o, meta);
+    out.lines.push_back("wrote " + path);
+  } catch (const std::exception& e) {
+    log_error(e.what());
+    out.code = std::max(out.code, kExitError);
+  }
+}
+
+nlohmann::json run_metadata(const RankSetup& s) {
+  int64_t n_micro = 0;
+  std::string per_replica;
+  for (const ReplicaWork& w : s.work) {
+    n_micro += w.n_micro();
+    per_replica += (per_replica.empty() ? "" : ",") + std::to_string(w.seqs.size());
+  }
+  return {{"format", "lfm2-rank-outputs"},
+          {"model", s.opt.model},
+          {"inputs", s.opt.inputs},
+          {"n_ranks", s.world.size},
+          {"replicas", s.layout.n_replicas},
+          {"stages", s.layout.n_stages},
+          {"replica_sequences", per_replica},
+          {"microbatch", s.microbatch},
+          {"n_microbatches", n_micro},
+          {"layers", layer_counts(s.plans)},
+          {"dtype", dtype_name(s.dtype)},
+          {"tf32", s.use_cuda && s.opt.tf32},
+          {"device", s.use_cuda ? "cuda" : "cpu"},
+          {"created", utc_now()}};
+}
+
+JobOutcome run_scoring(RankSetup& s, ScoreJob& job) {
+  const WorldConfig& world = s.world;
+  const RankOptions& opt = s.opt;
+  const int64_t N = s.n_seq, S = s.seq_len, M = job.shape().n_micro();
+  if (s.pipe.is_first()) job.set_ids(s.inputs.ids.data());
+  const double t0 = now_s();
+  std::vector<std::string> bench_lines;
+  if (opt.benchmark) {
+    const BenchmarkSummary b =
+        run_benchmark(world, s.layout, s.work, *s.pipeline, job, s.plans, opt.warmup, opt.repeat, opt.timeout_s);
+    if (world.is_first()) bench_lines = b.report();
+  } else {
+    // A traced run starts together on every rank, so that the ranks' timelines line up.
+    if (!opt.trace.empty()) barrier(world, opt.timeout_s, "the trace's start");
+    const StageTiming t = s.pipeline->run(job);
+    const auto timing = gather_timing(world, s.layout, t, opt.timeout_s);
+    if (world.is_first()) bench_lines = replica_pipeline_report(timing, s.layout, s.work, s.plans, 1);
+  }
+  const double run_s = now_s() - t0;
+  for (const auto& l : bench_lines) log_info(l);
+  if (!opt.trace.empty())
+    deliver_trace(world, *s.pipeline, s.plans, opt.trace,
+                  {{"job", "scoring"}, {"microbatch", s.microbatch}, {"microbatches", M}, {"sequences", N},
+                   {"seq_len", S}, {"dtype", opt.dtype}},
+                  opt.timeout_s);
+
+  fault_point(world.rank, "output");
+  const PipelineResult result = gather_scores(s, job);
+  JobOutcome out;
+  if (world.is_last()) {
+    std::string head = "results: next_token =";
+    for (int64_t i = 0; i < std::min<int64_t>(N, 8); ++i) head += cat(" ", result.next_token[size_t(i)]);
+    out.lines.push_back(head + (N > 8 ? " ..." : "") + smallest_margin(result.margin));
+    nlohmann::json meta = run_metadata(s);
+    meta["all_logits"] = opt.all_logits;
+    if (!opt.answers.empty()) {
+      // TF32 keeps fp16's 10 mantissa bits, so a --tf32 run is held to fp16's tolerance.
+      const DType vt = s.dtype == DType::F32 && s.use_cuda && opt.tf32 ? DType::F16 : s.dtype;
+      const ValidationResult v =
+          validate_outputs(result.next_token, result.logits, s.cfg.vocab_size, s.answers, tolerance_for(vt));
+      for (const auto& l : v.report(vt)) out.lines.push_back(l);
+      for (const auto& l : replica_score_lines(s.layout, s.work, result.next_token, result.logits, s.cfg.vocab_size,
+                                               s.answers, tolerance_for(vt)))
+        out.lines.push_back(l);
+      meta["validation"] = v.passed ? "PASS" : "FAIL";
+      meta["top1_agree"] = v.agree;
+      meta["max_abs_dlogit"] = v.max_abs_dlogit;
+      meta["mean_abs_dlogit"] = v.mean_abs_dlogit;
+      out.code = v.passed ? kExitOk : kExitValidationFailed;
+    }
+    if (!opt.output.empty()) {
+      const TokenOutputs o{N, S, s.cfg.vocab_size, result.next_token, result.logits, result.margin, result.all_logits,
+                           0, {}, {}};
+      write_job_outputs(opt.output, o, meta, out);
+    }
+  }
+  if (!opt.benchmark) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "done: %lld sequences x %lld tokens in %.3f s (%.1f samples/s)", (long long)N,
+                  (long long)S, run_s, double(N) / run_s);
+    out.done = buf;
+  }
+  return out;
+}
+
+}  // namespace lfm2

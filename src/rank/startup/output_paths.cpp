@@ -1,0 +1,59 @@
+#include "rank/startup/output_paths.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <vector>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "common/output_guard.h"
+#include "common/pending_file.h"
+
+namespace lfm2 {
+namespace {
+
+// Creates and removes the file's temporary name: proves the directory takes a new file now, where
+// access(2) would say yes to root on a read-only or virtual filesystem.
+void check_creatable(const std::string& what, const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  LFM2_CHECK(!fs::is_directory(path, ec), what, " ", path, ": is a directory");
+  const std::string dir = fs::absolute(path).parent_path().string();
+  LFM2_CHECK(fs::is_directory(dir, ec), what, " ", path, ": cannot write into ", dir, ": no such directory");
+  const std::string probe = pending_tmp_path(path);
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
+  LFM2_CHECK(fd >= 0, what, " ", path, ": cannot write into ", dir, ": ", std::strerror(errno));
+  ::close(fd);
+  ::unlink(probe.c_str());
+}
+
+}  // namespace
+
+void check_run_outputs(const RankOptions& opt, const WorldConfig& world, int n_stages,
+                       const std::function<std::string(int)>& weight_path) {
+  std::vector<NamedPath> inputs;
+  const bool per_stage = weight_path(0) != weight_path(n_stages - 1);
+  const std::string of = n_stages == world.size ? "--model file of rank " : "--model file of stage ";
+  for (int s = 0; s < (per_stage ? n_stages : 1); ++s)
+    inputs.push_back({per_stage ? of + std::to_string(s) : "--model file", weight_path(s)});
+  inputs.push_back({"--inputs file", opt.inputs});
+  inputs.push_back({"--answers file", opt.answers});
+  std::vector<NamedPath> outputs;
+  if (world.is_first() && !opt.trace.empty()) outputs.push_back({"--trace", opt.trace});
+  if (world.is_last() && !opt.output.empty()) outputs.push_back({"--output", opt.output});
+  for (const NamedPath& out : outputs) {
+    check_output_is_no_input(out, inputs);
+    const bool trace = out.what == "--trace";
+    LFM2_CHECK(!same_file(opt.trace, opt.output), out.what, " ", out.path, ": is also the ",
+               trace ? "--output" : "--trace", " file; give them two paths");
+    check_creatable(out.what, out.path);
+    const std::string note = replacing_note(out.path);
+    if (!note.empty()) log_info(out.what + ": " + note);
+  }
+}
+
+}  // namespace lfm2
