@@ -1,4 +1,4 @@
-// The GPU cost model of the layer partition (stage_plan.h, CostModel::kGpu): a layer's time is
+// The GPU cost model of the layer partition (layer_partition.h, CostModel::kGpu): a layer's time is
 // estimated from its parts' FLOPs at the rates the CUDA backend reaches for each kind of work, as
 // measured with cuda_bench_stage / cuda_bench_kernels (bf16, 4096-token microbatches; figures and
 // commands in docs/results.md). A FLOP count alone would say that a dense SwiGLU layer and a top-4
@@ -7,7 +7,7 @@
 // ratios between the rates matter for the split.
 #include <algorithm>
 
-#include "plan/layer_partition.h"
+#include "plan/gpu_costs.h"
 
 namespace lfm2 {
 namespace {

@@ -31,7 +31,7 @@ std::vector<int> partition_layers(const std::vector<double>& layer_costs, int n_
 std::vector<int> parse_layer_counts(const std::string& text, int n_layers, int n_ranks);
 
 // How a layer's cost is estimated: by its FLOPs (the CPU, where every FLOP costs about the same),
-// or by the time its parts take on a GPU at measured rates (gpu_costs.cpp: a grouped expert GEMM
+// or by the time its parts take on a GPU at measured rates (gpu_costs.h: a grouped expert GEMM
 // runs far below a dense one, attention's core grows with the sequence length).
 enum class CostModel { kFlops, kGpu };
 
@@ -39,17 +39,6 @@ enum class CostModel { kFlops, kGpu };
 // head's extra cost per token on the last stage (last position only unless all_positions).
 std::vector<double> layer_costs(const ModelConfig& cfg, int64_t seq_len, CostModel model = CostModel::kFlops);
 double head_cost(const ModelConfig& cfg, int64_t seq_len, bool all_positions, CostModel model = CostModel::kFlops);
-// The GPU model's estimate of one layer / the head, in seconds per token (gpu_costs.cpp).
-double gpu_layer_seconds_per_token(const ModelConfig& cfg, int il, int64_t seq_len);
-double gpu_head_seconds_per_token(const ModelConfig& cfg, int64_t seq_len, bool all_positions);
-
-// The default sequences per microbatch. CPU: about 4 microbatches per rank. GPU: the size that
-// minimises the estimated run time (M + P - 1) x (tokens per microbatch / relative GEMM efficiency
-// at that many tokens): small microbatches shrink the fill-and-drain bubble, large ones keep the
-// expert GEMMs efficient (gpu_costs.cpp holds the efficiency curve). At most 16384 tokens each.
-int64_t default_microbatch(int64_t n_seq, int64_t seq_len, int n_ranks, bool gpu);
-// The GPU's relative throughput at `tokens` tokens per microbatch (1 at 16384 and above).
-double gpu_microbatch_efficiency(int64_t tokens);
 
 // The plan of every rank from per-rank layer counts.
 std::vector<StagePlan> make_stage_plans(const std::vector<int>& counts);

@@ -39,6 +39,7 @@
 #include "rank/jobs/job_setup.h"
 #include "rank/mpi/fatal.h"
 #include "rank/mpi/fault_hook.h"
+#include "rank/mpi/poll.h"
 #include "rank/mpi/replica_comms.h"
 #include "rank/options.h"
 #include "rank/report/replica_lines.h"
@@ -49,6 +50,8 @@
 #include "rank/startup/same_model.h"
 #include "rank/transport/transport.h"
 #ifdef LFM2_HAVE_CUDA
+#include "rank/engine/cuda_busy_timer.h"
+#include "rank/startup/gpu_info.h"
 #include "rank/transport/nccl_transport.h"
 #endif
 
@@ -503,7 +506,7 @@ int run_rank(const Replicas& rep, RankOptions opt) {
       if (cuda_exec) {
         busy_timer = make_cuda_busy_timer(*cuda_exec);
         pipeline->set_busy_timer(busy_timer.get());
-        nccl->set_timeline(busy_timer.get());
+        nccl->set_timeline([t = busy_timer.get()] { return t->origin(); });
         const GpuInfo g = gpu_info(cuda_exec->device());  // free memory after every allocation
         facts.gpu = g.device;
         facts.gpu_weight_bytes = exec->weight_bytes();

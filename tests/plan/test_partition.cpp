@@ -8,7 +8,9 @@
 
 #include "common/error.h"
 #include "h5pack/presets.h"
+#include "plan/gpu_costs.h"
 #include "plan/layer_partition.h"
+#include "plan/microbatch.h"
 
 namespace lfm2 {
 namespace {

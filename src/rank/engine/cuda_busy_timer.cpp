@@ -1,4 +1,4 @@
-// Busy time and compute spans of a CUDA stage from CUDA events on its compute stream (cuda_rank.h).
+// Busy time and compute spans of a CUDA stage from CUDA events on its compute stream (cuda_busy_timer.h).
 //
 // The pipeline queues GPU work without waiting for it, so host clocks around a call measure the
 // launch, not the work. An event pair per step measures the work itself: the start event completes
@@ -10,7 +10,7 @@
 #include <cuda_runtime_api.h>
 
 #include "common/cuda_check.h"
-#include "rank/transport/nccl_transport.h"
+#include "rank/engine/cuda_busy_timer.h"
 
 namespace lfm2 {
 namespace {

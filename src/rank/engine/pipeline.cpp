@@ -10,6 +10,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "rank/engine/nvtx_range.h"
 
 namespace lfm2 {
 namespace {

@@ -28,10 +28,10 @@
 #include <vector>
 
 #include "model/stage_executor.h"
-#include "plan/layer_partition.h"
+#include "rank/engine/busy_timer.h"
 #include "rank/mpi/watchdog.h"
 #include "rank/mpi/world.h"
-#include "rank/report/trace_file.h"
+#include "rank/transport/trace_span.h"
 #include "rank/transport/transport.h"
 
 namespace lfm2 {
@@ -79,19 +79,6 @@ class PipelineJob {
     (void)item;
     return 0;
   }
-};
-
-// Busy time of an executor whose work is asynchronous: begin()/end() bracket one step's queued work;
-// busy_s() (after the run) waits for it and returns the sum since reset(); spans() then gives each
-// step's span in seconds from reset().
-class BusyTimer {
- public:
-  virtual ~BusyTimer() = default;
-  virtual void reset() = 0;
-  virtual void begin(const char* what, int64_t micro) = 0;
-  virtual void end() = 0;
-  virtual double busy_s() = 0;
-  virtual std::vector<TraceSpan> spans() = 0;
 };
 
 struct StageTiming {

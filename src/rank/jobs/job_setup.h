@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,7 @@
 #include "rank/engine/pipeline.h"
 #include "rank/jobs/generate_job.h"
 #include "rank/jobs/score_job.h"
+#include "rank/mpi/replica_layout.h"
 #include "rank/mpi/world.h"
 #include "rank/options.h"
 

@@ -5,13 +5,14 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "rank/jobs/benchmarks.h"
 #include "rank/jobs/job_setup.h"
 #include "rank/mpi/fatal.h"
 #include "rank/mpi/fault_hook.h"
-#include "rank/report/benchmark_summary.h"
 #include "rank/report/replica_lines.h"
 #include "rank/report/result_gather.h"
 #include "rank/report/run_report.h"
+#include "rank/report/trace_file.h"
 #include "rank/report/validate.h"
 
 namespace lfm2 {
@@ -46,45 +47,6 @@ PipelineResult gather_scores(const RankSetup& s, const ScoreJob& job) {
 
 }  // namespace
 
-std::vector<SeqBlock> RankSetup::blocks() const {
-  std::vector<SeqBlock> b;
-  for (const ReplicaWork& w : work) b.push_back(w.seqs);
-  return b;
-}
-
-void write_job_outputs(const std::string& path, const TokenOutputs& o, const nlohmann::json& meta, JobOutcome& out) {
-  try {
-    write_outputs(path, o, meta);
-    out.lines.push_back("wrote " + path);
-  } catch (const std::exception& e) {
-    log_error(e.what());
-    out.code = std::max(out.code, kExitError);
-  }
-}
-
-nlohmann::json run_metadata(const RankSetup& s) {
-  int64_t n_micro = 0;
-  std::string per_replica;
-  for (const ReplicaWork& w : s.work) {
-    n_micro += w.n_micro();
-    per_replica += (per_replica.empty() ? "" : ",") + std::to_string(w.seqs.size());
-  }
-  return {{"format", "lfm2-rank-outputs"},
-          {"model", s.opt.model},
-          {"inputs", s.opt.inputs},
-          {"n_ranks", s.world.size},
-          {"replicas", s.layout.n_replicas},
-          {"stages", s.layout.n_stages},
-          {"replica_sequences", per_replica},
-          {"microbatch", s.microbatch},
-          {"n_microbatches", n_micro},
-          {"layers", layer_counts(s.plans)},
-          {"dtype", dtype_name(s.dtype)},
-          {"tf32", s.use_cuda && s.opt.tf32},
-          {"device", s.use_cuda ? "cuda" : "cpu"},
-          {"created", utc_now()}};
-}
-
 JobOutcome run_scoring(RankSetup& s, ScoreJob& job) {
   const WorldConfig& world = s.world;
   const RankOptions& opt = s.opt;
@@ -93,8 +55,7 @@ JobOutcome run_scoring(RankSetup& s, ScoreJob& job) {
   const double t0 = now_s();
   std::vector<std::string> bench_lines;
   if (opt.benchmark) {
-    const BenchmarkSummary b =
-        run_benchmark(world, s.layout, s.work, *s.pipeline, job, s.plans, opt.warmup, opt.repeat, opt.timeout_s);
+    const BenchmarkSummary b = benchmark_scoring(s, job);
     if (world.is_first()) bench_lines = b.report();
   } else {
     // A traced run starts together on every rank, so that the ranks' timelines line up.

@@ -9,7 +9,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
-#include "rank/transport/transport.h"
+#include "rank/mpi/poll.h"
 
 namespace lfm2 {
 namespace {

@@ -1,12 +1,18 @@
-// poll_until(): the one polling loop behind every wait with a deadline (included by transport.h).
+// Waits with a deadline: poll_until(), the one polling loop behind every wait for another rank (the
+// transports, the collectives), and wait_mpi_request() for a non-blocking MPI collective.
 #pragma once
+
+#include <mpi.h>
 
 #include <algorithm>
 #include <chrono>
+#include <string>
 #include <thread>
 
 namespace lfm2 {
 
+// Polls `done()` with a short spin and then sleeps growing to 1 ms, until it returns true or
+// `timeout_s` passes (then returns false).
 template <typename Done>
 bool poll_until(Done&& done, double timeout_s) {
   using clock = std::chrono::steady_clock;
@@ -22,5 +28,8 @@ bool poll_until(Done&& done, double timeout_s) {
   }
   return true;
 }
+
+// Waits for a non-blocking MPI collective (MPI_Iallreduce, ...) with a deadline; throws on timeout.
+void wait_mpi_request(MPI_Request* req, double timeout_s, const std::string& what);
 
 }  // namespace lfm2

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "plan/replica_work.h"
+#include "rank/mpi/replica_layout.h"
 #include "rank/mpi/world.h"
 
 namespace lfm2 {

@@ -16,7 +16,6 @@
 #include <string>
 #include <vector>
 
-#include "plan/layer_partition.h"
 
 namespace lfm2 {
 

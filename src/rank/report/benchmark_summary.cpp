@@ -1,21 +1,11 @@
 #include "rank/report/benchmark_summary.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 
 #include "common/error.h"
-#include "common/log.h"
-#include "rank/transport/transport.h"
 
 namespace lfm2 {
-namespace {
-
-double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
-
-
-}  // namespace
-
 double BenchmarkSummary::measured_bubble() const {
   double sum = 0;
   for (double b : busy_s) sum += b;
@@ -77,52 +67,6 @@ std::vector<std::string> BenchmarkSummary::report() const {
                 100.0 * busy_spread(), busy_fraction());
   lines.push_back(buf);
   return lines;
-}
-
-BenchmarkSummary run_benchmark(const WorldConfig& world, const ReplicaLayout& layout,
-                               const std::vector<ReplicaWork>& work, Pipeline& pipeline, ScoreJob& job,
-                               const std::vector<StagePlan>& plans, int warmup, int repeat, double timeout_s) {
-  LFM2_CHECK(repeat >= 1, "--repeat must be at least 1");
-  BenchmarkSummary s;
-  s.n_ranks = world.size;
-  s.layout = layout;
-  s.work = work;
-  s.n_seq = work.back().seqs.end;
-  s.seq_len = job.shape().seq_len;
-  for (const ReplicaWork& w : work) s.seq_len = std::max(s.seq_len, w.width);
-  const auto fewest = std::min_element(work.begin(), work.end(), [](const ReplicaWork& a, const ReplicaWork& b) {
-    return a.n_micro() < b.n_micro();
-  });
-  s.n_micro = fewest->n_micro();
-  s.microbatch = fewest->microbatch;
-  s.repeat = repeat;
-  s.plans = plans;
-  for (int i = 0; i < warmup; ++i) {
-    if (world.is_first()) log_info(cat("benchmark: warm-up ", i + 1, "/", warmup));
-    barrier(world, timeout_s, "the benchmark barrier");
-    pipeline.run(job);
-  }
-  double busy = 0, wall_sum = 0, wall_min = 1e300;
-  for (int i = 0; i < repeat; ++i) {
-    barrier(world, timeout_s, "the benchmark barrier");
-    const double t0 = now_s();
-    busy += pipeline.run(job).busy_s;
-    barrier(world, timeout_s, "the benchmark barrier");
-    const double wall = now_s() - t0;
-    wall_sum += wall;
-    wall_min = std::min(wall_min, wall);
-    if (world.is_first()) log_info(cat("benchmark: repetition ", i + 1, "/", repeat, ": ", wall, " s"));
-  }
-  // Rank 0's wall time spans both barriers, so it covers every rank's work.
-  s.wall_mean_s = wall_sum / repeat;
-  s.wall_min_s = wall_min;
-  double mine = busy / repeat;
-  s.busy_s.assign(size_t(world.size), 0.0);
-  MPI_Request req;
-  MPI_CHECK(MPI_Igather(&mine, 1, MPI_DOUBLE, s.busy_s.data(), 1, MPI_DOUBLE, 0, world.comm, &req),
-            "gathering stage times");
-  wait_mpi_request(&req, timeout_s, "gathering stage times");
-  return s;
 }
 
 }  // namespace lfm2

@@ -1,4 +1,4 @@
-// Benchmark mode: warm-up, timed repetitions of the whole pipeline, throughput and the bubble.
+// Benchmark mode's summary of scoring (the runs: jobs/benchmarks.h): throughput and the bubble.
 //
 // Each repetition starts at a barrier of the whole job and ends when every rank of every replica is
 // done (a second barrier). Each stage's busy time (inside embed / forward / head) is gathered to
@@ -14,7 +14,7 @@
 #include "plan/layer_partition.h"
 #include "plan/replica_work.h"
 #include "rank/engine/pipeline.h"
-#include "rank/jobs/score_job.h"
+#include "rank/mpi/replica_layout.h"
 
 namespace lfm2 {
 
@@ -37,12 +37,5 @@ struct BenchmarkSummary {
   double busy_fraction() const;  // sum busy / (P * wall) = 1 - measured_bubble()
   std::vector<std::string> report() const;  // the lines rank 0 prints
 };
-
-// Runs `warmup` untimed and `repeat` timed repetitions of `job` (this rank's replica's) on every
-// rank of the job (`world`); the summary is complete on rank 0. The job holds the last repetition's
-// results.
-BenchmarkSummary run_benchmark(const WorldConfig& world, const ReplicaLayout& layout,
-                               const std::vector<ReplicaWork>& work, Pipeline& pipeline, ScoreJob& job,
-                               const std::vector<StagePlan>& plans, int warmup, int repeat, double timeout_s);
 
 }  // namespace lfm2

@@ -11,6 +11,7 @@
 #include "plan/layer_partition.h"
 #include "plan/replica_work.h"
 #include "rank/engine/pipeline.h"
+#include "rank/mpi/replica_layout.h"
 #include "rank/report/validate.h"
 
 namespace lfm2 {

@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "common/error.h"
-#include "rank/transport/transport.h"
+#include "rank/mpi/poll.h"
 
 namespace lfm2 {
 namespace {

@@ -3,12 +3,12 @@
 #include <algorithm>
 #include <cstdio>
 #include <ctime>
+#include <nlohmann/json.hpp>
 
 #include "common/error.h"
 #include "common/log.h"
 #include "rank/mpi/fatal.h"
-#include "rank/report/trace_file.h"
-#include "rank/transport/transport.h"
+#include "rank/mpi/poll.h"
 
 namespace lfm2 {
 namespace {
@@ -130,27 +130,6 @@ std::vector<StageTiming> gather_timing(const WorldConfig& world, const ReplicaLa
   }
   LFM2_GROUP_TIMEOUT("timed out after ", timeout_s, " s gathering stage times: nothing from ",
                      rank_names(world, missing, layout), " (did a rank stop, or lose its link? see --timeout)");
-}
-
-// Every rank's trace events to rank 0, which writes the file (whole or not at all).
-void deliver_trace(const WorldConfig& world, const Pipeline& pipeline, const std::vector<StagePlan>& plans,
-                   const std::string& path, const nlohmann::json& meta, double timeout_s) {
-  const WorldConfig& pipe = pipeline.world();  // this rank's stage of its replica
-  const StagePlan& p = plans[size_t(pipe.rank)];
-  const std::string label = cat("rank ", world.rank,
-                                pipe.n_replicas > 1 ? cat(" (replica ", pipe.replica, " stage ", pipe.rank, ")") : "",
-                                ": layers ", p.layer_begin, "-", p.layer_end - 1,
-                                world.size > 1 ? cat(" on ", world.host) : std::string());
-  const std::vector<std::string> all = gather_strings(world, trace_events_json(world.rank, label, pipeline.trace()),
-                                                      timeout_s, "gathering the trace");
-  if (!world.is_first()) return;
-  nlohmann::json m = meta;
-  m["tool"] = "lfm2-rank";
-  m["ranks"] = world.size;
-  m["created"] = utc_now();
-  write_trace_file(path, all, m.dump());
-  log_info(cat("trace: wrote ", path, " (", pipeline.trace().size(), " spans on rank 0; open it in Perfetto or ",
-               "draw it with tools/trace_gantt.py)"));
 }
 
 std::string layer_counts(const std::vector<StagePlan>& plans) {

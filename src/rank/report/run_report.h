@@ -1,14 +1,14 @@
 // The run report of lfm2-rank's jobs: lines from the last rank to rank 0, each stage's busy time and
-// the bubble, the trace file, and small formatting helpers shared by the jobs.
+// the bubble, and small formatting helpers shared by the reports.
 #pragma once
 
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "plan/layer_partition.h"
 #include "plan/replica_work.h"
 #include "rank/engine/pipeline.h"
+#include "rank/mpi/replica_layout.h"
 #include "rank/mpi/world.h"
 
 namespace lfm2 {
@@ -25,12 +25,6 @@ std::vector<StageTiming> gather_timing(const WorldConfig& world, const ReplicaLa
 // "pipeline: busy per stage ...; spread", "pipeline: wall ...; bubble ... measured, GPipe ..."
 std::vector<std::string> pipeline_report(const std::vector<StageTiming>& timing, const std::vector<StagePlan>& plans,
                                          int64_t n_items);
-
-// Every rank's trace events to rank 0, which writes `path` (whole or not at all) with `meta` (the
-// job's shape) as its otherData (each rank of the job, `world`, calls it; with replicas each
-// process is labelled with its replica and stage).
-void deliver_trace(const WorldConfig& world, const Pipeline& pipeline, const std::vector<StagePlan>& plans,
-                   const std::string& path, const nlohmann::json& meta, double timeout_s);
 
 std::string utc_now();                   // "2026-11-23T01:07:47Z"
 std::string fixed(double v, int digits);  // printf("%.*f")

@@ -5,12 +5,9 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "common/log.h"
 #include "common/pending_file.h"
-
-#if defined(LFM2_HAVE_NVTX) && __has_include(<nvtx3/nvToolsExt.h>)
-#include <nvtx3/nvToolsExt.h>
-#define LFM2_NVTX 1
-#endif
+#include "rank/report/run_report.h"
 
 namespace lfm2 {
 namespace {
@@ -73,12 +70,25 @@ void write_trace_file(const std::string& path, const std::vector<std::string>& r
   file.commit();
 }
 
-#ifdef LFM2_NVTX
-NvtxRange::NvtxRange(const char* name) { nvtxRangePushA(name); }
-NvtxRange::~NvtxRange() { nvtxRangePop(); }
-#else
-NvtxRange::NvtxRange(const char*) {}
-NvtxRange::~NvtxRange() {}
-#endif
+// Every rank's trace events to rank 0, which writes the file (whole or not at all).
+void deliver_trace(const WorldConfig& world, const Pipeline& pipeline, const std::vector<StagePlan>& plans,
+                   const std::string& path, const nlohmann::json& meta, double timeout_s) {
+  const WorldConfig& pipe = pipeline.world();  // this rank's stage of its replica
+  const StagePlan& p = plans[size_t(pipe.rank)];
+  const std::string label = cat("rank ", world.rank,
+                                pipe.n_replicas > 1 ? cat(" (replica ", pipe.replica, " stage ", pipe.rank, ")") : "",
+                                ": layers ", p.layer_begin, "-", p.layer_end - 1,
+                                world.size > 1 ? cat(" on ", world.host) : std::string());
+  const std::vector<std::string> all = gather_strings(world, trace_events_json(world.rank, label, pipeline.trace()),
+                                                      timeout_s, "gathering the trace");
+  if (!world.is_first()) return;
+  nlohmann::json m = meta;
+  m["tool"] = "lfm2-rank";
+  m["ranks"] = world.size;
+  m["created"] = utc_now();
+  write_trace_file(path, all, m.dump());
+  log_info(cat("trace: wrote ", path, " (", pipeline.trace().size(), " spans on rank 0; open it in Perfetto or ",
+               "draw it with tools/trace_gantt.py)"));
+}
 
 }  // namespace lfm2

@@ -9,20 +9,16 @@
 // thread per track (compute, recv, send, host).
 #pragma once
 
-#include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "plan/layer_partition.h"
+#include "rank/engine/pipeline.h"
+#include "rank/mpi/world.h"
+#include "rank/transport/trace_span.h"
+
 namespace lfm2 {
-
-enum class Track { kCompute = 0, kRecv = 1, kSend = 2, kHost = 3 };
-
-struct TraceSpan {
-  Track track = Track::kCompute;
-  std::string name;   // "forward", "recv", "wait send", ...
-  int64_t micro = -1;  // microbatch, -1 for none
-  double begin_s = 0, end_s = 0;
-};
 
 // The trace-event objects of one rank (a JSON array's elements, comma-separated, no brackets):
 // metadata naming the process and its tracks, then one complete ("X") event per span, with
@@ -34,13 +30,10 @@ std::string trace_events_json(int rank, const std::string& label, const std::vec
 void write_trace_file(const std::string& path, const std::vector<std::string>& rank_events,
                       const std::string& meta_json);
 
-// A host span on the NVTX timeline (Nsight Systems) where NVTX is available; nothing elsewhere.
-class NvtxRange {
- public:
-  explicit NvtxRange(const char* name);
-  ~NvtxRange();
-  NvtxRange(const NvtxRange&) = delete;
-  NvtxRange& operator=(const NvtxRange&) = delete;
-};
+// Every rank's trace events to rank 0, which writes `path` (whole or not at all) with `meta` (the
+// job's shape) as its otherData (each rank of the job, `world`, calls it; with replicas each
+// process is labelled with its replica and stage).
+void deliver_trace(const WorldConfig& world, const Pipeline& pipeline, const std::vector<StagePlan>& plans,
+                   const std::string& path, const nlohmann::json& meta, double timeout_s);
 
 }  // namespace lfm2

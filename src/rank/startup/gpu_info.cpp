@@ -5,7 +5,7 @@
 #include <cuda_runtime_api.h>
 
 #include "common/cuda_check.h"
-#include "rank/transport/nccl_transport.h"
+#include "rank/startup/gpu_info.h"
 
 namespace lfm2 {
 

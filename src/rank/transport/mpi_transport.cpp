@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "rank/mpi/poll.h"
 #include "rank/transport/transport.h"
 
 namespace lfm2 {
@@ -118,16 +119,6 @@ std::unique_ptr<Transport> make_mpi_transport(const WorldConfig& world, double t
 
 void Transport::order_compute_after(Handle) {
   LFM2_FAIL("the ", name(), " transport moves host buffers: wait for the operation instead of ordering after it");
-}
-
-void wait_mpi_request(MPI_Request* req, double timeout_s, const std::string& what) {
-  auto done = [&] {
-    int flag = 0;
-    MPI_CHECK(MPI_Test(req, &flag, MPI_STATUS_IGNORE), what);
-    return flag != 0;
-  };
-  if (!poll_until(done, timeout_s))
-    LFM2_GROUP_TIMEOUT("timed out after ", timeout_s, " s in ", what, " (a rank stopped? see --timeout)");
 }
 
 }  // namespace lfm2

@@ -1,4 +1,4 @@
-// The NCCL transport (see cuda_rank.h): ncclSend / ncclRecv of device hidden-state buffers, one
+// The NCCL transport (see nccl_transport.h): ncclSend / ncclRecv of device hidden-state buffers, one
 // communicator per link parity and one stream per direction, ordered against the executor's
 // compute stream by CUDA events.
 //
@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdlib>
+#include <functional>
 #include <vector>
 
 #include <cuda_runtime_api.h>
@@ -28,6 +29,7 @@
 #include "common/cuda_check.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "rank/mpi/poll.h"
 #include "rank/transport/nccl_transport.h"
 
 namespace lfm2 {
@@ -39,7 +41,7 @@ constexpr size_t kWarmupBytes = size_t(1) << 20;  // per direction
 constexpr double kMinInitTimeoutS = 60;
 constexpr int kLinkComms = 2;   // link r -> r+1 uses communicator r % 2
 constexpr int kFeedbackComm = 2;  // the link P-1 -> 0 (generation's tokens) uses its own
-// SMs an NCCL kernel may take (kNcclMaxCtas, cuda_rank.h). A transfer is posted ahead of its data
+// SMs an NCCL kernel may take (kNcclMaxCtas, nccl_transport.h). A transfer is posted ahead of its data
 // and its kernel waits on its SMs for the peer, beside the stage's layers, whose persistent GEMMs
 // leave those SMs free (reserve_sms); two CTAs still move a 33 MB microbatch in about a millisecond.
 
@@ -71,7 +73,7 @@ class NcclTransportImpl final : public NcclTransport {
 
   const char* name() const override { return "nccl"; }
   bool accepts_device_memory() const override { return true; }
-  void set_timeline(CudaBusyTimer* timer) override { timeline_ = timer; }
+  void set_timeline(std::function<CUevent_st*()> origin) override { timeline_ = std::move(origin); }
   void set_tracing(bool on) override { tracing_ = on; }
 
   void connect() override {
@@ -272,8 +274,8 @@ class NcclTransportImpl final : public NcclTransport {
   void record_span(const Slot& s) {
     if (!s.t_begin || !s.t_end) return;
     float b = 0, e = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&b, timeline_->origin(), s.t_begin));
-    CUDA_CHECK(cudaEventElapsedTime(&e, timeline_->origin(), s.t_end));
+    CUDA_CHECK(cudaEventElapsedTime(&b, timeline_(), s.t_begin));
+    CUDA_CHECK(cudaEventElapsedTime(&e, timeline_(), s.t_end));
     spans_.push_back({s.is_send ? Track::kSend : Track::kRecv, s.is_send ? "send" : "recv", int64_t(s.tag),
                       double(b) / 1000.0, double(e) / 1000.0});
   }
@@ -361,7 +363,7 @@ class NcclTransportImpl final : public NcclTransport {
   cudaStream_t send_stream_ = nullptr, recv_stream_ = nullptr, fb_stream_ = nullptr;
   std::array<ncclComm_t, kLinkComms + 1> comms_{};  // forward links by parity, then the feedback link
   bool connected_ = false, tracing_ = false;
-  CudaBusyTimer* timeline_ = nullptr;
+  std::function<CUevent_st*()> timeline_;  // the run's GPU time zero (--trace)
   void* warm_ = nullptr;
   std::vector<Slot> slots_;
   std::vector<TraceSpan> spans_;

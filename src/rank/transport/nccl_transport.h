@@ -1,44 +1,16 @@
-// The CUDA pieces of lfm2-rank: GPU discovery, the NCCL transport and a busy timer on CUDA events.
-//
-// Declared without CUDA or NCCL headers so that run.cpp (plain C++) can use them; defined in
-// gpu_info.cpp, transport_nccl.cpp and cuda_busy_timer.cpp, which are built only with the CUDA
-// backend (the library lfm2_rank_cuda).
+// The NCCL transport of the CUDA backend. Declared without CUDA or NCCL headers so that plain C++
+// (start-up's make_backend) can use it; defined in nccl_transport.cpp, built only with the CUDA
+// backend.
 #pragma once
 
-#include <cstdint>
+#include <functional>
 #include <memory>
-#include <string>
 
 #include "model/cuda_stage.h"
-#include "rank/engine/pipeline.h"
 #include "rank/mpi/world.h"
 #include "rank/transport/transport.h"
 
 namespace lfm2 {
-
-// GPUs this process can see (CUDA_VISIBLE_DEVICES applies); 0 when there is no driver or no GPU.
-int visible_gpu_count();
-
-struct GpuInfo {
-  int device = -1;
-  std::string name;        // "NVIDIA H200"
-  unsigned char uuid[16];  // cudaDeviceProp::uuid: the same physical GPU has the same uuid in every process
-  int64_t free_bytes = 0, total_bytes = 0;
-  std::string uuid_string() const;  // "GPU-1a2b3c4d-..." as nvidia-smi prints it
-};
-
-// Properties and current free memory of `device` (makes it this thread's current device).
-GpuInfo gpu_info(int device);
-
-// Busy time of a CUDA stage: begin()/end() record events on the executor's compute stream around
-// each step; busy_s() waits for the last one and sums the elapsed times. origin() is the event
-// recorded at reset(), the zero of the run's GPU timeline.
-class CudaBusyTimer : public BusyTimer {
- public:
-  virtual CUevent_st* origin() const = 0;
-};
-
-std::unique_ptr<CudaBusyTimer> make_cuda_busy_timer(CudaStageExecutor& exec);
 
 // The NCCL transport: ncclSend / ncclRecv of device hidden-state buffers, ordered against the
 // executor's compute stream by CUDA events. The link r -> r+1 has its own communicator (two, used
@@ -55,8 +27,9 @@ class NcclTransport : public Transport {
   // transfer does not pay for connection set-up. Sets NCCL_NVLS_ENABLE=0 unless the environment
   // already sets it. Throws (after ncclCommAbort) on error or timeout.
   virtual void connect() = 0;
-  // Transfer spans (--trace) are measured against this timer's origin (not owned).
-  virtual void set_timeline(CudaBusyTimer* timer) = 0;
+  // Transfer spans (--trace) are measured from the event `origin()` returns: the zero of the run's
+  // GPU timeline, recorded on the compute stream as each run starts (the busy timer's).
+  virtual void set_timeline(std::function<CUevent_st*()> origin) = 0;
 };
 
 // SMs an NCCL kernel of the transport may take (ncclConfig_t.maxCTAs; NCCL_MAX_CTAS overrides), and

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "rank/mpi/world.h"
-#include "rank/report/trace_file.h"
+#include "rank/transport/trace_span.h"
 
 namespace lfm2 {
 
@@ -65,14 +65,4 @@ class Transport {
 // MPI point-to-point (MPI_Isend / MPI_Irecv / MPI_Test) on world.comm; host buffers only.
 std::unique_ptr<Transport> make_mpi_transport(const WorldConfig& world, double timeout_s);
 
-// Polls `done()` with a short spin and then sleeps growing to 1 ms, until it returns true or
-// `timeout_s` passes (then returns false). Shared by the transports and the collective waits.
-template <typename Done>
-bool poll_until(Done&& done, double timeout_s);
-
-// Waits for a non-blocking MPI collective (MPI_Iallreduce, ...) with a deadline; throws on timeout.
-void wait_mpi_request(MPI_Request* req, double timeout_s, const std::string& what);
-
 }  // namespace lfm2
-
-#include "rank/mpi/poll.h"

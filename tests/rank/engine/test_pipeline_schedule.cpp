@@ -18,6 +18,7 @@
 #include "plan/layer_partition.h"
 #include "rank/engine/pipeline.h"
 #include "rank/jobs/score_job.h"
+#include "rank/mpi/poll.h"
 
 namespace lfm2 {
 namespace {

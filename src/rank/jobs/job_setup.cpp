@@ -1,0 +1,50 @@
+#include "rank/jobs/job_setup.h"
+
+#include <algorithm>
+
+#include "common/log.h"
+#include "rank/mpi/fatal.h"
+#include "rank/report/run_report.h"
+
+namespace lfm2 {
+
+std::vector<SeqBlock> RankSetup::blocks() const {
+  std::vector<SeqBlock> b;
+  for (const ReplicaWork& w : work) b.push_back(w.seqs);
+  return b;
+}
+
+void write_job_outputs(const std::string& path, const TokenOutputs& o, const nlohmann::json& meta, JobOutcome& out) {
+  try {
+    write_outputs(path, o, meta);
+    out.lines.push_back("wrote " + path);
+  } catch (const std::exception& e) {
+    log_error(e.what());
+    out.code = std::max(out.code, kExitError);
+  }
+}
+
+nlohmann::json run_metadata(const RankSetup& s) {
+  int64_t n_micro = 0;
+  std::string per_replica;
+  for (const ReplicaWork& w : s.work) {
+    n_micro += w.n_micro();
+    per_replica += (per_replica.empty() ? "" : ",") + std::to_string(w.seqs.size());
+  }
+  return {{"format", "lfm2-rank-outputs"},
+          {"model", s.opt.model},
+          {"inputs", s.opt.inputs},
+          {"n_ranks", s.world.size},
+          {"replicas", s.layout.n_replicas},
+          {"stages", s.layout.n_stages},
+          {"replica_sequences", per_replica},
+          {"microbatch", s.microbatch},
+          {"n_microbatches", n_micro},
+          {"layers", layer_counts(s.plans)},
+          {"dtype", dtype_name(s.dtype)},
+          {"tf32", s.use_cuda && s.opt.tf32},
+          {"device", s.use_cuda ? "cuda" : "cpu"},
+          {"created", utc_now()}};
+}
+
+}  // namespace lfm2
