@@ -36,6 +36,7 @@
 #include "model/stage_executor.h"
 #include "plan/layer_partition.h"
 #include "rank/engine/pipeline.h"
+#include "rank/engine/schedule_chart.h"
 #include "rank/jobs/job_setup.h"
 #include "rank/mpi/fatal.h"
 #include "rank/mpi/fault_hook.h"

@@ -22,7 +22,7 @@ struct Timed {
 Timed timed_run(RankSetup& s, GenerateJob& job) {
   barrier(s.world, s.opt.timeout_s, "a barrier between generation runs");
   const double t0 = now_s();
-  const StageTiming t = s.pipeline->run(job);
+  const StageTiming t = s.pipeline->run(job.schedule(), job.memory());
   barrier(s.world, s.opt.timeout_s, "a barrier between generation runs");
   return {now_s() - t0, t.busy_s};
 }
@@ -109,13 +109,13 @@ BenchmarkSummary benchmark_scoring(RankSetup& setup, ScoreJob& job) {
   for (int i = 0; i < warmup; ++i) {
     if (world.is_first()) log_info(cat("benchmark: warm-up ", i + 1, "/", warmup));
     barrier(world, timeout_s, "the benchmark barrier");
-    pipeline.run(job);
+    pipeline.run(job.schedule(), job.memory());
   }
   double busy = 0, wall_sum = 0, wall_min = 1e300;
   for (int i = 0; i < repeat; ++i) {
     barrier(world, timeout_s, "the benchmark barrier");
     const double t0 = now_s();
-    busy += pipeline.run(job).busy_s;
+    busy += pipeline.run(job.schedule(), job.memory()).busy_s;
     barrier(world, timeout_s, "the benchmark barrier");
     const double wall = now_s() - t0;
     wall_sum += wall;

@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "common/error.h"
-#include "common/log.h"
+#include "rank/jobs/schedulers.h"
 
 namespace lfm2 {
 
@@ -16,7 +16,7 @@ int64_t GenerateShape::max_item_tokens() const { return std::min(microbatch, n_s
 
 GenerateJob::GenerateJob(const WorldConfig& world, StageExecutor& exec, const GenerateShape& shape,
                          const SamplingParams& sampling)
-    : world_(world), exec_(exec), shape_(shape), eos_(sampling.eos), steps_(shape.max_new_tokens) {
+    : world_(world), exec_(exec), shape_(shape), eos_(sampling.eos) {
   const int64_t N = shape_.n_seq, S = shape_.seq_len, K = shape_.max_new_tokens;
   LFM2_CHECK(N > 0 && S > 0 && shape_.microbatch > 0 && K > 0, "generation: empty batch");
   LFM2_CHECK(exec_.act_dtype() == DType::F32, "generation: hidden states must be fp32 (the decode flags are)");
@@ -29,6 +29,13 @@ GenerateJob::GenerateJob(const WorldConfig& world, StageExecutor& exec, const Ge
     last_tokens_ = exec_.alloc_tokens(std::min(shape_.microbatch, N));
     host_tokens_ = static_cast<int32_t*>(exec_.alloc_host(K * N * int64_t(sizeof(int32_t))));
   }
+  memory_.ids = ids_;
+  memory_.width = S;
+  memory_.token_slots = tokens_;
+  memory_.spare_tokens = last_tokens_;
+  memory_.host_tokens = host_tokens_;
+  memory_.n_seq = N;
+  set_steps(K);
 }
 
 void GenerateJob::set_ids(const int32_t* ids) {
@@ -37,56 +44,12 @@ void GenerateJob::set_ids(const int32_t* ids) {
   std::memcpy(ids_, ids, size_t(shape_.n_seq * shape_.seq_len) * sizeof(int32_t));
 }
 
-size_t GenerateJob::item_bytes(int64_t i) const {
-  const int64_t n = shape_.micro_size(micro_of(i));
-  if (step_of(i) > 0) return size_t(decode_buffer_floats(n, shape_.hidden)) * sizeof(float);
-  return size_t(n * shape_.seq_len * shape_.hidden) * sizeof(float);
-}
-
-std::string GenerateJob::item_name(int64_t i) const {
-  return step_of(i) == 0 ? cat("the prefill of microbatch ", micro_of(i))
-                         : cat("step ", step_of(i), " of microbatch ", micro_of(i));
-}
-
-int64_t GenerateJob::feedback_source(int64_t i) const { return step_of(i) == 0 ? -1 : i - shape_.n_micro(); }
-
-bool GenerateJob::feeds_back(int64_t i) const { return step_of(i) + 1 < steps_; }
-
 void GenerateJob::set_steps(int64_t steps) {
   LFM2_CHECK(steps >= 1 && steps <= shape_.max_new_tokens, "generation: ", steps, " steps of ",
              shape_.max_new_tokens);
+  if (steps == steps_ && !schedule_.empty()) return;
   steps_ = steps;
-}
-
-size_t GenerateJob::feedback_bytes(int64_t i) const {
-  return size_t(shape_.micro_size(micro_of(i))) * sizeof(int32_t);
-}
-
-void GenerateJob::input(int64_t i, void* x) {
-  const int64_t g = micro_of(i), n = shape_.micro_size(g), S = shape_.seq_len;
-  if (step_of(i) == 0)
-    exec_.embed(ids_ + g * shape_.microbatch * S, n, S, x);
-  else
-    exec_.embed_tokens(tokens_[size_t(g)], n, x);
-}
-
-void GenerateJob::layers(int64_t i, void* x) {
-  const int64_t g = micro_of(i), t = step_of(i), first = g * shape_.microbatch, n = shape_.micro_size(g);
-  if (t == 0)
-    exec_.prefill(x, first, n, shape_.seq_len);
-  else
-    exec_.decode(x, first, n, t);
-}
-
-void GenerateJob::output(int64_t i, void* x) {
-  const int64_t g = micro_of(i), t = step_of(i), first = g * shape_.microbatch, n = shape_.micro_size(g);
-  int32_t* tokens = feeds_back(i) ? tokens_[size_t(g)] : last_tokens_;
-  int32_t* host = host_tokens_ + t * shape_.n_seq + first;
-  exec_.choose(x, first, n, t == 0 ? shape_.seq_len : 1, t, tokens, host);
-  if (stream_ && g == 0) {
-    exec_.synchronize();
-    log_info(cat("stream: sequence 0, token ", t + 1, "/", shape_.max_new_tokens, ": ", host[0]));
-  }
+  schedule_ = generation_schedule(shape_.n_seq, shape_.seq_len, shape_.microbatch, shape_.lengths, steps_);
 }
 
 void GenerateJob::take_results(GenerateResult* result) const {

@@ -62,9 +62,9 @@ JobOutcome run_generation(RankSetup& s, GenerateJob& job) {
     bench_lines = benchmark_generation(s, job);
   } else {
     if (!opt.trace.empty()) barrier(world, opt.timeout_s, "the trace's start");
-    const StageTiming t = s.pipeline->run(job);
+    const StageTiming t = s.pipeline->run(job.schedule(), job.memory());
     const auto timing = gather_timing(world, s.layout, t, opt.timeout_s);
-    if (world.is_first()) bench_lines = replica_pipeline_report(timing, s.layout, s.work, s.plans, job.n_items() / G);
+    if (world.is_first()) bench_lines = replica_pipeline_report(timing, s.layout, s.work, s.plans, job.steps());
   }
   const double run_s = now_s() - t0;
   if (world.is_first())

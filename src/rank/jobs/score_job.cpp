@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "common/error.h"
+#include "rank/jobs/schedulers.h"
 
 namespace lfm2 {
 
@@ -17,46 +18,32 @@ ScoreJob::ScoreJob(const WorldConfig& world, StageExecutor& exec, const Pipeline
   const int64_t N = shape_.n_seq, S = shape_.seq_len, V = shape_.vocab;
   auto host = [&](int64_t bytes) { return exec_.alloc_host(bytes); };
   if (world_.is_first()) ids_ = static_cast<int32_t*>(host(N * S * int64_t(sizeof(int32_t))));
-  if (!world_.is_last()) return;
-  next_token_ = static_cast<int32_t*>(host(N * int64_t(sizeof(int32_t))));
-  margin_ = static_cast<float*>(host(N * int64_t(sizeof(float))));
-  if (shape_.logits) logits_ = static_cast<float*>(host(N * V * int64_t(sizeof(float))));
-  if (shape_.all_logits) all_logits_ = static_cast<float*>(host(N * S * V * int64_t(sizeof(float))));
-  if (!shape_.lengths.empty()) {
+  if (world_.is_last()) {
+    next_token_ = static_cast<int32_t*>(host(N * int64_t(sizeof(int32_t))));
+    margin_ = static_cast<float*>(host(N * int64_t(sizeof(float))));
+    if (shape_.logits) logits_ = static_cast<float*>(host(N * V * int64_t(sizeof(float))));
+    if (shape_.all_logits) all_logits_ = static_cast<float*>(host(N * S * V * int64_t(sizeof(float))));
+  }
+  if (world_.is_last() && !shape_.lengths.empty()) {
     LFM2_CHECK(int64_t(shape_.lengths.size()) == N, "pipeline: ", shape_.lengths.size(), " lengths for ", N,
                " sequences");
     lengths_ = static_cast<int32_t*>(host(N * int64_t(sizeof(int32_t))));
     std::copy(shape_.lengths.begin(), shape_.lengths.end(), lengths_);
   }
+  // The schedule, and what its steps read and write here.
+  schedule_ = score_schedule(N, S, shape_.microbatch, shape_.lengths);
+  memory_.ids = ids_;
+  memory_.width = S;
+  memory_.head = {next_token_, margin_, logits_, all_logits_};
+  memory_.lengths = lengths_;
+  memory_.vocab = V;
+  memory_.n_seq = N;
 }
 
 void ScoreJob::set_ids(const int32_t* ids) {
   if (!world_.is_first()) return;
   LFM2_CHECK(ids, "pipeline: the first stage needs the input ids");
   std::memcpy(ids_, ids, size_t(shape_.n_seq * shape_.seq_len) * sizeof(int32_t));
-}
-
-size_t ScoreJob::item_bytes(int64_t m) const {
-  return size_t(shape_.micro_size(m) * shape_.seq_len * shape_.hidden) * dtype_size(exec_.act_dtype());
-}
-
-std::string ScoreJob::item_name(int64_t m) const { return cat("microbatch ", m); }
-
-void ScoreJob::input(int64_t m, void* x) {
-  const int64_t S = shape_.seq_len;
-  exec_.embed(ids_ + shape_.micro_begin(m) * S, shape_.micro_size(m), S, x);
-}
-
-void ScoreJob::layers(int64_t m, void* x) { exec_.forward(x, shape_.micro_size(m), shape_.seq_len); }
-
-void ScoreJob::output(int64_t m, void* x) {
-  const int64_t seq0 = shape_.micro_begin(m), S = shape_.seq_len, V = shape_.vocab;
-  HeadOutputs out;
-  out.next_token = next_token_ + seq0;
-  out.margin = margin_ + seq0;
-  out.logits = logits_ ? logits_ + seq0 * V : nullptr;
-  out.all_logits = all_logits_ ? all_logits_ + seq0 * S * V : nullptr;
-  exec_.head(x, shape_.micro_size(m), S, lengths_ ? lengths_ + seq0 : nullptr, out);
 }
 
 void ScoreJob::take_results(PipelineResult* result) const {

@@ -1,17 +1,18 @@
-// Scoring (the forward pass of a batch, next token and logits at each sequence's last position) as
-// a pipeline job: one item per microbatch of `microbatch` sequences (the last may be smaller).
-// Rank 0 embeds, every stage runs its layers, the last stage applies the head, which leaves each
-// sequence's top-1 and margin (and, where someone reads them, its logits) in pinned host memory.
-// Each microbatch's rows are computed independently of how the batch was cut, so the results are
-// bit-identical for any P and microbatch size.
+// The scoring job on one stage (the forward pass of a batch, next token and logits at each
+// sequence's last position): its schedule (schedulers.h: one item per microbatch), and its memory
+// on this stage: the prompts on the first, the head's results in pinned host memory on the last
+// (each sequence's top-1 and margin and, where someone reads them, its logits). Each microbatch's
+// rows are computed independently of how the batch was cut, so the results are bit-identical for
+// any P and microbatch size. The job's flow over the whole job is scoring.cpp (run_scoring).
 #pragma once
 
 #include <cstdint>
-#include <string>
 #include <vector>
 
 #include "model/stage_executor.h"
-#include "rank/engine/pipeline.h"
+#include "plan/microbatch.h"
+#include "rank/engine/stage_steps.h"
+#include "rank/engine/step_plan.h"
 #include "rank/mpi/world.h"
 
 namespace lfm2 {
@@ -24,7 +25,7 @@ struct PipelineShape {
   bool all_logits = false;  // also the logits of every position
   std::vector<int32_t> lengths;  // (N) prompt lengths: the head reads position lengths[i] - 1; empty: S
 
-  int64_t n_micro() const { return (n_seq + microbatch - 1) / microbatch; }
+  int64_t n_micro() const { return n_microbatches(n_seq, microbatch); }
   int64_t micro_begin(int64_t m) const { return m * microbatch; }
   int64_t micro_size(int64_t m) const;
   int64_t max_micro_tokens() const;
@@ -38,7 +39,7 @@ struct PipelineResult {
   std::vector<float> all_logits;    // (N, S, V) with all_logits
 };
 
-class ScoreJob final : public PipelineJob {
+class ScoreJob {
  public:
   // Allocates what this stage needs through the executor (before the ready agreement): the ids
   // on the first stage, the results on the last.
@@ -50,18 +51,16 @@ class ScoreJob final : public PipelineJob {
   void take_results(PipelineResult* result) const;
 
   const PipelineShape& shape() const { return shape_; }
-
-  int64_t n_items() const override { return shape_.n_micro(); }
-  size_t item_bytes(int64_t m) const override;
-  std::string item_name(int64_t m) const override;
-  void input(int64_t m, void* x) override;
-  void layers(int64_t m, void* x) override;
-  void output(int64_t m, void* x) override;
+  // What Pipeline::run takes: the plans of every item, and this stage's memory.
+  const std::vector<StepPlan>& schedule() const { return schedule_; }
+  const StepMemory& memory() const { return memory_; }
 
  private:
   WorldConfig world_;
   StageExecutor& exec_;
   PipelineShape shape_;
+  std::vector<StepPlan> schedule_;
+  StepMemory memory_;
   int32_t* ids_ = nullptr;         // (N, S) first stage, alloc_host memory
   int32_t* next_token_ = nullptr;  // (N) last stage, alloc_host memory
   float* margin_ = nullptr;        // (N)

@@ -60,7 +60,7 @@ JobOutcome run_scoring(RankSetup& s, ScoreJob& job) {
   } else {
     // A traced run starts together on every rank, so that the ranks' timelines line up.
     if (!opt.trace.empty()) barrier(world, opt.timeout_s, "the trace's start");
-    const StageTiming t = s.pipeline->run(job);
+    const StageTiming t = s.pipeline->run(job.schedule(), job.memory());
     const auto timing = gather_timing(world, s.layout, t, opt.timeout_s);
     if (world.is_first()) bench_lines = replica_pipeline_report(timing, s.layout, s.work, s.plans, 1);
   }

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "common/error.h"
+#include "rank/engine/schedule_chart.h"
 
 namespace lfm2 {
 double BenchmarkSummary::measured_bubble() const {

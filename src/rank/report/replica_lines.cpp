@@ -5,6 +5,7 @@
 #include <set>
 
 #include "common/error.h"
+#include "rank/engine/schedule_chart.h"
 #include "rank/report/run_report.h"
 
 namespace lfm2 {

@@ -7,6 +7,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "rank/engine/schedule_chart.h"
 #include "rank/mpi/fatal.h"
 #include "rank/mpi/poll.h"
 

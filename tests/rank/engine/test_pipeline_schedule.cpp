@@ -17,6 +17,7 @@
 #include "kernels/argmax.h"
 #include "plan/layer_partition.h"
 #include "rank/engine/pipeline.h"
+#include "rank/jobs/generate_job.h"
 #include "rank/jobs/score_job.h"
 #include "rank/mpi/poll.h"
 
@@ -239,7 +240,7 @@ RunOut run_pipeline(const std::vector<int>& counts, int64_t n_seq, int64_t seq_l
         ScoreJob job(w, stage, shape);
         if (device) pipe.set_busy_timer(&timer);
         job.set_ids(ids.data());
-        const StageTiming t = pipe.run(job);
+        const StageTiming t = pipe.run(job.schedule(), job.memory());
         if (p.is_last()) job.take_results(&out.result);
         out.seen[size_t(r)] = stage.seen_;
         out.syncs[size_t(r)] = stage.syncs_;
@@ -365,40 +366,48 @@ TEST(PipelineSchedule, TopOneIsTheFirstMaximum) {
   EXPECT_TRUE(r.result.all_logits.empty());
 }
 
-// Generation's shape of work: item i is step i / M of microbatch i % M, and its input is what the
-// last stage made of item i - M (sent back to the first stage). Each stage adds 1, the last doubles.
-class FeedbackJob final : public PipelineJob {
+// Generation's shape of work on a fake executor: item i is step i / M of microbatch i % M (one
+// sequence each), and its input is what the last stage chose from item i - M (sent back to the
+// first stage). The prompt of sequence m is the token m; each stage adds 1 to the row; the last
+// stage chooses twice the row as the next token and reports the row itself.
+class FeedbackStage final : public StageExecutor {
  public:
-  FeedbackJob(int64_t n_micro, int64_t steps) : M_(n_micro), steps_(steps), fb_(size_t(n_micro)), out_(size_t(n_micro)) {}
-  int64_t n_items() const override { return M_ * steps_; }
-  size_t item_bytes(int64_t) const override { return sizeof(float); }
-  void input(int64_t i, void* x) override {
-    *static_cast<float*>(x) = i < M_ ? float(i) : fb_[size_t(feedback_slot(i - M_))];
+  DType act_dtype() const override { return DType::F32; }
+  bool on_device() const override { return true; }
+  int64_t weight_bytes() const override { return 0; }
+  void* alloc_hidden(int64_t max_tokens) override { return alloc_host(max_tokens * kHidden * int64_t(sizeof(float))); }
+  void* alloc_host(int64_t bytes) override {
+    host_.emplace_back(size_t(bytes));
+    return host_.back().data();
   }
-  void layers(int64_t, void* x) override {
+  int32_t* alloc_tokens(int64_t n) override { return static_cast<int32_t*>(alloc_host(n * int64_t(sizeof(int32_t)))); }
+  void alloc_state(int64_t, int64_t, const int32_t*, const SamplingParams&) override {}
+  void embed(const int32_t* ids, int64_t, int64_t, void* x) override { *static_cast<float*>(x) = float(ids[0]); }
+  void embed_tokens(const int32_t* tokens, int64_t n, void* x) override {
+    *static_cast<float*>(x) = float(tokens[0]);
+    decode_flags(x, n, kHidden)[0] = 0;
+  }
+  void forward(void*, int64_t, int64_t) override { ADD_FAILURE() << "generation runs prefill and decode"; }
+  void prefill(void* x, int64_t, int64_t, int64_t) override { layers(x); }
+  void decode(void* x, int64_t, int64_t, int64_t) override { layers(x); }
+  void head(const void*, int64_t, int64_t, const int32_t*, const HeadOutputs&) override {
+    ADD_FAILURE() << "generation chooses tokens";
+  }
+  void choose(const void* x, int64_t, int64_t, int64_t, int64_t, int32_t* tokens, int32_t* host) override {
+    const float v = *static_cast<const float*>(x);
+    tokens[0] = int32_t(2 * v);
+    host[0] = int32_t(v);
+  }
+  void synchronize() override {}
+
+  int64_t queued = 0;  // items whose layers this stage has queued
+
+ private:
+  void layers(void* x) {
     *static_cast<float*>(x) += 1;
     ++queued;
   }
-  void output(int64_t i, void* x) override {
-    const float v = *static_cast<float*>(x);
-    if (feeds_back(i))
-      fb_[size_t(feedback_slot(i))] = 2 * v;
-    else
-      out_[size_t(i % M_)] = v;
-  }
-  std::string item_name(int64_t i) const override { return cat("item ", i); }
-  int64_t feedback_source(int64_t i) const override { return i < M_ ? -1 : i - M_; }
-  bool feeds_back(int64_t i) const override { return i + M_ < n_items(); }
-  int feedback_slot(int64_t i) const override { return int(i % M_); }
-  void* feedback_buffer(int slot) override { return &fb_[size_t(slot)]; }
-  size_t feedback_bytes(int64_t) const override { return sizeof(float); }
-
-  int64_t queued = 0;  // items whose layers this stage has queued
-  const std::vector<float>& results() const { return out_; }
-
- private:
-  int64_t M_, steps_;
-  std::vector<float> fb_, out_;
+  std::deque<std::vector<char>> host_;
 };
 
 // With fewer microbatches than buffers, a receive posted ahead could be for an item whose input
@@ -426,20 +435,28 @@ TEST(PipelineSchedule, ReceivesAheadNeverWaitOnFeedbackNotYetQueued) {
             WorldConfig w;
             w.rank = r;
             w.size = P;
-            FakeStage stage(r, r + 1, r == 0, r == P - 1, /*device=*/true);
+            FeedbackStage stage;
             LoopbackTransport transport(hub, r, 10.0, /*device=*/true);
             CountingTimer timer;
-            FeedbackJob job(M, steps);
+            const GenerateShape shape{M, 1, 1, kHidden, steps, {}};
+            GenerateJob job(w, stage, shape, SamplingParams{});
+            std::vector<int32_t> ids(static_cast<size_t>(M));
+            for (int64_t m = 0; m < M; ++m) ids[size_t(m)] = int32_t(m);
+            job.set_ids(ids.data());
             transport.on_irecv = [&](int peer, int tag) {
-              if (peer != r - 1) return;  // the feedback link into the first stage
-              EXPECT_LT(job.feedback_source(tag), job.queued)
+              if (peer != r - 1) return;  // the hidden states from the previous stage
+              EXPECT_LT(job.schedule()[size_t(tag)].feedback_from, stage.queued)
                   << "rank " << r << " of " << P << ", " << M << " microbatches: item " << tag
                   << " received ahead of its feedback";
             };
-            Pipeline pipe(w, stage, transport, kHidden, 1);
+            Pipeline pipe(w, stage, transport, kHidden, shape.max_item_tokens());
             pipe.set_busy_timer(&timer);
-            pipe.run(job);
-            if (r == P - 1) got = job.results();
+            pipe.run(job.schedule(), job.memory());
+            if (r == P - 1) {
+              GenerateResult result;
+              job.take_results(&result);
+              for (int64_t m = 0; m < M; ++m) got.push_back(float(result.generated[size_t(m * steps + steps - 1)]));
+            }
           } catch (const std::exception& e) {
             errors[size_t(r)] = e.what();
           }
@@ -463,7 +480,7 @@ TEST(PipelineSchedule, AWaitForASilentPeerTimesOut) {
   Pipeline pipe(w, stage, transport, kHidden, shape.max_micro_tokens());
   ScoreJob job(w, stage, shape);
   try {
-    pipe.run(job);
+    pipe.run(job.schedule(), job.memory());
     FAIL() << "no timeout";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("timed out waiting for microbatch 0"), std::string::npos) << e.what();

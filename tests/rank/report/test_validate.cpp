@@ -1,9 +1,8 @@
-// Validation maths: agreement, max |Δlogit|, near-ties, per-dtype tolerance, pass/fail, the bubble.
+// Validation maths: agreement, max |Δlogit|, near-ties, per-dtype tolerance, pass/fail.
 #include <gtest/gtest.h>
 
 #include <cmath>
 
-#include "rank/jobs/score_job.h"
 #include "rank/report/validate.h"
 
 namespace lfm2 {
@@ -143,17 +142,6 @@ TEST(Validate, ArgmaxTakesTheFirstOfEqualValues) {
   EXPECT_EQ(argmax(v, 4), 1);
   const float w[] = {-5, -7};
   EXPECT_EQ(argmax(w, 2), 0);
-}
-
-TEST(Bubble, GPipeFormula) {
-  EXPECT_DOUBLE_EQ(gpipe_bubble(1, 8), 0.0);
-  EXPECT_DOUBLE_EQ(gpipe_bubble(4, 16), 3.0 / 19.0);
-  EXPECT_DOUBLE_EQ(gpipe_bubble(4, 1), 0.75);
-  PipelineShape s;
-  s.n_seq = 10;
-  s.microbatch = 4;
-  EXPECT_EQ(s.n_micro(), 3);
-  EXPECT_EQ(s.micro_size(2), 2);
 }
 
 }  // namespace

@@ -1,0 +1,43 @@
+// The device path (interpreter.h): CUDA executors over NCCL. The host only queues; order lives on
+// the device, and the host waits once, at the end of the run.
+#include "rank/engine/interpreter.h"
+
+namespace lfm2 {
+
+void DeviceInterpreter::after(Handle h, const char* what, int64_t item) {
+  (void)what, (void)item;
+  transport_.order_compute_after(h);
+  mark_ordered(h);
+}
+
+// The transport orders the receive after the send out of its buffer, on the device.
+Transport::Handle DeviceInterpreter::receive_after(Handle send, int64_t send_item) {
+  (void)send_item;
+  return send;
+}
+
+bool DeviceInterpreter::may_post_ahead(Handle send) {
+  (void)send;
+  return true;
+}
+
+void DeviceInterpreter::compute(const char* name, int64_t item, const std::function<void()>& step) {
+  timer_.begin(name, item);
+  step();
+  timer_.end();
+}
+
+// Every transfer it depended on has completed, so this cannot hang.
+void DeviceInterpreter::finished() {
+  const double t0 = now_s();
+  exec_.synchronize();
+  host_span("wait compute", -1, t0);
+}
+
+// The GPU's own spans: compute steps from the busy timer's events, transfers from the transport's.
+void DeviceInterpreter::add_spans() {
+  for (TraceSpan& s : timer_.spans()) trace_.push_back(std::move(s));
+  for (TraceSpan& s : transport_.transfer_spans()) trace_.push_back(std::move(s));
+}
+
+}  // namespace lfm2
