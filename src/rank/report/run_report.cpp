@@ -139,4 +139,16 @@ std::string layer_counts(const std::vector<StagePlan>& plans) {
   return s;
 }
 
+std::string mib(int64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f MiB", double(bytes) / (1 << 20));
+  return buf;
+}
+
+std::string gib(int64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f GiB", double(bytes) / (1 << 30));
+  return buf;
+}
+
 }  // namespace lfm2

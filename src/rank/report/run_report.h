@@ -28,6 +28,8 @@ std::vector<std::string> pipeline_report(const std::vector<StageTiming>& timing,
 
 std::string utc_now();                   // "2026-11-23T01:07:47Z"
 std::string fixed(double v, int digits);  // printf("%.*f")
+std::string mib(int64_t bytes);           // "41.7 MiB"
+std::string gib(int64_t bytes);           // "1.3 GiB"
 std::string layer_counts(const std::vector<StagePlan>& plans);  // "6,6,6,6"
 
 }  // namespace lfm2

@@ -1,0 +1,166 @@
+// Phase B and B' (phases.h): the layers of each stage, one GPU per rank, this rank's stage, its
+// transport and the job's buffers, all allocated before the ready agreement; then, with NCCL, the
+// communicators.
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "io/token_files.h"
+#include "io/weight_names.h"
+#include "model/checked_stage.h"
+#include "rank/mpi/fatal.h"
+#include "rank/mpi/fault_hook.h"
+#include "rank/report/run_report.h"
+#include "rank/report/startup_line.h"
+#include "rank/startup/checks.h"
+#include "rank/startup/phases.h"
+
+namespace lfm2 {
+namespace {
+
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+// One GPU per rank: every rank takes part in the gather, whatever its own state, so that none is
+// left waiting; two ranks on one GPU fail with one line instead of sharing its memory.
+bool gather_gpus(Startup& s, bool ok) {
+  const WorldConfig& world = s.job.world;
+  GpuFacts mine;
+  if (ok) ok = startup_step([&] { mine = this_gpu(world); });
+  const bool gathered = startup_step([&] { s.gpus = allgather_gpus(world, mine, s.job.opt.timeout_s); });
+  ok = ok && gathered;
+  if (ok) ok = startup_step([&] { check_distinct_gpus(s.gpus); }, world.is_first());
+  return ok;
+}
+
+// The test hook LFM2_TEST_KILL="rank:microbatch[:stop]": that rank raises SIGKILL (or SIGSTOP, to
+// stall without dying) after that microbatch. Used by tests/rank to prove no rank waits forever.
+void install_kill_hook(Pipeline& pipeline, int rank) {
+  const char* env = std::getenv("LFM2_TEST_KILL");
+  int r = -1;
+  long long m = -1;
+  char how[8] = "";
+  if (!env || std::sscanf(env, "%d:%lld:%7s", &r, &m, how) < 2 || r != rank) return;
+  pipeline.set_kill_after(m, std::string(how) == "stop" ? SIGSTOP : SIGKILL);
+}
+
+SamplingParams sampling_params(const RankOptions& opt, int64_t first_sequence) {
+  SamplingParams p;
+  p.first_sequence = first_sequence;
+  p.temperature = float(opt.temperature);
+  p.top_k = opt.top_k;
+  p.top_p = float(opt.top_p);
+  p.seed = opt.seed;
+  for (int64_t e : opt.eos) p.eos.push_back(int32_t(e));
+  return p;
+}
+
+// What the plan prints of this stage before it loads: its layers, their bytes, free host memory.
+void note_stage(Startup& s, const StagePlan& plan) {
+  RankFacts& f = s.facts;
+  f.started_us = process_start_us();
+  f.layer_begin = plan.layer_begin;
+  f.layer_end = plan.layer_end;
+  for (const auto& spec :
+       stage_tensor_specs(s.job.cfg, plan.layer_begin, plan.layer_end, plan.is_first(), plan.is_last()))
+    f.weight_bytes += s.weights->has(spec.path) ? s.weights->storage_bytes(spec.path) : 0;
+  f.free_host = free_host_bytes();
+  f.local_rank = s.job.world.local_rank;
+}
+
+// The job of this replica's block on this stage: the NaN checks around the executor (each
+// microbatch's hidden states and logits as they are made), the pipeline's buffers, the job's memory.
+void make_job(Startup& s, const StagePlan& plan) {
+  const RankSetup& j = s.job;
+  const RankOptions& opt = j.opt;
+  const ReplicaWork& w = j.mine();
+  const int64_t H = j.cfg.hidden_size;
+  const StageRange range{plan.layer_begin, plan.layer_end, plan.is_first(), plan.is_last()};
+  const CheckShape check{w.n_micro(), w.microbatch, H, j.cfg.vocab_size, w.seqs.begin};
+  s.checked = make_checked_stage(*s.backend.exec, range, check, s.n_threads, opt.allow_nonfinite);
+  Transport& transport = *s.backend.transport;
+  const std::vector<int32_t> lengths =
+      s.lengths.empty() ? std::vector<int32_t>()
+                        : std::vector<int32_t>(s.lengths.begin() + w.seqs.begin, s.lengths.begin() + w.seqs.end);
+  if (opt.max_new_tokens > 0) {
+    const GenerateShape shape{w.seqs.size(), w.width, w.microbatch, H, opt.max_new_tokens, lengths};
+    check_state_fits(*s.checked, shape, j.use_cuda);
+    s.pipeline = std::make_unique<Pipeline>(j.pipe, *s.checked, transport, H, shape.max_item_tokens());
+    s.generate = std::make_unique<GenerateJob>(j.pipe, *s.checked, shape, sampling_params(opt, w.seqs.begin));
+  } else {
+    // The logits cross to the host only for someone who reads them: the output file, or answers
+    // to compare (not in a benchmark, which validates the top-1 only). Every replica's last
+    // stage must know, and only the job's last rank reads the answers: any answers count.
+    const bool want_logits = !opt.benchmark && (!opt.output.empty() || !opt.answers.empty());
+    const PipelineShape shape{w.seqs.size(), w.width, w.microbatch, H, j.cfg.vocab_size, want_logits,
+                              opt.all_logits, lengths};
+    s.pipeline = std::make_unique<Pipeline>(j.pipe, *s.checked, transport, H, shape.max_micro_tokens());
+    s.score = std::make_unique<ScoreJob>(j.pipe, *s.checked, shape);
+  }
+  s.pipeline->set_tracing(!opt.trace.empty());
+  if (s.backend.timer) s.pipeline->set_busy_timer(s.backend.timer.get());
+  install_kill_hook(*s.pipeline, j.world.rank);
+}
+
+// This rank's stage, transport and job; the last rank's answers.
+void load(Startup& s) {
+  RankSetup& j = s.job;
+  const RankOptions& opt = j.opt;
+  fault_point(j.world.rank, "loading");
+  const StagePlan& plan = j.plans[size_t(j.pipe.rank)];
+  if (s.weights->is_stage_file())
+    check_stage_file(s.weights->stage(), s.weight_path, plan, j.world, j.pipe, j.layout.n_replicas, opt);
+  note_stage(s, plan);
+  s.backend = make_backend(opt, j.pipe, plan, *s.weights, j.use_cuda, j.dtype, s.n_threads);
+  s.facts.bytes_read = s.weights->bytes_read();
+  s.facts.load_us = s.backend.load_us;
+  log_info(cat("read ", mib(s.facts.bytes_read), " of weights (layers ", plan.layer_begin, "-", plan.layer_end - 1,
+               ") from ", s.weight_path, " in ", s.backend.load_us / 1000, " ms",
+               opt.verify_weights ? "" : " (digests not checked: --verify-weights off)"));
+  if (j.world.is_last() && !opt.answers.empty()) {
+    j.answers = read_answers(opt.answers);
+    check_answers(j.answers, j.n_seq, j.cfg.vocab_size, opt.answers);
+  }
+  make_job(s, plan);
+  const GpuMemory g = gpu_memory(s.backend);  // free memory after every allocation
+  s.facts.gpu = g.device;
+  s.facts.gpu_weight_bytes = g.weight_bytes;
+  s.facts.gpu_free = g.free_bytes;
+  s.facts.gpu_total = g.total_bytes;
+}
+
+}  // namespace
+
+bool load_stage(Startup& s) {
+  RankSetup& j = s.job;
+  const RankOptions& opt = j.opt;
+  bool ok = startup_step(
+      [&] {
+        j.plans = plan_stages(opt, j.cfg, s.weights->is_stage_file(), j.pipe.size, j.seq_len, j.use_cuda);
+        if (!j.use_cuda) check_cpu_fallback(opt);
+        check_generation(opt, j.cfg, j.seq_len);
+      },
+      j.world.is_first());
+  s.n_threads = opt.threads > 0 ? opt.threads : default_threads(j.world);
+  if (j.use_cuda) ok = gather_gpus(s, ok);
+  if (ok) ok = startup_step([&] { load(s); });
+  fault_point(j.world.rank, "agreement");
+  return all_ready(j.world, ok, opt.timeout_s, "the ready agreement");
+}
+
+bool connect_stages(Startup& s) {
+  if (!s.backend.connect) return true;
+  const RankSetup& j = s.job;
+  const double t0 = now_s();
+  const bool ok = startup_step(s.backend.connect);
+  if (!all_ready(j.world, ok, j.opt.timeout_s, "the NCCL agreement")) return false;
+  const int P = j.pipe.size, R = j.layout.n_replicas;
+  if (j.world.is_first())
+    log_info(cat("nccl: communicators of ", P, " ranks", R > 1 ? cat(" in each of ", R, " replicas") : std::string(),
+                 " and warm-up exchange in ", int64_t((now_s() - t0) * 1000), " ms"));
+  return true;
+}
+
+}  // namespace lfm2

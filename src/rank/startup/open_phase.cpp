@@ -1,0 +1,123 @@
+// Phase A and the replicas' work (phases.h): the options and files every rank opens, the inputs'
+// shape and each replica's block of them.
+#include <climits>
+
+#include "common/error.h"
+#include "io/token_files.h"
+#include "rank/mpi/fatal.h"
+#include "rank/mpi/poll.h"
+#include "rank/startup/checks.h"
+#include "rank/startup/output_paths.h"
+#include "rank/startup/phases.h"
+#include "rank/startup/same_model.h"
+#include "rank/startup/shipped_default.h"
+
+namespace lfm2 {
+namespace {
+
+// The options alone: the backend's, the shipped default, the outputs (rank 0 writes the trace, the
+// last rank the output: each is writable and no input, or fails now).
+bool check_options(Startup& s) {
+  RankOptions& opt = s.job.opt;
+  const WorldConfig& world = s.job.world;
+  const bool r0 = world.is_first();
+  bool ok = startup_step([&] { check_backend_options(opt); }, r0);
+  if (ok && opt.use_default) ok = startup_step([&] { resolve_default(opt); }, r0);
+  if (ok && (opt.model.empty() || opt.inputs.empty()))
+    ok = startup_step([&] { LFM2_FAIL("give both --model and --inputs (or neither, for the shipped default)"); }, r0);
+  if (ok && (r0 || world.is_last()))
+    ok = startup_step([&] {
+      check_run_outputs(opt, world, s.job.pipe.size, [&](int stage) { return weight_path_for(opt.model, stage); });
+    });
+  return ok;
+}
+
+// This rank's weight file, and on rank 0 the inputs' shape (and prompt lengths).
+bool open_weights(Startup& s) {
+  const RankOptions& opt = s.job.opt;
+  bool ok = startup_step([&] {
+    s.weight_path = weight_path_for(opt.model, s.job.pipe.rank);
+    s.weights = std::make_unique<WeightReader>(s.weight_path);
+    s.weights->set_verify(opt.verify_weights);
+    s.job.cfg = s.weights->config();
+  });
+  if (ok && s.job.world.is_first())
+    ok = startup_step([&] {
+      s.job.inputs = read_inputs_header(opt.inputs);
+      check_input_shape(s.job.inputs, s.job.cfg.max_position_embeddings, opt.inputs);
+    });
+  return ok;
+}
+
+// Rank 0's n ints to every rank.
+std::vector<int32_t> broadcast_ints(const WorldConfig& world, std::vector<int32_t> v, int64_t n, double timeout_s) {
+  v.resize(size_t(n));
+  LFM2_CHECK(n <= INT32_MAX, "broadcasting ", n, " values");
+  MPI_Request req;
+  MPI_CHECK(MPI_Ibcast(v.data(), int(n), MPI_INT32_T, 0, world.comm, &req), "broadcasting the prompt lengths");
+  wait_mpi_request(&req, timeout_s, "broadcasting the prompt lengths");
+  return v;
+}
+
+// This replica's block of the inputs, read by its first stage: only its rows, only up to its
+// longest prompt (an HDF5 hyperslab), checked, padding zeroed.
+TokenInputs read_block(const std::string& path, const ReplicaWork& w, const ModelConfig& cfg) {
+  TokenInputs in = read_inputs_block(path, w.seqs.begin, w.seqs.end, w.width);
+  check_inputs(in, cfg.vocab_size, cfg.max_position_embeddings, path, w.seqs.begin);
+  zero_padding(in);
+  return in;
+}
+
+}  // namespace
+
+Startup::Startup(const Replicas& reps, RankOptions options) : replicas(reps) {
+  job.world = reps.world();  // the job: every agreement, the results, the exit code
+  job.pipe = reps.pipe();    // this rank's pipeline: stage pipe.rank of pipe.size
+  job.layout = reps.layout();
+  job.opt = std::move(options);
+}
+
+bool open_files(Startup& s) {
+  const RankOptions& opt = s.job.opt;
+  const WorldConfig& world = s.job.world;
+  bool ok = check_options(s) && open_weights(s);
+  // Every rank's file holds the same model (fingerprints), or rank 0 names two that differ.
+  const bool same = startup_step([&] { check_same_model(world, s.weights.get(), s.weight_path, opt.timeout_s); });
+  ok = ok && same;
+  // --device auto: CUDA only when every rank sees a GPU (one transport for the whole job).
+  const TokenInputs& in = s.job.inputs;
+  const auto agreed = allreduce_max(
+      world, {ok ? 0 : 1, in.n_seq, in.seq_len, sees_gpu(opt) ? 0 : 1, in.lengths.empty() ? 0 : 1}, opt.timeout_s,
+      "the start-up agreement");
+  if (agreed[0] != 0) {
+    report_startup_errors(world, opt.timeout_s);
+    return false;
+  }
+  s.job.n_seq = agreed[1];
+  s.job.seq_len = agreed[2];
+  s.job.use_cuda = opt.device == "cuda" || (opt.device == "auto" && agreed[3] == 0);
+  s.job.dtype = s.job.use_cuda ? parse_dtype(opt.dtype) : DType::F32;
+  // Every rank learns the prompt lengths (the split balances them; the last stages read each
+  // sequence's last position there).
+  s.lengths = in.lengths;
+  return agreed[4] == 0 ||
+         startup_step([&] { s.lengths = broadcast_ints(world, s.lengths, s.job.n_seq, opt.timeout_s); });
+}
+
+bool split_work(Startup& s) {
+  RankSetup& j = s.job;
+  const RankOptions& opt = j.opt;
+  const int R = j.layout.n_replicas, P = j.pipe.size;
+  bool ok = startup_step(
+      [&] {
+        j.work = plan_work(split_sequences(sequence_costs(j.n_seq, j.seq_len, s.lengths, opt.max_new_tokens), R),
+                           j.seq_len, s.lengths, opt.all_logits, opt.microbatch, P, j.use_cuda);
+      },
+      j.world.is_first());
+  if (ok && j.pipe.is_first()) ok = startup_step([&] { j.inputs = read_block(opt.inputs, j.mine(), j.cfg); });
+  if (!all_ready(j.world, ok, opt.timeout_s, "the inputs agreement")) return false;
+  j.microbatch = j.mine().microbatch;
+  return true;
+}
+
+}  // namespace lfm2

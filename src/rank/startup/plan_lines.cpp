@@ -1,0 +1,70 @@
+#include "rank/startup/plan_lines.h"
+
+#include "common/log.h"
+#include "rank/engine/schedule_chart.h"
+#include "rank/mpi/poll.h"
+#include "rank/report/replica_lines.h"
+#include "rank/report/run_report.h"
+
+namespace lfm2 {
+
+std::vector<RankFacts> gather_facts(const WorldConfig& world, const RankFacts& mine, double timeout_s) {
+  std::vector<RankFacts> all(size_t(world.size));
+  constexpr int kN = sizeof(RankFacts) / sizeof(int64_t);
+  MPI_Request req;
+  MPI_CHECK(MPI_Igather(&mine, kN, MPI_INT64_T, all.data(), kN, MPI_INT64_T, 0, world.comm, &req),
+            "gathering the plan");
+  wait_mpi_request(&req, timeout_s, "gathering the plan");
+  return all;
+}
+
+PlanText plan_text(const RankOptions& opt, bool stage_files, bool use_cuda, int n_threads, const char* transport) {
+  PlanText t;
+  t.how = !opt.layers.empty() ? "--layers " + opt.layers
+          : stage_files      ? std::string("as the stage files were split")
+          : use_cuda         ? std::string("balanced by the GPU cost model")
+                             : std::string("balanced by FLOPs");
+  t.backend = use_cuda ? cat("cuda ", opt.dtype, opt.dtype != "fp32" ? "" : opt.tf32 ? " (TF32)" : " (TF32 off)",
+                             ", CUDA graphs ", opt.cuda_graphs ? "on" : "off")
+                       : cat("cpu fp32, threads per rank ", n_threads);
+  t.transport = transport;
+  return t;
+}
+
+void print_plan(const RankSetup& s, const PlanText& t, const std::vector<RankFacts>& all,
+                const std::vector<GpuFacts>& gpus, const std::vector<std::string>& hosts) {
+  const ReplicaLayout& l = s.layout;
+  const int P = l.n_stages;
+  const int64_t M = s.work[0].n_micro();
+  if (l.n_replicas == 1)
+    log_info(cat("plan: ", P, " ranks over ", s.cfg.num_hidden_layers, " layers (", t.how, "); ", s.n_seq, " x ",
+                 s.seq_len, " tokens in ", M, " microbatches of ", s.microbatch, " (GPipe bubble ",
+                 fixed(100 * gpipe_bubble(P, M), 1), "%); ", t.backend, ", transport ", t.transport));
+  else
+    log_info(cat("plan: ", P, " stages over ", s.cfg.num_hidden_layers, " layers in each of ", l.n_replicas,
+                 " replicas (", t.how, "); ", s.n_seq, " x ", s.seq_len, " tokens; ", t.backend, ", transport ",
+                 t.transport));
+  for (const std::string& line : replica_plan_lines(l, s.work, hosts)) log_info(line);
+  for (int r = 0; r < l.n_ranks(); ++r) {
+    const RankFacts& f = all[size_t(r)];
+    const std::string where = l.n_replicas == 1 ? cat("local ", f.local_rank)
+                                                : cat("replica ", l.replica_of[size_t(r)], " stage ",
+                                                      l.stage_of[size_t(r)], ", local ", f.local_rank);
+    log_info(cat("plan: rank ", r, " (", where, "): layers ", f.layer_begin, "-", f.layer_end - 1, " (",
+                 f.layer_end - f.layer_begin, "), weights ", mib(f.weight_bytes), ", read ", mib(f.bytes_read),
+                 ", free host memory ", f.free_host < 0 ? std::string("?") : gib(f.free_host),
+                 f.gpu < 0 ? std::string()
+                           : cat("; GPU ", f.gpu, " ", gpus[size_t(r)].name, " (", gpus[size_t(r)].uuid_text, ") on ",
+                                 gpus[size_t(r)].host, ": weights ", gib(f.gpu_weight_bytes), ", free ",
+                                 gib(f.gpu_free), " of ", gib(f.gpu_total))));
+  }
+  for (int rep = 0; rep < l.n_replicas; ++rep) {
+    const int64_t m = s.work[size_t(rep)].n_micro();
+    if (m < P)
+      log_info(cat("warning: ", m, " microbatches for ", P, l.n_replicas == 1 ? " ranks" : " stages",
+                   l.n_replicas == 1 ? std::string() : cat(" in replica ", rep), ": some ranks will idle (bubble ",
+                   int(100 * gpipe_bubble(P, m)), "%); use a smaller --microbatch"));
+  }
+}
+
+}  // namespace lfm2

@@ -1,0 +1,13 @@
+// The shipped default: lfm2-rank with no --model and no --inputs runs the model, inputs and
+// answers named by data/default/recipe.json (./data/default, else the source tree's).
+#pragma once
+
+#include "rank/options.h"
+
+namespace lfm2 {
+
+// Fills in the default's paths (answers only where none were given) and, when its model is
+// missing, fails with the h5pack command that creates it.
+void resolve_default(RankOptions& opt);
+
+}  // namespace lfm2
