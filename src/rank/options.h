@@ -1,11 +1,10 @@
-// The options of lfm2-rank, as parsed from the command line by main.cpp.
+// The options of lfm2-rank, as parsed from the command line (options.cpp).
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "rank/mpi/world.h"
 
 namespace lfm2 {
 
@@ -43,10 +42,20 @@ struct RankOptions {
   bool use_default = false;  // no model/inputs given: run the shipped default under data/default
 };
 
+// The command line as parsed (before MPI starts, so that --timeout bounds MPI's start as well).
+struct ParsedOptions {
+  RankOptions opt;
+  int code = -1;      // -1: parsed; else the exit code after reporting (0 for --help)
+  std::string error;  // the parse error, which rank 0 prints once
+};
+// `print_help`: this process prints --help (rank 0 of the launch).
+ParsedOptions parse_options(int argc, char** argv, bool print_help);
+
 class Replicas;
 
-// Runs the program on this rank, a stage of one of the job's replicas (replica_world.h); returns
-// its exit code (fatal.h). Ends the job through MPI_Abort on an error after the exchange has started.
+// Runs the program on this rank, a stage of one of the job's replicas (mpi/replica_comms.h);
+// returns its exit code (mpi/fatal.h). Ends the job through MPI_Abort on an error after the
+// exchange has started (run_rank.cpp).
 int run_rank(const Replicas& replicas, RankOptions opt);
 
 }  // namespace lfm2
