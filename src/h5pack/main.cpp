@@ -57,6 +57,98 @@ void check_output(const std::string& what, const std::string& out, const std::ve
   if (!note.empty()) log_info(note);
 }
 
+// Every subcommand's arguments, as CLI11 parses them, and the subcommands.
+struct Args {
+  bool quiet = false, brief = false;
+  std::string dir, out, dtype_text, preset, config_file, in, pattern, layers;
+  uint64_t seed = 0;
+  int threads = 0, stages = 0;
+  CLI::App *convert = nullptr, *synth = nullptr, *split = nullptr, *inspect = nullptr, *verify = nullptr;
+};
+
+// convert and synth: weight files from a checkpoint or from a seed.
+void add_writers(CLI::App& app, Args& a) {
+  a.convert = app.add_subcommand("convert", "Hugging Face LFM2-MoE checkpoint directory -> weight file");
+  a.convert->add_option("DIR", a.dir, "checkpoint directory (config.json + model.safetensors[.index.json])")->required();
+  a.convert->add_option("OUT", a.out, "output weight file (.h5)")->required();
+  a.convert->add_option("--dtype", a.dtype_text, "stored matrix dtype: fp32|bf16|fp16 (default: the checkpoint's)")
+      ->check(cli::one_of({"fp32", "bf16", "fp16"}));
+
+  a.synth = app.add_subcommand("synth", "seeded random weights at a preset or config shape");
+  a.synth->add_option("OUT", a.out, "output weight file (.h5)")->required();
+  auto* preset_opt = a.synth->add_option("--preset", a.preset, "lfm2-8b-a1b | lfm2-mini | lfm2-tiny");
+  a.synth->add_option("--config", a.config_file, "an HF-style config.json instead of a preset")->excludes(preset_opt);
+  a.synth->add_option("--seed", a.seed, "random seed (default 0)")->check(cli::whole(0, INT64_MAX));
+  a.synth->add_option("--dtype", a.dtype_text, "stored matrix dtype: fp32|bf16|fp16 (default bf16)")
+      ->check(cli::one_of({"fp32", "bf16", "fp16"}));
+  a.synth->add_option("--threads", a.threads, "generator threads (default: all cores); never changes the output")
+      ->check(cli::whole(0, kMaxThreads));
+}
+
+// split, inspect and verify: what is done with a weight file.
+void add_readers(CLI::App& app, Args& a) {
+  a.split = app.add_subcommand("split", "one weight file per pipeline stage");
+  a.split->add_option("IN", a.in, "whole-model weight file")->required();
+  a.split->add_option("OUT_PATTERN", a.pattern, "output path with one %d for the stage, e.g. stage-%d.h5")->required();
+  a.split->add_option("--stages", a.stages, "number of stages P (1..layers)")->required()->check(cli::whole(1, 1 << 20));
+  a.split->add_option("--layers", a.layers, "layers per stage, e.g. 6,6,6,6 (default: balanced by cost)");
+
+  a.inspect = app.add_subcommand("inspect", "config, fingerprint, datasets, parameter count, bytes per stage");
+  a.inspect->add_option("FILE", a.in, "weight file")->required();
+  a.inspect->add_option("--stages", a.stages, "also report the bytes each of P stages reads")
+      ->check(cli::whole(0, 1 << 20));
+  a.inspect->add_flag("--brief", a.brief, "do not list every dataset");
+
+  a.verify = app.add_subcommand("verify", "re-read every tensor and check it against the file's digests");
+  a.verify->add_option("FILE", a.in, "weight or stage file")->required();
+}
+
+void run_convert(const Args& a, const std::optional<DType>& dtype) {
+  // The checkpoint's own files are checked against OUT inside, once its shards are known.
+  check_output("OUT", a.out, {{"checkpoint directory", a.dir}});
+  convert_checkpoint(a.dir, a.out, dtype, !a.quiet);
+  log_info(cat("wrote ", a.out));
+}
+
+void run_synth(const Args& a, const std::optional<DType>& dtype) {
+  LFM2_CHECK(!a.preset.empty() || !a.config_file.empty(), a.out, ": synth needs --preset NAME or --config FILE.json");
+  check_output("OUT", a.out, {{"--config file", a.config_file}});
+  const ModelConfig cfg = a.config_file.empty() ? synth_preset(a.preset) : ModelConfig::from_file(a.config_file);
+  SynthOptions opt;
+  opt.seed = a.seed;
+  opt.dtype = dtype.value_or(DType::BF16);
+  opt.threads = a.threads;
+  opt.progress = !a.quiet;
+  synth_weights(cfg, a.out, opt);
+  log_info(cat("wrote ", a.out));
+}
+
+void run_verify(const Args& a) {
+  const VerifyReport r = verify_weights(a.in, !a.quiet);
+  if (r.nonfinite)
+    std::fprintf(stderr, "%swarning: %s: %lld NaN/Inf values, the first in tensor '%s'\n", log_prefix().c_str(),
+                 a.in.c_str(), static_cast<long long>(r.nonfinite), r.first_nonfinite.c_str());
+  log_info(cat(a.in, ": OK: ", r.tensors, " tensors, ", r.bytes, " bytes match their digests; model fingerprint ",
+               r.fingerprint, " (", int64_t(r.seconds * 1000), " ms)"));
+}
+
+// The parsed subcommand; throws on any error.
+void run(const Args& a) {
+  std::optional<DType> dtype;
+  if (!a.dtype_text.empty()) dtype = parse_dtype(a.dtype_text);
+  if (a.convert->parsed()) {
+    run_convert(a, dtype);
+  } else if (a.synth->parsed()) {
+    run_synth(a, dtype);
+  } else if (a.split->parsed()) {
+    for (const auto& p : split_weights(a.in, a.stages, a.pattern, a.layers, !a.quiet)) log_info(cat("wrote ", p));
+  } else if (a.inspect->parsed()) {
+    std::cout << format_report(inspect_weights(a.in, a.stages), a.brief);
+  } else if (a.verify->parsed()) {
+    run_verify(a);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -65,47 +157,10 @@ int main(int argc, char** argv) {
   remove_pending_files_on_signals();  // Ctrl-C, a closed pipe: no OUT.h5.tmp.* left behind
   CLI::App app{"h5pack: write and examine lfm2-rank HDF5 weight files"};
   app.require_subcommand(1);
-  bool quiet = false;
-  app.add_flag("-q,--quiet", quiet, "no progress lines");
-
-  auto* convert = app.add_subcommand("convert", "Hugging Face LFM2-MoE checkpoint directory -> weight file");
-  std::string dir, out, dtype_text;
-  convert->add_option("DIR", dir, "checkpoint directory (config.json + model.safetensors[.index.json])")->required();
-  convert->add_option("OUT", out, "output weight file (.h5)")->required();
-  convert->add_option("--dtype", dtype_text, "stored matrix dtype: fp32|bf16|fp16 (default: the checkpoint's)")
-      ->check(cli::one_of({"fp32", "bf16", "fp16"}));
-
-  auto* synth = app.add_subcommand("synth", "seeded random weights at a preset or config shape");
-  std::string preset, config_file;
-  uint64_t seed = 0;
-  int threads = 0;
-  synth->add_option("OUT", out, "output weight file (.h5)")->required();
-  auto* preset_opt = synth->add_option("--preset", preset, "lfm2-8b-a1b | lfm2-mini | lfm2-tiny");
-  synth->add_option("--config", config_file, "an HF-style config.json instead of a preset")->excludes(preset_opt);
-  synth->add_option("--seed", seed, "random seed (default 0)")->check(cli::whole(0, INT64_MAX));
-  synth->add_option("--dtype", dtype_text, "stored matrix dtype: fp32|bf16|fp16 (default bf16)")
-      ->check(cli::one_of({"fp32", "bf16", "fp16"}));
-  synth->add_option("--threads", threads, "generator threads (default: all cores); never changes the output")
-      ->check(cli::whole(0, kMaxThreads));
-
-  auto* split = app.add_subcommand("split", "one weight file per pipeline stage");
-  std::string in, pattern, layers;
-  int stages = 0;
-  split->add_option("IN", in, "whole-model weight file")->required();
-  split->add_option("OUT_PATTERN", pattern, "output path with one %d for the stage, e.g. stage-%d.h5")->required();
-  split->add_option("--stages", stages, "number of stages P (1..layers)")->required()->check(cli::whole(1, 1 << 20));
-  split->add_option("--layers", layers, "layers per stage, e.g. 6,6,6,6 (default: balanced by cost)");
-
-  auto* inspect = app.add_subcommand("inspect", "config, fingerprint, datasets, parameter count, bytes per stage");
-  bool brief = false;
-  inspect->add_option("FILE", in, "weight file")->required();
-  inspect->add_option("--stages", stages, "also report the bytes each of P stages reads")
-      ->check(cli::whole(0, 1 << 20));
-  inspect->add_flag("--brief", brief, "do not list every dataset");
-
-  auto* verify = app.add_subcommand("verify", "re-read every tensor and check it against the file's digests");
-  verify->add_option("FILE", in, "weight or stage file")->required();
-
+  Args a;
+  app.add_flag("-q,--quiet", a.quiet, "no progress lines");
+  add_writers(app, a);
+  add_readers(app, a);
   const std::string unknown = unknown_subcommand(argc, argv);
   if (!unknown.empty()) {
     log_error(cat("unknown subcommand '", unknown, "' (convert, synth, split, inspect or verify; see h5pack --help)"));
@@ -120,36 +175,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   try {
-    std::optional<DType> dtype;
-    if (!dtype_text.empty()) dtype = parse_dtype(dtype_text);
-    if (convert->parsed()) {
-      // The checkpoint's own files are checked against OUT inside, once its shards are known.
-      check_output("OUT", out, {{"checkpoint directory", dir}});
-      convert_checkpoint(dir, out, dtype, !quiet);
-      log_info(cat("wrote ", out));
-    } else if (synth->parsed()) {
-      LFM2_CHECK(!preset.empty() || !config_file.empty(), out, ": synth needs --preset NAME or --config FILE.json");
-      check_output("OUT", out, {{"--config file", config_file}});
-      const ModelConfig cfg = config_file.empty() ? synth_preset(preset) : ModelConfig::from_file(config_file);
-      SynthOptions opt;
-      opt.seed = seed;
-      opt.dtype = dtype.value_or(DType::BF16);
-      opt.threads = threads;
-      opt.progress = !quiet;
-      synth_weights(cfg, out, opt);
-      log_info(cat("wrote ", out));
-    } else if (split->parsed()) {
-      for (const auto& p : split_weights(in, stages, pattern, layers, !quiet)) log_info(cat("wrote ", p));
-    } else if (inspect->parsed()) {
-      std::cout << format_report(inspect_weights(in, stages), brief);
-    } else if (verify->parsed()) {
-      const VerifyReport r = verify_weights(in, !quiet);
-      if (r.nonfinite)
-        std::fprintf(stderr, "%swarning: %s: %lld NaN/Inf values, the first in tensor '%s'\n", log_prefix().c_str(),
-                     in.c_str(), static_cast<long long>(r.nonfinite), r.first_nonfinite.c_str());
-      log_info(cat(in, ": OK: ", r.tensors, " tensors, ", r.bytes, " bytes match their digests; model fingerprint ",
-                   r.fingerprint, " (", int64_t(r.seconds * 1000), " ms)"));
-    }
+    run(a);
   } catch (const std::exception& e) {
     log_error(e.what());
     return 1;

@@ -22,6 +22,76 @@ std::string stage_path(const std::string& pattern, int stage) {
   return pattern.substr(0, p) + std::to_string(stage) + pattern.substr(p + 2);
 }
 
+namespace {
+
+// Each stage's output: no directory, no input; replacing a file is said.
+std::vector<std::string> stage_outputs(const std::vector<StagePlan>& plans, const std::string& pattern,
+                                       const std::string& in) {
+  std::vector<std::string> outs;
+  for (const auto& p : plans) outs.push_back(stage_path(pattern, p.rank));
+  for (const auto& out : outs) {
+    LFM2_CHECK(!std::filesystem::is_directory(out), out, ": is a directory (give the stage files' pattern)");
+    check_output_is_no_input({"OUT_PATTERN", out}, {{"input", in}});
+    const std::string note = replacing_note(out);
+    if (!note.empty()) log_info(note);
+  }
+  return outs;
+}
+
+// One stage's datasets, checked against the config, copied in row blocks of about 64 MiB.
+void copy_stage(WeightReader& reader, const std::string& in, const StagePlan& plan, WeightWriter& w,
+                const std::string& out, bool progress) {
+  const ModelConfig& cfg = reader.config();
+  const auto specs = stage_tensor_specs(cfg, plan.layer_begin, plan.layer_end, plan.is_first(), plan.is_last());
+  double total = 0;
+  for (const auto& s : specs) total += double(s.numel());
+  Progress prog(cat("split: stage ", plan.rank, " (layers ", plan.layer_begin, "..", plan.layer_end - 1, ") -> ", out),
+                total, progress);
+  std::vector<char> buf;
+  for (const auto& spec : specs) {
+    LFM2_CHECK(reader.has(spec.path), in, ": dataset '", spec.path, "' is missing");
+    LFM2_CHECK(reader.shape(spec.path) == spec.shape, in, ": dataset '", spec.path,
+               "' does not have the shape config_json implies");
+    const DType stored = reader.dtype(spec.path);
+    LFM2_CHECK(stored == w.stored_dtype(spec), in, ": dataset '", spec.path, "' is ", dtype_name(stored),
+               ", expected ", dtype_name(w.stored_dtype(spec)));
+    w.create(spec);
+    const uint64_t row_bytes = uint64_t(spec.numel() / spec.shape[0]) * dtype_size(stored);
+    const int64_t block = int64_t(std::max<uint64_t>(1, (uint64_t(64) << 20) / row_bytes));
+    for (int64_t r = 0; r < spec.shape[0]; r += block) {
+      const int64_t n = std::min(block, spec.shape[0] - r);
+      buf.resize(size_t(uint64_t(n) * row_bytes));
+      reader.read_rows_raw(spec.path, r, n, buf.data());
+      w.write_rows(spec, r, n, buf.data(), stored);
+      prog.advance(double(spec.numel() / spec.shape[0] * n));
+    }
+  }
+  prog.finish();
+}
+
+// Every stage file carries the whole model's identity: the input's (each copied tensor is checked
+// against its digest there at commit), or, for an input from an older h5pack, the one its tensors
+// give, every tensor having been copied into some stage.
+ModelIdentity whole_model_identity(const WeightReader& reader, const std::string& in,
+                                   const std::vector<std::unique_ptr<WeightWriter>>& writers, bool progress) {
+  if (reader.identity()) return *reader.identity();
+  const ModelConfig& cfg = reader.config();
+  ModelIdentity id;
+  const auto specs = model_tensor_specs(cfg);
+  for (const auto& spec : specs) {
+    auto w = std::find_if(writers.begin(), writers.end(), [&](const auto& wr) { return wr->has_whole(spec.path); });
+    LFM2_CHECK(w != writers.end(), in, ": tensor '", spec.path, "' is in no stage");
+    id.tensor_digests.push_back((*w)->digest(spec.path));
+  }
+  id.fingerprint = model_fingerprint(cfg.to_json_text(), reader.weight_dtype(), specs, id.tensor_digests);
+  if (progress)
+    log_info(cat(in, " has no model fingerprint (an older h5pack): computed ", hex64(id.fingerprint),
+                 " from its tensors"));
+  return id;
+}
+
+}  // namespace
+
 std::vector<std::string> split_weights(const std::string& in, int n_stages, const std::string& pattern,
                                        const std::string& layers, bool progress) {
   stage_path(pattern, 0);  // validate before any work
@@ -33,67 +103,17 @@ std::vector<std::string> split_weights(const std::string& in, int n_stages, cons
              " layers into ", n_stages, " stages");
   const auto plans = layers.empty() ? default_stage_plans(cfg, n_stages)
                                     : make_stage_plans(parse_layer_counts(layers, int(cfg.num_hidden_layers), n_stages));
-  std::vector<std::string> outs;
-  for (const auto& p : plans) outs.push_back(stage_path(pattern, p.rank));
-  for (const auto& out : outs) {
-    LFM2_CHECK(!std::filesystem::is_directory(out), out, ": is a directory (give the stage files' pattern)");
-    check_output_is_no_input({"OUT_PATTERN", out}, {{"input", in}});
-    const std::string note = replacing_note(out);
-    if (!note.empty()) log_info(note);
-  }
-
+  const std::vector<std::string> outs = stage_outputs(plans, pattern, in);
   std::vector<std::unique_ptr<WeightWriter>> writers;
-  std::vector<char> buf;
   for (const auto& plan : plans) {
     const std::string& out = outs[size_t(plan.rank)];
     writers.push_back(std::make_unique<WeightWriter>(out, cfg, reader.weight_dtype()));
     WeightWriter& w = *writers.back();
     w.set_stage({plan.rank, plan.n_ranks, plan.layer_begin, plan.layer_end});
     w.set_attr("source", cat("h5pack split ", in));
-    const auto specs = stage_tensor_specs(cfg, plan.layer_begin, plan.layer_end, plan.is_first(), plan.is_last());
-    double total = 0;
-    for (const auto& s : specs) total += double(s.numel());
-    Progress prog(cat("split: stage ", plan.rank, " (layers ", plan.layer_begin, "..", plan.layer_end - 1, ") -> ",
-                      out),
-                  total, progress);
-    for (const auto& spec : specs) {
-      LFM2_CHECK(reader.has(spec.path), in, ": dataset '", spec.path, "' is missing");
-      LFM2_CHECK(reader.shape(spec.path) == spec.shape, in, ": dataset '", spec.path,
-                 "' does not have the shape config_json implies");
-      const DType stored = reader.dtype(spec.path);
-      LFM2_CHECK(stored == w.stored_dtype(spec), in, ": dataset '", spec.path, "' is ", dtype_name(stored),
-                 ", expected ", dtype_name(w.stored_dtype(spec)));
-      w.create(spec);
-      const uint64_t row_bytes = uint64_t(spec.numel() / spec.shape[0]) * dtype_size(stored);
-      const int64_t block = int64_t(std::max<uint64_t>(1, (uint64_t(64) << 20) / row_bytes));
-      for (int64_t r = 0; r < spec.shape[0]; r += block) {
-        const int64_t n = std::min(block, spec.shape[0] - r);
-        buf.resize(size_t(uint64_t(n) * row_bytes));
-        reader.read_rows_raw(spec.path, r, n, buf.data());
-        w.write_rows(spec, r, n, buf.data(), stored);
-        prog.advance(double(spec.numel() / spec.shape[0] * n));
-      }
-    }
-    prog.finish();
+    copy_stage(reader, in, plan, w, out, progress);
   }
-  // Every stage file carries the whole model's identity: the input's (each copied tensor is checked
-  // against its digest there at commit), or, for an input from an older h5pack, the one its tensors
-  // give, every tensor having been copied into some stage.
-  ModelIdentity id;
-  if (reader.identity()) {
-    id = *reader.identity();
-  } else {
-    const auto specs = model_tensor_specs(cfg);
-    for (const auto& spec : specs) {
-      auto w = std::find_if(writers.begin(), writers.end(), [&](const auto& wr) { return wr->has_whole(spec.path); });
-      LFM2_CHECK(w != writers.end(), in, ": tensor '", spec.path, "' is in no stage");
-      id.tensor_digests.push_back((*w)->digest(spec.path));
-    }
-    id.fingerprint = model_fingerprint(cfg.to_json_text(), reader.weight_dtype(), specs, id.tensor_digests);
-    if (progress)
-      log_info(cat(in, " has no model fingerprint (an older h5pack): computed ", hex64(id.fingerprint),
-                   " from its tensors"));
-  }
+  const ModelIdentity id = whole_model_identity(reader, in, writers, progress);
   for (auto& w : writers) w->set_identity(id);
   // Every file is complete: rename all into place; if one rename fails, take back the ones done.
   for (size_t i = 0; i < writers.size(); ++i) {
