@@ -48,76 +48,72 @@ std::string finished_line(const GenerateResult& r, int64_t N, int64_t K) {
              N * (K - 1), " decode sequence-steps left out the experts");
 }
 
+// The last rank's part: sequence 0's tokens, how many sequences ended early, validation against
+// --answers, --output (next_token is each sequence's first new token).
+JobOutcome generation_outcome(const RankSetup& s, const GenerateResult& result) {
+  const RankOptions& opt = s.opt;
+  const int64_t N = s.n_seq, K = result.n_new;
+  JobOutcome out;
+  std::string head = "results: sequence 0 generated";
+  for (int64_t t = 0; t < std::min<int64_t>(K, 12); ++t) head += cat(" ", result.generated[size_t(t)]);
+  out.lines.push_back(head + (K > 12 ? " ..." : ""));
+  if (!opt.eos.empty()) out.lines.push_back(finished_line(result, N, K));
+  nlohmann::json meta = run_metadata(s);
+  meta["max_new_tokens"] = K;
+  meta["temperature"] = opt.temperature;
+  meta["top_k"] = opt.top_k;
+  meta["top_p"] = opt.top_p;
+  meta["seed"] = int64_t(opt.seed);
+  if (!s.answers.generated.empty()) {
+    const bool exact = s.dtype == DType::F32 && !(s.use_cuda && opt.tf32) && opt.temperature <= 0;
+    const GenerationCheck c = check_generated(result.generated, K, s.answers, exact);
+    for (const auto& l : c.report()) out.lines.push_back(l);
+    for (const auto& l : replica_generation_lines(s.layout, s.work, result.generated, K, s.answers, exact))
+      out.lines.push_back(l);
+    meta["validation"] = c.passed ? "PASS" : "FAIL";
+    meta["tokens_equal"] = c.equal;
+    out.code = c.passed ? kExitOk : kExitValidationFailed;
+  }
+  if (!opt.output.empty()) {
+    TokenOutputs o;
+    o.n_seq = N;
+    o.seq_len = s.seq_len;
+    o.vocab = s.cfg.vocab_size;
+    o.next_token.resize(size_t(N));
+    for (int64_t i = 0; i < N; ++i) o.next_token[size_t(i)] = result.generated[size_t(i * K)];
+    o.n_new = K;
+    o.generated = result.generated;
+    o.n_generated = result.n_generated;
+    write_job_outputs(opt.output, o, meta, out);
+  }
+  return out;
+}
+
 }  // namespace
 
 JobOutcome run_generation(RankSetup& s, GenerateJob& job) {
-  const WorldConfig& world = s.world;
   const RankOptions& opt = s.opt;
-  const int64_t N = s.n_seq, K = job.shape().max_new_tokens, G = job.shape().n_micro();
+  const int64_t N = s.n_seq, K = job.shape().max_new_tokens;
   if (s.pipe.is_first()) job.set_ids(s.inputs.ids.data());
   job.set_stream(opt.stream && s.pipe.is_last() && s.pipe.replica == 0);  // sequence 0 is replica 0's
   const double t0 = now_s();
-  std::vector<std::string> bench_lines;
-  if (opt.benchmark) {
-    bench_lines = benchmark_generation(s, job);
-  } else {
-    if (!opt.trace.empty()) barrier(world, opt.timeout_s, "the trace's start");
-    const StageTiming t = s.pipeline->run(job.schedule(), job.memory());
-    const auto timing = gather_timing(world, s.layout, t, opt.timeout_s);
-    if (world.is_first()) bench_lines = replica_pipeline_report(timing, s.layout, s.work, s.plans, job.steps());
-  }
+  const std::vector<std::string> lines =
+      opt.benchmark ? benchmark_generation(s, job) : run_once(s, job.schedule(), job.memory(), job.steps());
   const double run_s = now_s() - t0;
-  if (world.is_first())
-    for (const auto& l : bench_lines) log_info(l);
-  if (!opt.trace.empty())
-    deliver_trace(world, *s.pipeline, s.plans, opt.trace,
-                  {{"job", "generation"}, {"microbatch", s.microbatch}, {"microbatches", G}, {"sequences", N},
-                   {"seq_len", s.seq_len}, {"new_tokens", K}, {"dtype", opt.dtype}},
-                  opt.timeout_s);
+  if (s.world.is_first())
+    for (const auto& l : lines) log_info(l);
+  if (!opt.trace.empty()) {
+    nlohmann::json meta = trace_meta(s, "generation", job.shape().n_micro());
+    meta["new_tokens"] = K;
+    deliver_job_trace(s, meta);
+  }
 
-  fault_point(world.rank, "output");
+  fault_point(s.world.rank, "output");
   const GenerateResult result = gather_tokens(s, job);
-  JobOutcome out;
-  if (world.is_last()) {
-    std::string head = "results: sequence 0 generated";
-    for (int64_t t = 0; t < std::min<int64_t>(K, 12); ++t) head += cat(" ", result.generated[size_t(t)]);
-    out.lines.push_back(head + (K > 12 ? " ..." : ""));
-    if (!opt.eos.empty()) out.lines.push_back(finished_line(result, N, K));
-    nlohmann::json meta = run_metadata(s);
-    meta["max_new_tokens"] = K;
-    meta["temperature"] = opt.temperature;
-    meta["top_k"] = opt.top_k;
-    meta["top_p"] = opt.top_p;
-    meta["seed"] = int64_t(opt.seed);
-    if (!s.answers.generated.empty()) {
-      const bool exact = s.dtype == DType::F32 && !(s.use_cuda && opt.tf32) && opt.temperature <= 0;
-      const GenerationCheck c = check_generated(result.generated, K, s.answers, exact);
-      for (const auto& l : c.report()) out.lines.push_back(l);
-      for (const auto& l : replica_generation_lines(s.layout, s.work, result.generated, K, s.answers, exact))
-        out.lines.push_back(l);
-      meta["validation"] = c.passed ? "PASS" : "FAIL";
-      meta["tokens_equal"] = c.equal;
-      out.code = c.passed ? kExitOk : kExitValidationFailed;
-    }
-    if (!opt.output.empty()) {
-      TokenOutputs o;
-      o.n_seq = N;
-      o.seq_len = s.seq_len;
-      o.vocab = s.cfg.vocab_size;
-      o.next_token.resize(size_t(N));
-      for (int64_t i = 0; i < N; ++i) o.next_token[size_t(i)] = result.generated[size_t(i * K)];
-      o.n_new = K;
-      o.generated = result.generated;
-      o.n_generated = result.n_generated;
-      write_job_outputs(opt.output, o, meta, out);
-    }
-  }
-  if (!opt.benchmark) {
-    char buf[160];
-    std::snprintf(buf, sizeof buf, "done: %lld sequences x %lld new tokens in %.3f s (%.1f tokens/s)", (long long)N,
-                  (long long)K, run_s, double(N * K) / run_s);
-    out.done = buf;
-  }
+  JobOutcome out = s.world.is_last() ? generation_outcome(s, result) : JobOutcome{};
+  if (!opt.benchmark)
+    out.done = cat("done: ", N, " sequences x ", K, " new tokens in ", fixed(run_s, 3), " s (",
+                   fixed(double(N * K) / run_s, 1), " tokens/s)");
   return out;
 }
 

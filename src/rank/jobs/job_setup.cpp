@@ -4,7 +4,9 @@
 
 #include "common/log.h"
 #include "rank/mpi/fatal.h"
+#include "rank/report/replica_lines.h"
 #include "rank/report/run_report.h"
+#include "rank/report/trace_file.h"
 
 namespace lfm2 {
 
@@ -22,6 +24,24 @@ void write_job_outputs(const std::string& path, const TokenOutputs& o, const nlo
     log_error(e.what());
     out.code = std::max(out.code, kExitError);
   }
+}
+
+std::vector<std::string> run_once(RankSetup& s, const std::vector<StepPlan>& schedule, const StepMemory& memory,
+                                  int64_t steps) {
+  if (!s.opt.trace.empty()) barrier(s.world, s.opt.timeout_s, "the trace's start");
+  const StageTiming t = s.pipeline->run(schedule, memory);
+  const auto timing = gather_timing(s.world, s.layout, t, s.opt.timeout_s);
+  if (!s.world.is_first()) return {};
+  return replica_pipeline_report(timing, s.layout, s.work, s.plans, steps);
+}
+
+nlohmann::json trace_meta(const RankSetup& s, const char* job, int64_t n_micro) {
+  return {{"job", job},          {"microbatch", s.microbatch}, {"microbatches", n_micro},
+          {"sequences", s.n_seq}, {"seq_len", s.seq_len},      {"dtype", s.opt.dtype}};
+}
+
+void deliver_job_trace(const RankSetup& s, const nlohmann::json& meta) {
+  deliver_trace(s.world, *s.pipeline, s.plans, s.opt.trace, meta, s.opt.timeout_s);
 }
 
 nlohmann::json run_metadata(const RankSetup& s) {

@@ -58,8 +58,17 @@ struct JobOutcome {
 JobOutcome run_scoring(RankSetup& s, ScoreJob& job);
 JobOutcome run_generation(RankSetup& s, GenerateJob& job);
 
+// One plain run of a job's schedule on every rank (a traced run starts together, so that the ranks'
+// timelines line up); rank 0 gets the run report's lines (steps: items per microbatch).
+std::vector<std::string> run_once(RankSetup& s, const std::vector<StepPlan>& schedule, const StepMemory& memory,
+                                  int64_t steps);
+
 // The output file's run metadata common to both jobs.
 nlohmann::json run_metadata(const RankSetup& s);
+
+// The trace's metadata common to both jobs ("job": its name), and the trace itself, written by rank 0.
+nlohmann::json trace_meta(const RankSetup& s, const char* job, int64_t n_micro);
+void deliver_job_trace(const RankSetup& s, const nlohmann::json& meta);
 
 // Writes --output (the last rank). A write that fails (a full disk) is this rank's error alone:
 // it is logged and the job ends together with exit 1 (`out.code`); no half-written file is left.

@@ -45,69 +45,63 @@ PipelineResult gather_scores(const RankSetup& s, const ScoreJob& job) {
   return all;
 }
 
+// The last rank's part: the results line, validation against --answers, --output.
+JobOutcome score_outcome(const RankSetup& s, const PipelineResult& result) {
+  const RankOptions& opt = s.opt;
+  const int64_t N = s.n_seq;
+  JobOutcome out;
+  std::string head = "results: next_token =";
+  for (int64_t i = 0; i < std::min<int64_t>(N, 8); ++i) head += cat(" ", result.next_token[size_t(i)]);
+  out.lines.push_back(head + (N > 8 ? " ..." : "") + smallest_margin(result.margin));
+  nlohmann::json meta = run_metadata(s);
+  meta["all_logits"] = opt.all_logits;
+  if (!opt.answers.empty()) {
+    // TF32 keeps fp16's 10 mantissa bits, so a --tf32 run is held to fp16's tolerance.
+    const DType vt = s.dtype == DType::F32 && s.use_cuda && opt.tf32 ? DType::F16 : s.dtype;
+    const ValidationResult v =
+        validate_outputs(result.next_token, result.logits, s.cfg.vocab_size, s.answers, tolerance_for(vt));
+    for (const auto& l : v.report(vt)) out.lines.push_back(l);
+    for (const auto& l : replica_score_lines(s.layout, s.work, result.next_token, result.logits, s.cfg.vocab_size,
+                                             s.answers, tolerance_for(vt)))
+      out.lines.push_back(l);
+    meta["validation"] = v.passed ? "PASS" : "FAIL";
+    meta["top1_agree"] = v.agree;
+    meta["max_abs_dlogit"] = v.max_abs_dlogit;
+    meta["mean_abs_dlogit"] = v.mean_abs_dlogit;
+    out.code = v.passed ? kExitOk : kExitValidationFailed;
+  }
+  if (!opt.output.empty()) {
+    const TokenOutputs o{N, s.seq_len, s.cfg.vocab_size, result.next_token, result.logits, result.margin,
+                         result.all_logits, 0, {}, {}};
+    write_job_outputs(opt.output, o, meta, out);
+  }
+  return out;
+}
+
 }  // namespace
 
 JobOutcome run_scoring(RankSetup& s, ScoreJob& job) {
-  const WorldConfig& world = s.world;
   const RankOptions& opt = s.opt;
-  const int64_t N = s.n_seq, S = s.seq_len, M = job.shape().n_micro();
+  const int64_t N = s.n_seq, S = s.seq_len;
   if (s.pipe.is_first()) job.set_ids(s.inputs.ids.data());
   const double t0 = now_s();
-  std::vector<std::string> bench_lines;
+  std::vector<std::string> lines;
   if (opt.benchmark) {
     const BenchmarkSummary b = benchmark_scoring(s, job);
-    if (world.is_first()) bench_lines = b.report();
+    if (s.world.is_first()) lines = b.report();
   } else {
-    // A traced run starts together on every rank, so that the ranks' timelines line up.
-    if (!opt.trace.empty()) barrier(world, opt.timeout_s, "the trace's start");
-    const StageTiming t = s.pipeline->run(job.schedule(), job.memory());
-    const auto timing = gather_timing(world, s.layout, t, opt.timeout_s);
-    if (world.is_first()) bench_lines = replica_pipeline_report(timing, s.layout, s.work, s.plans, 1);
+    lines = run_once(s, job.schedule(), job.memory(), 1);
   }
   const double run_s = now_s() - t0;
-  for (const auto& l : bench_lines) log_info(l);
-  if (!opt.trace.empty())
-    deliver_trace(world, *s.pipeline, s.plans, opt.trace,
-                  {{"job", "scoring"}, {"microbatch", s.microbatch}, {"microbatches", M}, {"sequences", N},
-                   {"seq_len", S}, {"dtype", opt.dtype}},
-                  opt.timeout_s);
+  for (const auto& l : lines) log_info(l);
+  if (!opt.trace.empty()) deliver_job_trace(s, trace_meta(s, "scoring", job.shape().n_micro()));
 
-  fault_point(world.rank, "output");
+  fault_point(s.world.rank, "output");
   const PipelineResult result = gather_scores(s, job);
-  JobOutcome out;
-  if (world.is_last()) {
-    std::string head = "results: next_token =";
-    for (int64_t i = 0; i < std::min<int64_t>(N, 8); ++i) head += cat(" ", result.next_token[size_t(i)]);
-    out.lines.push_back(head + (N > 8 ? " ..." : "") + smallest_margin(result.margin));
-    nlohmann::json meta = run_metadata(s);
-    meta["all_logits"] = opt.all_logits;
-    if (!opt.answers.empty()) {
-      // TF32 keeps fp16's 10 mantissa bits, so a --tf32 run is held to fp16's tolerance.
-      const DType vt = s.dtype == DType::F32 && s.use_cuda && opt.tf32 ? DType::F16 : s.dtype;
-      const ValidationResult v =
-          validate_outputs(result.next_token, result.logits, s.cfg.vocab_size, s.answers, tolerance_for(vt));
-      for (const auto& l : v.report(vt)) out.lines.push_back(l);
-      for (const auto& l : replica_score_lines(s.layout, s.work, result.next_token, result.logits, s.cfg.vocab_size,
-                                               s.answers, tolerance_for(vt)))
-        out.lines.push_back(l);
-      meta["validation"] = v.passed ? "PASS" : "FAIL";
-      meta["top1_agree"] = v.agree;
-      meta["max_abs_dlogit"] = v.max_abs_dlogit;
-      meta["mean_abs_dlogit"] = v.mean_abs_dlogit;
-      out.code = v.passed ? kExitOk : kExitValidationFailed;
-    }
-    if (!opt.output.empty()) {
-      const TokenOutputs o{N, S, s.cfg.vocab_size, result.next_token, result.logits, result.margin, result.all_logits,
-                           0, {}, {}};
-      write_job_outputs(opt.output, o, meta, out);
-    }
-  }
-  if (!opt.benchmark) {
-    char buf[160];
-    std::snprintf(buf, sizeof buf, "done: %lld sequences x %lld tokens in %.3f s (%.1f samples/s)", (long long)N,
-                  (long long)S, run_s, double(N) / run_s);
-    out.done = buf;
-  }
+  JobOutcome out = s.world.is_last() ? score_outcome(s, result) : JobOutcome{};
+  if (!opt.benchmark)
+    out.done = cat("done: ", N, " sequences x ", S, " tokens in ", fixed(run_s, 3), " s (", fixed(double(N) / run_s, 1),
+                   " samples/s)");
   return out;
 }
 
