@@ -148,17 +148,7 @@ class NcclTransportImpl final : public NcclTransport {
     LFM2_CHECK(!feedback || (world_.is_last() && peer == 0), "nccl transport: rank ", world_.rank,
                " sends to the next rank (or, the last, to rank 0), not to ", peer);
     ncclComm_t comm = feedback ? comms_[kFeedbackComm] : send_comm();
-    cudaStream_t stream = feedback ? fb_stream_ : send_stream_;
-    const Handle h = take_slot(peer, tag, true);
-    Slot& s = slots_[size_t(h)];
-    enqueue_after_compute(s, stream);
-    mark(s.t_begin, stream);
-    check_call(comm, ncclSend(buf, bytes, ncclUint8, peer, comm, stream),
-               cat("ncclSend of ", bytes, " bytes to ", world_.rank_name(peer)));
-    settle(comm, cat("ncclSend to ", world_.rank_name(peer)));
-    mark(s.t_end, stream);
-    CUDA_CHECK(cudaEventRecord(s.done, stream));
-    return h;
+    return post(true, const_cast<void*>(buf), bytes, peer, tag, kNone, comm, feedback ? fb_stream_ : send_stream_);
   }
 
   // Receives come from the previous rank, or on rank 0 from the last rank (feedback).
@@ -168,18 +158,7 @@ class NcclTransportImpl final : public NcclTransport {
                " receives from the previous rank (or, rank 0, from the last), not from ", peer);
     if (after != kNone) LFM2_CHECK(slot(after).is_send, "nccl transport: a receive follows a send, not a receive");
     ncclComm_t comm = feedback ? comms_[kFeedbackComm] : recv_comm();
-    cudaStream_t stream = feedback ? fb_stream_ : recv_stream_;
-    const Handle h = take_slot(peer, tag, false);
-    Slot& s = slots_[size_t(h)];
-    enqueue_after_compute(s, stream);
-    if (after != kNone) CUDA_CHECK(cudaStreamWaitEvent(stream, slot(after).done, 0));
-    mark(s.t_begin, stream);
-    check_call(comm, ncclRecv(buf, bytes, ncclUint8, peer, comm, stream),
-               cat("ncclRecv of ", bytes, " bytes from ", world_.rank_name(peer)));
-    settle(comm, cat("ncclRecv from ", world_.rank_name(peer)));
-    mark(s.t_end, stream);
-    CUDA_CHECK(cudaEventRecord(s.done, stream));
-    return h;
+    return post(false, buf, bytes, peer, tag, after, comm, feedback ? fb_stream_ : recv_stream_);
   }
 
   void order_compute_after(Handle h) override {
@@ -255,6 +234,26 @@ class NcclTransportImpl final : public NcclTransport {
   Slot& slot(Handle h) {
     LFM2_CHECK(h >= 0 && size_t(h) < slots_.size() && slots_[size_t(h)].used, "transport: stale handle ", h);
     return slots_[size_t(h)];
+  }
+
+  // Queues one ncclSend or ncclRecv on `stream` after the compute queued so far (and after the
+  // send `after`, kNone for none), between timing marks, its slot's done event recorded after it.
+  Handle post(bool send, void* buf, size_t bytes, int peer, int tag, Handle after, ncclComm_t comm,
+              cudaStream_t stream) {
+    const Handle h = take_slot(peer, tag, send);
+    Slot& s = slots_[size_t(h)];
+    enqueue_after_compute(s, stream);
+    if (after != kNone) CUDA_CHECK(cudaStreamWaitEvent(stream, slot(after).done, 0));
+    mark(s.t_begin, stream);
+    const char* op = send ? "ncclSend" : "ncclRecv";
+    const char* way = send ? " to " : " from ";
+    const ncclResult_t rc = send ? ncclSend(buf, bytes, ncclUint8, peer, comm, stream)
+                                 : ncclRecv(buf, bytes, ncclUint8, peer, comm, stream);
+    check_call(comm, rc, cat(op, " of ", bytes, " bytes", way, world_.rank_name(peer)));
+    settle(comm, cat(op, way, world_.rank_name(peer)));
+    mark(s.t_end, stream);
+    CUDA_CHECK(cudaEventRecord(s.done, stream));
+    return h;
   }
 
   // The op's stream waits for the work queued on the compute stream so far.
