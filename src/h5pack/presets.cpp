@@ -12,6 +12,23 @@ std::vector<std::string> layout(int n_layers, const std::vector<int>& attention)
   return t;
 }
 
+// A small model of the family: LFM2-8B-A1B's layout and defaults at another width.
+struct Width {
+  int64_t vocab, hidden, intermediate, moe_intermediate, heads, kv_heads, experts, experts_per_tok;
+};
+
+void set_width(ModelConfig& c, const Width& w) {
+  c.vocab_size = w.vocab;
+  c.hidden_size = w.hidden;
+  c.intermediate_size = w.intermediate;
+  c.moe_intermediate_size = w.moe_intermediate;
+  c.num_attention_heads = w.heads;
+  c.num_key_value_heads = w.kv_heads;
+  c.num_experts = w.experts;
+  c.num_experts_per_tok = w.experts_per_tok;
+  c.max_position_embeddings = 4096;
+}
+
 }  // namespace
 
 std::vector<std::string> synth_preset_names() { return {"lfm2-8b-a1b", "lfm2-mini", "lfm2-tiny"}; }
@@ -22,27 +39,11 @@ ModelConfig synth_preset(const std::string& name) {
   if (name == "lfm2-8b-a1b") {
     // as is
   } else if (name == "lfm2-mini") {
-    c.vocab_size = 8192;
-    c.hidden_size = 256;
-    c.intermediate_size = 768;
-    c.moe_intermediate_size = 128;
-    c.num_attention_heads = 8;
-    c.num_key_value_heads = 2;
-    c.num_experts = 16;
-    c.num_experts_per_tok = 4;
-    c.max_position_embeddings = 4096;
+    set_width(c, {8192, 256, 768, 128, 8, 2, 16, 4});
   } else if (name == "lfm2-tiny") {
-    c.vocab_size = 512;
-    c.hidden_size = 64;
-    c.intermediate_size = 128;
-    c.moe_intermediate_size = 32;
+    set_width(c, {512, 64, 128, 32, 4, 2, 8, 2});
     c.num_hidden_layers = 6;
-    c.num_attention_heads = 4;
-    c.num_key_value_heads = 2;
     c.num_dense_layers = 2;
-    c.num_experts = 8;
-    c.num_experts_per_tok = 2;
-    c.max_position_embeddings = 4096;
     c.layer_types = layout(6, {1, 4});
   } else {
     std::string known;
