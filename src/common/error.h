@@ -67,3 +67,13 @@ std::string cat(const Args&... args) {
   ::lfm2::throw_timeout(__FILE__, __LINE__, ::lfm2::cat(__VA_ARGS__), ::lfm2::TimeoutKind::kSend)
 #define LFM2_GROUP_TIMEOUT(...) \
   ::lfm2::throw_timeout(__FILE__, __LINE__, ::lfm2::cat(__VA_ARGS__), ::lfm2::TimeoutKind::kGroup)
+
+// A call into a library that returns a status: MPI (needs mpi.h and lfm2::mpi_error_string,
+// src/rank/mpi/world.h, which makes MPI's text of the code). The rest names what was being done.
+#define MPI_CHECK(expr, ...)                                                                        \
+  do {                                                                                              \
+    int mpi_check_rc_ = (expr);                                                                     \
+    if (mpi_check_rc_ != MPI_SUCCESS)                                                               \
+      ::lfm2::throw_error(__FILE__, __LINE__, #expr,                                                \
+                          ::lfm2::cat(__VA_ARGS__, ": ", ::lfm2::mpi_error_string(mpi_check_rc_))); \
+  } while (0)

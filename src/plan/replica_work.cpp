@@ -7,6 +7,10 @@
 
 namespace lfm2 {
 
+std::string SeqBlock::name() const {
+  return size() == 1 ? cat("sequence ", begin) : cat("sequences ", begin, "-", end - 1);
+}
+
 std::vector<int64_t> sequence_costs(int64_t n_seq, int64_t seq_len, const std::vector<int32_t>& lengths,
                                     int64_t new_tokens) {
   std::vector<int64_t> costs(static_cast<size_t>(n_seq));

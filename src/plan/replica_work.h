@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "plan/microbatch.h"
@@ -18,6 +19,7 @@ namespace lfm2 {
 struct SeqBlock {
   int64_t begin = 0, end = 0;
   int64_t size() const { return end - begin; }
+  std::string name() const;  // "sequence 3", "sequences 6-11"
 };
 
 // What a sequence costs: its prompt's tokens (lengths[i], or seq_len without lengths) plus the

@@ -4,7 +4,6 @@
 
 #include "common/log.h"
 #include "rank/mpi/fatal.h"
-#include "rank/report/replica_lines.h"
 #include "rank/report/run_report.h"
 #include "rank/report/trace_file.h"
 

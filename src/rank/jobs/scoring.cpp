@@ -5,11 +5,10 @@
 
 #include "common/error.h"
 #include "common/log.h"
-#include "rank/jobs/benchmarks.h"
 #include "rank/jobs/job_setup.h"
 #include "rank/mpi/fatal.h"
 #include "rank/mpi/fault_hook.h"
-#include "rank/report/replica_lines.h"
+#include "rank/report/benchmark_summary.h"
 #include "rank/report/result_gather.h"
 #include "rank/report/run_report.h"
 #include "rank/report/trace_file.h"
@@ -43,6 +42,58 @@ PipelineResult gather_scores(const RankSetup& s, const ScoreJob& job) {
   if (sh.all_logits) g.add(mine.all_logits, sh.seq_len * sh.vocab, &all.all_logits);
   g.run(s.opt.timeout_s);
   return all;
+}
+
+// --benchmark: `--warmup` untimed and `--repeat` timed repetitions of the job (this rank's replica's)
+// between barriers of the whole job, so that rank 0's wall time covers every rank's work; the
+// summary is complete on rank 0. The job holds the last repetition's results.
+BenchmarkSummary benchmark(RankSetup& setup, ScoreJob& job) {
+  const WorldConfig& world = setup.world;
+  const std::vector<ReplicaWork>& work = setup.work;
+  Pipeline& pipeline = *setup.pipeline;
+  const int warmup = setup.opt.warmup, repeat = setup.opt.repeat;
+  const double timeout_s = setup.opt.timeout_s;
+  LFM2_CHECK(repeat >= 1, "--repeat must be at least 1");
+  BenchmarkSummary s;
+  s.n_ranks = world.size;
+  s.layout = setup.layout;
+  s.work = work;
+  s.n_seq = work.back().seqs.end;
+  s.seq_len = job.shape().seq_len;
+  for (const ReplicaWork& w : work) s.seq_len = std::max(s.seq_len, w.width);
+  const auto fewest = std::min_element(work.begin(), work.end(), [](const ReplicaWork& a, const ReplicaWork& b) {
+    return a.n_micro() < b.n_micro();
+  });
+  s.n_micro = fewest->n_micro();
+  s.microbatch = fewest->microbatch;
+  s.repeat = repeat;
+  s.plans = setup.plans;
+  for (int i = 0; i < warmup; ++i) {
+    if (world.is_first()) log_info(cat("benchmark: warm-up ", i + 1, "/", warmup));
+    barrier(world, timeout_s, "the benchmark barrier");
+    pipeline.run(job.schedule(), job.memory());
+  }
+  double busy = 0, wall_sum = 0, wall_min = 1e300;
+  for (int i = 0; i < repeat; ++i) {
+    barrier(world, timeout_s, "the benchmark barrier");
+    const double t0 = now_s();
+    busy += pipeline.run(job.schedule(), job.memory()).busy_s;
+    barrier(world, timeout_s, "the benchmark barrier");
+    const double wall = now_s() - t0;
+    wall_sum += wall;
+    wall_min = std::min(wall_min, wall);
+    if (world.is_first()) log_info(cat("benchmark: repetition ", i + 1, "/", repeat, ": ", wall, " s"));
+  }
+  // Rank 0's wall time spans both barriers, so it covers every rank's work.
+  s.wall_mean_s = wall_sum / repeat;
+  s.wall_min_s = wall_min;
+  double mine = busy / repeat;
+  s.busy_s.assign(size_t(world.size), 0.0);
+  MPI_Request req;
+  MPI_CHECK(MPI_Igather(&mine, 1, MPI_DOUBLE, s.busy_s.data(), 1, MPI_DOUBLE, 0, world.comm, &req),
+            "gathering stage times");
+  wait_mpi_request(&req, timeout_s, "gathering stage times");
+  return s;
 }
 
 // The last rank's part: the results line, validation against --answers, --output.
@@ -87,7 +138,7 @@ JobOutcome run_scoring(RankSetup& s, ScoreJob& job) {
   const double t0 = now_s();
   std::vector<std::string> lines;
   if (opt.benchmark) {
-    const BenchmarkSummary b = benchmark_scoring(s, job);
+    const BenchmarkSummary b = benchmark(s, job);
     if (s.world.is_first()) lines = b.report();
   } else {
     lines = run_once(s, job.schedule(), job.memory(), 1);

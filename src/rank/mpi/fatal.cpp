@@ -9,7 +9,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
-#include "rank/mpi/poll.h"
+#include "rank/mpi/world.h"
 
 namespace lfm2 {
 namespace {

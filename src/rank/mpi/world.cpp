@@ -5,7 +5,6 @@
 #include <cstring>
 
 #include "common/error.h"
-#include "rank/mpi/poll.h"
 
 namespace lfm2 {
 
@@ -61,6 +60,16 @@ std::string WorldConfig::rank_name(int r) const {
   if (known && n_replicas > 1 && !world_ranks.empty()) s += cat(" (replica ", replica, " stage ", r, ")");
   if (known && multi_host()) s += cat(" on ", host_of(r));
   return s;
+}
+
+void wait_mpi_request(MPI_Request* req, double timeout_s, const std::string& what) {
+  auto done = [&] {
+    int flag = 0;
+    MPI_CHECK(MPI_Test(req, &flag, MPI_STATUS_IGNORE), what);
+    return flag != 0;
+  };
+  if (!poll_until(done, timeout_s))
+    LFM2_GROUP_TIMEOUT("timed out after ", timeout_s, " s in ", what, " (a rank stopped? see --timeout)");
 }
 
 MpiSession::MpiSession(int* argc, char*** argv) {

@@ -1,4 +1,6 @@
-// WorldConfig: where this process sits in the MPI job, asked once at start-up.
+// WorldConfig: where this process sits in the MPI job, asked once at start-up; and how a rank
+// waits for others: every wait polls against a deadline (poll_until), so that a rank that stopped
+// is named instead of waited for forever.
 //
 // rank / size come from MPI_COMM_WORLD; local_rank / local_size from MPI_Comm_split_type
 // (MPI_COMM_TYPE_SHARED), i.e. the ranks on this node, which is what picks a GPU; hosts[r] is rank
@@ -13,8 +15,13 @@
 
 #include <mpi.h>
 
+#include <algorithm>
+#include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
+
+#include "common/error.h"
 
 
 namespace lfm2 {
@@ -72,16 +79,28 @@ void barrier(const WorldConfig& world, double timeout_s, const std::string& what
 std::vector<std::string> gather_strings(const WorldConfig& world, const std::string& mine, double timeout_s,
                                         const std::string& what);
 
-// "MPI_Isend: MPI_ERR_RANK: invalid rank" from an MPI return code.
+// Polls `done()` with a short spin and then sleeps growing to 1 ms, until it returns true or
+// `timeout_s` passes (then returns false).
+template <typename Done>
+bool poll_until(Done&& done, double timeout_s) {
+  using clock = std::chrono::steady_clock;
+  const auto deadline = clock::now() + std::chrono::duration<double>(timeout_s);
+  for (int spin = 0; spin < 200; ++spin)
+    if (done()) return true;
+  // Sleeping rather than spinning leaves the cores to the compute threads of the other ranks.
+  auto nap = std::chrono::microseconds(20);
+  while (!done()) {
+    if (clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(nap);
+    nap = std::min(nap * 2, std::chrono::microseconds(1000));
+  }
+  return true;
+}
+
+// Waits for a non-blocking MPI collective (MPI_Iallreduce, ...) with a deadline; throws on timeout.
+void wait_mpi_request(MPI_Request* req, double timeout_s, const std::string& what);
+
+// "MPI_Isend: MPI_ERR_RANK: invalid rank" from an MPI return code (MPI_CHECK, common/error.h).
 std::string mpi_error_string(int code);
 
 }  // namespace lfm2
-
-// `expr` returns an MPI error code; on failure throws lfm2::Error naming the call and MPI's text.
-#define MPI_CHECK(expr, ...)                                                                        \
-  do {                                                                                              \
-    int mpi_check_rc_ = (expr);                                                                     \
-    if (mpi_check_rc_ != MPI_SUCCESS)                                                               \
-      ::lfm2::throw_error(__FILE__, __LINE__, #expr,                                                \
-                          ::lfm2::cat(__VA_ARGS__, ": ", ::lfm2::mpi_error_string(mpi_check_rc_))); \
-  } while (0)

@@ -1,4 +1,4 @@
-// Benchmark mode's summary of scoring (the runs: jobs/benchmarks.h): throughput and the bubble.
+// Benchmark mode's summary of scoring (the runs: jobs/scoring.cpp): throughput and the bubble.
 //
 // Each repetition starts at a barrier of the whole job and ends when every rank of every replica is
 // done (a second barrier). Each stage's busy time (inside embed / forward / head) is gathered to

@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "common/error.h"
-#include "rank/mpi/poll.h"
+#include "rank/mpi/world.h"
 
 namespace lfm2 {
 namespace {

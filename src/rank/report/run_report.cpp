@@ -9,7 +9,7 @@
 #include "common/log.h"
 #include "rank/engine/schedule_chart.h"
 #include "rank/mpi/fatal.h"
-#include "rank/mpi/poll.h"
+#include "rank/mpi/world.h"
 
 namespace lfm2 {
 namespace {
@@ -149,6 +149,26 @@ std::string gib(int64_t bytes) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.1f GiB", double(bytes) / (1 << 30));
   return buf;
+}
+
+std::vector<std::string> replica_pipeline_report(const std::vector<StageTiming>& timing, const ReplicaLayout& layout,
+                                                 const std::vector<ReplicaWork>& work,
+                                                 const std::vector<StagePlan>& plans, int64_t steps) {
+  if (layout.n_replicas == 1) return pipeline_report(timing, plans, work[0].n_micro() * steps);
+  std::vector<std::string> lines;
+  std::vector<double> wall(size_t(layout.n_replicas), 0);
+  for (int r = 0; r < layout.n_replicas; ++r) {
+    std::vector<StageTiming> mine;
+    for (int rank : layout.ranks[size_t(r)]) mine.push_back(timing[size_t(rank)]);
+    for (const StageTiming& t : mine) wall[size_t(r)] = std::max(wall[size_t(r)], t.wall_s);
+    for (std::string& l : pipeline_report(mine, plans, work[size_t(r)].n_micro() * steps))
+      lines.push_back(cat("pipeline: replica ", r, ": ", l.substr(std::string("pipeline: ").size())));
+  }
+  const auto slowest = std::max_element(wall.begin(), wall.end()), fastest = std::min_element(wall.begin(), wall.end());
+  lines.push_back(cat("pipeline: replicas: the slowest (replica ", slowest - wall.begin(), ") ", fixed(*slowest, 4),
+                      " s, the fastest (replica ", fastest - wall.begin(), ") ", fixed(*fastest, 4), " s: ",
+                      fixed(*slowest > 0 ? 100 * (1 - *fastest / *slowest) : 0, 1), "% imbalance"));
+  return lines;
 }
 
 }  // namespace lfm2

@@ -26,6 +26,13 @@ std::vector<StageTiming> gather_timing(const WorldConfig& world, const ReplicaLa
 std::vector<std::string> pipeline_report(const std::vector<StageTiming>& timing, const std::vector<StagePlan>& plans,
                                          int64_t n_items);
 
+// The run report from every rank's timing (in rank order): each replica's busy times and bubble
+// (pipeline_report's lines, "pipeline: replica 1: ..."), and how long the replicas waited for the
+// slowest. steps: items per microbatch (1 when scoring, the generated tokens when generating).
+std::vector<std::string> replica_pipeline_report(const std::vector<StageTiming>& timing, const ReplicaLayout& layout,
+                                                 const std::vector<ReplicaWork>& work,
+                                                 const std::vector<StagePlan>& plans, int64_t steps);
+
 std::string utc_now();                   // "2026-11-23T01:07:47Z"
 std::string fixed(double v, int digits);  // printf("%.*f")
 std::string mib(int64_t bytes);           // "41.7 MiB"

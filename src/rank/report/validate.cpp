@@ -5,8 +5,41 @@
 #include <cstdio>
 
 #include "common/error.h"
+#include "rank/report/run_report.h"
 
 namespace lfm2 {
+namespace {
+
+std::string significant(double v) {  // printf("%.3g"), as the validation report prints
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g", v);
+  return buf;
+}
+
+// "replica 1 (sequences 6-11 on ranks 3-5)"
+std::string replica_name(const ReplicaLayout& layout, const std::vector<ReplicaWork>& work, int r) {
+  return cat("replica ", r, " (", work[size_t(r)].seqs.name(), " on ", layout.rank_list(r), ")");
+}
+
+template <typename T>
+std::vector<T> rows(const std::vector<T>& v, const SeqBlock& b, int64_t row_elems) {
+  if (v.empty()) return {};
+  return std::vector<T>(v.begin() + b.begin * row_elems, v.begin() + b.end * row_elems);
+}
+
+// The answers of one block of sequences.
+TokenAnswers answers_of(const TokenAnswers& a, const SeqBlock& b) {
+  TokenAnswers out;
+  out.n_seq = b.size();
+  out.vocab = a.vocab;
+  out.next_token = rows(a.next_token, b, 1);
+  out.logits = rows(a.logits, b, a.vocab);
+  out.n_new = a.n_new;
+  out.generated = rows(a.generated, b, a.n_new);
+  return out;
+}
+
+}  // namespace
 
 Tolerance tolerance_for(DType t) {
   switch (t) {
@@ -141,6 +174,39 @@ std::vector<std::string> GenerationCheck::report() const {
   lines.push_back(buf);
   lines.push_back(cat("validation: ", passed ? "PASS" : "FAIL",
                       exact_required ? " (fp32 greedy: every token must match)" : " (16-bit: at least half the tokens)"));
+  return lines;
+}
+
+std::vector<std::string> replica_score_lines(const ReplicaLayout& layout, const std::vector<ReplicaWork>& work,
+                                             const std::vector<int32_t>& next_token, const std::vector<float>& logits,
+                                             int64_t vocab, const TokenAnswers& answers, const Tolerance& tol) {
+  std::vector<std::string> lines;
+  if (layout.n_replicas == 1) return lines;
+  for (int r = 0; r < layout.n_replicas; ++r) {
+    const SeqBlock& b = work[size_t(r)].seqs;
+    const ValidationResult v =
+        validate_outputs(rows(next_token, b, 1), rows(logits, b, vocab), vocab, answers_of(answers, b), tol);
+    std::string logits;
+    if (v.compared_logits)
+      logits = cat(", max |dlogit| ", significant(v.max_abs_dlogit),
+                   v.worst_seq < 0 ? std::string() : cat(" (sequence ", b.begin + v.worst_seq, ")"));
+    lines.push_back(cat("validation: ", replica_name(layout, work, r), ": top-1 ", v.agree, "/", v.n_seq,
+                        ", near-ties ", v.near_ties, logits));
+  }
+  return lines;
+}
+
+std::vector<std::string> replica_generation_lines(const ReplicaLayout& layout, const std::vector<ReplicaWork>& work,
+                                                  const std::vector<int32_t>& generated, int64_t n_new,
+                                                  const TokenAnswers& answers, bool exact) {
+  std::vector<std::string> lines;
+  if (layout.n_replicas == 1) return lines;
+  for (int r = 0; r < layout.n_replicas; ++r) {
+    const SeqBlock& b = work[size_t(r)].seqs;
+    const GenerationCheck c = check_generated(rows(generated, b, n_new), n_new, answers_of(answers, b), exact);
+    lines.push_back(cat("validation: ", replica_name(layout, work, r), ": ", c.equal, "/", c.compared,
+                        " tokens equal, ", c.sequences_equal, "/", c.n_seq, " sequences whole"));
+  }
   return lines;
 }
 

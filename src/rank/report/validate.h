@@ -16,6 +16,8 @@
 
 #include "common/dtype.h"
 #include "io/token_files.h"
+#include "plan/replica_work.h"
+#include "rank/mpi/replica_layout.h"
 
 namespace lfm2 {
 
@@ -66,6 +68,16 @@ struct GenerationCheck {
 };
 GenerationCheck check_generated(const std::vector<int32_t>& generated, int64_t n_new, const TokenAnswers& answers,
                                 bool exact_required);
+
+// Validation per replica, on its block of the answers: "validation: replica 1 (sequences 6-11 on
+// ranks 3-5): top-1 6/6, near-ties 0, max |dlogit| 0.0003 (sequence 8)". None for one replica.
+std::vector<std::string> replica_score_lines(const ReplicaLayout& layout, const std::vector<ReplicaWork>& work,
+                                             const std::vector<int32_t>& next_token, const std::vector<float>& logits,
+                                             int64_t vocab, const TokenAnswers& answers, const Tolerance& tol);
+// The same for generated tokens: "validation: replica 1 (...): 42/42 tokens equal, 6/6 sequences whole".
+std::vector<std::string> replica_generation_lines(const ReplicaLayout& layout, const std::vector<ReplicaWork>& work,
+                                                  const std::vector<int32_t>& generated, int64_t n_new,
+                                                  const TokenAnswers& answers, bool exact);
 
 // The index of the largest value (the first one on ties), as every top-1 in the project is taken.
 int32_t argmax(const float* v, int64_t n);

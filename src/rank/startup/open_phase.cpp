@@ -5,7 +5,7 @@
 #include "common/error.h"
 #include "io/token_files.h"
 #include "rank/mpi/fatal.h"
-#include "rank/mpi/poll.h"
+#include "rank/mpi/world.h"
 #include "rank/startup/checks.h"
 #include "rank/startup/output_paths.h"
 #include "rank/startup/phases.h"

@@ -1,12 +1,44 @@
 #include "rank/startup/plan_lines.h"
 
+#include <algorithm>
+#include <set>
+
 #include "common/log.h"
 #include "rank/engine/schedule_chart.h"
-#include "rank/mpi/poll.h"
-#include "rank/report/replica_lines.h"
+#include "rank/mpi/world.h"
 #include "rank/report/run_report.h"
 
 namespace lfm2 {
+namespace {
+
+// "plan: replica 1: ranks 3-5 on node-b, sequences 6-11 (6 x 9 tokens in 3 microbatches of 2,
+// GPipe bubble 40.0%)", one line per replica, after one line on the grouping; none for one replica.
+std::vector<std::string> replica_plan_lines(const ReplicaLayout& layout, const std::vector<ReplicaWork>& work,
+                                            const std::vector<std::string>& hosts) {
+  if (layout.n_replicas == 1) return {};
+  std::set<std::string> nodes(hosts.begin(), hosts.end());
+  std::vector<std::string> lines{cat("plan: ", layout.n_replicas, " replicas x ", layout.n_stages, " stages over ",
+                                     layout.n_ranks(), " ranks on ", nodes.size(),
+                                     nodes.size() == 1 ? " node" : " nodes", " (--pipeline ", layout.n_stages,
+                                     "); sequences in contiguous blocks by tokens")};
+  for (int r = 0; r < layout.n_replicas; ++r) {
+    const ReplicaWork& w = work[size_t(r)];
+    std::vector<std::string> seen;
+    std::string on;
+    for (int rank : layout.ranks[size_t(r)]) {
+      const std::string& h = hosts[size_t(rank)];
+      if (std::find(seen.begin(), seen.end(), h) != seen.end()) continue;
+      seen.push_back(h);
+      on += (on.empty() ? "" : " + ") + h;
+    }
+    lines.push_back(cat("plan: replica ", r, ": ", layout.rank_list(r), " on ", on, ", ", w.seqs.name(), " (",
+                        w.seqs.size(), " x ", w.width, " tokens in ", w.n_micro(), " microbatches of ", w.microbatch,
+                        ", GPipe bubble ", fixed(100 * gpipe_bubble(layout.n_stages, w.n_micro()), 1), "%)"));
+  }
+  return lines;
+}
+
+}  // namespace
 
 std::vector<RankFacts> gather_facts(const WorldConfig& world, const RankFacts& mine, double timeout_s) {
   std::vector<RankFacts> all(size_t(world.size));

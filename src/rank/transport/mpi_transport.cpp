@@ -3,7 +3,7 @@
 #include <vector>
 
 #include "common/error.h"
-#include "rank/mpi/poll.h"
+#include "rank/mpi/world.h"
 #include "rank/transport/transport.h"
 
 namespace lfm2 {

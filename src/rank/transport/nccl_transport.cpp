@@ -29,7 +29,7 @@
 #include "common/cuda_check.h"
 #include "common/error.h"
 #include "common/log.h"
-#include "rank/mpi/poll.h"
+#include "rank/mpi/world.h"
 #include "rank/transport/nccl_transport.h"
 
 namespace lfm2 {

@@ -19,7 +19,7 @@
 #include "rank/engine/pipeline.h"
 #include "rank/jobs/generate_job.h"
 #include "rank/jobs/score_job.h"
-#include "rank/mpi/poll.h"
+#include "rank/mpi/world.h"
 
 namespace lfm2 {
 namespace {
