@@ -154,8 +154,11 @@ int main(int argc, char** argv) {
       if (r.nonfinite)
         std::fprintf(stderr, "%swarning: %s: %lld NaN/Inf values, the first in tensor '%s'\n", log_prefix().c_str(),
                      in.c_str(), static_cast<long long>(r.nonfinite), r.first_nonfinite.c_str());
+      const std::string text = r.text_files ? cat("; ", r.text_files, " text files match their digests, text fingerprint ",
+                                                  r.text_fingerprint)
+                                            : std::string("; no text side");
       log_info(cat(in, ": OK: ", r.tensors, " tensors, ", r.bytes, " bytes match their digests; model fingerprint ",
-                   r.fingerprint, " (", int64_t(r.seconds * 1000), " ms)"));
+                   r.fingerprint, text, " (", int64_t(r.seconds * 1000), " ms)"));
     }
   } catch (const std::exception& e) {
     log_error(e.what());

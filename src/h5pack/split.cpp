@@ -42,6 +42,9 @@ std::vector<std::string> split_weights(const std::string& in, int n_stages, cons
     if (!note.empty()) log_info(note);
   }
 
+  // The text side goes to every stage: the first rank encodes prompts, the last decides where a
+  // sequence ends (EOS) and writes the results, and a node may hold only its own stage's file.
+  const ModelText text = read_model_text(reader.file(), in);
   std::vector<std::unique_ptr<WeightWriter>> writers;
   std::vector<char> buf;
   for (const auto& plan : plans) {
@@ -50,6 +53,7 @@ std::vector<std::string> split_weights(const std::string& in, int n_stages, cons
     WeightWriter& w = *writers.back();
     w.set_stage({plan.rank, plan.n_ranks, plan.layer_begin, plan.layer_end});
     w.set_attr("source", cat("h5pack split ", in));
+    w.set_text(text);
     const auto specs = stage_tensor_specs(cfg, plan.layer_begin, plan.layer_end, plan.is_first(), plan.is_last());
     double total = 0;
     for (const auto& s : specs) total += double(s.numel());

@@ -142,6 +142,7 @@ void WeightWriter::set_identity(const ModelIdentity& id) { identity_ = id; }
 
 void WeightWriter::commit() {
   const std::vector<TensorSpec> specs = model_tensor_specs(cfg_);
+  write_model_text(file_.get(), text_);
   if (identity_) {
     for (size_t i = 0; i < specs.size(); ++i)
       if (written_.count(specs[i].path))
