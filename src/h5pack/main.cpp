@@ -23,6 +23,7 @@
 #include "h5pack/synth.h"
 #include "h5pack/verify.h"
 #include "io/h5_util.h"
+#include "io/model_text.h"
 
 namespace {
 
@@ -55,6 +56,26 @@ void check_output(const std::string& what, const std::string& out, const std::ve
   check_output_is_no_input({what, out}, inputs);
   const std::string note = replacing_note(out);
   if (!note.empty()) log_info(note);
+}
+
+// The text side of a checkpoint directory for `synth --text DIR`, checked as convert checks it.
+ModelText checked_text_side(const std::string& dir, const ModelConfig& cfg, const std::string& out) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  LFM2_CHECK(fs::is_directory(dir, ec), "--text ", dir, ": not a directory (give a checkpoint directory)");
+  std::vector<NamedPath> inputs;
+  for (const auto& name : text_file_names()) inputs.push_back({"--text file", (fs::path(dir) / name).string()});
+  check_output_is_no_input({"OUT", out}, inputs);
+  ModelText text = read_text_files(dir);
+  LFM2_CHECK(!text.empty(), "--text ", dir, ": holds none of tokenizer.json, tokenizer_config.json, "
+             "special_tokens_map.json, generation_config.json, chat_template.jinja");
+  try {
+    for (const auto& w : check_model_text(text, cfg.vocab_size))
+      std::fprintf(stderr, "%swarning: %s/%s\n", log_prefix().c_str(), dir.c_str(), w.c_str());
+  } catch (const Error& e) {
+    throw Error(cat((fs::path(dir) / "").string(), e.what()));
+  }
+  return text;
 }
 
 }  // namespace
@@ -91,6 +112,11 @@ int main(int argc, char** argv) {
       ->check(cli::one_of({"fp32", "bf16", "fp16"}));
   synth->add_option("--threads", threads, "generator threads (default: all cores); never changes the output")
       ->check(cli::whole(0, kMaxThreads));
+  std::string text_dir;
+  synth->add_option("--text", text_dir,
+                    "carry the text side (tokenizer.json, tokenizer_config.json, generation_config.json, ...) of "
+                    "this checkpoint directory")
+      ->check(cli::path());
 
   auto* split = app.add_subcommand("split", "one weight file per pipeline stage");
   std::string in, pattern, layers;
@@ -143,6 +169,7 @@ int main(int argc, char** argv) {
       opt.dtype = dtype.value_or(DType::BF16);
       opt.threads = threads;
       opt.progress = !quiet;
+      if (!text_dir.empty()) opt.text = checked_text_side(text_dir, cfg, out);
       synth_weights(cfg, out, opt);
       log_info(cat("wrote ", out));
     } else if (split->parsed()) {

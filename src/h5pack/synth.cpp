@@ -110,6 +110,7 @@ void synth_weights(const ModelConfig& cfg, const std::string& out, const SynthOp
   WeightWriter writer(out, cfg, opt.dtype);  // can the file be made at all (a clearer error first)
   check_free_space(out, total);               // then, before minutes of work, is there room for it
   writer.set_attr("source", cat("h5pack synth --seed ", opt.seed, " --dtype ", dtype_name(opt.dtype)));
+  writer.set_text(opt.text);
   Progress progress(cat("synth ", out, " (", cfg.total_params(), " parameters, ", threads, " threads)"), total,
                     opt.progress);
 

@@ -9,8 +9,8 @@ import tempfile
 import unittest
 
 TOOLS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools")
-SCRIPTS = ["plan_layout", "trace_gantt", "hf_answers", "make_goldens", "text_io"]
-BROKEN = ["h5py", "numpy", "torch", "transformers", "safetensors", "tokenizers", "matplotlib"]
+SCRIPTS = ["plan_layout", "trace_gantt", "hf_answers", "make_goldens", "lfm2_text", "make_text_goldens"]
+BROKEN = ["h5py", "numpy", "torch", "transformers", "safetensors", "tokenizers", "matplotlib", "jinja2"]
 
 
 class ToolErrors(unittest.TestCase):
@@ -53,7 +53,10 @@ class ToolErrors(unittest.TestCase):
                                      "--gpus", "1", "--memory-gib", "80"), "plan_layout", "--config nope.json: no such file")
         self.one_error(self.run_tool("trace_gantt", "nope.json", "x.png"), "trace_gantt", "trace nope.json: no such file")
         self.one_error(self.run_tool("hf_answers", "nope.h5", "i.h5", "a.h5"), "hf_answers", "model nope.h5: no such file")
-        self.one_error(self.run_tool("text_io", "decode", "nope.json", "o.h5"), "text_io", "tokenizer nope.json: no such file")
+        self.one_error(self.run_tool("lfm2_text", "decode", "nope.h5", "o.h5", "r.jsonl"), "lfm2_text",
+                       "model nope.h5: no such file")
+        self.one_error(self.run_tool("lfm2_text", "encode", "nope.h5", "p.jsonl", "i.h5"), "lfm2_text",
+                       "prompts p.jsonl: no such file")
         self.one_error(self.run_tool("plan_layout", "--config", "nope.json", "--sequences", "4", "--seq-len", "4",
                                      "--nvidia-smi", "nope.csv"), "plan_layout", "--config nope.json: no such file")
 
@@ -118,8 +121,13 @@ class ToolErrors(unittest.TestCase):
                                      "--gpus", "1", "--memory-gib", "80"), "plan_layout", "needs the Python module 'h5py'")
         with open(self.path("p.txt"), "w") as f:
             f.write("hello\n")
-        self.one_error(self.run_tool("text_io", "encode", "t.json", "p.txt", "i.h5"), "text_io",
+        open(self.path("m.h5"), "w").close()
+        with open(self.path("p.jsonl"), "w") as f:
+            f.write('{"prompt": "hello"}\n')
+        self.one_error(self.run_tool("lfm2_text", "encode", "m.h5", "p.jsonl", "i.h5"), "lfm2_text",
                        "needs the Python module 'h5py'")
+        self.one_error(self.run_tool("make_text_goldens", "--out", "."), "make_text_goldens",
+                       "needs the Python module 'transformers'")
         self.assertFalse(os.path.exists(self.path("x.png")))
 
 
