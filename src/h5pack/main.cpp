@@ -24,6 +24,7 @@
 #include "h5pack/verify.h"
 #include "io/h5_util.h"
 #include "io/model_text.h"
+#include "lfm2/build_info.h"
 
 namespace {
 
@@ -78,6 +79,16 @@ ModelText checked_text_side(const std::string& dir, const ModelConfig& cfg, cons
   return text;
 }
 
+// --version: this build and what it was built with (cmake/BuildInfo.cmake), and the HDF5 library it
+// runs with (a shared library may differ from the headers).
+std::string version_text() {
+  unsigned major = 0, minor = 0, release = 0;
+  H5get_libversion(&major, &minor, &release);
+  return cat("h5pack ", LFM2_VERSION, " (lfm2-rank ", LFM2_VERSION, ", commit ", LFM2_COMMIT, ", ", LFM2_BUILD_TYPE,
+             ")\nbuilt with: CUDA ", LFM2_CUDA_VERSION, ", NCCL ", LFM2_NCCL_VERSION, ", ", LFM2_MPI_VERSION,
+             ", HDF5 ", LFM2_HDF5_VERSION, " (running ", major, ".", minor, ".", release, "), ", LFM2_COMPILER);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -88,6 +99,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   bool quiet = false;
   app.add_flag("-q,--quiet", quiet, "no progress lines");
+  app.set_version_flag("--version", version_text(), "version, commit, and the CUDA / NCCL / MPI / HDF5 of the build");
 
   auto* convert = app.add_subcommand("convert", "Hugging Face LFM2-MoE checkpoint directory -> weight file");
   std::string dir, out, dtype_text;
