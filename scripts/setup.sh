@@ -77,7 +77,7 @@ if [ "${LFM2_TEXT_MODULES:-1}" != 0 ] && command -v "$py" >/dev/null && ! have_p
   if ! "$py" -m pip --version >/dev/null 2>&1; then
     [ "$(id -u)" -eq 0 ] && { apt-get update -qq; apt-get install -y -qq --no-install-recommends python3-pip >/dev/null; }
   fi
-  pip_args=(-m pip install -q --disable-pip-version-check -r scripts/requirements-test.txt)
+  pip_args=(-m pip install -q --disable-pip-version-check --root-user-action=ignore -r scripts/requirements-test.txt)
   if ! out=$("$py" "${pip_args[@]}" 2>&1); then
     if grep -q externally-managed <<<"$out"; then
       "$py" "${pip_args[@]}" --break-system-packages ||

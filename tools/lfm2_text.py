@@ -2,7 +2,7 @@
 """Text in and out of lfm2-rank with the tokenizer and chat template the model file carries.
 
     python3 tools/lfm2_text.py encode MODEL.h5 PROMPTS.jsonl INPUTS.h5
-    python3 tools/lfm2_text.py decode MODEL.h5 OUTPUTS.h5 RESULTS.jsonl --inputs INPUTS.h5 [--eos ID]...
+    python3 tools/lfm2_text.py decode MODEL.h5 OUTPUTS.h5 RESULTS.jsonl [--inputs INPUTS.h5] [--eos ID]...
     python3 tools/lfm2_text.py stream MODEL.h5 [EVENTS.jsonl] [--inputs INPUTS.h5] [--eos ID]...
 
 encode: one request a line ({"prompt": ...}, {"messages": [...]} or {"input_ids": [...]}, with
@@ -88,6 +88,10 @@ def encode(model_path, prompts_path, out_path):
 
 
 def _request_info(inputs_path, outputs_path):
+    """The requests' ids, lengths and stop strings: --inputs, else the outputs file itself when it
+    carries them, else the inputs file the run names (its `inputs` attribute), found from here or
+    beside the outputs."""
+    import os
     from lfm2text.token_files import RequestInfo
     if inputs_path:
         return RequestInfo(inputs_path)
@@ -95,7 +99,14 @@ def _request_info(inputs_path, outputs_path):
     with h5py.File(outputs_path, "r") as f:
         if "request_id" in f:
             return RequestInfo(outputs_path)
-    raise ToolError(f"outputs {outputs_path}: has no request ids; give --inputs INPUTS.h5 (the file encode wrote)")
+        named = str(f.attrs.get("inputs", ""))
+    for candidate in (named, os.path.join(os.path.dirname(outputs_path), os.path.basename(named))):
+        if named and os.path.isfile(candidate):
+            with h5py.File(candidate, "r") as f:
+                if "request_id" in f:
+                    return RequestInfo(candidate)
+    raise ToolError(f"outputs {outputs_path}: has no request ids, nor does the inputs file it names "
+                    f"({named or 'none'}); give --inputs INPUTS.h5 (the file encode wrote)")
 
 
 def _check_ids(row, vocab, where):

@@ -258,7 +258,10 @@ class BadInputs(Base):
         self.one_error(["decode", self.model, self.path("o.h5"), res, "--inputs", self.path("r.h5")],
                        r"outputs .*o.h5: sequence 1 \(id '1'\), token 0: id 600 is outside the tokenizer's vocabulary")
         self.assertFalse(os.path.exists(res))
-        self.one_error(["decode", self.model, self.path("o.h5"), res], "outputs .*: has no request ids; give --inputs")
+        self.one_error(["decode", self.model, self.path("o.h5"), res], "outputs .*: has no request ids, nor does")
+        with h5py.File(self.path("o.h5"), "a") as f:  # as lfm2-rank records it: the inputs file it read
+            f.attrs["inputs"] = self.path("r.h5")
+        self.one_error(["decode", self.model, self.path("o.h5"), res], "sequence 1 \\(id '1'\\), token 0: id 600")
         self.one_error(["decode", self.model, self.path("r.h5"), res, "--inputs", self.path("r.h5")],
                        "outputs .*r.h5: no generated tokens")
         self.one_error(["stream", self.model], "stdin line 2: event of sequence 0 has no token id",

@@ -70,7 +70,7 @@ class RequestInfo:
 
 
 def read_outputs(path):
-    """(generated rows, their lengths, the eos ids the run recorded or None) of an outputs file."""
+    """(each sequence's generated ids, up to n_generated; the eos ids the run recorded, or None)."""
     check_input(path, "outputs")
     h5py = need(TOOL, "h5py")
     try:
@@ -84,6 +84,8 @@ def read_outputs(path):
         if gen.ndim != 2:
             raise ToolError(f"outputs {path}: generated is not (N, K)")
         n = f["n_generated"][()] if "n_generated" in f else [gen.shape[1]] * gen.shape[0]
+        if len(n) != gen.shape[0] or any(not 0 <= int(k) <= gen.shape[1] for k in n):
+            raise ToolError(f"outputs {path}: n_generated does not fit generated {gen.shape}")
         eos = f.attrs.get("eos")
     rows = [[int(t) for t in gen[i, :int(n[i])]] for i in range(gen.shape[0])]
     eos = None if eos is None else [int(e) for e in (eos if hasattr(eos, "__len__") else [eos])]
