@@ -11,17 +11,20 @@
 // side by side so that the lines of a cache row are read together. bf16 / fp16 on the tensor cores:
 // the group's query heads are rows 0..group-1 of one 16-row mma A operand (zero below), so each K/V
 // tile read from the cache serves every query head of the KV head (GQA); 64-position tiles stream
-// through shared memory in a 3-stage cp.async pipeline (16-byte copies, positions past the length
-// zero-filled and never read), warp w takes positions 16w..16w+15 of each tile: S = Q K^T and
-// O += P V as m16n8k16 mma with fp32 accumulators, an online softmax in fp32 (log2 units), P
-// rounded to the element type for P V as in attention.cu. The 4 warps' states are merged in warp
+// through shared memory in a 4-stage cp.async pipeline (16-byte copies into XOR-swizzled rows,
+// positions past the length zero-filled and never read; see the variants below), warp w takes
+// positions 16w..16w+15 of each tile: S = Q K^T and O += P V as m16n8k16 mma with fp32
+// accumulators, an online softmax in fp32 (log2 units), P rounded to the element type for P V as
+// in attention.cu. The 4 warps' states are merged in warp
 // order in shared memory and the split's (O unnormalised, max, sum) written to the workspace.
 // fp32: SIMT, exact FMAs; tiles of 32 positions in shared memory, each warp taking query heads of
 // the group, lane j scoring position j of the tile, then lanes owning head dims for P V.
 //
-// Pass 2, one warp per (sequence, query head): the global max over its splits, the splits' sums
-// and outputs rescaled and added in split order, out = O / L in the element type.
+// Pass 2, one warp per (sequence, query head), launched as pass 1's programmatic dependent: the
+// global max over its splits, the splits' sums (a warp sum: a fixed order) and outputs (in split
+// order) rescaled, out = O / L in the element type.
 #include <cmath>
+#include <cstdlib>
 #include <type_traits>
 
 #include "common/cuda_check.h"
@@ -77,27 +80,59 @@ __device__ __forceinline__ Split split_of_block(const PagedSeq* seqs, int n_kv, 
   return s;
 }
 
-template <int HD>
+// Variants: the same arithmetic, so the same bits, with different memory movement (chosen at the
+// first call: LFM2_DECODE_VARIANT, else kDefaultVariant). Bit 0: the L2 256-byte prefetch hint on
+// the K/V copies; bit 1: unpadded, XOR-swizzled K/V stages, 4 deep (3 at head_dim 128: a 256-position
+// split is then in flight at once, 3 blocks per SM at head_dim 64) instead of padded rows 3 deep;
+// bit 2: the merge launched as a programmatic dependent of pass 1 (its launch overlaps pass 1's tail).
+// Measured on an H100 at 32 x 10240 positions, pages of 16 shuffled (32/8 heads, hd 64, bf16): 273.5,
+// 267.0, 261.0, 264.3, 272.3, 265.6, 259.3, 262.6 us for variants 0..7; 6 is the default.
+constexpr int kDefaultVariant = 6;
+
+int decode_variant() {
+  static const int v = [] {
+    const char* e = std::getenv("LFM2_DECODE_VARIANT");
+    return e && *e ? std::atoi(e) & 7 : kDefaultVariant;
+  }();
+  return v;
+}
+
+template <int HD, bool kSwizzle>
 struct DecodeSmem {
-  static constexpr int LD = HD + 8;  // padded rows: ldmatrix's 8 row addresses hit 8 distinct bank groups
-  static constexpr int kStages = 3;
-  static constexpr int kQ = 16 * LD, kKV = kTile * LD;
+  static constexpr int kStages = kSwizzle && HD < 128 ? 4 : 3;
+  static constexpr int LQ = HD + 8;                  // Q rows padded: ldmatrix's 8 rows hit 8 bank groups
+  static constexpr int LKV = kSwizzle ? HD : HD + 8;  // K/V rows: swizzled, or padded as Q
+  static constexpr int kQ = 16 * LQ, kKV = kTile * LKV;
   static constexpr size_t kPipe = size_t(kQ + 2 * kStages * kKV) * 2;
   static constexpr size_t kMerge = size_t(kWarps) * 16 * (HD + 2) * 4;  // per warp: o, max, sum of 16 rows
   static constexpr size_t kBytes = kPipe > kMerge ? kPipe : kMerge;
+
+  // Element offset of 16-byte chunk c of K/V row r. Swizzled: the chunk's place among the 8 of its
+  // 128-byte line XOR the row (head_dim >= 64) or the line (smaller heads, several rows a line), so
+  // the 8 rows an ldmatrix reads at one chunk fall in 8 distinct bank groups.
+  static __device__ __forceinline__ int kv(int r, int c) {
+    if constexpr (!kSwizzle) {
+      return r * LKV + c * 8;
+    } else if constexpr (HD >= 64) {
+      return r * HD + (((c & ~7) | ((c & 7) ^ (r & 7))) * 8);
+    } else {
+      const int u = r * (HD / 8) + c, line = u >> 3;
+      return ((line << 3) | ((u & 7) ^ (line & 7))) * 8;
+    }
+  }
 };
 
-template <typename T, int HD>
+template <typename T, int HD, bool kSwizzle, bool kL2Prefetch>
 __global__ void __launch_bounds__(kThreads)
     decode_tc_kernel(float* part_o, float2* part_ml, const T* q, const T* k_pool, const T* v_pool,
                      const PagedSeq* seqs, const int32_t* block_table, int max_pages, int shift, int n_heads, int n_kv,
                      int group, int ms, int64_t q_stride, float scale_log2) {
-  using S = DecodeSmem<HD>;
-  constexpr int LD = S::LD, KC = HD / 16, DT = HD / 8, kChunks = HD / 8, kStages = S::kStages;
+  using S = DecodeSmem<HD, kSwizzle>;
+  constexpr int LQ = S::LQ, KC = HD / 16, DT = HD / 8, kChunks = HD / 8, kStages = S::kStages;
   extern __shared__ __align__(128) unsigned char smem_raw[];
-  T* sq = reinterpret_cast<T*>(smem_raw);
-  T* sk = sq + S::kQ;                // [kStages][kTile][LD]
-  T* sv = sk + kStages * S::kKV;     // [kStages][kTile][LD]
+  T* sk = reinterpret_cast<T*>(smem_raw);  // [kStages][kTile rows]
+  T* sv = sk + kStages * S::kKV;           // [kStages][kTile rows]
+  T* sq = sv + kStages * S::kKV;           // [16][LQ]
 
   const Split sp = split_of_block(seqs, n_kv, ms);
   if (!sp.active) return;
@@ -109,18 +144,23 @@ __global__ void __launch_bounds__(kThreads)
   const T* qb = q + int64_t(sp.row) * q_stride + int64_t(sp.kvh) * group * HD;
   for (int c = tid; c < 16 * kChunks; c += kThreads) {
     const int r = c / kChunks, col = (c % kChunks) * 8;
-    cp_async16(sq + r * LD + col, r < group ? qb + int64_t(r) * HD + col : qb, r < group);
+    cp_async16(sq + r * LQ + col, r < group ? qb + int64_t(r) * HD + col : qb, r < group);
   }
   auto load_tile = [&](int stage, int t) {
     T* dk = sk + stage * S::kKV;
     T* dv = sv + stage * S::kKV;
     const int p0 = sp.start + t * kTile;
     for (int c = tid; c < kTile * kChunks; c += kThreads) {
-      const int r = c / kChunks, col = (c % kChunks) * 8, p = p0 + r;
+      const int r = c / kChunks, ch = c % kChunks, p = p0 + r;
       const bool ok = p < sp.end;
-      const int64_t off = ok ? rows.offset(p) + head_off + col : 0;
-      cp_async16(dk + r * LD + col, k_pool + off, ok);
-      cp_async16(dv + r * LD + col, v_pool + off, ok);
+      const int64_t off = ok ? rows.offset(p) + head_off + ch * 8 : 0;
+      if constexpr (kL2Prefetch) {
+        cp_async16_l2_256(dk + S::kv(r, ch), k_pool + off, ok);
+        cp_async16_l2_256(dv + S::kv(r, ch), v_pool + off, ok);
+      } else {
+        cp_async16(dk + S::kv(r, ch), k_pool + off, ok);
+        cp_async16(dv + S::kv(r, ch), v_pool + off, ok);
+      }
     }
   };
 #pragma unroll
@@ -142,18 +182,18 @@ __global__ void __launch_bounds__(kThreads)
     cp_async_commit();
     if (t == 0) {
 #pragma unroll
-      for (int kc = 0; kc < KC; ++kc) ldmatrix_x4(qf[kc], sq + (lane & 15) * LD + kc * 16 + (lane >> 4) * 8);
+      for (int kc = 0; kc < KC; ++kc) ldmatrix_x4(qf[kc], sq + (lane & 15) * LQ + kc * 16 + (lane >> 4) * 8);
     }
     const int k0 = sp.start + t * kTile + 16 * warp;  // this warp's 16 positions
     if (k0 >= sp.end) continue;
-    const T* ks = sk + (t % kStages) * S::kKV + 16 * warp * LD;
-    const T* vs = sv + (t % kStages) * S::kKV + 16 * warp * LD;
+    const T* ks = sk + (t % kStages) * S::kKV;
+    const T* vs = sv + (t % kStages) * S::kKV;
     const int mi = lane >> 3;
     float sc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
 #pragma unroll
     for (int kc = 0; kc < KC; ++kc) {
       uint32_t b[4];
-      ldmatrix_x4(b, ks + ((mi >> 1) * 8 + (lane & 7)) * LD + kc * 16 + (mi & 1) * 8);
+      ldmatrix_x4(b, ks + S::kv(16 * warp + (mi >> 1) * 8 + (lane & 7), kc * 2 + (mi & 1)));
       mma16816<T>(sc[0], qf[kc], b[0], b[1]);
       mma16816<T>(sc[1], qf[kc], b[2], b[3]);
     }
@@ -202,7 +242,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int d = 0; d < DT; d += 2) {
       uint32_t b[4];
-      ldmatrix_x4_trans(b, vs + ((mi & 1) * 8 + (lane & 7)) * LD + d * 8 + (mi >> 1) * 8);
+      ldmatrix_x4_trans(b, vs + S::kv(16 * warp + (mi & 1) * 8 + (lane & 7), d + (mi >> 1)));
       mma16816<T>(o[d], pa, b[0], b[1]);
       mma16816<T>(o[d + 1], pa, b[2], b[3]);
     }
@@ -335,20 +375,24 @@ __global__ void decode_merge_kernel(T* out, const float* part_o, const float2* p
   constexpr int kPer = (HD + 31) / 32;
   const int64_t item = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const int lane = threadIdx.x & 31;
+  // launched as pass 1's programmatic dependent, it may start early: wait for pass 1's writes
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
   if (item >= int64_t(n_seqs) * n_heads) return;
   const int si = int(item / n_heads), h = int(item % n_heads);
   const PagedSeq sq = seqs[si];
-  const int n = splits_of(sq.first_pos + 1);
+  const int n = splits_of(sq.first_pos + 1);  // <= kMaxSplits = 64: lanes hold splits lane, lane + 32
   const int64_t base = item * ms;
-  float M = -INFINITY;
-  for (int s = 0; s < n; ++s) M = fmaxf(M, part_ml[base + s].x);
-  float L = 0.f, acc[kPer];
+  const float2 a = lane < n ? part_ml[base + lane] : make_float2(-INFINITY, 0.f);
+  const float2 b = lane + 32 < n ? part_ml[base + lane + 32] : make_float2(-INFINITY, 0.f);
+  const float M = warp_max(fmaxf(a.x, b.x));
+  const float wa = lane < n ? exp2f(a.x - M) : 0.f, wb = lane + 32 < n ? exp2f(b.x - M) : 0.f;
+  const float L = warp_sum(a.y * wa + b.y * wb);
+  float acc[kPer];
 #pragma unroll
   for (int k = 0; k < kPer; ++k) acc[k] = 0.f;
+#pragma unroll 4
   for (int s = 0; s < n; ++s) {
-    const float2 ml = part_ml[base + s];
-    const float wt = exp2f(ml.x - M);
-    L += ml.y * wt;
+    const float wt = __shfl_sync(0xffffffffu, s < 32 ? wa : wb, s & 31);
 #pragma unroll
     for (int k = 0; k < kPer; ++k)
       if (lane + 32 * k < HD) acc[k] += part_o[(base + s) * HD + lane + 32 * k] * wt;
@@ -370,6 +414,19 @@ struct DecodeArgs {
   int64_t q_stride;
 };
 
+template <typename T, int HD, bool kSwizzle, bool kL2Prefetch>
+void launch_tc(float* part_o, float2* part_ml, const T* q, const T* k_pool, const T* v_pool, const DecodeArgs& a,
+               int64_t ms, unsigned blocks, cudaStream_t stream) {
+  auto kernel = decode_tc_kernel<T, HD, kSwizzle, kL2Prefetch>;
+  constexpr size_t smem = DecodeSmem<HD, kSwizzle>::kBytes;
+  if (smem > (size_t(48) << 10)) raise_smem_limit(reinterpret_cast<const void*>(kernel), int(smem));
+  kernel<<<blocks, kThreads, smem, stream>>>(part_o, part_ml, q, k_pool, v_pool, a.seqs, a.block_table,
+                                             int(a.max_pages), page_shift(a.page_size), int(a.n_heads),
+                                             int(a.n_kv_heads), int(a.n_heads / a.n_kv_heads), int(ms), a.q_stride,
+                                             a.scale * 1.4426950408889634f);
+  CUDA_CHECK_LAUNCH("decode_tc_kernel");
+}
+
 template <typename T, int HD>
 void launch_decode(T* out, const T* q, const T* k_pool, const T* v_pool, const DecodeArgs& a, cudaStream_t stream) {
   const int64_t ms = max_splits(a.max_pages * a.page_size);
@@ -377,25 +434,33 @@ void launch_decode(T* out, const T* q, const T* k_pool, const T* v_pool, const D
   float2* part_ml = reinterpret_cast<float2*>(part_o + a.n_seqs * a.n_heads * ms * HD);
   const int64_t blocks = a.n_seqs * ms * a.n_kv_heads;
   LFM2_CHECK(blocks < (int64_t(1) << 31), "attention_decode_paged: ", blocks, " blocks is too many for one launch");
-  const int shift = page_shift(a.page_size), group = int(a.n_heads / a.n_kv_heads);
-  const float scale_log2 = a.scale * 1.4426950408889634f;
+  const int variant = decode_variant();
   if constexpr (std::is_same<T, float>::value) {
     decode_simt_kernel<HD><<<unsigned(blocks), kThreads, 0, stream>>>(
-        part_o, part_ml, q, k_pool, v_pool, a.seqs, a.block_table, int(a.max_pages), shift, int(a.n_heads),
-        int(a.n_kv_heads), group, int(ms), a.q_stride, scale_log2);
+        part_o, part_ml, q, k_pool, v_pool, a.seqs, a.block_table, int(a.max_pages), page_shift(a.page_size),
+        int(a.n_heads), int(a.n_kv_heads), int(a.n_heads / a.n_kv_heads), int(ms), a.q_stride,
+        a.scale * 1.4426950408889634f);
     CUDA_CHECK_LAUNCH("decode_simt_kernel");
   } else {
-    auto kernel = decode_tc_kernel<T, HD>;
-    constexpr size_t smem = DecodeSmem<HD>::kBytes;
-    if (smem > (size_t(48) << 10)) raise_smem_limit(reinterpret_cast<const void*>(kernel), int(smem));
-    kernel<<<unsigned(blocks), kThreads, smem, stream>>>(part_o, part_ml, q, k_pool, v_pool, a.seqs, a.block_table,
-                                                         int(a.max_pages), shift, int(a.n_heads), int(a.n_kv_heads),
-                                                         group, int(ms), a.q_stride, scale_log2);
-    CUDA_CHECK_LAUNCH("decode_tc_kernel");
+    const unsigned grid = unsigned(blocks);
+    switch (variant & 3) {
+      case 0: launch_tc<T, HD, false, false>(part_o, part_ml, q, k_pool, v_pool, a, ms, grid, stream); break;
+      case 1: launch_tc<T, HD, false, true>(part_o, part_ml, q, k_pool, v_pool, a, ms, grid, stream); break;
+      case 2: launch_tc<T, HD, true, false>(part_o, part_ml, q, k_pool, v_pool, a, ms, grid, stream); break;
+      default: launch_tc<T, HD, true, true>(part_o, part_ml, q, k_pool, v_pool, a, ms, grid, stream);
+    }
   }
-  const int64_t merge_threads = a.n_seqs * a.n_heads * 32;
-  decode_merge_kernel<T, HD><<<grid_for(merge_threads, 256), 256, 0, stream>>>(
-      out, part_o, part_ml, a.seqs, int(a.n_seqs), int(a.n_heads), int(ms));
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(grid_for(a.n_seqs * a.n_heads * 32, 256));
+  cfg.blockDim = dim3(256);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = (variant & 4) ? 1 : 0;
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, decode_merge_kernel<T, HD>, out, static_cast<const float*>(part_o),
+                                static_cast<const float2*>(part_ml), a.seqs, int(a.n_seqs), int(a.n_heads), int(ms)));
   CUDA_CHECK_LAUNCH("decode_merge_kernel");
 }
 

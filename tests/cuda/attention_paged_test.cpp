@@ -77,7 +77,8 @@ std::vector<float> run_decode(const std::vector<PagedSeq>& seqs, DevCache<T>& dc
                               cudaStream_t stream) {
   DevBuf<PagedSeq> d_seqs(seqs.size());
   upload(d_seqs, seqs);
-  const int64_t ws = cuda::attention_decode_paged_workspace_bytes(int64_t(seqs.size()), nh, hd, c.max_pages * c.page_size);
+  const int64_t ws =
+      cuda::attention_decode_paged_workspace_bytes(int64_t(seqs.size()), nh, hd, c.max_pages * c.page_size);
   DevBuf<unsigned char> work(static_cast<size_t>(ws));
   DevBuf<T> out(size_t(n_rows * nh * hd));
   cuda::attention_decode_paged(out.get(), q.get(), dc.k.get(), dc.v.get(), d_seqs.get(), int64_t(seqs.size()),
@@ -120,7 +121,8 @@ TYPED_TEST(CudaPaged, DecodeMatchesCpu) {
       DevBuf<T> dq(q.size());
       upload(dq, round_to<T>(q));
       std::vector<PagedSeq> seqs;
-      for (int64_t s = 0; s < n; ++s) seqs.push_back({int32_t(n - 1 - s), 1, int32_t(kLens[size_t(s)] - 1), int32_t(s)});
+      for (int64_t s = 0; s < n; ++s)
+        seqs.push_back({int32_t(n - 1 - s), 1, int32_t(kLens[size_t(s)] - 1), int32_t(s)});
       const auto got = run_decode<T>(seqs, dc, c, dq, n, nh, nkv, hd, stride, this->stream_);
       EXPECT_TRUE(close_t<T>(got, cpu_paged(seqs, c, q, n, nh, nkv, hd, stride))) << "group " << group << ", hd " << hd;
     }

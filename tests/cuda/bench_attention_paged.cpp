@@ -9,6 +9,7 @@
 // CUDA events around back-to-back launches, warm-up first, median of 5 batches' means.
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <numeric>
 #include <random>
@@ -89,6 +90,31 @@ std::vector<int32_t> make_table(int64_t n, int64_t max_pages, bool shuffled) {
   return t;
 }
 
+// The same launches captured once in a CUDA Graph and replayed (as the stage's decode steps run):
+// the time, and whether the replay writes the direct launch's bits.
+void bench_graph(cudaStream_t s, T* out, int64_t n_out, double bytes, const std::function<void()>& f) {
+  std::vector<T> direct(static_cast<size_t>(n_out)), replay(direct.size());
+  f();
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  CUDA_CHECK(cudaMemcpy(direct.data(), out, direct.size() * sizeof(T), cudaMemcpyDeviceToHost));
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  f();
+  CUDA_CHECK(cudaStreamEndCapture(s, &g));
+  CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
+  CUDA_CHECK(cudaMemsetAsync(out, 0, direct.size() * sizeof(T), s));
+  CUDA_CHECK(cudaGraphLaunch(ge, s));
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  CUDA_CHECK(cudaMemcpy(replay.data(), out, replay.size() * sizeof(T), cudaMemcpyDeviceToHost));
+  const bool same = std::memcmp(direct.data(), replay.data(), direct.size() * sizeof(T)) == 0;
+  const double t = median_ms(s, [&] { CUDA_CHECK(cudaGraphLaunch(ge, s)); }, 20);
+  std::printf("decode paged    (the above, replayed from a CUDA Graph) %8.1f us  %5.2f TB/s, %s bits\n", t * 1e3,
+              bytes / t * 1e-9, same ? "the same" : "DIFFERENT");
+  cudaGraphExecDestroy(ge);
+  cudaGraphDestroy(g);
+}
+
 void bench_decode(cudaStream_t s, int64_t B, int64_t L, bool with_old) {
   const int64_t n_pos = B * L;
   T* k = rand_dev(n_pos * kKv, 1, 1.f);
@@ -110,6 +136,10 @@ void bench_decode(cudaStream_t s, int64_t B, int64_t L, bool with_old) {
     }, reps);
     std::printf("decode paged  %4lld x %-6lld page %3lld %-10s %8.1f us  %5.2f TB/s\n", (long long)B, (long long)L,
                 (long long)ps, shuffled ? "shuffled" : "contiguous", t * 1e3, bytes / t * 1e-9);
+    if (ps == 16 && shuffled) bench_graph(s, out, B * kHeads * kHeadDim, bytes, [&] {
+      cuda::attention_decode_paged(out, qkv, k, v, d_seqs, B, table, max_pages, ps, kHeads, kKvHeads, kHeadDim, 0.125f,
+                                   ws, s, kWidth);
+    });
     cudaFree(table), cudaFree(ws);
   }
   if (with_old) {
