@@ -62,6 +62,32 @@ void linear_add_f32(float* x, const T* in, const T* weight, int64_t n_rows, int6
 void set_gemm_pinning(bool pinned);
 bool gemm_pinning();
 
+// --- linear_decode.cu: the same three products for decode steps (1..256 rows, more in chunks of
+// 256), reading the weight once: gemv_mma.cuh's swap-AB tensor-core tiles with a split-K fixed by
+// (n_in, n_out) (decode_gemm_plan) and reduced in a fixed order, so a row's bits depend on the shape
+// only, never on n_rows or the other rows (they differ from `linear`'s). Measured faster than the
+// pinned cuBLASLt product only for wide outputs at few rows (the LM head up to 32 rows): see
+// linear_decode.cu.
+// bf16/fp16: n_in % 8 == 0, in and weight 16-byte aligned; fp32 runs `linear` (tf32 as there).
+// Scratch: the device's decode workspace (cublas_ctx.h), so calls on one device are stream-ordered.
+template <typename T>
+void linear_decode(T* out, const T* in, const T* weight, int64_t n_rows, int64_t n_in, int64_t n_out,
+                   cudaStream_t stream, bool tf32 = false);
+template <typename T>
+void linear_f32out_decode(float* out, const T* in, const T* weight, int64_t n_rows, int64_t n_in, int64_t n_out,
+                          cudaStream_t stream, bool tf32 = false);
+template <typename T>
+void linear_add_f32_decode(float* x, const T* in, const T* weight, int64_t n_rows, int64_t n_in, int64_t n_out,
+                           cudaStream_t stream, bool tf32 = false);
+struct DecodeGemmPlan {
+  int splits = 1;       // k slices, reduced in ascending order
+  int64_t k_slice = 0;  // k per slice, a multiple of 64
+};
+DecodeGemmPlan decode_gemm_plan(int64_t n_in, int64_t n_out);
+// Tuning only (cuda_bench_decode): every later plan uses `splits` slices (0: the shape's own).
+// Changes the bits of every decode product: never in a run.
+void decode_gemm_force_splits(int splits);
+
 // --- rope.cu: fused per-head q/k RMSNorm + RoPE (cpu::rmsnorm per head, then cpu::rope with
 // position = row % seq_len), in place on qkv (n_seq * seq_len, (n_heads + 2 * n_kv_heads) * head_dim)
 // whose rows are [q | k | v]; v is untouched. inv_freq (head_dim / 2) from cpu::rope_inv_freq.
