@@ -130,6 +130,10 @@ void moe_router(float* weights, int32_t* experts, const float* logits, const flo
                 cudaStream_t stream);
 // moe_drop_rows (cpu::moe_drop_rows): the pairs of rows flagged in done (n_tokens) get expert -1.
 void moe_drop_rows(int32_t* experts, const float* done, int64_t n_tokens, int64_t top_k, cudaStream_t stream);
+// moe_router_drop: moe_router then moe_drop_rows (done (n_tokens) or null) in one launch (decode).
+void moe_router_drop(float* weights, int32_t* experts, const float* logits, const float* expert_bias,
+                     const float* done, int64_t n_tokens, int64_t n_experts, int64_t top_k, bool norm_topk_prob,
+                     float routed_scaling_factor, cudaStream_t stream);
 
 // --- moe_permute.cu: the (token, slot) pairs sorted by expert, stably (token order within an expert),
 // on the device: offsets (n_experts + 1), the first permuted row of each expert's group;
@@ -140,6 +144,10 @@ void moe_drop_rows(int32_t* experts, const float* done, int64_t n_tokens, int64_
 int64_t moe_permute_scratch_ints(int64_t n_tokens, int64_t n_experts, int64_t top_k);
 void moe_permute(int32_t* offsets, int32_t* src_token, int32_t* dest_row, const int32_t* experts, int64_t n_tokens,
                  int64_t n_experts, int64_t top_k, int32_t* scratch, cudaStream_t stream);
+// moe_permute_one_block: the same outputs from one block of one launch, no scratch (decode sizes;
+// any size works, a few thousand pairs are quick).
+void moe_permute_one_block(int32_t* offsets, int32_t* src_token, int32_t* dest_row, const int32_t* experts,
+                           int64_t n_tokens, int64_t n_experts, int64_t top_k, cudaStream_t stream);
 
 // --- moe_grouped_matmul.cu: the rows of each expert in order, then one GEMM per expert.
 // moe_gather: out[r] = in[src_token[r]] for r < n_rows; out (n_rows, hidden), in (n_tokens, hidden).
@@ -185,6 +193,22 @@ template <typename T>
 void moe_experts(float* x, const T* in, const T* w13, const T* w2, const int32_t* experts, const float* weights,
                  int64_t n_tokens, int64_t hidden, int64_t n_experts, int64_t inter, int64_t top_k, void* scratch,
                  cudaStream_t stream);
+
+// --- moe_experts_decode.cu: moe_experts for decode rows (same arguments and result up to rounding),
+// reading each touched expert's weights once near the memory bandwidth: a one-block permutation, a
+// gate/up product with SwiGLU in registers, a down product in fp32, moe_combine. A row's bits do not
+// depend on n_tokens, the other rows or their routing (they differ from moe_experts'). Scratch:
+// moe_experts_decode_scratch_bytes(). bf16/fp16: hidden, inter multiples of 8, buffers 16-byte
+// aligned; fp32 runs moe_experts. Queues kernels only: capturable in a CUDA graph.
+int64_t moe_experts_decode_scratch_bytes(int64_t n_tokens, int64_t hidden, int64_t n_experts, int64_t inter,
+                                         int64_t top_k, int64_t elem_bytes);
+// Tuning only (cuda_bench_decode): 8 nt tokens per pass over an expert's weights (1, 2, 4, 8; 0:
+// by the mean rows per expert). Speed only: the bits do not depend on it.
+void moe_experts_decode_force_nt(int nt);
+template <typename T>
+void moe_experts_decode(float* x, const T* in, const T* w13, const T* w2, const int32_t* experts, const float* weights,
+                        int64_t n_tokens, int64_t hidden, int64_t n_experts, int64_t inter, int64_t top_k,
+                        void* scratch, cudaStream_t stream);
 
 // --- decode.cu: generation (SPEC §3). A prefill row (step 0) is at position row % seq_len of
 // sequence first_seq + row / seq_len; a decode row (step >= 1, one per sequence) is sequence
