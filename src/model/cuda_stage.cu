@@ -388,8 +388,8 @@ class CudaStage final : public CudaStageExecutor {
     check_capacity(n_seq, "embed_tokens");
     CUDA_CHECK(cudaSetDevice(device_));
     cuda::embedding(static_cast<float*>(x), tokens, embed_, n_seq, cfg_.vocab_size, cfg_.hidden_size, stream_);
-    cuda::finished_flags(decode_flags(x, n_seq, cfg_.hidden_size), tokens, state_.eos,
-                         int(state_.sampling.eos.size()), n_seq, stream_);
+    cuda::finished_flags(decode_flags(x, n_seq, cfg_.hidden_size), tokens, n_seq, state_.eos,
+                         int(state_.sampling.eos.size()), stream_);
   }
 
   // Greedy: the head, the argmax and the EOS rule on the device, the tokens copied to `host`
@@ -411,8 +411,8 @@ class CudaStage final : public CudaStageExecutor {
       cuda::linear_f32out(logits, y_, head_w_, rows, H, V, stream_, tf32_);
       if (greedy) {
         cuda::argmax_margin(head_.top, head_.margin, logits, rows, V, stream_);
-        cuda::apply_eos(tokens + r0, head_.top, state_.ended, state_.eos, int(state_.sampling.eos.size()), rows,
-                        first_seq + r0, stream_);
+        cuda::apply_eos(tokens + r0, head_.top, rows, first_seq + r0, state_.eos, int(state_.sampling.eos.size()),
+                        state_.ended, stream_);
         if (host) copy_to_host(host + r0, tokens + r0, rows * 4);
       } else {
         copy_to_host(state_.host_logits + r0 * V, logits, rows * V * 4);
@@ -526,12 +526,12 @@ class CudaStage final : public CudaStageExecutor {
     cuda::linear(big_, y_, L.conv_in, n, H, 3 * H, stream_, tf32_);
     float* conv_state = gen.on ? state_.layers[size_t(&L - layers_.data())].conv : nullptr;
     if (gen.on && gen.step > 0)
-      cuda::short_conv_decode(mid_, big_, L.conv_w, conv_state, n, H, K, state_.lengths, gen.first_seq, gen.step,
-                              stream_, gen.at);
+      cuda::short_conv_decode(mid_, big_, L.conv_w, conv_state, state_.lengths, gen.first_seq, gen.step, gen.at, n, H,
+                              K, stream_);
     else
       cuda::short_conv(mid_, big_, L.conv_w, n_seq, seq_len, H, K, stream_);
     if (gen.on && gen.step == 0)
-      cuda::short_conv_state(conv_state, big_, n_seq, seq_len, H, K, state_.lengths, gen.first_seq, stream_);
+      cuda::short_conv_state(conv_state, big_, state_.lengths, gen.first_seq, n_seq, seq_len, H, K, stream_);
     cuda::linear_add_f32(x, mid_, L.conv_out, n, H, H, stream_, tf32_);
   }
 
