@@ -12,47 +12,55 @@ line per sequence, "i<TAB>text". Exit codes: 0 done, 1 a file or tokenizer probl
 import argparse
 import sys
 
+from tool_cli import ToolError, atomic_output, check_input, need, output_target, run
+
+TOOL = "text_io"
+
 
 def encode(tok_path, prompts_path, out_path, bos):
-    import h5py
-    import numpy as np
-    from tokenizers import Tokenizer
-
-    tok = Tokenizer.from_file(tok_path)
+    check_input(tok_path, "tokenizer")
+    check_input(prompts_path, "prompts")
+    output_target(out_path, "inputs", [tok_path, prompts_path])
+    h5py, np = need(TOOL, "h5py"), need(TOOL, "numpy")
+    tok = need(TOOL, "tokenizers").Tokenizer.from_file(tok_path)
+    vocab = tok.get_vocab_size()
     with open(prompts_path, encoding="utf-8") as f:
         prompts = [line.rstrip("\n") for line in f if line.strip()]
     if not prompts:
-        raise ValueError(f"{prompts_path}: no prompts")
+        raise ToolError(f"{prompts_path}: no prompts")
     rows = []
     for i, p in enumerate(prompts):
         ids = ([bos] if bos is not None else []) + tok.encode(p, add_special_tokens=False).ids
         if not ids:
-            raise ValueError(f"{prompts_path}: prompt {i} encodes to no tokens")
+            raise ToolError(f"{prompts_path}: prompt {i} encodes to no tokens")
+        if bos is not None and not 0 <= bos < vocab:
+            raise ToolError(f"--bos {bos} is outside the tokenizer's vocabulary [0, {vocab})")
         rows.append(ids)
     S = max(len(r) for r in rows)
     ids = np.zeros((len(rows), S), dtype=np.int32)
     for i, r in enumerate(rows):
         ids[i, :len(r)] = r
-    tmp = out_path + ".tmp"
-    with h5py.File(tmp, "w") as f:
+    with atomic_output(out_path, "inputs", [tok_path, prompts_path]) as tmp, h5py.File(tmp, "w") as f:
         f.create_dataset("input_ids", data=ids)
         f.create_dataset("lengths", data=np.array([len(r) for r in rows], dtype=np.int32))
-    import os
-    os.replace(tmp, out_path)
     print(f"text_io: wrote {out_path}: {len(rows)} prompts of up to {S} tokens")
 
 
 def decode(tok_path, outputs_path):
-    import h5py
-    from tokenizers import Tokenizer
-
-    tok = Tokenizer.from_file(tok_path)
+    check_input(tok_path, "tokenizer")
+    check_input(outputs_path, "outputs")
+    h5py = need(TOOL, "h5py")
+    tok = need(TOOL, "tokenizers").Tokenizer.from_file(tok_path)
+    vocab = tok.get_vocab_size()
     with h5py.File(outputs_path, "r") as f:
         if "generated" not in f:
-            raise ValueError(f"{outputs_path}: no generated tokens (run lfm2-rank with --max-new-tokens)")
+            raise ToolError(f"{outputs_path}: no generated tokens (run lfm2-rank with --max-new-tokens)")
         gen = f["generated"][:]
         n = f["n_generated"][:] if "n_generated" in f else [gen.shape[1]] * gen.shape[0]
     for i, row in enumerate(gen):
+        bad = [int(t) for t in row[:int(n[i])] if not 0 <= int(t) < vocab]
+        if bad:  # the tokenizer would drop them silently
+            raise ToolError(f"{outputs_path}: sequence {i} holds id {bad[0]}, outside the tokenizer's vocabulary [0, {vocab})")
         print(f"{i}\t{tok.decode([int(t) for t in row[:int(n[i])]], skip_special_tokens=False)}")
 
 
@@ -68,19 +76,12 @@ def main(argv):
     d.add_argument("tokenizer")
     d.add_argument("outputs")
     args = ap.parse_args(argv)
-    try:
-        if args.cmd == "encode":
-            encode(args.tokenizer, args.prompts, args.inputs, args.bos)
-        else:
-            decode(args.tokenizer, args.outputs)
-    except (OSError, ValueError, KeyError) as err:
-        print(f"text_io: error: {err}", file=sys.stderr)
-        return 1
-    except Exception as err:  # tokenizers raises its own exception types
-        print(f"text_io: error: {type(err).__name__}: {err}", file=sys.stderr)
-        return 1
+    if args.cmd == "encode":
+        encode(args.tokenizer, args.prompts, args.inputs, args.bos)
+    else:
+        decode(args.tokenizer, args.outputs)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(run(TOOL, main, sys.argv[1:]))

@@ -70,8 +70,10 @@ int main(int argc, char** argv) {
 
   auto* convert = app.add_subcommand("convert", "Hugging Face LFM2-MoE checkpoint directory -> weight file");
   std::string dir, out, dtype_text;
-  convert->add_option("DIR", dir, "checkpoint directory (config.json + model.safetensors[.index.json])")->required();
-  convert->add_option("OUT", out, "output weight file (.h5)")->required();
+  convert->add_option("DIR", dir, "checkpoint directory (config.json + model.safetensors[.index.json])")
+      ->required()
+      ->check(cli::path());
+  convert->add_option("OUT", out, "output weight file (.h5)")->required()->check(cli::path());
   convert->add_option("--dtype", dtype_text, "stored matrix dtype: fp32|bf16|fp16 (default: the checkpoint's)")
       ->check(cli::one_of({"fp32", "bf16", "fp16"}));
 
@@ -79,10 +81,12 @@ int main(int argc, char** argv) {
   std::string preset, config_file;
   uint64_t seed = 0;
   int threads = 0;
-  synth->add_option("OUT", out, "output weight file (.h5)")->required();
+  synth->add_option("OUT", out, "output weight file (.h5)")->required()->check(cli::path());
   auto* preset_opt = synth->add_option("--preset", preset, "lfm2-8b-a1b | lfm2-mini | lfm2-tiny");
-  synth->add_option("--config", config_file, "an HF-style config.json instead of a preset")->excludes(preset_opt);
-  synth->add_option("--seed", seed, "random seed (default 0)")->check(cli::whole(0, INT64_MAX));
+  synth->add_option("--config", config_file, "an HF-style config.json instead of a preset")
+      ->excludes(preset_opt)
+      ->check(cli::path());
+  synth->add_option("--seed", seed, "random seed (default 0)")->check(cli::unsigned64());
   synth->add_option("--dtype", dtype_text, "stored matrix dtype: fp32|bf16|fp16 (default bf16)")
       ->check(cli::one_of({"fp32", "bf16", "fp16"}));
   synth->add_option("--threads", threads, "generator threads (default: all cores); never changes the output")
@@ -91,20 +95,23 @@ int main(int argc, char** argv) {
   auto* split = app.add_subcommand("split", "one weight file per pipeline stage");
   std::string in, pattern, layers;
   int stages = 0;
-  split->add_option("IN", in, "whole-model weight file")->required();
-  split->add_option("OUT_PATTERN", pattern, "output path with one %d for the stage, e.g. stage-%d.h5")->required();
+  split->add_option("IN", in, "whole-model weight file")->required()->check(cli::path());
+  split->add_option("OUT_PATTERN", pattern, "output path with one %d for the stage, e.g. stage-%d.h5")
+      ->required()
+      ->check(cli::path());
   split->add_option("--stages", stages, "number of stages P (1..layers)")->required()->check(cli::whole(1, 1 << 20));
-  split->add_option("--layers", layers, "layers per stage, e.g. 6,6,6,6 (default: balanced by cost)");
+  split->add_option("--layers", layers, "layers per stage, e.g. 6,6,6,6 (default: balanced by cost)")
+      ->check(cli::whole_list(1, 1 << 20));
 
   auto* inspect = app.add_subcommand("inspect", "config, fingerprint, datasets, parameter count, bytes per stage");
   bool brief = false;
-  inspect->add_option("FILE", in, "weight file")->required();
+  inspect->add_option("FILE", in, "weight file")->required()->check(cli::path());
   inspect->add_option("--stages", stages, "also report the bytes each of P stages reads")
       ->check(cli::whole(0, 1 << 20));
   inspect->add_flag("--brief", brief, "do not list every dataset");
 
   auto* verify = app.add_subcommand("verify", "re-read every tensor and check it against the file's digests");
-  verify->add_option("FILE", in, "weight or stage file")->required();
+  verify->add_option("FILE", in, "weight or stage file")->required()->check(cli::path());
 
   const std::string unknown = unknown_subcommand(argc, argv);
   if (!unknown.empty()) {

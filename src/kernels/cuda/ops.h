@@ -14,6 +14,8 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
+#include "kernels/paged_kv.h"
+
 namespace lfm2::cuda {
 
 // --- embedding.cu: out (n_tokens, hidden) fp32 = table[ids]; table (vocab, hidden). An id outside
@@ -205,6 +207,44 @@ void apply_eos(int32_t* tokens, const int32_t* top, int64_t n, int64_t first_seq
 // finished_flags (cpu::finished_flags): flags[i] = 1 where tokens[i] is one of the n_eos EOS ids, else 0.
 void finished_flags(float* flags, const int32_t* tokens, int64_t n, const int32_t* eos, int n_eos,
                     cudaStream_t stream);
+
+// --- The paged KV cache (kernels/paged_kv.h: pools [n_pages, page_size, n_kv_heads, head_dim],
+// block_table int32 [.., max_pages], one PagedSeq per sequence of the step; all device arrays, so a
+// CUDA Graph replays any step once they are rewritten). A row's bits depend on its sequence's
+// tokens and position only: not on the batch, the other rows, the page size or page placement.
+// rope_store.cu (cpu::qk_norm_rope_store): qk_norm_rope on the rows of seqs at their positions
+// (the same bits), in place on qkv (n_rows, (n_heads + 2 n_kv_heads) head_dim), and each row's k and
+// v into its page. One block per row of the n_rows (rows of no sequence, padding, are skipped; so is
+// the store of a row past the table or on a negative entry). head_dim even, <= 256.
+template <typename T>
+void qk_norm_rope_store(T* qkv, T* k_pool, T* v_pool, const float* q_norm, const float* k_norm, const float* inv_freq,
+                        const PagedSeq* seqs, int64_t n_seqs, int64_t n_rows, const int32_t* block_table,
+                        int64_t max_pages, int64_t page_size, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
+                        float eps, cudaStream_t stream);
+// attention_paged_decode.cu (cpu::attention_paged, one row per sequence): flash-decoding. Each
+// entry of seqs is one decode row (n_rows is taken as 1): q row `row` at position first_pos over
+// cache positions 0..first_pos. out rows of n_heads * head_dim at the q rows' indices; q rows of
+// q_stride elements (0: dense; qkv rows: (n_heads + 2 n_kv_heads) head_dim). Split-KV in fixed
+// 256-position (or longer, at most 64 splits) pieces of the cache length alone, merged in order.
+// workspace: attention_decode_paged_workspace_bytes(n_seqs, n_heads, head_dim, max_pages *
+// page_size) bytes, 16-byte aligned. head_dim 16, 32, 64, 128; n_heads / n_kv_heads <= 16;
+// q, pools 16-byte aligned. bf16/fp16 on tensor cores, fp32 exact SIMT.
+int64_t attention_decode_paged_workspace_bytes(int64_t n_seqs, int64_t n_heads, int64_t head_dim, int64_t max_len);
+template <typename T>
+void attention_decode_paged(T* out, const T* q, const T* k_pool, const T* v_pool, const PagedSeq* seqs,
+                            int64_t n_seqs, const int32_t* block_table, int64_t max_pages, int64_t page_size,
+                            int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale, void* workspace,
+                            cudaStream_t stream, int64_t q_stride = 0);
+// attention_paged_prefill.cu (cpu::attention_paged): chunked prefill, causal, every row of every
+// sequence of seqs against its cache (the chunk's k/v stored first); max_rows (host) bounds every
+// n_rows (the grid). Several sequences' chunks at any first_pos in one launch; a row's bits do not
+// depend on the chunk size, and a whole prompt gives attention()'s bits. Same layouts and limits as
+// attention_decode_paged (n_heads / n_kv_heads <= 64).
+template <typename T>
+void attention_prefill_paged(T* out, const T* q, const T* k_pool, const T* v_pool, const PagedSeq* seqs,
+                             int64_t n_seqs, int64_t max_rows, const int32_t* block_table, int64_t max_pages,
+                             int64_t page_size, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale,
+                             cudaStream_t stream, int64_t q_stride = 0);
 
 // --- argmax.cu: cpu::argmax_margin on the GPU (the head's next token and its margin over the
 // runner-up). out, margin (n_rows); in (n_rows, n_cols) fp32.
