@@ -112,6 +112,20 @@ void attention(T* out, const T* q, const T* k, const T* v, int64_t n_seq, int64_
 template <typename T>
 void short_conv(T* out, const T* bcx, const float* conv_w, int64_t n_seq, int64_t seq_len, int64_t hidden, int64_t L,
                 cudaStream_t stream);
+// short_conv_state (cpu::short_conv_state for n_seq sequences): state (n_seq_all, L-1, hidden) fp32
+// of sequences first_seq.. from their prefill bcx rows (n_seq * seq_len, 3 * hidden), each at the
+// end of its own prompt (lengths: device, per sequence of the state).
+template <typename T>
+void short_conv_state(float* state, const T* bcx, const int32_t* lengths, int64_t first_seq, int64_t n_seq,
+                      int64_t seq_len, int64_t hidden, int64_t L, cudaStream_t stream);
+// short_conv_decode (cpu::short_conv_decode): out (n, hidden) from bcx (n, 3 * hidden) and the
+// state of sequences first_seq.., which is shifted to take the new inputs. The CPU twin's positions
+// are (lengths, first_seq, step, at): row i at position lengths[first_seq + i] + step - 1, with
+// (first_seq, step) read from `at` where it is not null (see "decode rows" below).
+template <typename T>
+void short_conv_decode(T* out, const T* bcx, const float* conv_w, float* state, const int32_t* lengths,
+                       int64_t first_seq, int64_t step, const int64_t* at, int64_t n, int64_t hidden, int64_t L,
+                       cudaStream_t stream);
 
 // --- swiglu.cu: out (n_rows, inter) = silu(gate) * up where gate_up rows are [gate (inter) | up (inter)]
 // (cpu::swiglu on each row's two halves: the layout of one GEMM over stacked [w1; w3]).
@@ -210,14 +224,16 @@ void moe_experts_decode(float* x, const T* in, const T* w13, const T* w2, const 
                         int64_t n_tokens, int64_t hidden, int64_t n_experts, int64_t inter, int64_t top_k,
                         void* scratch, cudaStream_t stream);
 
-// --- decode.cu: generation (SPEC §3). A prefill row (step 0) is at position row % seq_len of
+// --- decode rows: generation (SPEC §3). A prefill row (step 0) is at position row % seq_len of
 // sequence first_seq + row / seq_len; a decode row (step >= 1, one per sequence) is sequence
 // first_seq + row at position lengths[first_seq + row] + step - 1 (lengths: device, per sequence).
-// qk_norm_rope above takes the same (lengths, first_seq, step) for its positions. `at` (device, or
-// nullptr): {first_seq, step} read by the kernels instead of the arguments, so that a decode step
-// captured once in a CUDA Graph replays for any microbatch and step (set_decode_at writes it, in
-// stream order, before each replay; the host arguments still describe the step for its checks).
+// qk_norm_rope above, short_conv_decode and the kernels of decode.cu below take the same
+// (lengths, first_seq, step) for their positions. `at` (device, or nullptr): {first_seq, step} read
+// by the kernels instead of the arguments, so that a decode step captured once in a CUDA Graph
+// replays for any microbatch and step (set_decode_at, in cuda/decode_at.cu, writes it in stream
+// order before each replay; the host arguments still describe the step for its checks).
 void set_decode_at(int64_t* at, int64_t first_seq, int64_t step, cudaStream_t stream);
+// --- decode.cu: the KV cache and one query per sequence against it.
 // kv_cache_store: the k and v parts of qkv rows into k_cache, v_cache (n_seq_all, max_len,
 // n_kv_heads * head_dim) at each row's (sequence, position) (cpu: the CPU stage's copy).
 template <typename T>
@@ -230,24 +246,16 @@ template <typename T>
 void attention_decode(T* out, const T* qkv, const T* k_cache, const T* v_cache, int64_t n, int64_t n_heads,
                       int64_t n_kv_heads, int64_t head_dim, float scale, const int32_t* lengths, int64_t first_seq,
                       int64_t step, int64_t max_len, cudaStream_t stream, const int64_t* at = nullptr);
-// short_conv_state (cpu::short_conv_state for n_seq sequences): state (n_seq_all, L-1, hidden) fp32
-// of sequences first_seq.. from their prefill bcx rows (n_seq * seq_len, 3 * hidden).
-template <typename T>
-void short_conv_state(float* state, const T* bcx, int64_t n_seq, int64_t seq_len, int64_t hidden, int64_t L,
-                      const int32_t* lengths, int64_t first_seq, cudaStream_t stream);
-// short_conv_decode (cpu::short_conv_decode): out (n, hidden) from bcx (n, 3 * hidden) and the
-// state of sequences first_seq.., which is shifted to take the new inputs.
-template <typename T>
-void short_conv_decode(T* out, const T* bcx, const float* conv_w, float* state, int64_t n, int64_t hidden, int64_t L,
-                       const int32_t* lengths, int64_t first_seq, int64_t step, cudaStream_t stream,
-                       const int64_t* at = nullptr);
-// apply_eos (cpu::choose_tokens' end-of-sequence rule): tokens[i] = top[i], or, once sequence
-// first_seq + i has ended, the EOS id it produced; ended (one per sequence, -1 = cpu::kNotEnded until
-// then) set to the token when a token is an EOS id.
-void apply_eos(int32_t* tokens, const int32_t* top, int32_t* ended, const int32_t* eos, int n_eos, int64_t n,
-               int64_t first_seq, cudaStream_t stream);
+
+// --- sample.cu: token choice's end-of-sequence rules (greedy generation chooses on the device;
+// sampling on the host, cpu::choose_tokens). apply_eos (cpu::choose_tokens' rule, its arguments in
+// the same order: the top-1 for the logits, first_seq for seq_ids, eos for params.eos):
+// tokens[i] = top[i], or, once sequence first_seq + i has ended, the EOS id it produced; ended (one
+// per sequence, -1 = cpu::kNotEnded until then) set to the token when a token is an EOS id.
+void apply_eos(int32_t* tokens, const int32_t* top, int64_t n, int64_t first_seq, const int32_t* eos, int n_eos,
+               int32_t* ended, cudaStream_t stream);
 // finished_flags (cpu::finished_flags): flags[i] = 1 where tokens[i] is one of the n_eos EOS ids, else 0.
-void finished_flags(float* flags, const int32_t* tokens, const int32_t* eos, int n_eos, int64_t n,
+void finished_flags(float* flags, const int32_t* tokens, int64_t n, const int32_t* eos, int n_eos,
                     cudaStream_t stream);
 
 // --- The paged KV cache (kernels/paged_kv.h: pools [n_pages, page_size, n_kv_heads, head_dim],
