@@ -97,6 +97,70 @@ __global__ void __launch_bounds__(kChunk) scatter_kernel(int32_t* src_token, int
   dest_row[i] = row;
 }
 
+// The same permutation in one block (decode: a few hundred pairs, where three launches cost more
+// than the work): counts by shared atomics (an order-free sum), a warp scan of the counts, then
+// the pairs in rounds of kChunk in pair order, each placed at its expert's running base + its rank
+// in the round (chunk_rank). Same outputs as the three launches, bit for bit.
+__global__ void __launch_bounds__(kChunk) permute_one_block_kernel(int32_t* offsets, int32_t* src_token,
+                                                                   int32_t* dest_row, const int32_t* experts,
+                                                                   int n_pairs, int n_experts, int top_k) {
+  __shared__ int wcount[kWarps][kMaxExperts];
+  __shared__ int base[kMaxExperts];  // counts, then each expert's next free row
+  __shared__ int total;
+  for (int x = threadIdx.x; x < n_experts; x += kChunk) base[x] = 0;
+  __syncthreads();
+  for (int i = threadIdx.x; i < n_pairs; i += kChunk) {
+    const int e = experts[i];
+    if (e >= 0) atomicAdd(&base[e], 1);
+  }
+  __syncthreads();
+  if (threadIdx.x < 32) {  // exclusive scan, 32 experts at a time
+    const int lane = threadIdx.x;
+    int run = 0;
+    for (int b = 0; b < n_experts; b += 32) {
+      const int x = b + lane;
+      const int v = x < n_experts ? base[x] : 0;
+      int incl = v;
+      for (int o = 1; o < 32; o <<= 1) {
+        const int u = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o) incl += u;
+      }
+      if (x < n_experts) {
+        base[x] = run + incl - v;
+        offsets[x] = run + incl - v;
+      }
+      run += __shfl_sync(0xffffffffu, incl, 31);
+    }
+    if (lane == 0) {
+      offsets[n_experts] = run;
+      total = run;
+    }
+  }
+  __syncthreads();
+  for (int r0 = 0; r0 < n_pairs; r0 += kChunk) {
+    const int i = r0 + int(threadIdx.x);
+    const int e = i < n_pairs ? experts[i] : -1;
+    const int r = chunk_rank(e, wcount, n_experts);
+    if (i < n_pairs) {
+      if (e < 0) {
+        dest_row[i] = -1;
+      } else {
+        const int row = base[e] + r;
+        src_token[row] = i / top_k;
+        dest_row[i] = row;
+      }
+    }
+    __syncthreads();  // every base[] read before the round's counts move it
+    for (int x = threadIdx.x; x < n_experts; x += kChunk) {
+      int c = 0;
+      for (int w = 0; w < kWarps; ++w) c += wcount[w][x];
+      base[x] += c;
+    }
+    __syncthreads();
+  }
+  for (int i = total + int(threadIdx.x); i < n_pairs; i += kChunk) src_token[i] = 0;
+}
+
 }  // namespace
 
 int64_t moe_permute_scratch_ints(int64_t n_tokens, int64_t n_experts, int64_t top_k) {
@@ -121,6 +185,17 @@ void moe_permute(int32_t* offsets, int32_t* src_token, int32_t* dest_row, const 
   scatter_kernel<<<unsigned(n_chunks), kChunk, 0, stream>>>(src_token, dest_row, scratch, offsets, experts,
                                                             n_pairs, int(n_experts), n_chunks, int(top_k));
   CUDA_CHECK_LAUNCH("moe_permute scatter_kernel");
+}
+
+void moe_permute_one_block(int32_t* offsets, int32_t* src_token, int32_t* dest_row, const int32_t* experts,
+                           int64_t n_tokens, int64_t n_experts, int64_t top_k, cudaStream_t stream) {
+  LFM2_CHECK(n_experts >= 1 && n_experts <= kMaxExperts, "moe_permute_one_block: ", n_experts, " experts (at most ",
+             kMaxExperts, ")");
+  const int64_t n_pairs = n_tokens * top_k;
+  LFM2_CHECK(n_pairs < (int64_t(1) << 31), "moe_permute_one_block: ", n_pairs, " pairs");
+  permute_one_block_kernel<<<1, kChunk, 0, stream>>>(offsets, src_token, dest_row, experts, int(n_pairs),
+                                                      int(n_experts), int(top_k));
+  CUDA_CHECK_LAUNCH("moe_permute permute_one_block_kernel");
 }
 
 }  // namespace lfm2::cuda

@@ -13,8 +13,10 @@ constexpr int kMaxTopK = 32;
 
 __device__ __forceinline__ float sigmoid_f32(float x) { return 1.0f / (1.0f + expf(-x)); }
 
+// done (n_tokens) or null: a row flagged there gets expert -1 in every slot (moe_drop_rows fused).
 __global__ void moe_router_kernel(float* weights, int32_t* experts, const float* logits, const float* expert_bias,
-                                  int64_t n_tokens, int n_experts, int top_k, bool norm_topk, float scaling) {
+                                  const float* done, int64_t n_tokens, int n_experts, int top_k, bool norm_topk,
+                                  float scaling) {
   const int lane = threadIdx.x & 31;
   const int64_t t = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) >> 5;
   if (t >= n_tokens) return;
@@ -66,7 +68,7 @@ __global__ void moe_router_kernel(float* weights, int32_t* experts, const float*
     float w = w_sel;
     if (norm_topk) w /= (sum + 1e-6f);
     weights[t * top_k + lane] = w * scaling;
-    experts[t * top_k + lane] = e_sel;
+    experts[t * top_k + lane] = done != nullptr && done[t] != 0.f ? -1 : e_sel;
   }
 }
 
@@ -82,10 +84,26 @@ void moe_router(float* weights, int32_t* experts, const float* logits, const flo
   if (n_tokens == 0) return;
   constexpr int kThreads = 256;
   const int64_t blocks = (n_tokens * 32 + kThreads - 1) / kThreads;
-  moe_router_kernel<<<unsigned(blocks), kThreads, 0, stream>>>(weights, experts, logits, expert_bias, n_tokens,
-                                                               int(n_experts), int(top_k), norm_topk_prob,
+  moe_router_kernel<<<unsigned(blocks), kThreads, 0, stream>>>(weights, experts, logits, expert_bias, nullptr,
+                                                               n_tokens, int(n_experts), int(top_k), norm_topk_prob,
                                                                routed_scaling_factor);
   CUDA_CHECK_LAUNCH("moe_router_kernel");
+}
+
+void moe_router_drop(float* weights, int32_t* experts, const float* logits, const float* expert_bias,
+                     const float* done, int64_t n_tokens, int64_t n_experts, int64_t top_k, bool norm_topk_prob,
+                     float routed_scaling_factor, cudaStream_t stream) {
+  LFM2_CHECK(n_experts >= 1 && n_experts <= 32 * kMaxPerLane && top_k >= 1 && top_k <= n_experts &&
+                 top_k <= kMaxTopK,
+             "moe_router_drop: top_k ", top_k, " of ", n_experts, " experts (CUDA: at most ", 32 * kMaxPerLane,
+             " experts, top_k <= ", kMaxTopK, ")");
+  if (n_tokens == 0) return;
+  constexpr int kThreads = 256;
+  const int64_t blocks = (n_tokens * 32 + kThreads - 1) / kThreads;
+  moe_router_kernel<<<unsigned(blocks), kThreads, 0, stream>>>(weights, experts, logits, expert_bias, done, n_tokens,
+                                                               int(n_experts), int(top_k), norm_topk_prob,
+                                                               routed_scaling_factor);
+  CUDA_CHECK_LAUNCH("moe_router_kernel (drop)");
 }
 
 namespace {
