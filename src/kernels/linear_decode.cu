@@ -1,21 +1,22 @@
-// The projections at decode sizes (1..256 rows): out = in W^T with gemv_mma.cuh's swap-AB warp
-// tiles (32 weight rows x 8 NT tokens per warp), bf16 / fp16 in, fp32 accumulate, the weight read
-// once. linear_decode writes T, linear_f32out_decode fp32 (router logits, LM head),
-// linear_add_f32_decode adds into the fp32 residual (x = x + in W^T).
+// The projections at decode sizes (1..256 rows and more): out = in W^T for decode rows, by one path
+// per shape fixed by (n_in, n_out) alone (decode_gemm_path: a table measured on the H100), so a
+// row's bits depend on the shape only, never on the row count or the other rows:
+//   kLt: cuBLASLt with the algorithm its heuristic picks at plan_rows rows, without split-K, pinned
+//        for every row count (cuda/linear_lt.h; plan_rows 4096 is `linear`'s own pinned algorithm)
+//   kKernel: the swap-AB kernel below
+// linear_decode writes T, linear_f32out_decode fp32 (router logits, LM head), linear_add_f32_decode
+// adds into the fp32 residual (x = x + in W^T). fp32 runs `linear` (pinned cuBLASLt).
 //
-// Split-K, fixed by the shape: a weight of few rows (out_proj, w2: 2048 rows, 16 blocks of 128)
-// cannot keep 132 SMs streaming, so its k range is cut into `splits` slices of whole 64-k blocks,
-// chosen from (n_in, n_out) alone. Each block writes its fp32 partial tile to a workspace in its
-// threads' fragment order; the last block of a tile to arrive (a counter per tile, reset by that
-// block) adds the slices in ascending order, p0 + p1 + ..., and runs the epilogue. So an element
-// is always the same sum of the same slices: the bits of a row depend on the shape only, never on
-// the row count, the other rows, the block layout or which block arrives last.
-//
+// The kernel: gemv_mma.cuh's swap-AB warp tiles (32 weight rows x 8 NT tokens per warp), bf16 /
+// fp16 in, fp32 accumulate, the weight read once. Split-K, fixed by the shape: a weight of few rows
+// (out_proj, w2: 2048 rows, 16 blocks of 128) cannot keep 132 SMs streaming, so its k range is cut
+// into `splits` slices of whole 64-k blocks, chosen from (n_in, n_out) alone. Each block writes its
+// fp32 partial tile to a workspace in its threads' fragment order; the last block of a tile to
+// arrive (a counter per tile, reset by that block) adds the slices in ascending order, p0 + p1 + ...,
+// and runs the epilogue. So an element is always the same sum of the same slices.
 // Blocks of 4 warps, 32 weight rows each, over 8 NT tokens staged in shared memory (gemv_mma.cuh's
 // block_gemm); more than 64 rows run as passes of 64 tokens (NT and the passes change speed, not
 // bits). Calls of more than 256 rows run in chunks of 256 (the workspace holds 256 rows).
-// fp32 runs `linear` (pinned cuBLASLt, per-row exact already).
-//
 // Measured (H100, bf16; cuda_bench_decode): near the floor only for wide outputs at few rows (LM
 // head 2048 -> 65536: 89 % of the copy-bandwidth floor at 8 rows, 87 % at 32, ahead of cuBLASLt;
 // dense w2 7168 -> 2048 at <= 32 rows: 0.046 ms vs 0.069 pinned); the 2048/3072/6144-row
@@ -29,6 +30,7 @@
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/gemv_mma.cuh"
+#include "kernels/cuda/linear_lt.h"
 #include "kernels/cuda/ops.h"
 
 namespace lfm2::cuda {
@@ -181,8 +183,55 @@ void decode_gemm(void* out, int64_t out_elem, const T* in, const T* weight, int6
 }
 
 int g_force_splits = 0;  // decode_gemm_force_splits
+bool g_force_path = false;  // decode_gemm_force_path
+DecodeGemmPath g_forced;
+
+// The measured choice per model shape (cuda_bench_decode, H100, bf16: the fastest of the kernel,
+// cuBLASLt's pinned algorithm and its picks at 16..256 rows, by the sum of the times at 32 and 256
+// rows). Other shapes: kDefaultPath.
+struct PathRule {
+  int64_t n_in, n_out;
+  DecodeGemmPath path;
+};
+constexpr DecodeGemmPath kDefaultPath{DecodeGemmPath::kLt, 64};
+constexpr PathRule kPathTable[] = {
+    {2048, 3072, {DecodeGemmPath::kLt, 64}},     // attention qkv
+    {2048, 2048, {DecodeGemmPath::kLt, 64}},     // attention out, conv out
+    {2048, 6144, {DecodeGemmPath::kLt, 64}},     // conv in
+    {2048, 14336, {DecodeGemmPath::kLt, 64}},    // dense w13
+    {7168, 2048, {DecodeGemmPath::kLt, 64}},     // dense w2
+    {2048, 32, {DecodeGemmPath::kLt, 64}},       // router logits
+    {2048, 65536, {DecodeGemmPath::kLt, 64}},    // LM head
+};
+
+template <typename T, int kEpi>
+void decode_product(void* out, int64_t out_elem, const T* in, const T* weight, int64_t n_rows, int64_t n_in,
+                    int64_t n_out, cudaStream_t stream) {
+  const DecodeGemmPath path = decode_gemm_path(n_in, n_out);
+  if (path.kind == DecodeGemmPath::kKernel) {
+    decode_gemm<T, kEpi>(out, out_elem, in, weight, n_rows, n_in, n_out, stream);
+    return;
+  }
+  const LtOut kind = kEpi == kStoreT ? LtOut::kT : kEpi == kStoreF32 ? LtOut::kF32 : LtOut::kAddF32;
+  linear_lt_at<T>(out, kind, in, weight, n_rows, n_in, n_out, path.plan_rows, stream);
+}
 
 }  // namespace
+
+DecodeGemmPath decode_gemm_path(int64_t n_in, int64_t n_out) {
+  if (n_in % 8 != 0 || n_out % 8 != 0) return {DecodeGemmPath::kKernel, 0};  // cuBLASLt wants 16-byte rows
+  if (g_force_path) return g_forced;
+  for (const PathRule& r : kPathTable)
+    if (r.n_in == n_in && r.n_out == n_out) return r.path;
+  return kDefaultPath;
+}
+
+void decode_gemm_force_path(const DecodeGemmPath* path) {
+  LFM2_CHECK(path == nullptr || path->kind == DecodeGemmPath::kKernel || path->plan_rows > 0,
+             "decode_gemm_force_path: plan rows ", path ? path->plan_rows : 0);
+  g_force_path = path != nullptr;
+  if (path) g_forced = *path;
+}
 
 void decode_gemm_force_splits(int splits) {
   LFM2_CHECK(splits >= 0 && splits <= 64, "decode_gemm_force_splits: ", splits);
@@ -209,7 +258,7 @@ void linear_decode(T* out, const T* in, const T* weight, int64_t n_rows, int64_t
   if constexpr (std::is_same<T, float>::value)
     linear<float>(out, in, weight, n_rows, n_in, n_out, stream, tf32);
   else
-    decode_gemm<T, kStoreT>(out, sizeof(T), in, weight, n_rows, n_in, n_out, stream);
+    decode_product<T, kStoreT>(out, sizeof(T), in, weight, n_rows, n_in, n_out, stream);
 }
 
 template <typename T>
@@ -218,7 +267,7 @@ void linear_f32out_decode(float* out, const T* in, const T* weight, int64_t n_ro
   if constexpr (std::is_same<T, float>::value)
     linear_f32out<float>(out, in, weight, n_rows, n_in, n_out, stream, tf32);
   else
-    decode_gemm<T, kStoreF32>(out, 4, in, weight, n_rows, n_in, n_out, stream);
+    decode_product<T, kStoreF32>(out, 4, in, weight, n_rows, n_in, n_out, stream);
 }
 
 template <typename T>
@@ -227,7 +276,7 @@ void linear_add_f32_decode(float* x, const T* in, const T* weight, int64_t n_row
   if constexpr (std::is_same<T, float>::value)
     linear_add_f32<float>(x, in, weight, n_rows, n_in, n_out, stream, tf32);
   else
-    decode_gemm<T, kAddF32>(x, 4, in, weight, n_rows, n_in, n_out, stream);
+    decode_product<T, kAddF32>(x, 4, in, weight, n_rows, n_in, n_out, stream);
 }
 
 #define INST(T)                                                                                                    \

@@ -62,14 +62,15 @@ void linear_add_f32(float* x, const T* in, const T* weight, int64_t n_rows, int6
 void set_gemm_pinning(bool pinned);
 bool gemm_pinning();
 
-// --- linear_decode.cu: the same three products for decode steps (1..256 rows, more in chunks of
-// 256), reading the weight once: gemv_mma.cuh's swap-AB tensor-core tiles with a split-K fixed by
-// (n_in, n_out) (decode_gemm_plan) and reduced in a fixed order, so a row's bits depend on the shape
-// only, never on n_rows or the other rows (they differ from `linear`'s). Measured faster than the
-// pinned cuBLASLt product only for wide outputs at few rows (the LM head up to 32 rows): see
-// linear_decode.cu.
+// --- linear_decode.cu: the same three products for decode rows (any count; measured at 8-256), by
+// one path per shape fixed by (n_in, n_out) alone (decode_gemm_path, a table measured on the H100):
+// cuBLASLt with the algorithm its heuristic picks at plan_rows rows, pinned for every row count,
+// or a swap-AB tensor-core kernel with a split-K fixed by the shape (decode_gemm_plan) and reduced
+// in a fixed order. A row's bits depend on the shape only, never on n_rows or the other rows (they
+// may differ from `linear`'s).
 // bf16/fp16: n_in % 8 == 0, in and weight 16-byte aligned; fp32 runs `linear` (tf32 as there).
-// Scratch: the device's decode workspace (cublas_ctx.h), so calls on one device are stream-ordered.
+// Scratch: the device's decode workspace and cuBLAS workspace (cublas_ctx.h), so calls on one
+// device are stream-ordered.
 template <typename T>
 void linear_decode(T* out, const T* in, const T* weight, int64_t n_rows, int64_t n_in, int64_t n_out,
                    cudaStream_t stream, bool tf32 = false);
@@ -84,6 +85,13 @@ struct DecodeGemmPlan {
   int64_t k_slice = 0;  // k per slice, a multiple of 64
 };
 DecodeGemmPlan decode_gemm_plan(int64_t n_in, int64_t n_out);
+struct DecodeGemmPath {
+  enum Kind { kKernel, kLt } kind = kLt;
+  int64_t plan_rows = 64;  // kLt: the row count cuBLASLt's algorithm is picked at (4096: linear's)
+};
+DecodeGemmPath decode_gemm_path(int64_t n_in, int64_t n_out);
+// Tuning and tests only: every later decode product takes *path (nullptr: the table's again).
+void decode_gemm_force_path(const DecodeGemmPath* path);
 // Tuning only (cuda_bench_decode): every later plan uses `splits` slices (0: the shape's own).
 // Changes the bits of every decode product: never in a run.
 void decode_gemm_force_splits(int splits);
