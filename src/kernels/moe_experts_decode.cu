@@ -1,25 +1,21 @@
 // The routed experts at decode sizes (a few rows per expert): x += experts(in), as moe_experts,
-// with kernels that read each touched expert's weights once at close to the memory bandwidth.
+// reading each touched expert's weights once at close to the memory bandwidth. Four launches:
+//   1. the permutation: moe_permute_one_block (moe_experts_decode), or the fused decode router
+//      moe_route_decode (logits + top-k + drop + permutation, moe_decode)
+//   2. gate/up + SwiGLU -> act (P, I), T          } cuda/moe_decode_gemm.cuh: persistent blocks over
+//   3. down -> y (P, H), fp32                     } (touched expert, row tile) units, cp.async stages
+//   4. moe_combine_rmsnorm: each token's k rows summed in ascending expert order into x (and, in
+//      moe_decode, the next layer's RMSNorm of x)
+// 2-4 are launched as programmatic dependents of the launch before them, so each one's start
+// (and down's first weight stages) overlaps the previous one's tail. Dropped pairs (expert -1) get
+// no row. Every element's arithmetic is fixed by the shapes, so a row's bits do not depend on the
+// batch, the other rows or their routing. fp32 runs moe_experts (exact SIMT, per row as well).
 //
-//   1. moe_permute_one_block: the (token, slot) pairs grouped by expert (one small launch)
-//   2. gate/up + SwiGLU: grid (I / 64, E); a block's 4 warps each own 16 gate rows j and the 16 up
-//      rows I + j of one expert (gemv_mma.cuh's swap-AB warp tiles, 2 m-tiles) and run over that
-//      expert's tokens in passes of 8 NT, staged in shared memory straight from `in` through
-//      src_token (no gather); silu(gate) * up is formed in registers (fp32) and stored once,
-//      rounded to T: act (P, I).
-//   3. down: grid (H / 128, E); a warp owns 32 rows h of w2_e; y (P, H) in fp32.
-//   4. moe_combine over y: each token's k rows summed in ascending expert order in fp32, into x.
-// Empty experts' blocks exit at once, so a step reads only the touched experts; dropped pairs
-// (expert -1) get no row. Every element's arithmetic is fixed by the shapes (gemv_mma.cuh), so a
-// row's bits do not depend on the batch, the other rows or their routing. NT (tokens per pass)
-// follows the mean rows per expert and changes only speed, never bits.
-// fp32 runs moe_experts (its exact SIMT products are per row as well).
-//
-// Measured (H100, bf16, one layer of LFM2-8B-A1B, random router logits; cuda_bench_decode): 8 tokens
-// 0.171 ms (86 % of the copy-bandwidth floor of the touched experts), 32: 0.256 (92 %), 64: 0.262,
-// 128: 0.292, 256: 0.406 (58 %; moe_experts' CUTLASS path 0.311 there). NT by the mean rows per
-// expert was the best of 1/2/4/8 at every size; the NT = 8 kernel is slower than NT = 2 even on the
-// same routing (0.350 vs 0.256 ms at 32 tokens), which is what holds 256 tokens back.
+// Variant 1 (moe_experts_decode_force_variant, tuning only) runs the first decode kernels instead:
+// gemv_mma.cuh's register-streamed warp tiles, grid (row tiles, E), NT tokens per pass. Measured
+// (H100, bf16, one layer of LFM2-8B-A1B): 0.171 / 0.256 / 0.262 / 0.292 / 0.406 ms at 8 / 32 / 64 /
+// 128 / 256 tokens: one 64-k block in flight per warp and a fixed grid of (row tiles x experts)
+// blocks left 256 tokens at 58 % of the copy-bandwidth floor.
 #include <algorithm>
 #include <type_traits>
 
@@ -27,6 +23,7 @@
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/gemv_mma.cuh"
+#include "kernels/cuda/moe_decode_gemm.cuh"
 #include "kernels/cuda/ops.h"
 
 namespace lfm2::cuda {
@@ -37,8 +34,9 @@ constexpr int kThreads = 32 * kWarps;
 constexpr int64_t kAlign = 256;
 int64_t align_up(int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
+// The scratch: the permutation, act, y; then (moe_decode) the router's weights and experts.
 struct Layout {
-  int64_t offsets, src_token, dest_row, act, y, total;  // byte offsets
+  int64_t offsets, src_token, dest_row, act, y, weights, experts, total;  // byte offsets
 };
 
 Layout layout(int64_t n_tokens, int64_t hidden, int64_t n_experts, int64_t inter, int64_t top_k, int64_t elem) {
@@ -49,7 +47,9 @@ Layout layout(int64_t n_tokens, int64_t hidden, int64_t n_experts, int64_t inter
   l.dest_row = l.src_token + align_up(P * 4);
   l.act = l.dest_row + align_up(P * 4);
   l.y = l.act + align_up(P * inter * elem);
-  l.total = l.y + align_up(P * hidden * 4);
+  l.weights = l.y + align_up(P * hidden * 4);
+  l.experts = l.weights + align_up(P * 4);
+  l.total = l.experts + align_up(P * 4);
   return l;
 }
 
@@ -176,11 +176,96 @@ void launch_products(T* act, float* y, const T* in, const T* w13, const T* w2, c
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+// ---- the persistent pipelined products (moe_decode_gemm.cuh)
+
+int g_variant = 0;  // moe_experts_decode_force_variant
+
+struct GemmConfig {
+  int stages, ctas_per_sm;
+};
+// Variants 2..4: (stages, blocks per SM). 0 picks the default.
+GemmConfig gemm_config() {
+  switch (g_variant) {
+    case 3: return {4, 1};
+    case 4: return {4, 2};
+    default: return {6, 1};
+  }
+}
+
+template <typename T, bool kGateUp, int S>
+void launch_gemm(const moe_gemm::Args& a, int64_t max_units, int ctas_per_sm, cudaStream_t stream) {
+  auto kernel = moe_gemm::moe_gemm_kernel<T, kGateUp, S>;
+  constexpr int smem = moe_gemm::smem_bytes(S);
+  raise_smem_limit(reinterpret_cast<const void*>(kernel), smem);
+  const int64_t grid = std::max<int64_t>(
+      1, std::min<int64_t>(max_units, int64_t(compute_sms(current_device())) * ctas_per_sm));
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(unsigned(grid));
+  cfg.blockDim = dim3(moe_gemm::kThreads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, a));
+  CUDA_CHECK_LAUNCH(kGateUp ? "moe_gemm_kernel (gate/up)" : "moe_gemm_kernel (down)");
+}
+
+template <typename T, int S>
+void launch_pipelined(T* act, float* y, const T* in, const T* w13, const T* w2, const int32_t* offsets,
+                      const int32_t* src_token, int64_t P, int64_t H, int64_t E, int64_t I, int ctas_per_sm,
+                      cudaStream_t stream) {
+  const int64_t touched = std::min(E, P);
+  moe_gemm::Args a{w13, in, offsets, src_token, act, H, I, int(E)};
+  launch_gemm<T, true, S>(a, touched * ((I + 63) / 64), ctas_per_sm, stream);
+  moe_gemm::Args b{w2, act, offsets, nullptr, y, I, H, int(E)};
+  launch_gemm<T, false, S>(b, touched * ((H + moe_gemm::kBM - 1) / moe_gemm::kBM), ctas_per_sm, stream);
+}
+
+// act and y from the permutation: the variant's products.
+template <typename T>
+void run_products(T* act, float* y, const T* in, const T* w13, const T* w2, const int32_t* offsets,
+                  const int32_t* src_token, int64_t n_tokens, int64_t H, int64_t E, int64_t I, int64_t top_k,
+                  cudaStream_t stream) {
+  if (g_variant == 1) {
+    switch (pick_nt(n_tokens, E, top_k)) {
+      case 1: launch_products<T, 1>(act, y, in, w13, w2, offsets, src_token, H, E, I, stream); break;
+      case 2: launch_products<T, 2>(act, y, in, w13, w2, offsets, src_token, H, E, I, stream); break;
+      case 4: launch_products<T, 4>(act, y, in, w13, w2, offsets, src_token, H, E, I, stream); break;
+      default: launch_products<T, 8>(act, y, in, w13, w2, offsets, src_token, H, E, I, stream);
+    }
+    return;
+  }
+  const GemmConfig c = gemm_config();
+  const int64_t P = n_tokens * top_k;
+  if (c.stages == 4)
+    launch_pipelined<T, 4>(act, y, in, w13, w2, offsets, src_token, P, H, E, I, c.ctas_per_sm, stream);
+  else
+    launch_pipelined<T, 6>(act, y, in, w13, w2, offsets, src_token, P, H, E, I, c.ctas_per_sm, stream);
+}
+
+void check_decode_shapes(const char* what, const void* in, const void* w13, const void* w2, const void* scratch,
+                         int64_t n_tokens, int64_t hidden, int64_t n_experts, int64_t inter, int64_t top_k) {
+  LFM2_CHECK(hidden % 8 == 0 && inter % 8 == 0 && aligned16(in) && aligned16(w13) && aligned16(w2) &&
+                 aligned16(scratch),
+             what, ": hidden (", hidden, ") and inter (", inter,
+             ") must be multiples of 8 and the buffers 16-byte aligned");
+  LFM2_CHECK(n_experts >= 1 && n_experts <= moe_gemm::kMaxExperts && n_tokens * top_k < (int64_t(1) << 31), what,
+             ": ", n_experts, " experts (at most ", moe_gemm::kMaxExperts, "), ", n_tokens, " tokens");
+}
+
 }  // namespace
 
 void moe_experts_decode_force_nt(int nt) {
   LFM2_CHECK(nt == 0 || nt == 1 || nt == 2 || nt == 4 || nt == 8, "moe_experts_decode_force_nt: ", nt);
   g_force_nt = nt;
+}
+
+void moe_experts_decode_force_variant(int variant) {
+  LFM2_CHECK(variant >= 0 && variant <= 4, "moe_experts_decode_force_variant: ", variant);
+  g_variant = variant;
 }
 
 int64_t moe_experts_decode_scratch_bytes(int64_t n_tokens, int64_t hidden, int64_t n_experts, int64_t inter,
@@ -197,12 +282,7 @@ void moe_experts_decode(float* x, const T* in, const T* w13, const T* w2, const 
     moe_experts<float>(x, in, w13, w2, experts, weights, n_tokens, hidden, n_experts, inter, top_k, scratch, stream);
   } else {
     if (n_tokens == 0) return;
-    LFM2_CHECK(hidden % 8 == 0 && inter % 8 == 0 && aligned16(in) && aligned16(w13) && aligned16(w2) &&
-                   aligned16(scratch),
-               "moe_experts_decode: hidden (", hidden, ") and inter (", inter,
-               ") must be multiples of 8 and the buffers 16-byte aligned");
-    LFM2_CHECK(n_experts >= 1 && n_experts < 65536 && n_tokens * top_k < (int64_t(1) << 31),
-               "moe_experts_decode: ", n_experts, " experts, ", n_tokens, " tokens");
+    check_decode_shapes("moe_experts_decode", in, w13, w2, scratch, n_tokens, hidden, n_experts, inter, top_k);
     const Layout l = layout(n_tokens, hidden, n_experts, inter, top_k, sizeof(T));
     char* base = static_cast<char*>(scratch);
     auto* offsets = reinterpret_cast<int32_t*>(base + l.offsets);
@@ -211,19 +291,61 @@ void moe_experts_decode(float* x, const T* in, const T* w13, const T* w2, const 
     auto* act = reinterpret_cast<T*>(base + l.act);
     auto* y = reinterpret_cast<float*>(base + l.y);
     moe_permute_one_block(offsets, src_token, dest_row, experts, n_tokens, n_experts, top_k, stream);
-    switch (pick_nt(n_tokens, n_experts, top_k)) {
-      case 1: launch_products<T, 1>(act, y, in, w13, w2, offsets, src_token, hidden, n_experts, inter, stream); break;
-      case 2: launch_products<T, 2>(act, y, in, w13, w2, offsets, src_token, hidden, n_experts, inter, stream); break;
-      case 4: launch_products<T, 4>(act, y, in, w13, w2, offsets, src_token, hidden, n_experts, inter, stream); break;
-      default: launch_products<T, 8>(act, y, in, w13, w2, offsets, src_token, hidden, n_experts, inter, stream);
-    }
-    moe_combine<float>(x, y, dest_row, weights, n_tokens, top_k, hidden, stream);
+    run_products<T>(act, y, in, w13, w2, offsets, src_token, n_tokens, hidden, n_experts, inter, top_k, stream);
+    moe_combine_rmsnorm<T>(nullptr, x, y, dest_row, weights, nullptr, n_tokens, top_k, hidden, 0.f, stream);
+  }
+}
+
+int64_t moe_decode_scratch_bytes(int64_t n_tokens, const MoeDims& d, int64_t elem_bytes) {
+  const int64_t P = n_tokens * d.top_k;
+  if (elem_bytes == 4)  // logits, weights, experts, then moe_experts' scratch
+    return align_up(n_tokens * d.n_experts * 4) + 2 * align_up(P * 4) +
+           moe_experts_scratch_bytes(n_tokens, d.hidden, d.n_experts, d.inter, d.top_k, 4);
+  return layout(n_tokens, d.hidden, d.n_experts, d.inter, d.top_k, elem_bytes).total;
+}
+
+template <typename T>
+void moe_decode(float* x, T* norm_out, const T* in, const T* gate, const float* expert_bias, const T* w13,
+                const T* w2, const float* done, const float* next_norm, float eps, int64_t n_tokens, const MoeDims& d,
+                void* scratch, cudaStream_t stream) {
+  if (n_tokens == 0) return;
+  const int64_t H = d.hidden, E = d.n_experts, I = d.inter, k = d.top_k, P = n_tokens * k;
+  char* base = static_cast<char*>(scratch);
+  if constexpr (std::is_same<T, float>::value) {
+    auto* logits = reinterpret_cast<float*>(base);
+    auto* weights = reinterpret_cast<float*>(base + align_up(n_tokens * E * 4));
+    auto* experts = reinterpret_cast<int32_t*>(base + align_up(n_tokens * E * 4) + align_up(P * 4));
+    void* rest = base + align_up(n_tokens * E * 4) + 2 * align_up(P * 4);
+    linear_f32out<float>(logits, in, gate, n_tokens, H, E, stream);
+    moe_router_drop(weights, experts, logits, expert_bias, done, n_tokens, E, k, d.norm_topk_prob,
+                    d.routed_scaling_factor, stream);
+    moe_experts<float>(x, in, w13, w2, experts, weights, n_tokens, H, E, I, k, rest, stream);
+    if (next_norm) rmsnorm<float>(norm_out, x, next_norm, n_tokens, H, eps, stream);
+  } else {
+    check_decode_shapes("moe_decode", in, w13, w2, scratch, n_tokens, H, E, I, k);
+    const Layout l = layout(n_tokens, H, E, I, k, sizeof(T));
+    auto* offsets = reinterpret_cast<int32_t*>(base + l.offsets);
+    auto* src_token = reinterpret_cast<int32_t*>(base + l.src_token);
+    auto* dest_row = reinterpret_cast<int32_t*>(base + l.dest_row);
+    auto* act = reinterpret_cast<T*>(base + l.act);
+    auto* y = reinterpret_cast<float*>(base + l.y);
+    auto* weights = reinterpret_cast<float*>(base + l.weights);
+    auto* experts = reinterpret_cast<int32_t*>(base + l.experts);
+    moe_route_decode<T>(weights, experts, offsets, src_token, dest_row, in, gate, expert_bias, done, n_tokens, H, E, k,
+                        d.norm_topk_prob, d.routed_scaling_factor, stream);
+    run_products<T>(act, y, in, w13, w2, offsets, src_token, n_tokens, H, E, I, k, stream);
+    moe_combine_rmsnorm<T>(norm_out, x, y, dest_row, weights, next_norm, n_tokens, k, H, eps, stream);
   }
 }
 
 #define INST(T)                                                                                                      \
   template void moe_experts_decode<T>(float*, const T*, const T*, const T*, const int32_t*, const float*, int64_t,   \
                                       int64_t, int64_t, int64_t, int64_t, void*, cudaStream_t);
+LFM2_FOR_EACH_T(INST)
+#undef INST
+#define INST(T)                                                                                                  \
+  template void moe_decode<T>(float*, T*, const T*, const T*, const float*, const T*, const T*, const float*,   \
+                              const float*, float, int64_t, const MoeDims&, void*, cudaStream_t);
 LFM2_FOR_EACH_T(INST)
 #undef INST
 

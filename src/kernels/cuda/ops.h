@@ -156,6 +156,17 @@ void moe_drop_rows(int32_t* experts, const float* done, int64_t n_tokens, int64_
 void moe_router_drop(float* weights, int32_t* experts, const float* logits, const float* expert_bias,
                      const float* done, int64_t n_tokens, int64_t n_experts, int64_t top_k, bool norm_topk_prob,
                      float routed_scaling_factor, cudaStream_t stream);
+// moe_route_decode (decode rows, bf16/fp16): the router's logits (fp32 dot products of in (n_tokens,
+// hidden) with gate (n_experts, hidden), a fixed order per row), moe_router_drop's top-k and
+// moe_permute_one_block's outputs (offsets, src_token, dest_row) in one launch: its last block to
+// finish permutes. A row's logits, weights and experts do not depend on the other rows. hidden % 8
+// == 0, 16-byte aligned in / gate, n_experts <= 256. Uses a counter of the decode workspace
+// (cublas_ctx.h): calls on one device are stream-ordered.
+template <typename T>
+void moe_route_decode(float* weights, int32_t* experts, int32_t* offsets, int32_t* src_token, int32_t* dest_row,
+                      const T* in, const T* gate, const float* expert_bias, const float* done, int64_t n_tokens,
+                      int64_t hidden, int64_t n_experts, int64_t top_k, bool norm_topk_prob,
+                      float routed_scaling_factor, cudaStream_t stream);
 
 // --- moe_permute.cu: the (token, slot) pairs sorted by expert, stably (token order within an expert),
 // on the device: offsets (n_experts + 1), the first permuted row of each expert's group;
@@ -203,6 +214,15 @@ template <typename T>
 void moe_combine(float* x, const T* expert_out, const int32_t* dest_row, const float* weights, int64_t n_tokens,
                  int64_t top_k, int64_t hidden, cudaStream_t stream);
 
+// moe_combine_rmsnorm (decode): moe_combine of fp32 expert rows into x, then, when norm_weight is
+// not null, out (n_tokens, hidden) = rmsnorm(x) with norm_weight (the next layer's first norm
+// fused: the bits of moe_combine then rmsnorm). hidden % 4 == 0 and <= 8192, x and expert_out 16-byte
+// aligned. Launched as a programmatic dependent of the kernel before it.
+template <typename T>
+void moe_combine_rmsnorm(T* out, float* x, const float* expert_out, const int32_t* dest_row, const float* weights,
+                         const float* norm_weight, int64_t n_tokens, int64_t top_k, int64_t hidden, float eps,
+                         cudaStream_t stream);
+
 // --- moe_experts.cu: cpu::moe_experts followed by cpu::add into the residual, composed from the
 // kernels above: x (n_tokens, hidden) fp32 += experts(in). in (n_tokens, hidden);
 // w13 (n_experts, 2 * inter, hidden), each expert's w1 rows then its w3 rows; w2 (n_experts, hidden,
@@ -217,20 +237,40 @@ void moe_experts(float* x, const T* in, const T* w13, const T* w2, const int32_t
                  cudaStream_t stream);
 
 // --- moe_experts_decode.cu: moe_experts for decode rows (same arguments and result up to rounding),
-// reading each touched expert's weights once near the memory bandwidth: a one-block permutation, a
-// gate/up product with SwiGLU in registers, a down product in fp32, moe_combine. A row's bits do not
-// depend on n_tokens, the other rows or their routing (they differ from moe_experts'). Scratch:
-// moe_experts_decode_scratch_bytes(). bf16/fp16: hidden, inter multiples of 8, buffers 16-byte
-// aligned; fp32 runs moe_experts. Queues kernels only: capturable in a CUDA graph.
+// reading each touched expert's weights once near the memory bandwidth: a one-block permutation,
+// persistent pipelined gate/up (SwiGLU in registers) and down (fp32) products over the touched
+// experts, moe_combine_rmsnorm. A row's bits do not depend on n_tokens, the other rows or their
+// routing (they differ from moe_experts'). Scratch: moe_experts_decode_scratch_bytes(). bf16/fp16:
+// hidden, inter multiples of 8, n_experts <= 1024, buffers 16-byte aligned; fp32 runs moe_experts.
+// Queues kernels only: capturable in a CUDA graph.
 int64_t moe_experts_decode_scratch_bytes(int64_t n_tokens, int64_t hidden, int64_t n_experts, int64_t inter,
                                          int64_t top_k, int64_t elem_bytes);
-// Tuning only (cuda_bench_decode): 8 nt tokens per pass over an expert's weights (1, 2, 4, 8; 0:
-// by the mean rows per expert). Speed only: the bits do not depend on it.
-void moe_experts_decode_force_nt(int nt);
 template <typename T>
 void moe_experts_decode(float* x, const T* in, const T* w13, const T* w2, const int32_t* experts, const float* weights,
                         int64_t n_tokens, int64_t hidden, int64_t n_experts, int64_t inter, int64_t top_k,
                         void* scratch, cudaStream_t stream);
+// Tuning only (cuda_bench_decode), speed only (the bits do not depend on them): the products'
+// variant (0: default; 1: the first decode kernels; 2, 3, 4: pipelined with 6 stages, 4 stages, 4
+// stages at two blocks per SM) and, for variant 1, 8 nt tokens per pass (0: by the mean rows).
+void moe_experts_decode_force_variant(int variant);
+void moe_experts_decode_force_nt(int nt);
+
+// moe_decode: the routed MoE block of decode rows (HF Lfm2MoeSparseMoeBlock) in four launches:
+// moe_route_decode (rows flagged in done, or none, get nothing), the products above, and
+// moe_combine_rmsnorm: x (n_tokens, hidden) fp32 += experts(in); then, if next_norm is not null,
+// norm_out = rmsnorm(x) with next_norm and eps (the next layer's operator norm). gate (n_experts,
+// hidden), expert_bias (n_experts) or null, w13 / w2 as moe_experts. Scratch: moe_decode_scratch_bytes().
+// fp32 composes linear_f32out, moe_router_drop, moe_experts and rmsnorm. Capturable in a CUDA graph.
+struct MoeDims {
+  int64_t hidden, n_experts, inter, top_k;
+  bool norm_topk_prob;
+  float routed_scaling_factor;
+};
+int64_t moe_decode_scratch_bytes(int64_t n_tokens, const MoeDims& dims, int64_t elem_bytes);
+template <typename T>
+void moe_decode(float* x, T* norm_out, const T* in, const T* gate, const float* expert_bias, const T* w13,
+                const T* w2, const float* done, const float* next_norm, float eps, int64_t n_tokens,
+                const MoeDims& dims, void* scratch, cudaStream_t stream);
 
 // --- decode rows: generation (SPEC §3). A prefill row (step 0) is at position row % seq_len of
 // sequence first_seq + row / seq_len; a decode row (step >= 1, one per sequence) is sequence
