@@ -8,11 +8,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <tuple>
 #include <type_traits>
 #include <vector>
 
 #include "cuda_test_util.h"
+#include "moe_test_util.h"
 #include "kernels/add.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/linear.h"
@@ -27,25 +29,37 @@ using namespace test;
 template <typename T>
 class CudaDecodeGemm : public CudaTest {};
 
-// Bit equality of two float vectors, naming the first difference and how many there are.
-::testing::AssertionResult same_bits(const std::vector<float>& got, const std::vector<float>& want) {
-  if (got.size() != want.size())
-    return ::testing::AssertionFailure() << "size " << got.size() << " vs " << want.size();
-  size_t n_diff = 0, first = 0;
-  for (size_t i = 0; i < got.size(); ++i)
-    if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0 && n_diff++ == 0) first = i;
-  if (n_diff == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << n_diff << " of " << got.size() << " differ; first at " << first << ": "
-                                       << got[first] << " vs " << want[first];
-}
 TYPED_TEST_SUITE(CudaDecodeGemm, ElemTypes, ElemNames);
 
 // ------------------------------------------------------------------------------------------ linear
+
+// The paths a decode product may take (decode_gemm_path): the table's, the kernel, and cuBLASLt's
+// picks at 16..256 rows and its pinned large-M algorithm (4096), each forced in turn.
+struct ForcedPath {
+  bool table;
+  cuda::DecodeGemmPath path;
+};
+std::vector<ForcedPath> all_paths() {
+  std::vector<ForcedPath> v{{true, {}}, {false, {cuda::DecodeGemmPath::kKernel, 0}}};
+  for (int64_t rows : {16, 32, 64, 128, 256, 4096}) v.push_back({false, {cuda::DecodeGemmPath::kLt, rows}});
+  return v;
+}
+std::string path_name(const ForcedPath& f, int64_t n_in, int64_t n_out) {
+  const cuda::DecodeGemmPath p = f.table ? cuda::decode_gemm_path(n_in, n_out) : f.path;
+  return std::string(f.table ? "table's " : "") +
+         (p.kind == cuda::DecodeGemmPath::kKernel ? "kernel" : "cuBLASLt at " + std::to_string(p.plan_rows) + " rows");
+}
+// Forces a path for the scope (the table's again at its end).
+struct PathScope {
+  explicit PathScope(const ForcedPath& f) { cuda::decode_gemm_force_path(f.table ? nullptr : &f.path); }
+  ~PathScope() { cuda::decode_gemm_force_path(nullptr); }
+};
 
 TYPED_TEST(CudaDecodeGemm, LinearMatchesCpu) {
   using T = TypeParam;
   // (rows, n_in, n_out): split-K shapes (2048 -> 96, 2048 -> 2048), a k tail (136, 200: not
   // multiples of 64), odd n_out, every block layout (1..256 rows) and a chunked call (300 rows)
+  // (odd n_out takes the kernel on every path: cuBLASLt wants 16-byte rows)
   for (auto [n, k, m] : {std::tuple<int64_t, int64_t, int64_t>{1, 64, 64}, {5, 2048, 96}, {32, 136, 45},
                          {100, 256, 300}, {256, 512, 129}, {7, 2048, 2048}, {64, 200, 33}, {128, 1024, 520},
                          {300, 64, 70}, {17, 7168, 64}}) {
@@ -61,64 +75,73 @@ TYPED_TEST(CudaDecodeGemm, LinearMatchesCpu) {
     DevBuf<float> d_out32(ref.size()), d_x(x.size());
     upload(d_in, in_raw);
     upload(d_w, w_raw);
-    upload(d_x, x);
-    cuda::linear_decode(d_out.get(), d_in.get(), d_w.get(), n, k, m, this->stream_);
-    cuda::linear_f32out_decode(d_out32.get(), d_in.get(), d_w.get(), n, k, m, this->stream_);
-    cuda::linear_add_f32_decode(d_x.get(), d_in.get(), d_w.get(), n, k, m, this->stream_);
-    this->sync();
-    const auto plan = cuda::decode_gemm_plan(k, m);
-    EXPECT_TRUE(close_t<T>(download(d_out.get(), ref.size()), ref))
-        << n << "x" << k << "x" << m << " (splits " << plan.splits << ")";
-    EXPECT_TRUE(close(download(d_out32.get(), ref.size()), ref, 1e-5, 1e-4)) << n << "x" << k << "x" << m;
-    EXPECT_TRUE(close(download(d_x.get(), x.size()), ref_add, 1e-5, 1e-4)) << "add " << n << "x" << k << "x" << m;
+    for (const ForcedPath& f : {all_paths()[0], all_paths()[1], all_paths()[3]}) {
+      const PathScope scope(f);
+      upload(d_x, x);
+      cuda::linear_decode(d_out.get(), d_in.get(), d_w.get(), n, k, m, this->stream_);
+      cuda::linear_f32out_decode(d_out32.get(), d_in.get(), d_w.get(), n, k, m, this->stream_);
+      cuda::linear_add_f32_decode(d_x.get(), d_in.get(), d_w.get(), n, k, m, this->stream_);
+      this->sync();
+      const std::string what = std::to_string(n) + "x" + std::to_string(k) + "x" + std::to_string(m) + ", " +
+                               path_name(f, k, m);
+      EXPECT_TRUE(close_t<T>(download(d_out.get(), ref.size()), ref)) << what;
+      EXPECT_TRUE(close(download(d_out32.get(), ref.size()), ref, 1e-5, 1e-4)) << what;
+      EXPECT_TRUE(close(download(d_x.get(), x.size()), ref_add, 1e-5, 1e-4)) << "add " << what;
+    }
   }
 }
 
 // Every row of a call of 1..256 rows (and of a chunked 300) equals the same row computed in a call of
-// 256 rows, bit for bit, whatever rows surround it: the model's projection shapes (split-K ones
-// included) and a wide one without split.
+// 256 rows, bit for bit, whatever rows surround it, on every path: the model's projection shapes
+// (split-K ones included for the kernel), each with the products the model uses for it (all three
+// for 2048 -> 2048).
 TYPED_TEST(CudaDecodeGemm, LinearRowsBitIdenticalForAnyRowCount) {
   using T = TypeParam;
-  for (auto [k, m] : {std::pair<int64_t, int64_t>{2048, 2048}, {2048, 3072}, {2048, 6144}, {7168, 2048},
-                      {2048, 32}, {2048, 17408}}) {
+  // (n_in, n_out, products: bit 0 T out, bit 1 fp32 out, bit 2 += fp32)
+  for (auto [k, m, prods] : {std::tuple<int64_t, int64_t, int>{2048, 2048, 7}, {2048, 3072, 1}, {2048, 6144, 1},
+                             {7168, 2048, 4}, {2048, 32, 2}, {2048, 14336, 1}, {2048, 65536, 2}}) {
     const int64_t big = 256, extra = 300;
     auto in = rand_vec(static_cast<size_t>(extra * k), 30);
     auto w = rand_vec(static_cast<size_t>(m * k), 31, float(1.0 / std::sqrt(double(k))));
     DevBuf<T> d_in(in.size()), d_w(w.size()), d_out(static_cast<size_t>(extra * m));
+    DevBuf<float> d_out32(static_cast<size_t>(extra * m));
     upload(d_in, round_to<T>(in));
     upload(d_w, round_to<T>(w));
-    DevBuf<float> d_all(static_cast<size_t>(extra * m)), d_x(static_cast<size_t>(extra * m));
-    cuda::linear_f32out_decode(d_all.get(), d_in.get(), d_w.get(), big, k, m, this->stream_);
-    cuda::linear_decode(d_out.get(), d_in.get(), d_w.get(), big, k, m, this->stream_);
-    this->sync();
-    const auto all = download(d_all.get(), static_cast<size_t>(big * m));
-    const auto all_t = download(d_out.get(), static_cast<size_t>(big * m));
-    // (first row, rows): a row alone at several places, small and large batches, every block layout
-    for (auto [r0, rows] : {std::pair<int64_t, int64_t>{0, 1}, {100, 1}, {255, 1}, {3, 7}, {40, 32}, {9, 13},
-                            {50, 64}, {1, 100}, {20, 200}, {0, 255}}) {
-      DevBuf<float> d_part(static_cast<size_t>(rows * m));
-      cuda::linear_f32out_decode(d_part.get(), d_in.get() + r0 * k, d_w.get(), rows, k, m, this->stream_);
-      this->sync();
-      EXPECT_TRUE(same_bits(download(d_part.get(), static_cast<size_t>(rows * m)),
-                            std::vector<float>(all.begin() + r0 * m, all.begin() + (r0 + rows) * m)))
-          << rows << " rows from " << r0 << ", " << k << " -> " << m;
-      DevBuf<T> d_part_t(static_cast<size_t>(rows * m));
-      cuda::linear_decode(d_part_t.get(), d_in.get() + r0 * k, d_w.get(), rows, k, m, this->stream_);
-      this->sync();
-      EXPECT_TRUE(same_bits(download(d_part_t.get(), static_cast<size_t>(rows * m)),
-                            std::vector<float>(all_t.begin() + r0 * m, all_t.begin() + (r0 + rows) * m)))
-          << "T out: " << rows << " rows from " << r0 << ", " << k << " -> " << m;
+    for (const ForcedPath& f : all_paths()) {
+      if (std::is_same<T, float>::value && !f.table) continue;  // fp32 always runs `linear`
+      const PathScope scope(f);
+      const std::string what = std::to_string(k) + " -> " + std::to_string(m) + ", " + path_name(f, k, m);
+      // product 0: T out, 1: fp32 out, 2: += into a zeroed fp32 x (the add's own algorithm)
+      for (int prod = 0; prod < 3; ++prod) {
+        if (!((prods >> prod) & 1)) continue;
+        auto run = [&](int64_t r0, int64_t rows) {
+          if (prod == 0) {
+            cuda::linear_decode(d_out.get(), d_in.get() + r0 * k, d_w.get(), rows, k, m, this->stream_);
+            this->sync();
+            return download(d_out.get(), static_cast<size_t>(rows * m));
+          }
+          if (prod == 2)
+            CUDA_CHECK(cudaMemsetAsync(d_out32.get(), 0, size_t(rows * m) * sizeof(float), this->stream_));
+          if (prod == 1)
+            cuda::linear_f32out_decode(d_out32.get(), d_in.get() + r0 * k, d_w.get(), rows, k, m, this->stream_);
+          else
+            cuda::linear_add_f32_decode(d_out32.get(), d_in.get() + r0 * k, d_w.get(), rows, k, m, this->stream_);
+          this->sync();
+          return download(d_out32.get(), static_cast<size_t>(rows * m));
+        };
+        const auto all = run(0, big);
+        // (first row, rows): a row alone at several places, small and large batches, every block layout
+        for (auto [r0, rows] : {std::pair<int64_t, int64_t>{0, 1}, {100, 1}, {255, 1}, {3, 7}, {40, 32}, {9, 13},
+                                {50, 64}, {1, 100}, {20, 200}, {0, 255}}) {
+          EXPECT_TRUE(same_bits(run(r0, rows), std::vector<float>(all.begin() + r0 * m, all.begin() + (r0 + rows) * m)))
+              << "product " << prod << ": " << rows << " rows from " << r0 << ", " << what;
+        }
+        // more than 256 rows (the kernel runs them in chunks): the first 256 rows equal the 256-row call
+        const auto longer = run(0, extra);
+        EXPECT_TRUE(same_bits(std::vector<float>(longer.begin(), longer.begin() + big * m), all))
+            << "product " << prod << ": 300 rows, " << what;
+      }
     }
-    // more than 256 rows run in chunks: the first 256 rows equal the 256-row call
-    DevBuf<float> d_long(static_cast<size_t>(extra * m));
-    cuda::linear_f32out_decode(d_long.get(), d_in.get(), d_w.get(), extra, k, m, this->stream_);
-    // the fused residual add: x = 0 + product gives the product's bits
-    CUDA_CHECK(cudaMemsetAsync(d_x.get(), 0, size_t(big * m) * sizeof(float), this->stream_));
-    cuda::linear_add_f32_decode(d_x.get(), d_in.get(), d_w.get(), big, k, m, this->stream_);
-    this->sync();
-    EXPECT_TRUE(same_bits(download(d_long.get(), static_cast<size_t>(big * m)), all))
-        << "300 rows, " << k << " -> " << m;
-    EXPECT_TRUE(same_bits(download(d_x.get(), static_cast<size_t>(big * m)), all)) << "add, " << k << " -> " << m;
   }
 }
 
@@ -129,85 +152,13 @@ TEST(CudaDecodeGemmRefusal, UnalignedInputsAreRefused) {
   EXPECT_THROW(cuda::linear_decode(d_out.get(), d_in.get() + 1, d_w.get(), 4, 32, 64, nullptr), Error);
 }
 
-// ---------------------------------------------------------------------------------------- routing
+// ------------------------------------------------------------------------------------------- MoE
 
-// Routings of the MoE tests: spread (distinct experts per token, every expert used), few (only
-// experts 1 and E-2 have rows), one (every token's first pick is E/2: one expert holds all tokens),
-// random (a hash of the token: uneven counts).
-enum class Routing { kSpread, kFew, kOne, kRandom };
-
-void make_routing(std::vector<int32_t>& experts, std::vector<float>& weights, int64_t n, int64_t E, int64_t k,
-                  Routing routing, uint64_t seed) {
-  experts.assign(static_cast<size_t>(n * k), 0);
-  weights.assign(experts.size(), 0.f);
-  CounterRng rng(77, seed);
-  for (int64_t t = 0; t < n; ++t) {
-    std::vector<int32_t> picked;
-    for (int64_t j = 0; j < k; ++j) {
-      int32_t e = 0;
-      switch (routing) {
-        case Routing::kSpread: e = int32_t((t * 5 + j * (E / k + 1) + (t % 3)) % E); break;
-        case Routing::kFew: e = int32_t(j == 0 ? ((t % 2) ? 1 : E - 2) : ((t % 2) ? E - 2 : 1)); break;
-        case Routing::kOne: e = int32_t((E / 2 + j * (1 + t % (E / k))) % E); break;
-        case Routing::kRandom: {
-          uint64_t i = uint64_t(t * 64 + j);
-          do e = int32_t(rng.bits(i++) % uint64_t(E));
-          while (std::find(picked.begin(), picked.end(), e) != picked.end());
-          break;
-        }
-      }
-      picked.push_back(e);
-      experts[size_t(t * k + j)] = e;
-      weights[size_t(t * k + j)] = 0.1f + 0.2f * float((t + j) % 5) + float(rng.symmetric(uint64_t(t * 64 + j))) * 0.05f;
-    }
-  }
-}
-
-// Random MoE weights rounded to T: w13 (E, 2I, H) as uploaded (each expert's w1 rows then its w3
-// rows), w1, w3 split out of it for the CPU, w2 (E, H, I).
-struct MoeWeights {
-  std::vector<float> w1, w3, w13, w2;
+// Forces a variant of the expert products for the scope (speed only: 2, 3, 4 share their bits).
+struct VariantScope {
+  explicit VariantScope(int v) { cuda::moe_experts_decode_force_variant(v); }
+  ~VariantScope() { cuda::moe_experts_decode_force_variant(0); }
 };
-
-template <typename T>
-MoeWeights moe_weights(int64_t H, int64_t E, int64_t I, uint64_t seed) {
-  MoeWeights w;
-  w.w13 = rand_vec(static_cast<size_t>(E * 2 * I * H), seed, float(1 / std::sqrt(double(H))));
-  w.w2 = rand_vec(static_cast<size_t>(E * H * I), seed + 1, float(1 / std::sqrt(double(I))));
-  round_to<T>(w.w13);
-  round_to<T>(w.w2);
-  w.w1.resize(static_cast<size_t>(E * I * H));
-  w.w3.resize(w.w1.size());
-  for (int64_t e = 0; e < E; ++e) {
-    std::copy_n(w.w13.begin() + e * 2 * I * H, I * H, w.w1.begin() + e * I * H);
-    std::copy_n(w.w13.begin() + e * 2 * I * H + I * H, I * H, w.w3.begin() + e * I * H);
-  }
-  return w;
-}
-
-// The weights on the device.
-template <typename T>
-struct DevMoe {
-  DevBuf<T> w13, w2;
-  DevMoe(const MoeWeights& w) : w13(w.w13.size()), w2(w.w2.size()) {
-    std::vector<float> a = w.w13, b = w.w2;
-    upload(w13, round_to<T>(a));
-    upload(w2, round_to<T>(b));
-  }
-};
-
-// x + cpu::moe_experts(in) (8 threads).
-std::vector<float> moe_reference(const std::vector<float>& x, const std::vector<float>& in, const MoeWeights& w,
-                                 const std::vector<int32_t>& experts, const std::vector<float>& weights, int64_t n,
-                                 int64_t H, int64_t E, int64_t I, int64_t k) {
-  const auto need = cpu::moe_experts_scratch(n, H, E, I, k, 8);
-  std::vector<float> fs(static_cast<size_t>(need.floats)), moe(static_cast<size_t>(n * H)), ref(moe.size());
-  std::vector<int32_t> is(static_cast<size_t>(need.ints));
-  cpu::moe_experts(moe.data(), in.data(), w.w1.data(), w.w3.data(), w.w2.data(), experts.data(), weights.data(), n, H,
-                   E, I, k, fs.data(), is.data(), 8);
-  cpu::add(ref.data(), x.data(), moe.data(), n * H);
-  return ref;
-}
 
 // cuda::moe_experts_decode on uploaded copies; x comes back. The scratch starts as `fill` bytes.
 template <typename T>
@@ -231,8 +182,6 @@ std::vector<float> moe_decode_on_device(const DevMoe<T>& dw, const std::vector<f
   return download(d_x.get(), x.size());
 }
 
-// ------------------------------------------------------------------------------------------- MoE
-
 TYPED_TEST(CudaDecodeGemm, MoeExpertsDecodeMatchesCpu) {
   using T = TypeParam;
   struct Case {
@@ -241,7 +190,8 @@ TYPED_TEST(CudaDecodeGemm, MoeExpertsDecodeMatchesCpu) {
   };
   // rows 1, 5, 32, 100, 256; odd H / I (not multiples of 64; of 16 for the row tiles: 40, 24);
   // experts with no rows (few, one, and 1 or 5 tokens over 32 experts); one expert holding every
-  // token (several passes of 8 NT tokens); the model's shape at 32 rows
+  // token (several passes over its weights); the model's shape at 32 rows. Every variant of the
+  // products (1: the first kernels; 2-4: the pipelined ones, the same bits for any stages or grid).
   for (const Case c : {Case{1, 256, 32, 64, 4, Routing::kSpread}, Case{5, 64, 4, 40, 4, Routing::kSpread},
                        Case{32, 128, 32, 96, 4, Routing::kRandom}, Case{100, 64, 8, 48, 2, Routing::kRandom},
                        Case{256, 128, 32, 72, 4, Routing::kRandom}, Case{37, 40, 7, 24, 1, Routing::kSpread},
@@ -257,10 +207,19 @@ TYPED_TEST(CudaDecodeGemm, MoeExpertsDecodeMatchesCpu) {
     std::vector<float> weights;
     make_routing(experts, weights, n, E, k, routing, 3);
     const auto ref = moe_reference(x, in, w, experts, weights, n, H, E, I, k);
-    const auto got = moe_decode_on_device<T>(dw, x, in_raw, experts, weights, n, H, E, I, k, this->stream_);
-    // bf16/fp16 round the activation once (gate/up and the expert outputs stay fp32); x3 as moe_experts
-    EXPECT_TRUE(close_t<T>(got, ref, 3)) << n << " tokens, H " << H << ", " << E << " experts, I " << I << ", top "
-                                         << k << ", routing " << int(routing);
+    std::vector<float> pipelined;
+    for (const int variant : {1, 2, 3, 4}) {
+      const VariantScope scope(variant);
+      const auto got = moe_decode_on_device<T>(dw, x, in_raw, experts, weights, n, H, E, I, k, this->stream_);
+      // bf16/fp16 round the activation once (gate/up and the expert outputs stay fp32); x3 as moe_experts
+      EXPECT_TRUE(close_t<T>(got, ref, 3)) << n << " tokens, H " << H << ", " << E << " experts, I " << I
+                                           << ", top " << k << ", routing " << int(routing) << ", variant "
+                                           << variant;
+      if (variant == 2) pipelined = got;
+      if (variant > 2) {
+        EXPECT_TRUE(same_bits(got, pipelined)) << "variant " << variant << " vs 2, " << n << " tokens";
+      }
+    }
   }
 }
 
@@ -281,11 +240,15 @@ TYPED_TEST(CudaDecodeGemm, MoeExpertsDecodeDroppedRows) {
     for (int64_t t = 0; t < n; ++t)
       if (n == 3 || t % 3 == 1) std::fill_n(experts.begin() + t * k, k, -1);  // n = 3: all finished
     const auto ref = moe_reference(x, in, w, experts, weights, n, H, E, I, k);
-    const auto got = moe_decode_on_device<T>(dw, x, in_raw, experts, weights, n, H, E, I, k, this->stream_, 0x7f);
-    EXPECT_TRUE(close_t<T>(got, ref, 3)) << n << " tokens";
-    for (int64_t t = 0; t < n; ++t) {
-      if (experts[size_t(t * k)] >= 0) continue;
-      EXPECT_TRUE(std::equal(got.begin() + t * H, got.begin() + (t + 1) * H, x.begin() + t * H)) << "row " << t;
+    for (const int variant : {0, 1}) {
+      const VariantScope scope(variant);
+      const auto got = moe_decode_on_device<T>(dw, x, in_raw, experts, weights, n, H, E, I, k, this->stream_, 0x7f);
+      EXPECT_TRUE(close_t<T>(got, ref, 3)) << n << " tokens, variant " << variant;
+      for (int64_t t = 0; t < n; ++t) {
+        if (experts[size_t(t * k)] >= 0) continue;
+        EXPECT_TRUE(std::equal(got.begin() + t * H, got.begin() + (t + 1) * H, x.begin() + t * H))
+            << "row " << t << ", variant " << variant;
+      }
     }
   }
 }
@@ -298,41 +261,45 @@ TYPED_TEST(CudaDecodeGemm, MoeExpertsDecodeRowsBitIdenticalForAnyBatch) {
   const int64_t H = 512, E = 32, I = 448, k = 4;
   const MoeWeights w = moe_weights<T>(H, E, I, 60);
   const DevMoe<T> dw(w);
-  const int64_t n_probe = 3;
-  auto probe_in = rand_vec(static_cast<size_t>(n_probe * H), 61);
-  auto probe_raw = round_to<T>(probe_in);
-  const auto probe_x = rand_vec(static_cast<size_t>(n_probe * H), 62);
-  std::vector<int32_t> probe_e;
-  std::vector<float> probe_w;
-  make_routing(probe_e, probe_w, n_probe, E, k, Routing::kRandom, 63);
-  std::vector<std::vector<float>> alone(n_probe);
-  for (int64_t p = 0; p < n_probe; ++p)
-    alone[p] = moe_decode_on_device<T>(
-        dw, std::vector<float>(probe_x.begin() + p * H, probe_x.begin() + (p + 1) * H),
-        std::vector<T>(probe_raw.begin() + p * H, probe_raw.begin() + (p + 1) * H),
-        std::vector<int32_t>(probe_e.begin() + p * k, probe_e.begin() + (p + 1) * k),
-        std::vector<float>(probe_w.begin() + p * k, probe_w.begin() + (p + 1) * k), 1, H, E, I, k, this->stream_);
-  for (const int64_t n : {int64_t(7), int64_t(32), int64_t(200)}) {
-    for (const Routing others : {Routing::kRandom, Routing::kOne, Routing::kFew}) {
-      auto in = rand_vec(static_cast<size_t>(n * H), 70 + uint64_t(n));
-      auto in_raw = round_to<T>(in);
-      auto x = rand_vec(static_cast<size_t>(n * H), 80 + uint64_t(n));
-      std::vector<int32_t> experts;
-      std::vector<float> weights;
-      make_routing(experts, weights, n, E, k, others, 90 + uint64_t(n));
-      if (others == Routing::kFew)  // and some finished rows
-        for (int64_t t = 1; t < n; t += 4) std::fill_n(experts.begin() + t * k, k, -1);
-      const int64_t at[n_probe] = {0, n / 2, n - 1};
-      for (int64_t p = 0; p < n_probe; ++p) {
-        std::copy_n(probe_raw.begin() + p * H, H, in_raw.begin() + at[p] * H);
-        std::copy_n(probe_x.begin() + p * H, H, x.begin() + at[p] * H);
-        std::copy_n(probe_e.begin() + p * k, k, experts.begin() + at[p] * k);
-        std::copy_n(probe_w.begin() + p * k, k, weights.begin() + at[p] * k);
+  for (const int variant : {0, 1}) {
+    const VariantScope scope(variant);
+    const int64_t n_probe = 3;
+    auto probe_in = rand_vec(static_cast<size_t>(n_probe * H), 61);
+    auto probe_raw = round_to<T>(probe_in);
+    const auto probe_x = rand_vec(static_cast<size_t>(n_probe * H), 62);
+    std::vector<int32_t> probe_e;
+    std::vector<float> probe_w;
+    make_routing(probe_e, probe_w, n_probe, E, k, Routing::kRandom, 63);
+    std::vector<std::vector<float>> alone(n_probe);
+    for (int64_t p = 0; p < n_probe; ++p)
+      alone[p] = moe_decode_on_device<T>(
+          dw, std::vector<float>(probe_x.begin() + p * H, probe_x.begin() + (p + 1) * H),
+          std::vector<T>(probe_raw.begin() + p * H, probe_raw.begin() + (p + 1) * H),
+          std::vector<int32_t>(probe_e.begin() + p * k, probe_e.begin() + (p + 1) * k),
+          std::vector<float>(probe_w.begin() + p * k, probe_w.begin() + (p + 1) * k), 1, H, E, I, k, this->stream_);
+    for (const int64_t n : {int64_t(7), int64_t(32), int64_t(200)}) {
+      for (const Routing others : {Routing::kRandom, Routing::kOne, Routing::kFew}) {
+        auto in = rand_vec(static_cast<size_t>(n * H), 70 + uint64_t(n));
+        auto in_raw = round_to<T>(in);
+        auto x = rand_vec(static_cast<size_t>(n * H), 80 + uint64_t(n));
+        std::vector<int32_t> experts;
+        std::vector<float> weights;
+        make_routing(experts, weights, n, E, k, others, 90 + uint64_t(n));
+        if (others == Routing::kFew)  // and some finished rows
+          for (int64_t t = 1; t < n; t += 4) std::fill_n(experts.begin() + t * k, k, -1);
+        const int64_t at[n_probe] = {0, n / 2, n - 1};
+        for (int64_t p = 0; p < n_probe; ++p) {
+          std::copy_n(probe_raw.begin() + p * H, H, in_raw.begin() + at[p] * H);
+          std::copy_n(probe_x.begin() + p * H, H, x.begin() + at[p] * H);
+          std::copy_n(probe_e.begin() + p * k, k, experts.begin() + at[p] * k);
+          std::copy_n(probe_w.begin() + p * k, k, weights.begin() + at[p] * k);
+        }
+        const auto got = moe_decode_on_device<T>(dw, x, in_raw, experts, weights, n, H, E, I, k, this->stream_);
+        for (int64_t p = 0; p < n_probe; ++p)
+          EXPECT_TRUE(same_bits(std::vector<float>(got.begin() + at[p] * H, got.begin() + (at[p] + 1) * H), alone[p]))
+              << "probe " << p << " at row " << at[p] << " of " << n << ", others routed " << int(others)
+              << ", variant " << variant;
       }
-      const auto got = moe_decode_on_device<T>(dw, x, in_raw, experts, weights, n, H, E, I, k, this->stream_);
-      for (int64_t p = 0; p < n_probe; ++p)
-        EXPECT_TRUE(same_bits(std::vector<float>(got.begin() + at[p] * H, got.begin() + (at[p] + 1) * H), alone[p]))
-            << "probe " << p << " at row " << at[p] << " of " << n << ", others routed " << int(others);
     }
   }
 }
