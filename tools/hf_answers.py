@@ -22,11 +22,16 @@ import json
 import os
 import sys
 
-import h5py
-import numpy as np
-import torch
+from tool_cli import ToolError, atomic_output, check_input, need, output_target, run as run_tool
 
-from router_margin import hook_routers
+TOOL = "hf_answers"
+h5py = np = torch = None  # imported by import_deps() once the arguments are read: --help needs none of them
+
+
+def import_deps():
+    global h5py, np, torch
+    h5py, np, torch = need(TOOL, "h5py"), need(TOOL, "numpy"), need(TOOL, "torch")
+    need(TOOL, "transformers")
 
 
 def hf_name(path):
@@ -59,11 +64,15 @@ def load_model(path, device="cpu"):
     from transformers import Lfm2MoeConfig, Lfm2MoeForCausalLM
     from transformers.models.lfm2_moe import modeling_lfm2_moe
 
-    with h5py.File(path, "r") as f:
+    try:
+        f = h5py.File(check_input(path, "model"), "r")
+    except OSError:
+        raise ToolError(f"model {path}: not an HDF5 file") from None
+    with f:
         if f.attrs.get("format") != "lfm2-rank-weights":
-            sys.exit(f"hf_answers: {path}: not an lfm2-rank weight file")
+            raise ToolError(f"model {path}: not an lfm2-rank weight file")
         if "stage" in f.attrs:
-            sys.exit(f"hf_answers: {path}: a stage file; give the whole-model file")
+            raise ToolError(f"model {path}: a stage file; give the whole-model file")
         cfg = Lfm2MoeConfig(**json.loads(f.attrs["config_json"]), attn_implementation="eager",
                             experts_implementation="eager")
         with torch.device("meta"):
@@ -80,11 +89,11 @@ def load_model(path, device="cpu"):
 
         def put(key, tensor, rows=None):
             if key not in want:
-                sys.exit(f"hf_answers: {path}: {key} is not a tensor of transformers' model")
+                raise ToolError(f"{path}: {key} is not a tensor of transformers' model")
             dst = want[key] if rows is None else want[key][:, rows]
             if tuple(dst.shape) != tuple(tensor.shape):
-                sys.exit(f"hf_answers: {path}: {key} has shape {tuple(tensor.shape)}, transformers wants "
-                         f"{tuple(dst.shape)}")
+                raise ToolError(f"{path}: {key} has shape {tuple(tensor.shape)}, transformers wants "
+                                f"{tuple(dst.shape)}")
             with torch.no_grad():
                 dst.copy_(tensor)
             filled.add(key)
@@ -110,21 +119,21 @@ def load_model(path, device="cpu"):
             put(hf_name(name), t)
     missing = sorted(set(k for k in want if "pos_emb" not in k) - filled)
     if missing:
-        sys.exit(f"hf_answers: {path}: the file lacks {len(missing)} tensors transformers needs, e.g. {missing[:3]}")
+        raise ToolError(f"{path}: the file lacks {len(missing)} tensors transformers needs, e.g. {missing[:3]}")
     if cfg.tie_word_embeddings:
         model.tie_weights()
         assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
     return model, cfg
 
 
-def write_h5(path, datasets, attrs):
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with h5py.File(tmp, "w") as f:
-        for k, v in datasets.items():
-            f.create_dataset(k, data=v)
-        for k, v in attrs.items():
-            f.attrs[k] = v
-    os.replace(tmp, path)
+def write_h5(path, datasets, attrs, inputs):
+    """An HDF5 file written whole or not at all (tool_cli.atomic_output), never over an input."""
+    with atomic_output(path, "output", inputs) as tmp:
+        with h5py.File(tmp, "w") as f:
+            for k, v in datasets.items():
+                f.create_dataset(k, data=v)
+            for k, v in attrs.items():
+                f.attrs[k] = v
 
 
 def run(model, ids, batch):
@@ -132,6 +141,8 @@ def run(model, ids, batch):
     (k+1)-th routing score over every MoE layer and token (where a tiny numeric difference could
     pick another expert)."""
     gaps = []
+    from router_margin import hook_routers
+
     handles = hook_routers(model, lambda m: gaps[-1].append(m.reshape(current[0], -1).min(dim=1).values))
     logits, per_seq = [], []
     current = [0]
@@ -163,7 +174,15 @@ def main():
     ap.add_argument("--min-router-gap", type=float, default=2e-6,
                     help="with --make-inputs, redraw sequences whose routing has a closer near-tie")
     args = ap.parse_args()
-
+    # Every path is checked before minutes of loading: the inputs exist (or, with --make-inputs, are
+    # written), the outputs are no inputs, devices or FIFOs.
+    check_input(args.model, "model")
+    if args.make_inputs:
+        output_target(args.inputs, "inputs", [args.model])
+    else:
+        check_input(args.inputs, "inputs")
+    output_target(args.answers, "answers", [args.model, args.inputs])
+    import_deps()
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     # fp32 answers mean exact fp32 on a GPU too: TF32 would round every matmul's inputs to 10 mantissa
     # bits, and the short conv is an nn.Conv1d, which cuDNN runs in TF32 by default.
@@ -171,7 +190,11 @@ def main():
     torch.backends.cudnn.allow_tf32 = False
     model, cfg = load_model(args.model, args.device)
     if args.make_inputs:
-        n, s = (int(x) for x in args.make_inputs.lower().split("x"))
+        try:
+            n, s = (int(x) for x in args.make_inputs.lower().split("x"))
+            assert n > 0 and s > 0
+        except (ValueError, AssertionError):
+            raise ToolError(f"--make-inputs {args.make_inputs}: expected NxS with N, S > 0 (e.g. 1024x32)") from None
         rng = np.random.default_rng(args.seed)
         ids = torch.from_numpy(rng.integers(0, cfg.vocab_size, size=(n, s), dtype=np.int64))
         # A routing near-tie lets a one-ulp difference pick another expert; such a sequence is not a
@@ -187,11 +210,14 @@ def main():
             # Sequences are independent: rerun only the redrawn ones.
             logits[close], gaps[close] = run(model, ids[close], args.batch)
         else:
-            sys.exit("hf_answers: could not draw inputs without routing near-ties; lower --min-router-gap")
-        write_h5(args.inputs, {"input_ids": ids.numpy().astype(np.int32)}, {"seed": args.seed})
+            raise ToolError("could not draw inputs without routing near-ties; lower --min-router-gap")
+        write_h5(args.inputs, {"input_ids": ids.numpy().astype(np.int32)}, {"seed": args.seed}, [args.model])
     else:
-        with h5py.File(args.inputs, "r") as f:
-            ids = torch.from_numpy(f["input_ids"][()].astype(np.int64))
+        try:
+            with h5py.File(args.inputs, "r") as f:
+                ids = torch.from_numpy(f["input_ids"][()].astype(np.int64))
+        except (OSError, KeyError):
+            raise ToolError(f"inputs {args.inputs}: not an HDF5 file with input_ids") from None
         logits, gaps = run(model, ids, args.batch)
     top = logits.argmax(axis=-1).astype(np.int32)
     sorted_ = np.sort(logits, axis=-1)
@@ -201,10 +227,10 @@ def main():
              {"source": "transformers Lfm2MoeForCausalLM fp32 eager",
               "transformers_version": str(transformers.__version__),
               "torch_version": str(torch.__version__), "model": os.path.basename(args.model),
-              "min_router_gap": float(gaps.min())})
+              "min_router_gap": float(gaps.min())}, [args.model, args.inputs])
     print(f"hf_answers: wrote {args.answers}: {ids.shape[0]} x {ids.shape[1]} tokens, vocab {logits.shape[1]}, "
           f"smallest top-1/top-2 gap {gap:.3g}, smallest routing gap {float(gaps.min()):.3g}")
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_tool(TOOL, main))

@@ -37,15 +37,22 @@ import argparse
 import json
 import os
 import shutil
+import sys
 
-import h5py
-import numpy as np
-import torch
-import transformers
-from safetensors.torch import load_file, save_file
-from transformers import Lfm2MoeConfig, Lfm2MoeForCausalLM
+from tool_cli import ToolError, atomic_output, need, run
 
-from router_margin import hook_routers
+TOOL = "make_goldens"
+# Imported by import_deps() once the arguments are read: --help needs none of them.
+h5py = np = torch = transformers = load_file = save_file = Lfm2MoeConfig = Lfm2MoeForCausalLM = hook_routers = None
+
+
+def import_deps():
+    global h5py, np, torch, transformers, load_file, save_file, Lfm2MoeConfig, Lfm2MoeForCausalLM, hook_routers
+    h5py, np, torch, transformers = (need(TOOL, m) for m in ("h5py", "numpy", "torch", "transformers"))
+    st = need(TOOL, "safetensors.torch")
+    load_file, save_file = st.load_file, st.save_file
+    Lfm2MoeConfig, Lfm2MoeForCausalLM = transformers.Lfm2MoeConfig, transformers.Lfm2MoeForCausalLM
+    from router_margin import hook_routers
 
 ROUTER_GAP = 1e-4   # min |score_k - score_{k+1}| over every token of every MoE layer
 TOP1_GAP = 1e-4     # min relative gap between the best and second-best logit
@@ -176,9 +183,9 @@ def make_case(name, out_root, base_seed):
             break
         print(f"{name}: seed {seed} has a near tie (router gap {rgap:.2e}, top-1 gap {tgap:.2e}); next seed")
     else:
-        raise SystemExit(f"{name}: no seed without near ties")
+        raise ToolError(f"{name}: no seed without near ties")
 
-    with h5py.File(os.path.join(case_dir, "golden.h5"), "w") as f:
+    with atomic_output(os.path.join(case_dir, "golden.h5")) as tmp, h5py.File(tmp, "w") as f:
         f.create_dataset("input_ids", data=ids.numpy().astype(np.int32))
         f.create_dataset("logits", data=logits[:, -1].numpy())
         f.create_dataset("logits_all", data=logits.numpy())
@@ -239,9 +246,9 @@ def make_generate(name, case_dir, seed):
             break
         print(f"{name}: generation draw {attempt} has a near tie (router gap {rgap:.2e}, top-1 gap {tgap:.2e})")
     else:
-        raise SystemExit(f"{name}: no prompts without near ties for generation")
+        raise ToolError(f"{name}: no prompts without near ties for generation")
     generated = torch.stack(tokens).numpy().astype(np.int32)
-    with h5py.File(os.path.join(case_dir, "generate.h5"), "w") as f:
+    with atomic_output(os.path.join(case_dir, "generate.h5")) as tmp, h5py.File(tmp, "w") as f:
         f.create_dataset("input_ids", data=ids.numpy().astype(np.int32))
         f.create_dataset("lengths", data=np.array(lengths, dtype=np.int32))
         f.create_dataset("generated", data=generated)
@@ -264,8 +271,14 @@ def main():
     ap.add_argument("--generate-only", action="store_true",
                     help="keep the checkpoints and golden.h5; write only generate.h5 from them")
     args = ap.parse_args()
-    torch.set_num_threads(1)  # deterministic reductions
     names = args.only or list(CASES)
+    unknown = [n for n in names if n not in CASES]
+    if unknown:
+        raise ToolError(f"--only: unknown case(s) {', '.join(unknown)} (known: {', '.join(CASES)})")
+    if not os.path.isdir(args.out):
+        raise ToolError(f"--out {args.out}: no such directory")
+    import_deps()
+    torch.set_num_threads(1)  # deterministic reductions
     for i, name in enumerate(names):
         seed = args.seed + 100 * list(CASES).index(name)
         if not args.generate_only:
@@ -274,4 +287,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run(TOOL, main))

@@ -26,21 +26,38 @@ import math
 import subprocess
 import sys
 
+from tool_cli import ToolError, check_input, need, run
+
+TOOL = "plan_layout"
+
 GIB = 1 << 30
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 
 
 def read_config(args):
+    """The Hugging Face config: --config's JSON, or the config_json attribute of --model's file."""
     if args.config:
-        with open(args.config) as f:
-            return json.load(f)
-    try:
-        import h5py
-    except ImportError:
-        sys.exit("plan_layout: error: --model needs h5py (pip install h5py); or give --config config.json")
-    with h5py.File(args.model, "r") as f:
-        text = f.attrs["config_json"]
-    return json.loads(text if isinstance(text, str) else text.decode())
+        with open(check_input(args.config, "--config"), encoding="utf-8") as f:
+            try:
+                c = json.load(f)
+            except ValueError as e:
+                raise ToolError(f"--config {args.config}: not JSON ({e})") from None
+    else:
+        h5py = need(TOOL, "h5py")
+        check_input(args.model, "--model")
+        try:
+            with h5py.File(args.model, "r") as f:
+                text = f.attrs["config_json"]
+        except OSError:
+            raise ToolError(f"--model {args.model}: not an HDF5 file") from None
+        except KeyError:
+            raise ToolError(f"--model {args.model}: no config_json attribute (not an h5pack weight file)") from None
+        c = json.loads(text if isinstance(text, str) else text.decode())
+    missing = [k for k in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                           "num_key_value_heads") if not isinstance(c, dict) or not isinstance(c.get(k), int)]
+    if missing:
+        raise ToolError(f"{args.config or args.model}: the config lacks whole numbers for {', '.join(missing)}")
+    return c
 
 
 def read_gpus(args):
@@ -50,7 +67,7 @@ def read_gpus(args):
             sys.exit("plan_layout: error: --gpus needs --memory-gib")
         return args.gpus, int(args.memory_gib * GIB)
     if args.nvidia_smi:
-        with open(args.nvidia_smi) as f:
+        with open(check_input(args.nvidia_smi, "--nvidia-smi"), encoding="utf-8") as f:
             text = f.read()
     else:
         cmd = ["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"]
@@ -58,7 +75,10 @@ def read_gpus(args):
             text = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
         except (OSError, subprocess.CalledProcessError) as e:
             sys.exit(f"plan_layout: error: {' '.join(cmd)} failed ({e}); give --gpus and --memory-gib")
-    mib = [float(x.split()[0]) for x in text.splitlines() if x.strip()]
+    try:
+        mib = [float(x.split()[0]) for x in text.splitlines() if x.strip()]
+    except ValueError:
+        raise ToolError("the nvidia-smi output holds a line that is not a memory size in MiB") from None
     if not mib:
         sys.exit("plan_layout: error: nvidia-smi listed no GPU; give --gpus and --memory-gib")
     return len(mib), int(min(mib) * (1 << 20))
@@ -213,4 +233,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(TOOL, main))

@@ -12,6 +12,10 @@ import argparse
 import json
 import sys
 
+from tool_cli import ToolError, atomic_output, check_input, need, output_target, run
+
+TOOL = "trace_gantt"
+
 TRACKS = ["compute", "recv", "send", "host"]
 COLOURS = {"embed": "#8fbc8f", "forward": "#4682b4", "head": "#daa520", "recv": "#9370db", "send": "#cd5c5c",
            "queue": "#d3d3d3", "wait": "#ff8c00"}
@@ -19,20 +23,26 @@ COLOURS = {"embed": "#8fbc8f", "forward": "#4682b4", "head": "#daa520", "recv": 
 
 def load(path):
     """Returns (meta, {rank: label}, [(rank, track, name, micro, begin_ms, end_ms)])."""
-    with open(path) as f:
-        doc = json.load(f)
+    with open(check_input(path, "trace"), encoding="utf-8") as f:
+        try:
+            doc = json.load(f)
+        except ValueError as e:
+            raise ToolError(f"trace {path}: not JSON ({e})") from None
     if not isinstance(doc, dict) or "traceEvents" not in doc:
-        raise ValueError("no traceEvents: not an lfm2-rank trace")
+        raise ToolError(f"trace {path}: no traceEvents: not an lfm2-rank trace")
     labels, spans = {}, []
     for e in doc["traceEvents"]:
         if e.get("ph") == "M" and e.get("name") == "process_name":
             labels[e["pid"]] = e["args"]["name"]
         elif e.get("ph") == "X":
             micro = e.get("args", {}).get("microbatch", -1)
-            t0 = float(e["ts"]) / 1e3
-            spans.append((int(e["pid"]), int(e["tid"]), e["name"], micro, t0, t0 + float(e["dur"]) / 1e3))
+            try:
+                t0 = float(e["ts"]) / 1e3
+                spans.append((int(e["pid"]), int(e["tid"]), e["name"], micro, t0, t0 + float(e["dur"]) / 1e3))
+            except (KeyError, TypeError, ValueError):
+                raise ToolError(f"trace {path}: a malformed span: {json.dumps(e)[:120]}") from None
     if not spans:
-        raise ValueError("the trace has no spans")
+        raise ToolError(f"trace {path}: the trace has no spans")
     return doc.get("otherData", {}), labels, spans
 
 
@@ -55,10 +65,10 @@ def summary(labels, spans):
 
 
 def draw(meta, labels, spans, out_path, title, width):
-    import matplotlib
+    matplotlib = need(TOOL, "matplotlib")
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.patches import Patch
+    plt = need(TOOL, "matplotlib.pyplot")
+    Patch = need(TOOL, "matplotlib.patches").Patch
 
     ranks = sorted({s[0] for s in spans})
     t_min = min(s[4] for s in spans)
@@ -89,7 +99,8 @@ def draw(meta, labels, spans, out_path, title, width):
     ax.legend(handles=[Patch(color=c, label=k) for k, c in COLOURS.items()], fontsize=7, ncol=len(COLOURS),
               loc="upper center", bbox_to_anchor=(0.5, -0.12 - 2.0 / rows), frameon=False)
     fig.tight_layout()
-    fig.savefig(out_path, dpi=120)
+    with atomic_output(out_path, "png", inputs=[meta.get("_path")]) as tmp:
+        fig.savefig(tmp, dpi=120, format="png")
 
 
 def main(argv):
@@ -99,11 +110,9 @@ def main(argv):
     ap.add_argument("--title", default="")
     ap.add_argument("--width", type=float, default=14.0, help="inches")
     args = ap.parse_args(argv)
-    try:
-        meta, labels, spans = load(args.trace)
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        print(f"trace_gantt: error: {args.trace}: {e}", file=sys.stderr)
-        return 1
+    output_target(args.png, "png", inputs=[args.trace])  # before the work
+    meta, labels, spans = load(args.trace)
+    meta["_path"] = args.trace
     for line in summary(labels, spans):
         print(f"trace_gantt: {line}")
     draw(meta, labels, spans, args.png, args.title, args.width)
@@ -112,4 +121,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(run(TOOL, main, sys.argv[1:]))

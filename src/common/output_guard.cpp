@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "common/error.h"
+#include "common/file_kind.h"
 
 namespace lfm2 {
 
@@ -21,6 +22,7 @@ bool same_file(const std::string& a, const std::string& b) {
 }
 
 void check_output_is_no_input(const NamedPath& output, const std::vector<NamedPath>& inputs) {
+  output_target(output.what, output.path);  // a regular file, a new name or a link to a regular file
   for (const NamedPath& in : inputs)
     LFM2_CHECK(!same_file(output.path, in.path), output.what, " ", output.path, ": is also the ", in.what,
                in.path == output.path ? std::string() : " (" + in.path + ")", "; refusing to overwrite an input");

@@ -21,7 +21,9 @@ struct NamedPath {
 bool same_file(const std::string& a, const std::string& b);
 
 // Throws lfm2::Error "<what> <path>: is also the <input what> (<input path>); refusing to overwrite
-// an input" for the first input that `output` names; empty paths are skipped.
+// an input" for the first input that `output` names (empty input paths are skipped), and first for
+// an output that common/file_kind.h's rules refuse (empty, a device, FIFO, socket, directory, a link
+// to anything but a regular file).
 void check_output_is_no_input(const NamedPath& output, const std::vector<NamedPath>& inputs);
 
 // "replacing the existing <path>" when `path` exists (a regular file), else "".

@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/file_kind.h"
 #include "common/log.h"
 
 namespace lfm2 {
@@ -128,7 +129,8 @@ std::vector<std::string> remove_stale_temporaries(const std::string& path) {
   return removed;
 }
 
-PendingFile::PendingFile(std::string path) : path_(std::move(path)), tmp_path_(pending_tmp_path(path_)) {
+PendingFile::PendingFile(std::string path)
+    : path_(output_target("output", path)), tmp_path_(pending_tmp_path(path_)) {
   remove_stale_temporaries(path_);
   slot_ = track(tmp_path_);
 }

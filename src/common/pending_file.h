@@ -1,5 +1,6 @@
 // An output file written under a temporary name beside its final path and renamed into place by
-// commit(). Until then the temporary file is removed when the PendingFile dies (an error unwinds)
+// commit(). The final path is common/file_kind.h's output_target(): a symbolic link to a regular file
+// is followed (the target is replaced, the link stays); devices, FIFOs, sockets are refused. Until then the temporary file is removed when the PendingFile dies (an error unwinds)
 // or, once a program has called remove_pending_files_on_signals(), when SIGINT, SIGTERM, SIGHUP or
 // SIGPIPE ends the process: no failure leaves a half-written output, nor a stray temporary file.
 //

@@ -123,6 +123,20 @@ uint64_t count_fp16_overflow(const void* data, DType t, uint64_t n) {
   return count;
 }
 
+// "text side: tokenizer.json (BPE, vocab 65536), chat template (4123 bytes), eos 7, 2 (generation_config.json)".
+std::string text_side_line(const ModelText& text) {
+  if (text.empty()) return "text side: none (no tokenizer.json, tokenizer_config.json or generation_config.json)";
+  const TokenizerSummary t = summarize_tokenizer(text);
+  const GenerationDefaults g = generation_defaults(text);
+  std::string line = "text side: ";
+  line += t.has_tokenizer ? cat("tokenizer.json (", t.model_type, ", vocab ", t.vocab_size, ")") : "no tokenizer.json";
+  line += t.template_bytes > 0 ? cat(", chat template (", t.template_bytes, " bytes)") : ", no chat template";
+  std::string eos;
+  for (const int32_t id : g.eos_ids) eos += (eos.empty() ? "" : ", ") + std::to_string(id);
+  line += eos.empty() ? ", no eos id" : cat(", eos ", eos, " (", g.eos_source, ")");
+  return line;
+}
+
 }  // namespace
 
 void convert_checkpoint(const std::string& dir, const std::string& out, std::optional<DType> dtype, bool progress) {
@@ -135,7 +149,16 @@ void convert_checkpoint(const std::string& dir, const std::string& out, std::opt
   std::vector<NamedPath> inputs = {{"config.json of the checkpoint", config_path}};
   for (const auto& f : ck.files()) inputs.push_back({"checkpoint file", f});
   inputs.push_back({"checkpoint index", (fs::path(dir) / "model.safetensors.index.json").string()});
+  for (const auto& name : text_file_names()) inputs.push_back({"checkpoint file", (fs::path(dir) / name).string()});
   check_output_is_no_input({"OUT", out}, inputs);
+  // The text side (tokenizer, chat template, generation defaults), checked before any work.
+  const ModelText text = read_text_files(dir);
+  std::vector<std::string> text_warnings;
+  try {
+    text_warnings = check_model_text(text, cfg.vocab_size);
+  } catch (const Error& e) {
+    throw Error(cat((fs::path(dir) / "").string(), e.what()));  // "DIR/generation_config.json: ..."
+  }
 
   Planner planner(ck);
   std::vector<Step> steps;
@@ -145,6 +168,7 @@ void convert_checkpoint(const std::string& dir, const std::string& out, std::opt
   const DType weight_dtype = dtype ? *dtype : ck.info(embed_spec(cfg).hf_name).dtype;
   WeightWriter writer(out, cfg, weight_dtype);
   writer.set_attr("source", cat("h5pack convert ", fs::absolute(dir).lexically_normal().string()));
+  writer.set_text(text);
   double total = 0;
   for (const auto& s : steps) total += double(s.spec.numel());
   Progress prog(cat("convert ", dir, " -> ", out), total, progress);
@@ -171,6 +195,9 @@ void convert_checkpoint(const std::string& dir, const std::string& out, std::opt
   }
   writer.commit();
   prog.finish();
+  for (const auto& w : text_warnings)
+    std::fprintf(stderr, "%swarning: %s/%s\n", log_prefix().c_str(), dir.c_str(), w.c_str());
+  if (progress) log_info(text_side_line(text));
   for (const auto& [name, count] : overflow)
     if (count > 0)
       std::fprintf(stderr, "%swarning: %s: tensor '%s': %llu values beyond the fp16 range became +-inf\n",

@@ -46,6 +46,14 @@ InspectReport inspect_weights(const std::string& path, int n_stages) {
     r.layer_end = reader.stage().layer_end;
   }
   r.model_params = r.config.total_params();
+  // Metadata only: the text side is read (a few MB at most) but its digests are verify's to check.
+  const ModelText text = read_model_text(reader.file(), path, false);
+  for (const auto& [name, bytes] : text.files) r.text_files.push_back(cat(name, " (", bytes.size(), " bytes)"));
+  if (!text.empty()) {
+    r.text_fingerprint = hex64(text_fingerprint(text));
+    r.tokenizer = summarize_tokenizer(text);
+    r.generation = generation_defaults(text);
+  }
   for (const auto& spec : model_tensor_specs(r.config)) {
     if (!reader.has(spec.path)) continue;
     InspectDataset d;
@@ -97,6 +105,45 @@ InspectReport inspect_weights(const std::string& path, int n_stages) {
   return r;
 }
 
+namespace {
+
+// "text side: ..." lines: the tokenizer, the chat template, the generation defaults.
+std::string format_text_side(const InspectReport& r) {
+  if (r.text_files.empty())
+    return "text side: none (no tokenizer: converted from a checkpoint without one, synthesized, or an older h5pack)\n";
+  std::ostringstream os;
+  const TokenizerSummary& t = r.tokenizer;
+  os << "text side: " << r.text_files.size() << " files, text fingerprint " << r.text_fingerprint
+     << " (not part of the model fingerprint)\n";
+  for (const auto& f : r.text_files) os << "  " << f << "\n";
+  if (t.has_tokenizer)
+    os << "tokenizer: " << t.model_type << ", vocab " << t.vocab_size << " (" << t.added_tokens << " added tokens, "
+       << t.special_tokens << " special)" << (t.vocab_size > r.config.vocab_size ? ", MORE than the model's vocab" : "")
+       << (t.bos_token.empty() ? "" : ", bos " + t.bos_token) << (t.eos_token.empty() ? "" : ", eos " + t.eos_token)
+       << "\n";
+  else
+    os << "tokenizer: none (no tokenizer.json: prompts must come as token ids)\n";
+  if (t.template_bytes > 0)
+    os << "chat template: " << t.template_bytes << " bytes (" << t.template_source << ")";
+  else
+    os << "chat template: none";
+  for (size_t i = 0; i < t.template_names.size(); ++i) os << (i ? ", " : "; also named: ") << t.template_names[i];
+  os << "\n";
+  const GenerationDefaults& g = r.generation;
+  std::string eos;
+  for (const int32_t id : g.eos_ids) eos += (eos.empty() ? "" : ", ") + std::to_string(id);
+  os << "generation defaults: eos " << (eos.empty() ? std::string("none") : eos + " (" + g.eos_source + ")");
+  if (g.do_sample) os << ", sampling";
+  if (g.temperature) os << ", temperature " << *g.temperature;
+  if (g.top_k) os << ", top_k " << *g.top_k;
+  if (g.top_p) os << ", top_p " << *g.top_p;
+  if (g.max_new_tokens) os << ", max_new_tokens " << *g.max_new_tokens;
+  os << "\n";
+  return os.str();
+}
+
+}  // namespace
+
 std::string format_report(const InspectReport& r, bool brief) {
   std::ostringstream os;
   const ModelConfig& c = r.config;
@@ -117,6 +164,7 @@ std::string format_report(const InspectReport& r, bool brief) {
      << c.intermediate_size << "), experts " << c.num_experts << " top-" << c.num_experts_per_tok
      << " (intermediate " << c.moe_intermediate_size << "), rope_theta " << c.rope_theta << ", norm_eps "
      << c.norm_eps << ", " << (c.tie_word_embeddings ? "tied" : "untied") << " head\n";
+  os << format_text_side(r);
   if (!brief) {
     os << "datasets (" << r.datasets.size() << "):\n";
     for (const auto& d : r.datasets) {

@@ -1,5 +1,6 @@
 // `h5pack inspect`: what a weight file holds: config, datasets (shape, dtype, file offset),
-// parameter count, and the bytes each pipeline stage reads.
+// parameter count, the bytes each pipeline stage reads, and the text side (tokenizer, chat
+// template, EOS ids).
 #pragma once
 
 #include <cstdint>
@@ -8,6 +9,7 @@
 
 #include "common/dtype.h"
 #include "io/model_config.h"
+#include "io/model_text.h"
 
 namespace lfm2 {
 
@@ -37,6 +39,10 @@ struct InspectReport {
   int64_t model_params = 0;              // config.total_params()
   int64_t file_bytes = 0;                // sum of dataset bytes
   std::vector<InspectStage> stages;      // when asked for n_stages > 0
+  std::vector<std::string> text_files;   // the text side's files (io/model_text.h), empty without one
+  std::string text_fingerprint;          // 16 hex digits, "" without a text side
+  TokenizerSummary tokenizer;
+  GenerationDefaults generation;
 };
 
 InspectReport inspect_weights(const std::string& path, int n_stages = 0);

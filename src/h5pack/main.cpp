@@ -23,6 +23,8 @@
 #include "h5pack/synth.h"
 #include "h5pack/verify.h"
 #include "io/h5_util.h"
+#include "io/model_text.h"
+#include "lfm2/build_info.h"
 
 namespace {
 
@@ -57,10 +59,40 @@ void check_output(const std::string& what, const std::string& out, const std::ve
   if (!note.empty()) log_info(note);
 }
 
+// The text side of a checkpoint directory for `synth --text DIR`, checked as convert checks it.
+ModelText checked_text_side(const std::string& dir, const ModelConfig& cfg, const std::string& out) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  LFM2_CHECK(fs::is_directory(dir, ec), "--text ", dir, ": not a directory (give a checkpoint directory)");
+  std::vector<NamedPath> inputs;
+  for (const auto& name : text_file_names()) inputs.push_back({"--text file", (fs::path(dir) / name).string()});
+  check_output_is_no_input({"OUT", out}, inputs);
+  ModelText text = read_text_files(dir);
+  LFM2_CHECK(!text.empty(), "--text ", dir, ": holds none of tokenizer.json, tokenizer_config.json, "
+             "special_tokens_map.json, generation_config.json, chat_template.jinja");
+  try {
+    for (const auto& w : check_model_text(text, cfg.vocab_size))
+      std::fprintf(stderr, "%swarning: %s/%s\n", log_prefix().c_str(), dir.c_str(), w.c_str());
+  } catch (const Error& e) {
+    throw Error(cat((fs::path(dir) / "").string(), e.what()));
+  }
+  return text;
+}
+
+// --version: this build and what it was built with (cmake/BuildInfo.cmake), and the HDF5 library it
+// runs with (a shared library may differ from the headers).
+std::string version_text() {
+  unsigned major = 0, minor = 0, release = 0;
+  H5get_libversion(&major, &minor, &release);
+  return cat("h5pack ", LFM2_VERSION, " (lfm2-rank ", LFM2_VERSION, ", commit ", LFM2_COMMIT, ", ", LFM2_BUILD_TYPE,
+             ")\nbuilt with: CUDA ", LFM2_CUDA_VERSION, ", NCCL ", LFM2_NCCL_VERSION, ", ", LFM2_MPI_VERSION,
+             ", HDF5 ", LFM2_HDF5_VERSION, " (running ", major, ".", minor, ".", release, "), ", LFM2_COMPILER);
+}
+
 // Every subcommand's arguments, as CLI11 parses them, and the subcommands.
 struct Args {
   bool quiet = false, brief = false;
-  std::string dir, out, dtype_text, preset, config_file, in, pattern, layers;
+  std::string dir, out, dtype_text, preset, config_file, text_dir, in, pattern, layers;
   uint64_t seed = 0;
   int threads = 0, stages = 0;
   CLI::App *convert = nullptr, *synth = nullptr, *split = nullptr, *inspect = nullptr, *verify = nullptr;
@@ -69,38 +101,49 @@ struct Args {
 // convert and synth: weight files from a checkpoint or from a seed.
 void add_writers(CLI::App& app, Args& a) {
   a.convert = app.add_subcommand("convert", "Hugging Face LFM2-MoE checkpoint directory -> weight file");
-  a.convert->add_option("DIR", a.dir, "checkpoint directory (config.json + model.safetensors[.index.json])")->required();
-  a.convert->add_option("OUT", a.out, "output weight file (.h5)")->required();
+  a.convert->add_option("DIR", a.dir, "checkpoint directory (config.json + model.safetensors[.index.json])")
+      ->required()
+      ->check(cli::path());
+  a.convert->add_option("OUT", a.out, "output weight file (.h5)")->required()->check(cli::path());
   a.convert->add_option("--dtype", a.dtype_text, "stored matrix dtype: fp32|bf16|fp16 (default: the checkpoint's)")
       ->check(cli::one_of({"fp32", "bf16", "fp16"}));
 
   a.synth = app.add_subcommand("synth", "seeded random weights at a preset or config shape");
-  a.synth->add_option("OUT", a.out, "output weight file (.h5)")->required();
+  a.synth->add_option("OUT", a.out, "output weight file (.h5)")->required()->check(cli::path());
   auto* preset_opt = a.synth->add_option("--preset", a.preset, "lfm2-8b-a1b | lfm2-mini | lfm2-tiny");
-  a.synth->add_option("--config", a.config_file, "an HF-style config.json instead of a preset")->excludes(preset_opt);
-  a.synth->add_option("--seed", a.seed, "random seed (default 0)")->check(cli::whole(0, INT64_MAX));
+  a.synth->add_option("--config", a.config_file, "an HF-style config.json instead of a preset")
+      ->excludes(preset_opt)
+      ->check(cli::path());
+  a.synth->add_option("--seed", a.seed, "random seed (default 0)")->check(cli::unsigned64());
   a.synth->add_option("--dtype", a.dtype_text, "stored matrix dtype: fp32|bf16|fp16 (default bf16)")
       ->check(cli::one_of({"fp32", "bf16", "fp16"}));
   a.synth->add_option("--threads", a.threads, "generator threads (default: all cores); never changes the output")
       ->check(cli::whole(0, kMaxThreads));
+  a.synth->add_option("--text", a.text_dir,
+                      "carry the text side (tokenizer.json, tokenizer_config.json, generation_config.json, ...) of "
+                      "this checkpoint directory")
+      ->check(cli::path());
 }
 
 // split, inspect and verify: what is done with a weight file.
 void add_readers(CLI::App& app, Args& a) {
   a.split = app.add_subcommand("split", "one weight file per pipeline stage");
-  a.split->add_option("IN", a.in, "whole-model weight file")->required();
-  a.split->add_option("OUT_PATTERN", a.pattern, "output path with one %d for the stage, e.g. stage-%d.h5")->required();
+  a.split->add_option("IN", a.in, "whole-model weight file")->required()->check(cli::path());
+  a.split->add_option("OUT_PATTERN", a.pattern, "output path with one %d for the stage, e.g. stage-%d.h5")
+      ->required()
+      ->check(cli::path());
   a.split->add_option("--stages", a.stages, "number of stages P (1..layers)")->required()->check(cli::whole(1, 1 << 20));
-  a.split->add_option("--layers", a.layers, "layers per stage, e.g. 6,6,6,6 (default: balanced by cost)");
+  a.split->add_option("--layers", a.layers, "layers per stage, e.g. 6,6,6,6 (default: balanced by cost)")
+      ->check(cli::whole_list(1, 1 << 20));
 
   a.inspect = app.add_subcommand("inspect", "config, fingerprint, datasets, parameter count, bytes per stage");
-  a.inspect->add_option("FILE", a.in, "weight file")->required();
+  a.inspect->add_option("FILE", a.in, "weight file")->required()->check(cli::path());
   a.inspect->add_option("--stages", a.stages, "also report the bytes each of P stages reads")
       ->check(cli::whole(0, 1 << 20));
   a.inspect->add_flag("--brief", a.brief, "do not list every dataset");
 
   a.verify = app.add_subcommand("verify", "re-read every tensor and check it against the file's digests");
-  a.verify->add_option("FILE", a.in, "weight or stage file")->required();
+  a.verify->add_option("FILE", a.in, "weight or stage file")->required()->check(cli::path());
 }
 
 void run_convert(const Args& a, const std::optional<DType>& dtype) {
@@ -119,6 +162,7 @@ void run_synth(const Args& a, const std::optional<DType>& dtype) {
   opt.dtype = dtype.value_or(DType::BF16);
   opt.threads = a.threads;
   opt.progress = !a.quiet;
+  if (!a.text_dir.empty()) opt.text = checked_text_side(a.text_dir, cfg, a.out);
   synth_weights(cfg, a.out, opt);
   log_info(cat("wrote ", a.out));
 }
@@ -128,8 +172,11 @@ void run_verify(const Args& a) {
   if (r.nonfinite)
     std::fprintf(stderr, "%swarning: %s: %lld NaN/Inf values, the first in tensor '%s'\n", log_prefix().c_str(),
                  a.in.c_str(), static_cast<long long>(r.nonfinite), r.first_nonfinite.c_str());
+  const std::string text = r.text_files ? cat("; ", r.text_files, " text files match their digests, text fingerprint ",
+                                              r.text_fingerprint)
+                                        : std::string("; no text side");
   log_info(cat(a.in, ": OK: ", r.tensors, " tensors, ", r.bytes, " bytes match their digests; model fingerprint ",
-               r.fingerprint, " (", int64_t(r.seconds * 1000), " ms)"));
+               r.fingerprint, text, " (", int64_t(r.seconds * 1000), " ms)"));
 }
 
 // The parsed subcommand; throws on any error.
@@ -159,6 +206,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   Args a;
   app.add_flag("-q,--quiet", a.quiet, "no progress lines");
+  app.set_version_flag("--version", version_text(), "version, commit, and the CUDA / NCCL / MPI / HDF5 of the build");
   add_writers(app, a);
   add_readers(app, a);
   const std::string unknown = unknown_subcommand(argc, argv);

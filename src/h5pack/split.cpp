@@ -104,6 +104,9 @@ std::vector<std::string> split_weights(const std::string& in, int n_stages, cons
   const auto plans = layers.empty() ? default_stage_plans(cfg, n_stages)
                                     : make_stage_plans(parse_layer_counts(layers, int(cfg.num_hidden_layers), n_stages));
   const std::vector<std::string> outs = stage_outputs(plans, pattern, in);
+  // The text side goes to every stage: the first rank encodes prompts, the last decides where a
+  // sequence ends (EOS) and writes the results, and a node may hold only its own stage's file.
+  const ModelText text = read_model_text(reader.file(), in);
   std::vector<std::unique_ptr<WeightWriter>> writers;
   for (const auto& plan : plans) {
     const std::string& out = outs[size_t(plan.rank)];
@@ -111,6 +114,7 @@ std::vector<std::string> split_weights(const std::string& in, int n_stages, cons
     WeightWriter& w = *writers.back();
     w.set_stage({plan.rank, plan.n_ranks, plan.layer_begin, plan.layer_end});
     w.set_attr("source", cat("h5pack split ", in));
+    w.set_text(text);
     copy_stage(reader, in, plan, w, out, progress);
   }
   const ModelIdentity id = whole_model_identity(reader, in, writers, progress);

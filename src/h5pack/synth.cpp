@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <filesystem>
 #include <future>
 #include <thread>
 #include <vector>
@@ -30,6 +32,19 @@ void fill_range(const CounterRng& rng, double offset, float unit_scale, uint64_t
 }
 
 constexpr uint64_t kBlockElems = uint64_t(16) << 20;  // elements generated per write
+
+// The output's file system must hold `bytes` (and a little for HDF5's metadata).
+void check_free_space(const std::string& out, double bytes) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::space_info space = fs::space(fs::absolute(out).parent_path(), ec);
+  if (ec) return;  // cannot tell: the write itself will say
+  const double need = bytes * 1.001 + double(1 << 20);
+  char text[96];
+  std::snprintf(text, sizeof text, "%.2f GiB, and %.2f GiB are free there", need / double(1 << 30),
+                double(space.available) / double(1 << 30));
+  LFM2_CHECK(need <= double(space.available), out, ": the model needs ", text);
+}
 
 }  // namespace
 
@@ -89,11 +104,13 @@ void synth_fill(void* dst, DType dtype, uint64_t seed, const TensorSpec& spec, c
 
 void synth_weights(const ModelConfig& cfg, const std::string& out, const SynthOptions& opt) {
   const int threads = opt.threads > 0 ? opt.threads : int(std::max(1u, std::thread::hardware_concurrency()));
-  WeightWriter writer(out, cfg, opt.dtype);
-  writer.set_attr("source", cat("h5pack synth --seed ", opt.seed, " --dtype ", dtype_name(opt.dtype)));
   const auto specs = model_tensor_specs(cfg);
-  double total = 0;
-  for (const auto& s : specs) total += double(s.numel()) * double(dtype_size(writer.stored_dtype(s)));
+  double total = 0;  // matrices in opt.dtype, vectors in fp32 (WeightWriter::stored_dtype)
+  for (const auto& s : specs) total += double(s.numel()) * double(dtype_size(s.is_vector() ? DType::F32 : opt.dtype));
+  WeightWriter writer(out, cfg, opt.dtype);  // can the file be made at all (a clearer error first)
+  check_free_space(out, total);               // then, before minutes of work, is there room for it
+  writer.set_attr("source", cat("h5pack synth --seed ", opt.seed, " --dtype ", dtype_name(opt.dtype)));
+  writer.set_text(opt.text);
   Progress progress(cat("synth ", out, " (", cfg.total_params(), " parameters, ", threads, " threads)"), total,
                     opt.progress);
 

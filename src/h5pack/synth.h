@@ -10,6 +10,7 @@
 
 #include "common/dtype.h"
 #include "io/model_config.h"
+#include "io/model_text.h"
 #include "io/weight_names.h"
 
 namespace lfm2 {
@@ -19,6 +20,7 @@ struct SynthOptions {
   DType dtype = DType::BF16;  // matrices; vectors are always fp32
   int threads = 0;            // 0: all hardware threads
   bool progress = true;       // progress lines on stdout
+  ModelText text;             // a text side to carry (--text DIR: a checkpoint's tokenizer files)
 };
 
 // Uniform U(offset - scale, offset + scale) of one tensor, chosen so activations stay sane through

@@ -88,6 +88,9 @@ VerifyReport verify_weights(const std::string& path, bool progress) {
     r.bytes += spec.shape[0] * row_bytes;
   }
   prog.finish();
+  const ModelText text = read_model_text(reader.file(), path);  // checks every digest
+  r.text_files = int64_t(text.files.size());
+  if (!text.empty()) r.text_fingerprint = hex64(text_fingerprint(text));
   r.seconds = now_s() - t0;
   return r;
 }

@@ -1,11 +1,13 @@
 #include "io/model_config.h"
 
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "common/file_kind.h"
 
 namespace lfm2 {
 namespace {
@@ -78,13 +80,14 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // syntax, or a number JSON cannot hold (1e999)
     throw Error(cat(where, ": invalid JSON (", e.what(), ")"));
   }
   return from_json(j, where);
 }
 
 ModelConfig ModelConfig::from_file(const std::string& path) {
+  check_input_file("config file", path);
   std::ifstream f(path);
   LFM2_CHECK(f.good(), path, ": cannot open config file");
   std::stringstream ss;
@@ -139,8 +142,24 @@ void ModelConfig::validate(const std::string& where) const {
   LFM2_CHECK(head_dim() % 2 == 0, where, ": head_dim ", head_dim(), " must be even for RoPE");
   LFM2_CHECK(num_attention_heads % num_key_value_heads == 0, where, ": num_attention_heads ",
              num_attention_heads, " is not a multiple of num_key_value_heads ", num_key_value_heads);
-  LFM2_CHECK(norm_eps > 0, where, ": norm_eps must be positive");
-  LFM2_CHECK(rope_theta > 0, where, ": rope_theta must be positive");
+  // Upper bounds far above any real model, so that every size the tools compute fits int64.
+  auto at_most = [&](int64_t v, int64_t hi, const char* key) {
+    LFM2_CHECK(v <= hi, where, ": config ", key, " = ", v, " is more than ", hi);
+  };
+  at_most(hidden_size, int64_t(1) << 20, "hidden_size");
+  at_most(intermediate_size, int64_t(1) << 22, "intermediate_size");
+  at_most(moe_intermediate_size, int64_t(1) << 22, "moe_intermediate_size");
+  at_most(num_hidden_layers, int64_t(1) << 14, "num_hidden_layers");
+  at_most(num_experts, int64_t(1) << 14, "num_experts");
+  at_most(conv_L_cache, int64_t(1) << 10, "conv_L_cache");
+  at_most(max_position_embeddings, (int64_t(1) << 31) - 1, "max_position_embeddings");
+  auto finite_positive = [&](double v, const char* key, double hi) {
+    LFM2_CHECK(std::isfinite(v) && v > 0 && v < hi, where, ": config ", key, " = ", v, " must be ",
+               hi == HUGE_VAL ? std::string("a finite positive number") : cat("in (0, ", hi, ")"));
+  };
+  finite_positive(norm_eps, "norm_eps", 1.0);
+  finite_positive(rope_theta, "rope_theta", HUGE_VAL);
+  finite_positive(routed_scaling_factor, "routed_scaling_factor", HUGE_VAL);
   LFM2_CHECK(!conv_bias, where, ": conv_bias = true is not supported");
   LFM2_CHECK(int64_t(layer_types.size()) == num_hidden_layers, where, ": layer_types has ",
              layer_types.size(), " entries but num_hidden_layers is ", num_hidden_layers);
@@ -155,6 +174,11 @@ void ModelConfig::validate(const std::string& where) const {
     LFM2_CHECK(num_experts_per_tok > 0 && num_experts_per_tok <= num_experts, where,
                ": num_experts_per_tok ", num_experts_per_tok, " must be in 1..num_experts (", num_experts, ")");
   }
+  double params = 2.0 * double(vocab_size) * double(hidden_size);
+  for (int il = 0; il < int(num_hidden_layers); ++il)
+    params += double(hidden_size) * (4.0 * hidden_size + 3.0 * (is_moe(il) ? double(num_experts) * moe_intermediate_size
+                                                                            : double(intermediate_size)));
+  LFM2_CHECK(params < 0x1p52, where, ": the config describes about ", params, " parameters, too many to hold");
 }
 
 int64_t ModelConfig::layer_params(int il) const {

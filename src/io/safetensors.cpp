@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "common/file_kind.h"
 
 namespace lfm2 {
 namespace fs = std::filesystem;
@@ -84,6 +85,7 @@ SafetensorsCheckpoint::SafetensorsCheckpoint(const std::string& path) : path_(pa
       open_shard(path);
       return;
     }
+    check_input_file("safetensors index", index);
     std::ifstream in(index);
     LFM2_CHECK(in.good(), index, ": cannot open index");
     nlohmann::json j;
@@ -125,6 +127,7 @@ SafetensorsCheckpoint::~SafetensorsCheckpoint() {
 }
 
 void SafetensorsCheckpoint::open_shard(const std::string& file) {
+  check_input_file("safetensors file", file);  // never open a FIFO: it would block
   int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
   LFM2_CHECK(fd >= 0, file, ": cannot open: ", std::strerror(errno));
   fds_[file] = fd;

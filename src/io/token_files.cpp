@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "common/file_kind.h"
 #include "common/pending_file.h"
 #include "io/h5_util.h"
 
@@ -20,6 +21,7 @@ H5Handle open_read(const std::string& path, const char* kind) {
   h5_quiet();
   LFM2_CHECK(!path.empty(), "no ", kind, " file given");
   LFM2_CHECK(std::filesystem::exists(path), path, ": no such ", kind, " file");
+  check_input_file(cat(kind, " file"), path);  // never open a FIFO: it would block
   LFM2_CHECK(H5Fis_hdf5(path.c_str()) > 0, path, ": not an HDF5 file (or truncated)");
   H5Handle f(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
   H5_CHECK(f.get(), path, ": cannot open");

@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "common/file_kind.h"
+
 namespace lfm2 {
 namespace {
 
@@ -140,6 +142,7 @@ void WeightWriter::set_identity(const ModelIdentity& id) { identity_ = id; }
 
 void WeightWriter::commit() {
   const std::vector<TensorSpec> specs = model_tensor_specs(cfg_);
+  write_model_text(file_.get(), text_);
   if (identity_) {
     for (size_t i = 0; i < specs.size(); ++i)
       if (written_.count(specs[i].path))
@@ -168,6 +171,7 @@ void WeightWriter::commit() {
 WeightReader::WeightReader(const std::string& path) : path_(path) {
   h5_quiet();
   LFM2_CHECK(std::filesystem::exists(path), path, ": no such file");
+  check_input_file("weight file", path);  // never open a FIFO: it would block
   LFM2_CHECK(H5Fis_hdf5(path.c_str()) > 0, path, ": not an HDF5 file (or truncated)");
   file_ = H5Handle(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
   H5_CHECK(file_.get(), path, ": cannot open");

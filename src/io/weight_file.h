@@ -21,6 +21,7 @@
 #include "io/h5_util.h"
 #include "io/model_config.h"
 #include "io/model_identity.h"
+#include "io/model_text.h"
 #include "io/weight_names.h"
 
 namespace lfm2 {
@@ -65,7 +66,10 @@ class WeightWriter {
   // commit() computes it when the file holds every tensor of the model, else writes none. With it,
   // commit() checks every tensor written against its digest there.
   void set_identity(const ModelIdentity& id);
-  void commit();  // identity, flush, close, rename into place
+  // The model's text side (io/model_text.h), written at commit after every tensor, so that the
+  // stages' byte ranges stay as they are.
+  void set_text(const ModelText& text) { text_ = text; }
+  void commit();  // text side, identity, flush, close, rename into place
 
   int64_t bytes_written() const { return bytes_written_; }
 
@@ -84,6 +88,7 @@ class WeightWriter {
   int64_t bytes_written_ = 0;
   std::map<std::string, Written> written_;
   std::optional<ModelIdentity> identity_;
+  ModelText text_;
 };
 
 // Opens a weight file (whole model or one stage) read-only and reads datasets on demand, checking

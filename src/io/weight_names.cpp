@@ -20,32 +20,32 @@ std::vector<TensorSpec> layer_tensor_specs(const ModelConfig& cfg, int il) {
   auto add = [&](const std::string& leaf, std::vector<int64_t> shape, const std::string& hf_leaf) {
     out.push_back({layer_path(il, leaf), std::move(shape), il, hf + hf_leaf});
   };
-  add("operator_norm", {H}, "operator_norm.weight");
+  add(names::kOperatorNorm, {H}, "operator_norm.weight");
   if (cfg.is_attention(il)) {
-    add("self_attn/q_proj", {nh * hd, H}, "self_attn.q_proj.weight");
-    add("self_attn/k_proj", {nkv * hd, H}, "self_attn.k_proj.weight");
-    add("self_attn/v_proj", {nkv * hd, H}, "self_attn.v_proj.weight");
-    add("self_attn/out_proj", {H, nh * hd}, "self_attn.out_proj.weight");
-    add("self_attn/q_layernorm", {hd}, "self_attn.q_layernorm.weight");
-    add("self_attn/k_layernorm", {hd}, "self_attn.k_layernorm.weight");
+    add(names::kQProj, {nh * hd, H}, "self_attn.q_proj.weight");
+    add(names::kKProj, {nkv * hd, H}, "self_attn.k_proj.weight");
+    add(names::kVProj, {nkv * hd, H}, "self_attn.v_proj.weight");
+    add(names::kOutProj, {H, nh * hd}, "self_attn.out_proj.weight");
+    add(names::kQLayernorm, {hd}, "self_attn.q_layernorm.weight");
+    add(names::kKLayernorm, {hd}, "self_attn.k_layernorm.weight");
   } else {
-    add("conv/conv", {H, cfg.conv_L_cache}, "conv.conv.weight");
-    add("conv/in_proj", {3 * H, H}, "conv.in_proj.weight");
-    add("conv/out_proj", {H, H}, "conv.out_proj.weight");
+    add(names::kConv, {H, cfg.conv_L_cache}, "conv.conv.weight");
+    add(names::kConvInProj, {3 * H, H}, "conv.in_proj.weight");
+    add(names::kConvOutProj, {H, H}, "conv.out_proj.weight");
   }
-  add("ffn_norm", {H}, "ffn_norm.weight");
+  add(names::kFfnNorm, {H}, "ffn_norm.weight");
   if (cfg.is_moe(il)) {
     const int64_t E = cfg.num_experts, Im = cfg.moe_intermediate_size;
-    add("feed_forward/gate", {E, H}, "feed_forward.gate.weight");
-    if (cfg.use_expert_bias) add("feed_forward/expert_bias", {E}, "feed_forward.expert_bias");
-    add("feed_forward/experts/w1", {E, Im, H}, "feed_forward.experts.{e}.w1.weight");
-    add("feed_forward/experts/w3", {E, Im, H}, "feed_forward.experts.{e}.w3.weight");
-    add("feed_forward/experts/w2", {E, H, Im}, "feed_forward.experts.{e}.w2.weight");
+    add(names::kGate, {E, H}, "feed_forward.gate.weight");
+    if (cfg.use_expert_bias) add(names::kExpertBias, {E}, "feed_forward.expert_bias");
+    add(names::kExpertsW1, {E, Im, H}, "feed_forward.experts.{e}.w1.weight");
+    add(names::kExpertsW3, {E, Im, H}, "feed_forward.experts.{e}.w3.weight");
+    add(names::kExpertsW2, {E, H, Im}, "feed_forward.experts.{e}.w2.weight");
   } else {
     const int64_t I = cfg.intermediate_size;
-    add("feed_forward/w1", {I, H}, "feed_forward.w1.weight");
-    add("feed_forward/w3", {I, H}, "feed_forward.w3.weight");
-    add("feed_forward/w2", {H, I}, "feed_forward.w2.weight");
+    add(names::kW1, {I, H}, "feed_forward.w1.weight");
+    add(names::kW3, {I, H}, "feed_forward.w3.weight");
+    add(names::kW2, {H, I}, "feed_forward.w2.weight");
   }
   return out;
 }

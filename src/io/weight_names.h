@@ -37,6 +37,27 @@ namespace names {
 inline constexpr const char* kEmbedTokens = "embed_tokens";
 inline constexpr const char* kEmbeddingNorm = "embedding_norm";
 inline constexpr const char* kLmHead = "lm_head";
+
+// Leaves of a layer's datasets (layer_path(il, leaf)); LayerWeights names its members after them.
+inline constexpr const char* kOperatorNorm = "operator_norm";
+inline constexpr const char* kFfnNorm = "ffn_norm";
+inline constexpr const char* kQProj = "self_attn/q_proj";
+inline constexpr const char* kKProj = "self_attn/k_proj";
+inline constexpr const char* kVProj = "self_attn/v_proj";
+inline constexpr const char* kOutProj = "self_attn/out_proj";
+inline constexpr const char* kQLayernorm = "self_attn/q_layernorm";
+inline constexpr const char* kKLayernorm = "self_attn/k_layernorm";
+inline constexpr const char* kConv = "conv/conv";
+inline constexpr const char* kConvInProj = "conv/in_proj";
+inline constexpr const char* kConvOutProj = "conv/out_proj";
+inline constexpr const char* kW1 = "feed_forward/w1";
+inline constexpr const char* kW3 = "feed_forward/w3";
+inline constexpr const char* kW2 = "feed_forward/w2";
+inline constexpr const char* kGate = "feed_forward/gate";
+inline constexpr const char* kExpertBias = "feed_forward/expert_bias";
+inline constexpr const char* kExpertsW1 = "feed_forward/experts/w1";
+inline constexpr const char* kExpertsW3 = "feed_forward/experts/w3";
+inline constexpr const char* kExpertsW2 = "feed_forward/experts/w2";
 }  // namespace names
 
 // "layers/<il>/<leaf>".

@@ -1,5 +1,5 @@
-// Generation's kernels on the GPU (the CPU twins: cpu::kv_cache_store, cpu::attention_decode,
-// cpu::short_conv_state, cpu::short_conv_decode, cpu::choose_tokens' greedy path).
+// Generation's attention kernels on the GPU (the CPU twins: the CPU stage's KV-cache copy,
+// cpu::attention_decode). The conv state kernels are in short_conv.cu, the EOS rules in sample.cu.
 //
 // Positions: a row of a prefill (step 0) is at position row % seq_len of sequence
 // first_seq + row / seq_len; a row of decode step `step` >= 1 (seq_len 1) is sequence first_seq + row
@@ -92,76 +92,6 @@ __global__ void attention_decode_kernel(T* out, const T* qkv, const T* k_cache, 
   }
 }
 
-// state (n_seq_all, L-1, hidden) of sequences first_seq.. from their prefill rows: u = B * x at the
-// last L-1 positions of each prompt (0 before its start).
-template <typename T>
-__global__ void conv_state_kernel(float* state, const T* bcx, int64_t n_seq, int64_t seq_len, int64_t hidden,
-                                  int64_t L, const int32_t* lengths, int64_t first_seq) {
-  const int64_t n = n_seq * (L - 1) * hidden;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t c = i % hidden, j = (i / hidden) % (L - 1), s = i / (hidden * (L - 1));
-    const int64_t t = int64_t(lengths[first_seq + s]) - (L - 1) + j;
-    const T* src = bcx + (s * seq_len + t) * 3 * hidden;
-    state[((first_seq + s) * (L - 1) + j) * hidden + c] = t < 0 ? 0.f : to_f32(src[c]) * to_f32(src[2 * hidden + c]);
-  }
-}
-
-// One token per sequence against its conv state, then the state shifted to take the new u.
-template <typename T>
-__global__ void conv_decode_kernel(T* out, const T* bcx, const float* conv_w, float* state, int64_t n, int64_t hidden,
-                                   int64_t L, const int32_t* lengths, int64_t first_seq, int64_t step,
-                                   const int64_t* at) {
-  if (at) first_seq = at[0], step = at[1];
-  const int64_t total = n * hidden;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t row = i / hidden, c = i - row * hidden;
-    const int64_t t = int64_t(lengths[first_seq + row]) + step - 1;
-    const T* r = bcx + row * 3 * hidden;
-    float* st = state + (first_seq + row) * (L - 1) * hidden + c;
-    const float u = to_f32(r[c]) * to_f32(r[2 * hidden + c]);
-    float z = 0.f;
-    for (int64_t j = 0; j < L; ++j) {
-      if (t - (L - 1) + j < 0) continue;
-      z += conv_w[c * L + j] * (j < L - 1 ? st[j * hidden] : u);
-    }
-    out[row * hidden + c] = from_f32<T>(to_f32(r[hidden + c]) * z);
-    for (int64_t j = 0; j + 1 < L - 1; ++j) st[j * hidden] = st[(j + 1) * hidden];
-    if (L > 1) st[(L - 2) * hidden] = u;
-  }
-}
-
-__global__ void set_decode_at_kernel(int64_t* at, int64_t first_seq, int64_t step) {
-  at[0] = first_seq;
-  at[1] = step;
-}
-
-// tokens[i] = the chosen top-1, or, once sequence first_seq + i has ended, the EOS id it produced
-// (ended: one per sequence, -1 until then).
-__global__ void eos_kernel(int32_t* tokens, const int32_t* top, int32_t* ended, const int32_t* eos, int n_eos,
-                           int64_t n, int64_t first_seq) {
-  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  if (i >= n) return;
-  int32_t t = top[i];
-  const int32_t e0 = ended[first_seq + i];
-  if (e0 >= 0) {
-    t = e0;
-  } else {
-    for (int e = 0; e < n_eos; ++e)
-      if (t == eos[e]) ended[first_seq + i] = t;
-  }
-  tokens[i] = t;
-}
-
-// 1 where the fed-back token is an EOS id: the sequence has finished (choose repeats EOS after it).
-__global__ void finished_flags_kernel(float* flags, const int32_t* tokens, const int32_t* eos, int n_eos, int64_t n) {
-  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  if (i >= n) return;
-  float f = 0.f;
-  for (int e = 0; e < n_eos; ++e)
-    if (tokens[i] == eos[e]) f = 1.f;
-  flags[i] = f;
-}
-
 }  // namespace
 
 template <typename T>
@@ -193,54 +123,11 @@ void attention_decode(T* out, const T* qkv, const T* k_cache, const T* v_cache, 
   CUDA_CHECK_LAUNCH("attention_decode_kernel");
 }
 
-template <typename T>
-void short_conv_state(float* state, const T* bcx, int64_t n_seq, int64_t seq_len, int64_t hidden, int64_t L,
-                      const int32_t* lengths, int64_t first_seq, cudaStream_t stream) {
-  if (n_seq == 0 || L < 2) return;
-  conv_state_kernel<<<grid_for(n_seq * (L - 1) * hidden, 256 * 4), 256, 0, stream>>>(state, bcx, n_seq, seq_len, hidden,
-                                                                                      L, lengths, first_seq);
-  CUDA_CHECK_LAUNCH("conv_state_kernel");
-}
-
-template <typename T>
-void short_conv_decode(T* out, const T* bcx, const float* conv_w, float* state, int64_t n, int64_t hidden, int64_t L,
-                       const int32_t* lengths, int64_t first_seq, int64_t step, cudaStream_t stream,
-                       const int64_t* at) {
-  LFM2_CHECK(step >= 1, "short_conv_decode: step ", step);
-  if (n == 0) return;
-  conv_decode_kernel<<<grid_for(n * hidden, 256 * 4), 256, 0, stream>>>(out, bcx, conv_w, state, n, hidden, L, lengths,
-                                                                       first_seq, step, at);
-  CUDA_CHECK_LAUNCH("conv_decode_kernel");
-}
-
-void set_decode_at(int64_t* at, int64_t first_seq, int64_t step, cudaStream_t stream) {
-  set_decode_at_kernel<<<1, 1, 0, stream>>>(at, first_seq, step);
-  CUDA_CHECK_LAUNCH("set_decode_at_kernel");
-}
-
-void apply_eos(int32_t* tokens, const int32_t* top, int32_t* ended, const int32_t* eos, int n_eos, int64_t n,
-               int64_t first_seq, cudaStream_t stream) {
-  if (n == 0) return;
-  eos_kernel<<<grid_for(n, 256), 256, 0, stream>>>(tokens, top, ended, eos, n_eos, n, first_seq);
-  CUDA_CHECK_LAUNCH("eos_kernel");
-}
-
-void finished_flags(float* flags, const int32_t* tokens, const int32_t* eos, int n_eos, int64_t n,
-                    cudaStream_t stream) {
-  if (n == 0) return;
-  finished_flags_kernel<<<grid_for(n, 256), 256, 0, stream>>>(flags, tokens, eos, n_eos, n);
-  CUDA_CHECK_LAUNCH("finished_flags_kernel");
-}
-
 #define INST(T)                                                                                                   \
   template void kv_cache_store<T>(T*, T*, const T*, int64_t, int64_t, int64_t, int64_t, int64_t, const int32_t*, \
                                   int64_t, int64_t, int64_t, cudaStream_t, const int64_t*);                      \
   template void attention_decode<T>(T*, const T*, const T*, const T*, int64_t, int64_t, int64_t, int64_t, float,  \
-                                    const int32_t*, int64_t, int64_t, int64_t, cudaStream_t, const int64_t*);     \
-  template void short_conv_state<T>(float*, const T*, int64_t, int64_t, int64_t, int64_t, const int32_t*,        \
-                                    int64_t, cudaStream_t);                                                       \
-  template void short_conv_decode<T>(T*, const T*, const float*, float*, int64_t, int64_t, int64_t,               \
-                                     const int32_t*, int64_t, int64_t, cudaStream_t, const int64_t*);
+                                    const int32_t*, int64_t, int64_t, int64_t, cudaStream_t, const int64_t*);
 LFM2_FOR_EACH_T(INST)
 #undef INST
 

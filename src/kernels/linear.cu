@@ -9,6 +9,9 @@
 // microbatch. LFM2_GEMM_PIN=0 (or set_gemm_pinning(false)) asks the heuristic per row count
 // instead (cuBLAS's usual behaviour; measured in docs/cuda-backend.md).
 //
+// linear_lt_at (cuda/linear_lt.h, for linear_decode.cu) pins a second algorithm per shape: the
+// heuristic's pick at a given row count (no split-K either), used for every row count of a call.
+//
 // linear_add_f32 fuses the residual add into the product: x = 1 * (in W^T) + 1 * x, C = D = x (fp32),
 // so the sublayer output never exists as a separate tensor.
 #include <cstdio>
@@ -22,6 +25,7 @@
 #include "kernels/cuda/cublas_ctx.h"
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/linear_lt.h"
 #include "kernels/cuda/ops.h"
 
 namespace lfm2::cuda {
@@ -132,9 +136,10 @@ Plan& plan_for(const PlanKey& k) {
   return plans().emplace(k, std::move(p)).first->second;
 }
 
+// plan_rows > 0: the algorithm chosen at plan_rows rows, whatever n_rows is; 0: pinned or per size.
 template <typename T>
 void gemm(void* out, cudaDataType_t out_type, const T* in, const T* weight, int64_t n_rows, int64_t n_in,
-          int64_t n_out, cudaStream_t stream, bool tf32, bool accumulate) {
+          int64_t n_out, cudaStream_t stream, bool tf32, bool accumulate, int64_t plan_rows = 0) {
   if (n_rows == 0 || n_out == 0) return;
   LFM2_CHECK(n_rows < (int64_t(1) << 31) && n_in < (int64_t(1) << 31) && n_out < (int64_t(1) << 31),
              "linear: sizes ", n_rows, "x", n_in, "x", n_out, " too large");
@@ -151,11 +156,12 @@ void gemm(void* out, cudaDataType_t out_type, const T* in, const T* weight, int6
     Plan& p = plan_for(key);
     op = p.op;
     a = p.a;
-    if (pinning()) {
+    if (plan_rows <= 0 && pinning()) {
       algo = p.pinned;
     } else {
-      auto it = p.per_rows.find(n_rows);
-      if (it == p.per_rows.end()) it = p.per_rows.emplace(n_rows, choose(key, p, n_rows)).first;
+      const int64_t at = plan_rows > 0 ? plan_rows : n_rows;
+      auto it = p.per_rows.find(at);
+      if (it == p.per_rows.end()) it = p.per_rows.emplace(at, choose(key, p, at)).first;
       algo = it->second;
     }
   }
@@ -189,7 +195,17 @@ void linear_add_f32(float* x, const T* in, const T* weight, int64_t n_rows, int6
   gemm<T>(x, CUDA_R_32F, in, weight, n_rows, n_in, n_out, stream, tf32, true);
 }
 
+template <typename T>
+void linear_lt_at(void* out, LtOut kind, const T* in, const T* weight, int64_t n_rows, int64_t n_in, int64_t n_out,
+                  int64_t plan_rows, cudaStream_t stream) {
+  LFM2_CHECK(plan_rows > 0, "linear_lt_at: plan rows ", plan_rows);
+  const cudaDataType_t out_type = kind == LtOut::kT ? data_type<T>() : CUDA_R_32F;
+  gemm<T>(out, out_type, in, weight, n_rows, n_in, n_out, stream, false, kind == LtOut::kAddF32, plan_rows);
+}
+
 #define INST(T)                                                                                                \
+  template void linear_lt_at<T>(void*, LtOut, const T*, const T*, int64_t, int64_t, int64_t, int64_t,         \
+                                cudaStream_t);                                                                 \
   template void linear<T>(T*, const T*, const T*, int64_t, int64_t, int64_t, cudaStream_t, bool);             \
   template void linear_f32out<T>(float*, const T*, const T*, int64_t, int64_t, int64_t, cudaStream_t, bool);  \
   template void linear_add_f32<T>(float*, const T*, const T*, int64_t, int64_t, int64_t, cudaStream_t, bool);

@@ -1,7 +1,8 @@
 // Weighted un-permutation of the expert outputs fused with the residual add, on the GPU: one block
 // per token gathers its top_k rows and sums them in ascending expert order (the CPU's and HF's
 // index_add_ order: rows are grouped by ascending expert, so ascending row = ascending expert),
-// in fp32, with no atomics: bit-identical run to run.
+// in fp32, with no atomics: bit-identical run to run. moe_combine_rmsnorm (decode) adds the next
+// layer's RMSNorm of the updated rows in the same launch, with rmsnorm.cu's arithmetic.
 #include "common/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/ops.h"
@@ -53,6 +54,86 @@ __global__ void __launch_bounds__(kThreads) moe_combine_kernel(float* x, const T
   }
 }
 
+// The k (row, weight) pairs of token t sorted by row (dropped pairs, row -1, first), by thread 0.
+__device__ __forceinline__ void sorted_pairs(int* s_row, float* s_w, const int32_t* dest_row, const float* topk_w,
+                                             int64_t t, int top_k) {
+  if (threadIdx.x == 0) {
+    for (int k = 0; k < top_k; ++k) {
+      const int r = dest_row[t * top_k + k];
+      const float w = topk_w[t * top_k + k];
+      int j = k;
+      while (j > 0 && s_row[j - 1] > r) {
+        s_row[j] = s_row[j - 1];
+        s_w[j] = s_w[j - 1];
+        --j;
+      }
+      s_row[j] = r;
+      s_w[j] = w;
+    }
+  }
+  __syncthreads();
+}
+
+constexpr int kMaxVec = 8;  // float4 chunks per thread: hidden <= kThreads * 4 * kMaxVec
+
+// One block per token: x += its k fp32 expert rows (moe_combine_kernel<float, 4>'s sums: chunk c of
+// thread t is channels 4 (t + kThreads j)), then out = rmsnorm(x) (rmsnorm_vec_kernel's sums over
+// the same chunks) when norm_w is not null. A programmatic dependent: waits before reading.
+template <typename T>
+__global__ void __launch_bounds__(kThreads) combine_rmsnorm_kernel(T* out, float* x, const float* expert_out,
+                                                                   const int32_t* dest_row, const float* topk_w,
+                                                                   const float* norm_w, int top_k, int64_t hidden,
+                                                                   float eps) {
+  __shared__ int s_row[kMaxTopK];
+  __shared__ float s_w[kMaxTopK];
+  __shared__ float scratch[32];
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  const int64_t t = blockIdx.x;
+  sorted_pairs(s_row, s_w, dest_row, topk_w, t, top_k);
+  float4* xr = reinterpret_cast<float4*>(x + t * hidden);
+  const float4* y4 = reinterpret_cast<const float4*>(expert_out);
+  const int chunks = int(hidden / 4);
+  float4 v[kMaxVec];
+  float ss = 0.f;
+#pragma unroll
+  for (int j = 0; j < kMaxVec; ++j) {
+    const int c = threadIdx.x + j * kThreads;
+    if (c < chunks) {
+      float acc[4] = {};
+      for (int k = 0; k < top_k; ++k) {
+        if (s_row[k] < 0) continue;
+        const float4 y = y4[int64_t(s_row[k]) * chunks + c];
+        acc[0] += y.x * s_w[k];
+        acc[1] += y.y * s_w[k];
+        acc[2] += y.z * s_w[k];
+        acc[3] += y.w * s_w[k];
+      }
+      v[j] = xr[c];
+      v[j].x += acc[0], v[j].y += acc[1], v[j].z += acc[2], v[j].w += acc[3];
+      xr[c] = v[j];
+      ss += v[j].x * v[j].x + v[j].y * v[j].y + v[j].z * v[j].z + v[j].w * v[j].w;
+    }
+  }
+  if (norm_w == nullptr) return;
+  ss = block_sum(ss, scratch);
+  const float inv = 1.0f / sqrtf(ss / float(hidden) + eps);
+  const float4* w4 = reinterpret_cast<const float4*>(norm_w);
+#pragma unroll
+  for (int j = 0; j < kMaxVec; ++j) {
+    const int c = threadIdx.x + j * kThreads;
+    if (c < chunks) {
+      const float4 w = w4[c];
+      alignas(16) T o[4] = {from_f32<T>(w.x * (v[j].x * inv)), from_f32<T>(w.y * (v[j].y * inv)),
+                            from_f32<T>(w.z * (v[j].z * inv)), from_f32<T>(w.w * (v[j].w * inv))};
+      T* dst = out + t * hidden + 4 * int64_t(c);
+      if constexpr (sizeof(T) == 4)
+        *reinterpret_cast<float4*>(dst) = *reinterpret_cast<const float4*>(o);
+      else
+        *reinterpret_cast<uint2*>(dst) = *reinterpret_cast<const uint2*>(o);
+    }
+  }
+}
+
 }  // namespace
 
 template <typename T>
@@ -70,8 +151,37 @@ void moe_combine(float* x, const T* expert_out, const int32_t* dest_row, const f
   CUDA_CHECK_LAUNCH("moe_combine_kernel");
 }
 
-#define INST(T) \
-  template void moe_combine<T>(float*, const T*, const int32_t*, const float*, int64_t, int64_t, int64_t, cudaStream_t);
+template <typename T>
+void moe_combine_rmsnorm(T* out, float* x, const float* expert_out, const int32_t* dest_row, const float* weights,
+                         const float* norm_weight, int64_t n_tokens, int64_t top_k, int64_t hidden, float eps,
+                         cudaStream_t stream) {
+  LFM2_CHECK(top_k >= 1 && top_k <= kMaxTopK, "moe_combine_rmsnorm: top_k ", top_k, " (at most ", kMaxTopK, ")");
+  LFM2_CHECK(hidden % 4 == 0 && hidden <= int64_t(kThreads) * 4 * kMaxVec &&
+                 reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(expert_out) % 16 == 0 &&
+                 (norm_weight == nullptr || (reinterpret_cast<uintptr_t>(norm_weight) % 16 == 0 &&
+                                             reinterpret_cast<uintptr_t>(out) % (4 * sizeof(T)) == 0)),
+             "moe_combine_rmsnorm: hidden ", hidden, " (a multiple of 4, at most ", kThreads * 4 * kMaxVec,
+             ") or unaligned buffers");
+  if (n_tokens == 0) return;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(unsigned(n_tokens));
+  cfg.blockDim = dim3(kThreads);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, combine_rmsnorm_kernel<T>, out, x, expert_out, dest_row, weights, norm_weight,
+                                int(top_k), hidden, eps));
+  CUDA_CHECK_LAUNCH("combine_rmsnorm_kernel");
+}
+
+#define INST(T)                                                                                                     \
+  template void moe_combine<T>(float*, const T*, const int32_t*, const float*, int64_t, int64_t, int64_t,         \
+                               cudaStream_t);                                                                     \
+  template void moe_combine_rmsnorm<T>(T*, float*, const float*, const int32_t*, const float*, const float*,      \
+                                       int64_t, int64_t, int64_t, float, cudaStream_t);
 LFM2_FOR_EACH_T(INST)
 #undef INST
 

@@ -8,30 +8,19 @@
 // Rows of one expert are therefore in (token, slot) order.
 #include "common/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/moe_permute_block.cuh"
 #include "kernels/cuda/ops.h"
 
 namespace lfm2::cuda {
 namespace {
 
-constexpr int kChunk = 256;  // pairs per block in count / scatter = threads per block
-constexpr int kWarps = kChunk / 32;
+using permute::kChunk;
+using permute::kWarps;
 constexpr int kMaxExperts = 1024;
 constexpr int kScanThreads = 1024;
 
-// Rank of this thread's pair among the chunk's earlier pairs of the same expert, and (in wcount)
-// each warp's count per expert. e < 0 marks a pair past the end or a dropped one.
 __device__ __forceinline__ int chunk_rank(int e, int (*wcount)[kMaxExperts], int n_experts) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  for (int i = threadIdx.x; i < kWarps * n_experts; i += kChunk) wcount[i / n_experts][i % n_experts] = 0;
-  __syncthreads();
-  const unsigned peers = __match_any_sync(0xffffffffu, e);
-  const int lane_rank = __popc(peers & ((1u << lane) - 1u));
-  if (e >= 0 && lane_rank == 0) wcount[warp][e] = __popc(peers);
-  __syncthreads();
-  int r = lane_rank;
-  if (e >= 0)
-    for (int w = 0; w < warp; ++w) r += wcount[w][e];
-  return r;
+  return permute::chunk_rank<kMaxExperts>(e, wcount, n_experts);
 }
 
 __global__ void __launch_bounds__(kChunk) count_kernel(int32_t* chunk_counts, const int32_t* experts,
@@ -97,6 +86,16 @@ __global__ void __launch_bounds__(kChunk) scatter_kernel(int32_t* src_token, int
   dest_row[i] = row;
 }
 
+// The same permutation in one block (decode: a few hundred pairs, where three launches cost more
+// than the work): permute::permute_block. Same outputs as the three launches, bit for bit.
+__global__ void __launch_bounds__(kChunk) permute_one_block_kernel(int32_t* offsets, int32_t* src_token,
+                                                                   int32_t* dest_row, const int32_t* experts,
+                                                                   int n_pairs, int n_experts, int top_k) {
+  __shared__ int wcount[kWarps][kMaxExperts];
+  __shared__ int base[kMaxExperts];  // counts, then each expert's next free row
+  permute::permute_block<kMaxExperts>(offsets, src_token, dest_row, experts, n_pairs, n_experts, top_k, wcount, base);
+}
+
 }  // namespace
 
 int64_t moe_permute_scratch_ints(int64_t n_tokens, int64_t n_experts, int64_t top_k) {
@@ -121,6 +120,17 @@ void moe_permute(int32_t* offsets, int32_t* src_token, int32_t* dest_row, const 
   scatter_kernel<<<unsigned(n_chunks), kChunk, 0, stream>>>(src_token, dest_row, scratch, offsets, experts,
                                                             n_pairs, int(n_experts), n_chunks, int(top_k));
   CUDA_CHECK_LAUNCH("moe_permute scatter_kernel");
+}
+
+void moe_permute_one_block(int32_t* offsets, int32_t* src_token, int32_t* dest_row, const int32_t* experts,
+                           int64_t n_tokens, int64_t n_experts, int64_t top_k, cudaStream_t stream) {
+  LFM2_CHECK(n_experts >= 1 && n_experts <= kMaxExperts, "moe_permute_one_block: ", n_experts, " experts (at most ",
+             kMaxExperts, ")");
+  const int64_t n_pairs = n_tokens * top_k;
+  LFM2_CHECK(n_pairs < (int64_t(1) << 31), "moe_permute_one_block: ", n_pairs, " pairs");
+  permute_one_block_kernel<<<1, kChunk, 0, stream>>>(offsets, src_token, dest_row, experts, int(n_pairs),
+                                                      int(n_experts), int(top_k));
+  CUDA_CHECK_LAUNCH("moe_permute permute_one_block_kernel");
 }
 
 }  // namespace lfm2::cuda

@@ -1,16 +1,16 @@
 // Per-head q/k RMSNorm fused with RoPE on the GPU, in place on the [q | k | v] rows of one GEMM.
-// One block per token, its warps taking the q and k heads in turn; lane l owns the rotation pairs
-// (p, p + head_dim/2) for p = l, l+32, ..., so the norm's sum and the rotation need no shared
-// memory, and the lane's angles (double, as on the CPU, rounded to fp32 once) are computed once per
-// token and reused for every head: the double-precision sincos was the kernel's cost.
+// One block per token, its warps taking the q and k heads in turn (rope.cuh: a lane owns rotation
+// pairs, so the norm's sum and the rotation need no shared memory, and the lane's angles are
+// computed once per token and reused for every head: the double-precision sincos was the cost).
 #include "common/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/ops.h"
+#include "kernels/rope.cuh"
 
 namespace lfm2::cuda {
 namespace {
 
-constexpr int kMaxPairsPerLane = 4;  // head_dim <= 256
+using rope_dev::kMaxPairsPerLane;
 
 constexpr int kWarps = 4;
 
@@ -23,44 +23,14 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t row = blockIdx.x;
   const int heads = n_heads + n_kv_heads;  // the normed, rotated ones; v follows untouched
-  const int half = head_dim / 2;
   // Scoring and prefill: position row % seq_len; a decode step: each sequence's own position.
   const double pos = step == 0 ? double(row % seq_len) : double(int64_t(lengths[first_seq + row]) + step - 1);
   float cs[kMaxPairsPerLane], sn[kMaxPairsPerLane];
-#pragma unroll
-  for (int i = 0; i < kMaxPairsPerLane; ++i) {
-    const int p = lane + 32 * i;
-    cs[i] = 1.f, sn[i] = 0.f;
-    if (p < half) {
-      double sd, cd;
-      sincos(pos * double(inv_freq[p]), &sd, &cd);
-      cs[i] = float(cd), sn[i] = float(sd);
-    }
-  }
+  rope_dev::angles(cs, sn, pos, inv_freq, head_dim / 2, lane);
   T* base = qkv + row * int64_t(heads + n_kv_heads) * head_dim;
-  for (int h = warp; h < heads; h += kWarps) {
-    const float* w = h < n_heads ? q_norm : k_norm;
-    T* x = base + int64_t(h) * head_dim;
-    float x1[kMaxPairsPerLane], x2[kMaxPairsPerLane];
-    float ss = 0.f;
-#pragma unroll
-    for (int i = 0; i < kMaxPairsPerLane; ++i) {
-      const int p = lane + 32 * i;
-      x1[i] = p < half ? to_f32(x[p]) : 0.f;
-      x2[i] = p < half ? to_f32(x[p + half]) : 0.f;
-      ss += x1[i] * x1[i] + x2[i] * x2[i];
-    }
-    ss = warp_sum(ss);
-    const float inv = 1.0f / sqrtf(ss / float(head_dim) + eps);
-#pragma unroll
-    for (int i = 0; i < kMaxPairsPerLane; ++i) {
-      const int p = lane + 32 * i;
-      if (p >= half) break;
-      const float y1 = w[p] * (x1[i] * inv), y2 = w[p + half] * (x2[i] * inv);
-      x[p] = from_f32<T>(__fadd_rn(__fmul_rn(y1, cs[i]), __fmul_rn(-y2, sn[i])));
-      x[p + half] = from_f32<T>(__fadd_rn(__fmul_rn(y2, cs[i]), __fmul_rn(y1, sn[i])));
-    }
-  }
+  for (int h = warp; h < heads; h += kWarps)
+    rope_dev::norm_rope_head<T>(base + int64_t(h) * head_dim, nullptr, h < n_heads ? q_norm : k_norm, cs, sn,
+                                head_dim, eps, lane);
 }
 
 }  // namespace

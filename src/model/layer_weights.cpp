@@ -6,6 +6,7 @@
 #include <string>
 
 #include "common/error.h"
+#include "io/weight_names.h"
 
 namespace lfm2 {
 
@@ -16,25 +17,25 @@ int64_t vec_bytes(const std::vector<float>& v) { return int64_t(v.size() * sizeo
 // The member of LayerWeights that holds a dataset leaf ("self_attn/q_proj", ...).
 std::vector<float>* layer_member(LayerWeights& w, const std::string& leaf) {
   static const std::map<std::string, std::vector<float> LayerWeights::*> kMembers = {
-      {"operator_norm", &LayerWeights::operator_norm},
-      {"ffn_norm", &LayerWeights::ffn_norm},
-      {"self_attn/q_proj", &LayerWeights::q_proj},
-      {"self_attn/k_proj", &LayerWeights::k_proj},
-      {"self_attn/v_proj", &LayerWeights::v_proj},
-      {"self_attn/out_proj", &LayerWeights::out_proj},
-      {"self_attn/q_layernorm", &LayerWeights::q_layernorm},
-      {"self_attn/k_layernorm", &LayerWeights::k_layernorm},
-      {"conv/conv", &LayerWeights::conv},
-      {"conv/in_proj", &LayerWeights::conv_in_proj},
-      {"conv/out_proj", &LayerWeights::conv_out_proj},
-      {"feed_forward/w1", &LayerWeights::w1},
-      {"feed_forward/w3", &LayerWeights::w3},
-      {"feed_forward/w2", &LayerWeights::w2},
-      {"feed_forward/gate", &LayerWeights::gate},
-      {"feed_forward/expert_bias", &LayerWeights::expert_bias},
-      {"feed_forward/experts/w1", &LayerWeights::experts_w1},
-      {"feed_forward/experts/w3", &LayerWeights::experts_w3},
-      {"feed_forward/experts/w2", &LayerWeights::experts_w2},
+      {names::kOperatorNorm, &LayerWeights::operator_norm},
+      {names::kFfnNorm, &LayerWeights::ffn_norm},
+      {names::kQProj, &LayerWeights::q_proj},
+      {names::kKProj, &LayerWeights::k_proj},
+      {names::kVProj, &LayerWeights::v_proj},
+      {names::kOutProj, &LayerWeights::out_proj},
+      {names::kQLayernorm, &LayerWeights::q_layernorm},
+      {names::kKLayernorm, &LayerWeights::k_layernorm},
+      {names::kConv, &LayerWeights::conv},
+      {names::kConvInProj, &LayerWeights::conv_in_proj},
+      {names::kConvOutProj, &LayerWeights::conv_out_proj},
+      {names::kW1, &LayerWeights::w1},
+      {names::kW3, &LayerWeights::w3},
+      {names::kW2, &LayerWeights::w2},
+      {names::kGate, &LayerWeights::gate},
+      {names::kExpertBias, &LayerWeights::expert_bias},
+      {names::kExpertsW1, &LayerWeights::experts_w1},
+      {names::kExpertsW3, &LayerWeights::experts_w3},
+      {names::kExpertsW2, &LayerWeights::experts_w2},
   };
   auto it = kMembers.find(leaf);
   LFM2_CHECK(it != kMembers.end(), "layer weights: no member for dataset leaf '", leaf, "'");

@@ -7,6 +7,7 @@ namespace lfm2 {
 namespace {
 
 [[noreturn]] void no_generation() { LFM2_FAIL("this backend does not generate yet (use --device cpu)"); }
+[[noreturn]] void no_batches() { LFM2_FAIL("this backend does not run generation in batches yet"); }
 
 }  // namespace
 
@@ -17,5 +18,14 @@ void StageExecutor::decode(void*, int64_t, int64_t, int64_t) { no_generation(); 
 int32_t* StageExecutor::alloc_tokens(int64_t) { no_generation(); }
 void StageExecutor::embed_tokens(const int32_t*, int64_t, void*) { no_generation(); }
 void StageExecutor::choose(const void*, int64_t, int64_t, int64_t, int64_t, int32_t*, int32_t*) { no_generation(); }
+int64_t StageExecutor::page_bytes(int64_t) const { no_batches(); }
+int64_t StageExecutor::slot_bytes() const { no_batches(); }
+void StageExecutor::alloc_batch_state(const StateShape&, const SamplingParams&) { no_batches(); }
+void StageExecutor::map_pages(int64_t, int64_t, const int32_t*, int64_t) { no_batches(); }
+void StageExecutor::embed_batch(const StepBatch&, const int32_t*, const int32_t*, void*) { no_batches(); }
+void StageExecutor::forward_batch(void*, const StepBatch&) { no_batches(); }
+void StageExecutor::choose_batch(const void*, const StepBatch&, const SeqSampling*, int32_t*, int32_t*) {
+  no_batches();
+}
 
 }  // namespace lfm2

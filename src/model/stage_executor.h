@@ -13,6 +13,7 @@
 #include "common/dtype.h"
 #include "io/weight_file.h"
 #include "kernels/sample.h"
+#include "model/step_batch.h"
 
 namespace lfm2 {
 
@@ -88,6 +89,36 @@ class StageExecutor {
   // tokens (alloc_tokens), and copied to host (alloc_host memory, readable after synchronize()).
   virtual void choose(const void* x, int64_t first_seq, int64_t n_seq, int64_t seq_len, int64_t step,
                       int32_t* tokens, int32_t* host);
+  // ---- generation in batches (model/step_batch.h; issues 20 and 26): any sequences of any slots
+  // in one step, prompt chunks and decode rows mixed, the KV cache in pages. Executors implement
+  // these beside the calls above until the engine has moved to them.
+  // Bytes one KV page of page_size positions takes on this stage (every attention layer), and the
+  // other state of one slot (conv state, EOS state): a pool's size is decided from these.
+  virtual int64_t page_bytes(int64_t page_size) const;
+  virtual int64_t slot_bytes() const;
+  // Allocates the state once (refusing, with the bytes named, when it does not fit); `sampling`
+  // holds the EOS ids and the defaults of every sequence.
+  virtual void alloc_batch_state(const StateShape& shape, const SamplingParams& sampling);
+  // Slot `slot`'s block-table entries [first, first + n) = pages[0..n) (host memory; page ids in
+  // [0, n_pages)), in stream order: the steps queued after it see them.
+  virtual void map_pages(int64_t slot, int64_t first, const int32_t* pages, int64_t n);
+  // First stage: x = the embedding of every row: a prompt entry's rows from prompt_ids (alloc_host
+  // memory: every prompt entry's n_rows ids, in entry order, range-checked), a decode entry's row
+  // from fed (alloc_tokens memory: one id per decode entry, in order); after the rows, one fp32
+  // finished flag per decode entry (decode_flags(x, b.rows(), hidden)'s first n_decode floats: 1
+  // where the fed token is an EOS id).
+  virtual void embed_batch(const StepBatch& b, const int32_t* prompt_ids, const int32_t* fed, void* x);
+  // This stage's layers on x (b.rows() rows, then the flags), reading and extending each entry's
+  // slot: prompt entries store their positions' state, decode entries read it and append one.
+  // Decode entries flagged finished are not routed to the experts (their rows are unspecified).
+  virtual void forward_batch(void* x, const StepBatch& b);
+  // Last stage: the token of every emitting entry (gen_step >= 0) from its last row, in entry
+  // order, into tokens (alloc_tokens memory) and host (alloc_host memory, readable after
+  // synchronize(); or null): greedy or sampled by params (one per emitting entry, host memory; null:
+  // the defaults), keyed by (seed, seq, gen_step); after an EOS a slot repeats the EOS it produced.
+  virtual void choose_batch(const void* x, const StepBatch& b, const SeqSampling* params, int32_t* tokens,
+                            int32_t* host);
+
   // Device executors: queues a count of the NaN / +-Inf values among the first n fp32 elements of a
   // buffer in its memory (a hidden-state buffer) into *count, host memory from alloc_host() that
   // the caller zeroed; readable once the queued work is done (synchronize()). Returns false where

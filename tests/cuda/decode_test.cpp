@@ -91,7 +91,7 @@ TYPED_TEST(CudaDecode, ShortConvStateAndDecode) {
     upload(d_len, lengths);
     CUDA_CHECK(cudaMemset(d_state.get(), 0, N * (L - 1) * H * sizeof(float)));  // sequence 0 stays untouched
     CUDA_CHECK(cudaDeviceSynchronize());
-    cuda::short_conv_state(d_state.get(), d_bcx.get(), n, S, H, L, d_len.get(), first, this->stream_);
+    cuda::short_conv_state(d_state.get(), d_bcx.get(), d_len.get(), first, n, S, H, L, this->stream_);
     std::vector<float> state(size_t(N * (L - 1) * H), 0.f);
     for (int64_t s = 0; s < n; ++s)
       cpu::short_conv_state(state.data() + (first + s) * (L - 1) * H, bcx.data() + s * S * 3 * H,
@@ -107,8 +107,8 @@ TYPED_TEST(CudaDecode, ShortConvStateAndDecode) {
       for (int64_t i = 0; i < n; ++i) pos.push_back(lengths[size_t(first + i)] + step - 1);
       std::vector<float> ref(size_t(n * H));
       cpu::short_conv_decode(ref.data(), row.data(), w.data(), state.data() + first * (L - 1) * H, pos.data(), n, H, L);
-      cuda::short_conv_decode(d_out.get(), d_row.get(), d_w.get(), d_state.get(), n, H, L, d_len.get(), first, step,
-                              this->stream_);
+      cuda::short_conv_decode(d_out.get(), d_row.get(), d_w.get(), d_state.get(), d_len.get(), first, step, nullptr, n,
+                              H, L, this->stream_);
       this->sync();
       EXPECT_TRUE(close_t<T>(download(d_out.get(), ref.size()), ref)) << "decode step " << step << ", H " << H;
       EXPECT_TRUE(close(download(d_state.get(), state.size()), state, 1e-6, 1e-6)) << "state after step " << step;
@@ -138,7 +138,7 @@ TEST_F(CudaTest, EndOfSequenceRule) {
   upload(d_top, top);
   upload(d_eos, eos);
   upload(d_ended, ended);
-  cuda::apply_eos(d_tokens.get(), d_top.get(), d_ended.get(), d_eos.get(), 2, n, first, stream_);
+  cuda::apply_eos(d_tokens.get(), d_top.get(), n, first, d_eos.get(), 2, d_ended.get(), stream_);
   sync();
   EXPECT_EQ(int_download(d_tokens.get(), size_t(n)), want);
   EXPECT_EQ(int_download(d_ended.get(), ended.size()), want_ended);
@@ -154,7 +154,7 @@ TEST_F(CudaTest, FinishedFlagsDropTheirPairs) {
   DevBuf<float> d_flags(tokens.size());
   upload(d_tokens, tokens);
   upload(d_eos, eos);
-  cuda::finished_flags(d_flags.get(), d_tokens.get(), d_eos.get(), int(eos.size()), n, stream_);
+  cuda::finished_flags(d_flags.get(), d_tokens.get(), n, d_eos.get(), int(eos.size()), stream_);
   sync();
   const auto flags = download(d_flags.get(), tokens.size());
   EXPECT_EQ(flags, want);

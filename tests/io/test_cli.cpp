@@ -115,6 +115,31 @@ TEST(H5packCli, ErrorsAreOneLine) {
   EXPECT_EQ(left, std::vector<std::string>{"ckpt"});
 }
 
+// synth --text DIR: the text side of a checkpoint directory (the committed test tokenizer); inspect
+// shows it; a bad file of DIR is one error naming it, and no output.
+TEST(H5packCli, SynthCarriesATextSide) {
+  test::ScratchDir dir;
+  const std::string tok = std::string(LFM2_SOURCE_DIR) + "/tests/text/tokenizer";
+  Result r = run(dir, "-q synth " + dir.file("m.h5") + " --preset lfm2-tiny --text " + tok);
+  ASSERT_EQ(r.code, 0) << r.err;
+  r = run(dir, "inspect --brief " + dir.file("m.h5"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("tokenizer: BPE, vocab 512 (14 added tokens, 14 special), bos <|startoftext|>, eos <|im_end|>"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("generation defaults: eos 7, 2 (generation_config.json)"), std::string::npos) << r.out;
+  r = run(dir, "verify " + dir.file("m.h5"));
+  EXPECT_NE(r.out.find("4 text files match their digests"), std::string::npos) << r.out;
+
+  std::filesystem::create_directory(dir.file("bad"));
+  std::ofstream(dir.file("bad/generation_config.json")) << "{\"eos_token_id\": 512}";
+  expect_one_line_error(run(dir, "synth " + dir.file("b.h5") + " --preset lfm2-tiny --text " + dir.file("bad")),
+                        dir.file("bad/generation_config.json"), "eos_token_id 512 is outside the model's vocabulary");
+  expect_one_line_error(run(dir, "synth " + dir.file("b.h5") + " --preset lfm2-tiny --text " + dir.file("m.h5")),
+                        "--text " + dir.file("m.h5"), "not a directory");
+  EXPECT_FALSE(std::filesystem::exists(dir.file("b.h5")));
+}
+
 TEST(H5packCli, InterruptLeavesNoTemporaryFile) {
   // SIGINT while synth writes a 175 MB file: the process ends by the signal and removes its
   // OUT.h5.tmp.<pid>; there is no output either.

@@ -1,6 +1,7 @@
 // The safetensors reader: good files and shards, and every kind of corrupt input with a one-line
 // error naming the file and the tensor.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
@@ -69,7 +70,10 @@ TEST(Safetensors, ReadsShardsThroughIndex) {
 TEST(Safetensors, MissingFiles) {
   ScratchDir dir;
   expect_error([&] { SafetensorsCheckpoint ck(dir.path()); }, {dir.path(), "no model.safetensors"});
-  expect_error([&] { SafetensorsCheckpoint ck(dir.file("x.safetensors")); }, {"x.safetensors", "cannot open"});
+  expect_error([&] { SafetensorsCheckpoint ck(dir.file("x.safetensors")); }, {"x.safetensors", "no such file"});
+  // A FIFO is refused before it is opened (open() would block until a writer came).
+  ASSERT_EQ(::mkfifo(dir.file("f.safetensors").c_str(), 0644), 0);
+  expect_error([&] { SafetensorsCheckpoint ck(dir.file("f.safetensors")); }, {"f.safetensors", "is a FIFO"});
   std::ofstream(dir.file("model.safetensors.index.json")) << R"({"weight_map": {"a": "gone.safetensors"}})";
   expect_error([&] { SafetensorsCheckpoint ck(dir.path()); }, {"index.json", "gone.safetensors", "does not exist"});
 }

@@ -14,6 +14,8 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
+#include "kernels/paged_kv.h"
+
 namespace lfm2::cuda {
 
 // --- embedding.cu: out (n_tokens, hidden) fp32 = table[ids]; table (vocab, hidden). An id outside
@@ -60,6 +62,40 @@ void linear_add_f32(float* x, const T* in, const T* weight, int64_t n_rows, int6
 void set_gemm_pinning(bool pinned);
 bool gemm_pinning();
 
+// --- linear_decode.cu: the same three products for decode rows (any count; measured at 8-256), by
+// one path per shape fixed by (n_in, n_out) alone (decode_gemm_path, a table measured on the H100):
+// cuBLASLt with the algorithm its heuristic picks at plan_rows rows, pinned for every row count,
+// or a swap-AB tensor-core kernel with a split-K fixed by the shape (decode_gemm_plan) and reduced
+// in a fixed order. A row's bits depend on the shape only, never on n_rows or the other rows (they
+// may differ from `linear`'s).
+// bf16/fp16: n_in % 8 == 0, in and weight 16-byte aligned; fp32 runs `linear` (tf32 as there).
+// Scratch: the device's decode workspace and cuBLAS workspace (cublas_ctx.h), so calls on one
+// device are stream-ordered.
+template <typename T>
+void linear_decode(T* out, const T* in, const T* weight, int64_t n_rows, int64_t n_in, int64_t n_out,
+                   cudaStream_t stream, bool tf32 = false);
+template <typename T>
+void linear_f32out_decode(float* out, const T* in, const T* weight, int64_t n_rows, int64_t n_in, int64_t n_out,
+                          cudaStream_t stream, bool tf32 = false);
+template <typename T>
+void linear_add_f32_decode(float* x, const T* in, const T* weight, int64_t n_rows, int64_t n_in, int64_t n_out,
+                           cudaStream_t stream, bool tf32 = false);
+struct DecodeGemmPlan {
+  int splits = 1;       // k slices, reduced in ascending order
+  int64_t k_slice = 0;  // k per slice, a multiple of 64
+};
+DecodeGemmPlan decode_gemm_plan(int64_t n_in, int64_t n_out);
+struct DecodeGemmPath {
+  enum Kind { kKernel, kLt } kind = kLt;
+  int64_t plan_rows = 64;  // kLt: the row count cuBLASLt's algorithm is picked at (4096: linear's)
+};
+DecodeGemmPath decode_gemm_path(int64_t n_in, int64_t n_out);
+// Tuning and tests only: every later decode product takes *path (nullptr: the table's again).
+void decode_gemm_force_path(const DecodeGemmPath* path);
+// Tuning only (cuda_bench_decode): every later plan uses `splits` slices (0: the shape's own).
+// Changes the bits of every decode product: never in a run.
+void decode_gemm_force_splits(int splits);
+
 // --- rope.cu: fused per-head q/k RMSNorm + RoPE (cpu::rmsnorm per head, then cpu::rope with
 // position = row % seq_len), in place on qkv (n_seq * seq_len, (n_heads + 2 * n_kv_heads) * head_dim)
 // whose rows are [q | k | v]; v is untouched. inv_freq (head_dim / 2) from cpu::rope_inv_freq.
@@ -84,6 +120,20 @@ void attention(T* out, const T* q, const T* k, const T* v, int64_t n_seq, int64_
 template <typename T>
 void short_conv(T* out, const T* bcx, const float* conv_w, int64_t n_seq, int64_t seq_len, int64_t hidden, int64_t L,
                 cudaStream_t stream);
+// short_conv_state (cpu::short_conv_state for n_seq sequences): state (n_seq_all, L-1, hidden) fp32
+// of sequences first_seq.. from their prefill bcx rows (n_seq * seq_len, 3 * hidden), each at the
+// end of its own prompt (lengths: device, per sequence of the state).
+template <typename T>
+void short_conv_state(float* state, const T* bcx, const int32_t* lengths, int64_t first_seq, int64_t n_seq,
+                      int64_t seq_len, int64_t hidden, int64_t L, cudaStream_t stream);
+// short_conv_decode (cpu::short_conv_decode): out (n, hidden) from bcx (n, 3 * hidden) and the
+// state of sequences first_seq.., which is shifted to take the new inputs. The CPU twin's positions
+// are (lengths, first_seq, step, at): row i at position lengths[first_seq + i] + step - 1, with
+// (first_seq, step) read from `at` where it is not null (see "decode rows" below).
+template <typename T>
+void short_conv_decode(T* out, const T* bcx, const float* conv_w, float* state, const int32_t* lengths,
+                       int64_t first_seq, int64_t step, const int64_t* at, int64_t n, int64_t hidden, int64_t L,
+                       cudaStream_t stream);
 
 // --- swiglu.cu: out (n_rows, inter) = silu(gate) * up where gate_up rows are [gate (inter) | up (inter)]
 // (cpu::swiglu on each row's two halves: the layout of one GEMM over stacked [w1; w3]).
@@ -102,6 +152,21 @@ void moe_router(float* weights, int32_t* experts, const float* logits, const flo
                 cudaStream_t stream);
 // moe_drop_rows (cpu::moe_drop_rows): the pairs of rows flagged in done (n_tokens) get expert -1.
 void moe_drop_rows(int32_t* experts, const float* done, int64_t n_tokens, int64_t top_k, cudaStream_t stream);
+// moe_router_drop: moe_router then moe_drop_rows (done (n_tokens) or null) in one launch (decode).
+void moe_router_drop(float* weights, int32_t* experts, const float* logits, const float* expert_bias,
+                     const float* done, int64_t n_tokens, int64_t n_experts, int64_t top_k, bool norm_topk_prob,
+                     float routed_scaling_factor, cudaStream_t stream);
+// moe_route_decode (decode rows, bf16/fp16): the router's logits (fp32 dot products of in (n_tokens,
+// hidden) with gate (n_experts, hidden), a fixed order per row), moe_router_drop's top-k and
+// moe_permute_one_block's outputs (offsets, src_token, dest_row) in one launch: its last block to
+// finish permutes. A row's logits, weights and experts do not depend on the other rows. hidden % 8
+// == 0, 16-byte aligned in / gate, n_experts <= 256. Uses a counter of the decode workspace
+// (cublas_ctx.h): calls on one device are stream-ordered.
+template <typename T>
+void moe_route_decode(float* weights, int32_t* experts, int32_t* offsets, int32_t* src_token, int32_t* dest_row,
+                      const T* in, const T* gate, const float* expert_bias, const float* done, int64_t n_tokens,
+                      int64_t hidden, int64_t n_experts, int64_t top_k, bool norm_topk_prob,
+                      float routed_scaling_factor, cudaStream_t stream);
 
 // --- moe_permute.cu: the (token, slot) pairs sorted by expert, stably (token order within an expert),
 // on the device: offsets (n_experts + 1), the first permuted row of each expert's group;
@@ -112,6 +177,10 @@ void moe_drop_rows(int32_t* experts, const float* done, int64_t n_tokens, int64_
 int64_t moe_permute_scratch_ints(int64_t n_tokens, int64_t n_experts, int64_t top_k);
 void moe_permute(int32_t* offsets, int32_t* src_token, int32_t* dest_row, const int32_t* experts, int64_t n_tokens,
                  int64_t n_experts, int64_t top_k, int32_t* scratch, cudaStream_t stream);
+// moe_permute_one_block: the same outputs from one block of one launch, no scratch (decode sizes;
+// any size works, a few thousand pairs are quick).
+void moe_permute_one_block(int32_t* offsets, int32_t* src_token, int32_t* dest_row, const int32_t* experts,
+                           int64_t n_tokens, int64_t n_experts, int64_t top_k, cudaStream_t stream);
 
 // --- moe_grouped_matmul.cu: the rows of each expert in order, then one GEMM per expert.
 // moe_gather: out[r] = in[src_token[r]] for r < n_rows; out (n_rows, hidden), in (n_tokens, hidden).
@@ -145,6 +214,15 @@ template <typename T>
 void moe_combine(float* x, const T* expert_out, const int32_t* dest_row, const float* weights, int64_t n_tokens,
                  int64_t top_k, int64_t hidden, cudaStream_t stream);
 
+// moe_combine_rmsnorm (decode): moe_combine of fp32 expert rows into x, then, when norm_weight is
+// not null, out (n_tokens, hidden) = rmsnorm(x) with norm_weight (the next layer's first norm
+// fused: the bits of moe_combine then rmsnorm). hidden % 4 == 0 and <= 8192, x and expert_out 16-byte
+// aligned. Launched as a programmatic dependent of the kernel before it.
+template <typename T>
+void moe_combine_rmsnorm(T* out, float* x, const float* expert_out, const int32_t* dest_row, const float* weights,
+                         const float* norm_weight, int64_t n_tokens, int64_t top_k, int64_t hidden, float eps,
+                         cudaStream_t stream);
+
 // --- moe_experts.cu: cpu::moe_experts followed by cpu::add into the residual, composed from the
 // kernels above: x (n_tokens, hidden) fp32 += experts(in). in (n_tokens, hidden);
 // w13 (n_experts, 2 * inter, hidden), each expert's w1 rows then its w3 rows; w2 (n_experts, hidden,
@@ -158,14 +236,52 @@ void moe_experts(float* x, const T* in, const T* w13, const T* w2, const int32_t
                  int64_t n_tokens, int64_t hidden, int64_t n_experts, int64_t inter, int64_t top_k, void* scratch,
                  cudaStream_t stream);
 
-// --- decode.cu: generation (SPEC §3). A prefill row (step 0) is at position row % seq_len of
+// --- moe_experts_decode.cu: moe_experts for decode rows (same arguments and result up to rounding),
+// reading each touched expert's weights once near the memory bandwidth: a one-block permutation,
+// persistent pipelined gate/up (SwiGLU in registers) and down (fp32) products over the touched
+// experts, moe_combine_rmsnorm. A row's bits do not depend on n_tokens, the other rows or their
+// routing (they differ from moe_experts'). Scratch: moe_experts_decode_scratch_bytes(). bf16/fp16:
+// hidden, inter multiples of 8, n_experts <= 1024, buffers 16-byte aligned; fp32 runs moe_experts.
+// Queues kernels only: capturable in a CUDA graph.
+int64_t moe_experts_decode_scratch_bytes(int64_t n_tokens, int64_t hidden, int64_t n_experts, int64_t inter,
+                                         int64_t top_k, int64_t elem_bytes);
+template <typename T>
+void moe_experts_decode(float* x, const T* in, const T* w13, const T* w2, const int32_t* experts, const float* weights,
+                        int64_t n_tokens, int64_t hidden, int64_t n_experts, int64_t inter, int64_t top_k,
+                        void* scratch, cudaStream_t stream);
+// Tuning only (cuda_bench_decode), speed only (the bits do not depend on them): the products'
+// variant (0: default; 1: the first decode kernels; 2, 3, 4: pipelined with 6 stages, 4 stages, 4
+// stages at two blocks per SM) and, for variant 1, 8 nt tokens per pass (0: by the mean rows).
+void moe_experts_decode_force_variant(int variant);
+void moe_experts_decode_force_nt(int nt);
+
+// moe_decode: the routed MoE block of decode rows (HF Lfm2MoeSparseMoeBlock) in four launches:
+// moe_route_decode (rows flagged in done, or none, get nothing), the products above, and
+// moe_combine_rmsnorm: x (n_tokens, hidden) fp32 += experts(in); then, if next_norm is not null,
+// norm_out = rmsnorm(x) with next_norm and eps (the next layer's operator norm). gate (n_experts,
+// hidden), expert_bias (n_experts) or null, w13 / w2 as moe_experts. Scratch: moe_decode_scratch_bytes().
+// fp32 composes linear_f32out, moe_router_drop, moe_experts and rmsnorm. Capturable in a CUDA graph.
+struct MoeDims {
+  int64_t hidden, n_experts, inter, top_k;
+  bool norm_topk_prob;
+  float routed_scaling_factor;
+};
+int64_t moe_decode_scratch_bytes(int64_t n_tokens, const MoeDims& dims, int64_t elem_bytes);
+template <typename T>
+void moe_decode(float* x, T* norm_out, const T* in, const T* gate, const float* expert_bias, const T* w13,
+                const T* w2, const float* done, const float* next_norm, float eps, int64_t n_tokens,
+                const MoeDims& dims, void* scratch, cudaStream_t stream);
+
+// --- decode rows: generation (SPEC §3). A prefill row (step 0) is at position row % seq_len of
 // sequence first_seq + row / seq_len; a decode row (step >= 1, one per sequence) is sequence
 // first_seq + row at position lengths[first_seq + row] + step - 1 (lengths: device, per sequence).
-// qk_norm_rope above takes the same (lengths, first_seq, step) for its positions. `at` (device, or
-// nullptr): {first_seq, step} read by the kernels instead of the arguments, so that a decode step
-// captured once in a CUDA Graph replays for any microbatch and step (set_decode_at writes it, in
-// stream order, before each replay; the host arguments still describe the step for its checks).
+// qk_norm_rope above, short_conv_decode and the kernels of decode.cu below take the same
+// (lengths, first_seq, step) for their positions. `at` (device, or nullptr): {first_seq, step} read
+// by the kernels instead of the arguments, so that a decode step captured once in a CUDA Graph
+// replays for any microbatch and step (set_decode_at, in cuda/decode_at.cu, writes it in stream
+// order before each replay; the host arguments still describe the step for its checks).
 void set_decode_at(int64_t* at, int64_t first_seq, int64_t step, cudaStream_t stream);
+// --- decode.cu: the KV cache and one query per sequence against it.
 // kv_cache_store: the k and v parts of qkv rows into k_cache, v_cache (n_seq_all, max_len,
 // n_kv_heads * head_dim) at each row's (sequence, position) (cpu: the CPU stage's copy).
 template <typename T>
@@ -178,25 +294,55 @@ template <typename T>
 void attention_decode(T* out, const T* qkv, const T* k_cache, const T* v_cache, int64_t n, int64_t n_heads,
                       int64_t n_kv_heads, int64_t head_dim, float scale, const int32_t* lengths, int64_t first_seq,
                       int64_t step, int64_t max_len, cudaStream_t stream, const int64_t* at = nullptr);
-// short_conv_state (cpu::short_conv_state for n_seq sequences): state (n_seq_all, L-1, hidden) fp32
-// of sequences first_seq.. from their prefill bcx rows (n_seq * seq_len, 3 * hidden).
-template <typename T>
-void short_conv_state(float* state, const T* bcx, int64_t n_seq, int64_t seq_len, int64_t hidden, int64_t L,
-                      const int32_t* lengths, int64_t first_seq, cudaStream_t stream);
-// short_conv_decode (cpu::short_conv_decode): out (n, hidden) from bcx (n, 3 * hidden) and the
-// state of sequences first_seq.., which is shifted to take the new inputs.
-template <typename T>
-void short_conv_decode(T* out, const T* bcx, const float* conv_w, float* state, int64_t n, int64_t hidden, int64_t L,
-                       const int32_t* lengths, int64_t first_seq, int64_t step, cudaStream_t stream,
-                       const int64_t* at = nullptr);
-// apply_eos (cpu::choose_tokens' end-of-sequence rule): tokens[i] = top[i], or, once sequence
-// first_seq + i has ended, the EOS id it produced; ended (one per sequence, -1 = cpu::kNotEnded until
-// then) set to the token when a token is an EOS id.
-void apply_eos(int32_t* tokens, const int32_t* top, int32_t* ended, const int32_t* eos, int n_eos, int64_t n,
-               int64_t first_seq, cudaStream_t stream);
+
+// --- sample.cu: token choice's end-of-sequence rules (greedy generation chooses on the device;
+// sampling on the host, cpu::choose_tokens). apply_eos (cpu::choose_tokens' rule, its arguments in
+// the same order: the top-1 for the logits, first_seq for seq_ids, eos for params.eos):
+// tokens[i] = top[i], or, once sequence first_seq + i has ended, the EOS id it produced; ended (one
+// per sequence, -1 = cpu::kNotEnded until then) set to the token when a token is an EOS id.
+void apply_eos(int32_t* tokens, const int32_t* top, int64_t n, int64_t first_seq, const int32_t* eos, int n_eos,
+               int32_t* ended, cudaStream_t stream);
 // finished_flags (cpu::finished_flags): flags[i] = 1 where tokens[i] is one of the n_eos EOS ids, else 0.
-void finished_flags(float* flags, const int32_t* tokens, const int32_t* eos, int n_eos, int64_t n,
+void finished_flags(float* flags, const int32_t* tokens, int64_t n, const int32_t* eos, int n_eos,
                     cudaStream_t stream);
+
+// --- The paged KV cache (kernels/paged_kv.h: pools [n_pages, page_size, n_kv_heads, head_dim],
+// block_table int32 [.., max_pages], one PagedSeq per sequence of the step; all device arrays, so a
+// CUDA Graph replays any step once they are rewritten). A row's bits depend on its sequence's
+// tokens and position only: not on the batch, the other rows, the page size or page placement.
+// rope_store.cu (cpu::qk_norm_rope_store): qk_norm_rope on the rows of seqs at their positions
+// (the same bits), in place on qkv (n_rows, (n_heads + 2 n_kv_heads) head_dim), and each row's k and
+// v into its page. One block per row of the n_rows (rows of no sequence, padding, are skipped; so is
+// the store of a row past the table or on a negative entry). head_dim even, <= 256.
+template <typename T>
+void qk_norm_rope_store(T* qkv, T* k_pool, T* v_pool, const float* q_norm, const float* k_norm, const float* inv_freq,
+                        const PagedSeq* seqs, int64_t n_seqs, int64_t n_rows, const int32_t* block_table,
+                        int64_t max_pages, int64_t page_size, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
+                        float eps, cudaStream_t stream);
+// attention_paged_decode.cu (cpu::attention_paged, one row per sequence): flash-decoding. Each
+// entry of seqs is one decode row (n_rows is taken as 1): q row `row` at position first_pos over
+// cache positions 0..first_pos. out rows of n_heads * head_dim at the q rows' indices; q rows of
+// q_stride elements (0: dense; qkv rows: (n_heads + 2 n_kv_heads) head_dim). Split-KV in fixed
+// 256-position (or longer, at most 64 splits) pieces of the cache length alone, merged in order.
+// workspace: attention_decode_paged_workspace_bytes(n_seqs, n_heads, head_dim, max_pages *
+// page_size) bytes, 16-byte aligned. head_dim 16, 32, 64, 128; n_heads / n_kv_heads <= 16;
+// q, pools 16-byte aligned. bf16/fp16 on tensor cores, fp32 exact SIMT.
+int64_t attention_decode_paged_workspace_bytes(int64_t n_seqs, int64_t n_heads, int64_t head_dim, int64_t max_len);
+template <typename T>
+void attention_decode_paged(T* out, const T* q, const T* k_pool, const T* v_pool, const PagedSeq* seqs,
+                            int64_t n_seqs, const int32_t* block_table, int64_t max_pages, int64_t page_size,
+                            int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale, void* workspace,
+                            cudaStream_t stream, int64_t q_stride = 0);
+// attention_paged_prefill.cu (cpu::attention_paged): chunked prefill, causal, every row of every
+// sequence of seqs against its cache (the chunk's k/v stored first); max_rows (host) bounds every
+// n_rows (the grid). Several sequences' chunks at any first_pos in one launch; a row's bits do not
+// depend on the chunk size, and a whole prompt gives attention()'s bits. Same layouts and limits as
+// attention_decode_paged (n_heads / n_kv_heads <= 64).
+template <typename T>
+void attention_prefill_paged(T* out, const T* q, const T* k_pool, const T* v_pool, const PagedSeq* seqs,
+                             int64_t n_seqs, int64_t max_rows, const int32_t* block_table, int64_t max_pages,
+                             int64_t page_size, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale,
+                             cudaStream_t stream, int64_t q_stride = 0);
 
 // --- argmax.cu: cpu::argmax_margin on the GPU (the head's next token and its margin over the
 // runner-up). out, margin (n_rows); in (n_rows, n_cols) fp32.

@@ -1,0 +1,511 @@
+// Flash-decoding over a paged KV cache (cpu::attention_paged for one row per sequence): split-KV
+// blocks write partial softmax states, a second kernel merges them.
+//
+// Split (exact mode, the only one): a sequence of cache length len (its row's position + 1) is cut
+// into splits of tiles_per_split(len) tiles of kTile = 64 positions, starting at position 0: at
+// least 4 tiles (256 positions), more once len passes 64 splits' worth, so at most kMaxSplits = 64
+// splits. The split is a function of len alone and the merge runs over the splits in order, so a
+// row's bits never depend on the batch, the other rows, the page size or the placement of pages.
+//
+// Pass 1, one block of 4 warps per (sequence, split, KV head), the KV heads of one position range
+// side by side so that the lines of a cache row are read together. bf16 / fp16 on the tensor cores:
+// the group's query heads are rows 0..group-1 of one 16-row mma A operand (zero below), so each K/V
+// tile read from the cache serves every query head of the KV head (GQA); 64-position tiles stream
+// through shared memory in a 4-stage cp.async pipeline (16-byte copies into XOR-swizzled rows,
+// positions past the length zero-filled and never read; see the variants below), warp w takes
+// positions 16w..16w+15 of each tile: S = Q K^T and O += P V as m16n8k16 mma with fp32
+// accumulators, an online softmax in fp32 (log2 units), P rounded to the element type for P V as
+// in attention.cu. The 4 warps' states are merged in warp
+// order in shared memory and the split's (O unnormalised, max, sum) written to the workspace.
+// fp32: SIMT, exact FMAs; tiles of 32 positions in shared memory, each warp taking query heads of
+// the group, lane j scoring position j of the tile, then lanes owning head dims for P V.
+//
+// Pass 2, one warp per (sequence, query head), launched as pass 1's programmatic dependent: the
+// global max over its splits, the splits' sums (a warp sum: a fixed order) and outputs (in split
+// order) rescaled, out = O / L in the element type.
+#include <cmath>
+#include <cstdlib>
+#include <type_traits>
+
+#include "common/cuda_check.h"
+#include "kernels/attention_mma.cuh"
+#include "kernels/cuda/device_info.h"
+#include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/ops.h"
+
+namespace lfm2::cuda {
+namespace {
+
+using namespace mma;
+
+constexpr int kTile = 64, kMinTilesPerSplit = 4, kMaxSplits = 64;
+constexpr int kWarps = 4, kThreads = kWarps * 32;
+constexpr int kMaxGroup = 16;  // query heads per KV head: rows of one mma A operand
+
+__host__ __device__ __forceinline__ int tiles_per_split(int len) {
+  const int tiles = (len + kTile - 1) / kTile;
+  const int t = (tiles + kMaxSplits - 1) / kMaxSplits;
+  return t > kMinTilesPerSplit ? t : kMinTilesPerSplit;
+}
+
+__host__ __device__ __forceinline__ int splits_of(int len) {
+  const int tiles = (len + kTile - 1) / kTile, tps = tiles_per_split(len);
+  return (tiles + tps - 1) / tps;
+}
+
+// The most splits of any length up to max_len: the workspace's and the grid's width.
+int64_t max_splits(int64_t max_len) {
+  const int64_t tiles = (max_len + kTile - 1) / kTile;
+  return std::max<int64_t>(1, std::min<int64_t>(kMaxSplits, (tiles + kMinTilesPerSplit - 1) / kMinTilesPerSplit));
+}
+
+// What a pass-1 block works on.
+struct Split {
+  int seq, kvh, split;  // indices
+  int row, start, end;  // q row; positions start .. end - 1
+  bool active;
+};
+
+__device__ __forceinline__ Split split_of_block(const PagedSeq* seqs, int n_kv, int ms) {
+  Split s;
+  s.kvh = int(blockIdx.x % unsigned(n_kv));
+  s.split = int((blockIdx.x / unsigned(n_kv)) % unsigned(ms));
+  s.seq = int(blockIdx.x / unsigned(n_kv * ms));
+  const PagedSeq sq = seqs[s.seq];
+  const int len = sq.first_pos + 1, span = tiles_per_split(len) * kTile;
+  s.row = sq.row;
+  s.start = s.split * span;
+  s.end = min(len, s.start + span);
+  s.active = s.start < len;
+  return s;
+}
+
+// Variants: the same arithmetic, so the same bits, with different memory movement (chosen at the
+// first call: LFM2_DECODE_VARIANT, else kDefaultVariant). Bit 0: the L2 256-byte prefetch hint on
+// the K/V copies; bit 1: unpadded, XOR-swizzled K/V stages, 4 deep (3 at head_dim 128: a 256-position
+// split is then in flight at once, 3 blocks per SM at head_dim 64) instead of padded rows 3 deep;
+// bit 2: the merge launched as a programmatic dependent of pass 1 (its launch overlaps pass 1's tail).
+// Measured on an H100 at 32 x 10240 positions, pages of 16 shuffled (32/8 heads, hd 64, bf16): 273.5,
+// 267.0, 261.0, 264.3, 272.3, 265.6, 259.3, 262.6 us for variants 0..7; 6 is the default.
+constexpr int kDefaultVariant = 6;
+
+int decode_variant() {
+  static const int v = [] {
+    const char* e = std::getenv("LFM2_DECODE_VARIANT");
+    return e && *e ? std::atoi(e) & 7 : kDefaultVariant;
+  }();
+  return v;
+}
+
+template <int HD, bool kSwizzle>
+struct DecodeSmem {
+  static constexpr int kStages = kSwizzle && HD < 128 ? 4 : 3;
+  static constexpr int LQ = HD + 8;                  // Q rows padded: ldmatrix's 8 rows hit 8 bank groups
+  static constexpr int LKV = kSwizzle ? HD : HD + 8;  // K/V rows: swizzled, or padded as Q
+  static constexpr int kQ = 16 * LQ, kKV = kTile * LKV;
+  static constexpr size_t kPipe = size_t(kQ + 2 * kStages * kKV) * 2;
+  static constexpr size_t kMerge = size_t(kWarps) * 16 * (HD + 2) * 4;  // per warp: o, max, sum of 16 rows
+  static constexpr size_t kBytes = kPipe > kMerge ? kPipe : kMerge;
+
+  // Element offset of 16-byte chunk c of K/V row r. Swizzled: the chunk's place among the 8 of its
+  // 128-byte line XOR the row (head_dim >= 64) or the line (smaller heads, several rows a line), so
+  // the 8 rows an ldmatrix reads at one chunk fall in 8 distinct bank groups.
+  static __device__ __forceinline__ int kv(int r, int c) {
+    if constexpr (!kSwizzle) {
+      return r * LKV + c * 8;
+    } else if constexpr (HD >= 64) {
+      return r * HD + (((c & ~7) | ((c & 7) ^ (r & 7))) * 8);
+    } else {
+      const int u = r * (HD / 8) + c, line = u >> 3;
+      return ((line << 3) | ((u & 7) ^ (line & 7))) * 8;
+    }
+  }
+};
+
+template <typename T, int HD, bool kSwizzle, bool kL2Prefetch>
+__global__ void __launch_bounds__(kThreads)
+    decode_tc_kernel(float* part_o, float2* part_ml, const T* q, const T* k_pool, const T* v_pool,
+                     const PagedSeq* seqs, const int32_t* block_table, int max_pages, int shift, int n_heads, int n_kv,
+                     int group, int ms, int64_t q_stride, float scale_log2) {
+  using S = DecodeSmem<HD, kSwizzle>;
+  constexpr int LQ = S::LQ, KC = HD / 16, DT = HD / 8, kChunks = HD / 8, kStages = S::kStages;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  T* sk = reinterpret_cast<T*>(smem_raw);  // [kStages][kTile rows]
+  T* sv = sk + kStages * S::kKV;           // [kStages][kTile rows]
+  T* sq = sv + kStages * S::kKV;           // [16][LQ]
+
+  const Split sp = split_of_block(seqs, n_kv, ms);
+  if (!sp.active) return;
+  const PagedRows rows{block_table + int64_t(seqs[sp.seq].table_row) * max_pages, shift, int64_t(n_kv) * HD};
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+  const int n_tiles = (sp.end - sp.start + kTile - 1) / kTile;
+  const int64_t head_off = int64_t(sp.kvh) * HD;
+
+  const T* qb = q + int64_t(sp.row) * q_stride + int64_t(sp.kvh) * group * HD;
+  for (int c = tid; c < 16 * kChunks; c += kThreads) {
+    const int r = c / kChunks, col = (c % kChunks) * 8;
+    cp_async16(sq + r * LQ + col, r < group ? qb + int64_t(r) * HD + col : qb, r < group);
+  }
+  auto load_tile = [&](int stage, int t) {
+    T* dk = sk + stage * S::kKV;
+    T* dv = sv + stage * S::kKV;
+    const int p0 = sp.start + t * kTile;
+    for (int c = tid; c < kTile * kChunks; c += kThreads) {
+      const int r = c / kChunks, ch = c % kChunks, p = p0 + r;
+      const bool ok = p < sp.end;
+      const int64_t off = ok ? rows.offset(p) + head_off + ch * 8 : 0;
+      if constexpr (kL2Prefetch) {
+        cp_async16_l2_256(dk + S::kv(r, ch), k_pool + off, ok);
+        cp_async16_l2_256(dv + S::kv(r, ch), v_pool + off, ok);
+      } else {
+        cp_async16(dk + S::kv(r, ch), k_pool + off, ok);
+        cp_async16(dv + S::kv(r, ch), v_pool + off, ok);
+      }
+    }
+  };
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < n_tiles) load_tile(s, s);
+    cp_async_commit();  // empty groups keep the count uniform
+  }
+
+  uint32_t qf[KC][4];
+  float o[DT][4];
+#pragma unroll
+  for (int j = 0; j < DT; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
+
+  for (int t = 0; t < n_tiles; ++t) {
+    cp_async_wait<kStages - 2>();  // tile t (and the Q rows) landed
+    __syncthreads();               // ... for every thread; tile t-1's stage is free
+    if (t + kStages - 1 < n_tiles) load_tile((t + kStages - 1) % kStages, t + kStages - 1);
+    cp_async_commit();
+    if (t == 0) {
+#pragma unroll
+      for (int kc = 0; kc < KC; ++kc) ldmatrix_x4(qf[kc], sq + (lane & 15) * LQ + kc * 16 + (lane >> 4) * 8);
+    }
+    const int k0 = sp.start + t * kTile + 16 * warp;  // this warp's 16 positions
+    if (k0 >= sp.end) continue;
+    const T* ks = sk + (t % kStages) * S::kKV;
+    const T* vs = sv + (t % kStages) * S::kKV;
+    const int mi = lane >> 3;
+    float sc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#pragma unroll
+    for (int kc = 0; kc < KC; ++kc) {
+      uint32_t b[4];
+      ldmatrix_x4(b, ks + S::kv(16 * warp + (mi >> 1) * 8 + (lane & 7), kc * 2 + (mi & 1)));
+      mma16816<T>(sc[0], qf[kc], b[0], b[1]);
+      mma16816<T>(sc[1], qf[kc], b[2], b[3]);
+    }
+    float tmax0 = -INFINITY, tmax1 = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const bool ok = k0 + j * 8 + 2 * t4 + e < sp.end;
+        sc[j][e] = ok ? sc[j][e] * scale_log2 : -INFINITY;
+        sc[j][2 + e] = ok ? sc[j][2 + e] * scale_log2 : -INFINITY;
+        tmax0 = fmaxf(tmax0, sc[j][e]);
+        tmax1 = fmaxf(tmax1, sc[j][2 + e]);
+      }
+#pragma unroll
+    for (int o2 = 1; o2 <= 2; o2 <<= 1) {
+      tmax0 = fmaxf(tmax0, __shfl_xor_sync(0xffffffffu, tmax0, o2));
+      tmax1 = fmaxf(tmax1, __shfl_xor_sync(0xffffffffu, tmax1, o2));
+    }
+    // position k0 is valid, so every row's new max is finite
+    const float mn0 = fmaxf(m0, tmax0), mn1 = fmaxf(m1, tmax1);
+    const float alpha0 = exp2f(m0 - mn0), alpha1 = exp2f(m1 - mn1);
+    m0 = mn0;
+    m1 = mn1;
+    l0 *= alpha0;
+    l1 *= alpha1;
+#pragma unroll
+    for (int j = 0; j < DT; ++j) {
+      o[j][0] *= alpha0;
+      o[j][1] *= alpha0;
+      o[j][2] *= alpha1;
+      o[j][3] *= alpha1;
+    }
+    float p[2][4];
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      p[j][0] = exp2f(sc[j][0] - mn0);
+      p[j][1] = exp2f(sc[j][1] - mn0);
+      p[j][2] = exp2f(sc[j][2] - mn1);
+      p[j][3] = exp2f(sc[j][3] - mn1);
+      l0 += p[j][0] + p[j][1];
+      l1 += p[j][2] + p[j][3];
+    }
+    const uint32_t pa[4] = {pack2<T>(p[0][0], p[0][1]), pack2<T>(p[0][2], p[0][3]), pack2<T>(p[1][0], p[1][1]),
+                            pack2<T>(p[1][2], p[1][3])};
+#pragma unroll
+    for (int d = 0; d < DT; d += 2) {
+      uint32_t b[4];
+      ldmatrix_x4_trans(b, vs + S::kv(16 * warp + (mi & 1) * 8 + (lane & 7), d + (mi >> 1)));
+      mma16816<T>(o[d], pa, b[0], b[1]);
+      mma16816<T>(o[d + 1], pa, b[2], b[3]);
+    }
+  }
+  cp_async_wait<0>();
+#pragma unroll
+  for (int o2 = 1; o2 <= 2; o2 <<= 1) {
+    l0 += __shfl_xor_sync(0xffffffffu, l0, o2);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, o2);
+  }
+  __syncthreads();  // the stages are no longer read: the merge reuses them
+  float* mo = reinterpret_cast<float*>(smem_raw);  // [kWarps][16][HD]
+  float* mm = mo + kWarps * 16 * HD;               // [kWarps][16] max
+  float* ml = mm + kWarps * 16;                    // [kWarps][16] sum
+  const int r0 = warp * 16 + g;
+#pragma unroll
+  for (int j = 0; j < DT; ++j) {
+    const int col = j * 8 + 2 * t4;
+    mo[r0 * HD + col] = o[j][0];
+    mo[r0 * HD + col + 1] = o[j][1];
+    mo[(r0 + 8) * HD + col] = o[j][2];
+    mo[(r0 + 8) * HD + col + 1] = o[j][3];
+  }
+  if (t4 == 0) {
+    mm[r0] = m0, ml[r0] = l0;
+    mm[r0 + 8] = m1, ml[r0 + 8] = l1;
+  }
+  __syncthreads();
+  // warps in order; a warp that saw no position has max -inf, weight 0 and o = l = 0
+  for (int i = tid; i < group * HD; i += kThreads) {
+    const int r = i / HD, d = i - r * HD;
+    float M = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) M = fmaxf(M, mm[w * 16 + r]);
+    float O = 0.f, L = 0.f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float wt = exp2f(mm[w * 16 + r] - M);
+      O += mo[(w * 16 + r) * HD + d] * wt;
+      L += ml[w * 16 + r] * wt;
+    }
+    const int64_t idx = (int64_t(sp.seq) * n_heads + sp.kvh * group + r) * ms + sp.split;
+    part_o[idx * HD + d] = O;
+    if (d == 0) part_ml[idx] = make_float2(M, L);
+  }
+}
+
+template <int HD>
+__global__ void __launch_bounds__(kThreads)
+    decode_simt_kernel(float* part_o, float2* part_ml, const float* q, const float* k_pool, const float* v_pool,
+                       const PagedSeq* seqs, const int32_t* block_table, int max_pages, int shift, int n_heads,
+                       int n_kv, int group, int ms, int64_t q_stride, float scale_log2) {
+  constexpr int kKeys = 32, LDF = HD + 4, kChunks = HD / 4, kPer = (HD + 31) / 32;
+  constexpr int kHeadsPerWarp = kMaxGroup / kWarps;
+  __shared__ __align__(16) float ks[kKeys * LDF];
+  __shared__ __align__(16) float vs[kKeys * LDF];
+  __shared__ __align__(16) float qs[kMaxGroup * HD];
+
+  const Split sp = split_of_block(seqs, n_kv, ms);
+  if (!sp.active) return;
+  const PagedRows rows{block_table + int64_t(seqs[sp.seq].table_row) * max_pages, shift, int64_t(n_kv) * HD};
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int64_t head_off = int64_t(sp.kvh) * HD;
+  const float* qb = q + int64_t(sp.row) * q_stride + int64_t(sp.kvh) * group * HD;
+  for (int i = tid; i < group * HD; i += kThreads) qs[i] = qb[i];
+
+  float m[kHeadsPerWarp], l[kHeadsPerWarp], o[kHeadsPerWarp][kPer];
+#pragma unroll
+  for (int i = 0; i < kHeadsPerWarp; ++i) {
+    m[i] = -INFINITY, l[i] = 0.f;
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) o[i][k] = 0.f;
+  }
+  for (int k0 = sp.start; k0 < sp.end; k0 += kKeys) {
+    __syncthreads();  // the previous keys are no longer read
+    for (int c = tid; c < kKeys * kChunks; c += kThreads) {
+      const int r = c / kChunks, col = (c % kChunks) * 4, p = k0 + r;
+      const bool ok = p < sp.end;
+      const int64_t off = ok ? rows.offset(p) + head_off + col : 0;
+      cp_async16(ks + r * LDF + col, k_pool + off, ok);
+      cp_async16(vs + r * LDF + col, v_pool + off, ok);
+    }
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < kHeadsPerWarp; ++i) {
+      const int hh = warp + kWarps * i;
+      if (hh >= group) break;
+      const float* qh = qs + hh * HD;
+      const float* kr = ks + lane * LDF;
+      float s = 0.f;
+#pragma unroll
+      for (int d = 0; d < HD; d += 4) {
+        const float4 kk = *reinterpret_cast<const float4*>(kr + d);
+        const float4 qq = *reinterpret_cast<const float4*>(qh + d);
+        s += qq.x * kk.x + qq.y * kk.y + qq.z * kk.z + qq.w * kk.w;
+      }
+      s = k0 + lane < sp.end ? s * scale_log2 : -INFINITY;
+      const float mn = fmaxf(m[i], warp_max(s));  // position k0 is valid: finite
+      const float alpha = exp2f(m[i] - mn), p = exp2f(s - mn);
+      l[i] = l[i] * alpha + warp_sum(p);
+#pragma unroll
+      for (int k = 0; k < kPer; ++k) o[i][k] *= alpha;
+      for (int j = 0; j < kKeys; ++j) {
+        const float pj = __shfl_sync(0xffffffffu, p, j);
+#pragma unroll
+        for (int k = 0; k < kPer; ++k)
+          if (lane + 32 * k < HD) o[i][k] += pj * vs[j * LDF + lane + 32 * k];
+      }
+      m[i] = mn;
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kHeadsPerWarp; ++i) {
+    const int hh = warp + kWarps * i;
+    if (hh >= group) break;
+    const int64_t idx = (int64_t(sp.seq) * n_heads + sp.kvh * group + hh) * ms + sp.split;
+#pragma unroll
+    for (int k = 0; k < kPer; ++k)
+      if (lane + 32 * k < HD) part_o[idx * HD + lane + 32 * k] = o[i][k];
+    if (lane == 0) part_ml[idx] = make_float2(m[i], l[i]);
+  }
+}
+
+// One warp per (sequence, query head): the splits merged in order.
+template <typename T, int HD>
+__global__ void decode_merge_kernel(T* out, const float* part_o, const float2* part_ml, const PagedSeq* seqs,
+                                    int n_seqs, int n_heads, int ms) {
+  constexpr int kPer = (HD + 31) / 32;
+  const int64_t item = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  const int lane = threadIdx.x & 31;
+  // launched as pass 1's programmatic dependent, it may start early: wait for pass 1's writes
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  if (item >= int64_t(n_seqs) * n_heads) return;
+  const int si = int(item / n_heads), h = int(item % n_heads);
+  const PagedSeq sq = seqs[si];
+  const int n = splits_of(sq.first_pos + 1);  // <= kMaxSplits = 64: lanes hold splits lane, lane + 32
+  const int64_t base = item * ms;
+  const float2 a = lane < n ? part_ml[base + lane] : make_float2(-INFINITY, 0.f);
+  const float2 b = lane + 32 < n ? part_ml[base + lane + 32] : make_float2(-INFINITY, 0.f);
+  const float M = warp_max(fmaxf(a.x, b.x));
+  const float wa = lane < n ? exp2f(a.x - M) : 0.f, wb = lane + 32 < n ? exp2f(b.x - M) : 0.f;
+  const float L = warp_sum(a.y * wa + b.y * wb);
+  float acc[kPer];
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) acc[k] = 0.f;
+#pragma unroll 4
+  for (int s = 0; s < n; ++s) {
+    const float wt = __shfl_sync(0xffffffffu, s < 32 ? wa : wb, s & 31);
+#pragma unroll
+    for (int k = 0; k < kPer; ++k)
+      if (lane + 32 * k < HD) acc[k] += part_o[(base + s) * HD + lane + 32 * k] * wt;
+  }
+  const float inv = 1.f / L;
+  T* ob = out + int64_t(sq.row) * n_heads * HD + int64_t(h) * HD;
+#pragma unroll
+  for (int k = 0; k < kPer; ++k)
+    if (lane + 32 * k < HD) ob[lane + 32 * k] = from_f32<T>(acc[k] * inv);
+}
+
+struct DecodeArgs {
+  const PagedSeq* seqs;
+  int64_t n_seqs;
+  const int32_t* block_table;
+  int64_t max_pages, page_size, n_heads, n_kv_heads;
+  float scale;
+  void* workspace;
+  int64_t q_stride;
+};
+
+template <typename T, int HD, bool kSwizzle, bool kL2Prefetch>
+void launch_tc(float* part_o, float2* part_ml, const T* q, const T* k_pool, const T* v_pool, const DecodeArgs& a,
+               int64_t ms, unsigned blocks, cudaStream_t stream) {
+  auto kernel = decode_tc_kernel<T, HD, kSwizzle, kL2Prefetch>;
+  constexpr size_t smem = DecodeSmem<HD, kSwizzle>::kBytes;
+  if (smem > (size_t(48) << 10)) raise_smem_limit(reinterpret_cast<const void*>(kernel), int(smem));
+  kernel<<<blocks, kThreads, smem, stream>>>(part_o, part_ml, q, k_pool, v_pool, a.seqs, a.block_table,
+                                             int(a.max_pages), page_shift(a.page_size), int(a.n_heads),
+                                             int(a.n_kv_heads), int(a.n_heads / a.n_kv_heads), int(ms), a.q_stride,
+                                             a.scale * 1.4426950408889634f);
+  CUDA_CHECK_LAUNCH("decode_tc_kernel");
+}
+
+template <typename T, int HD>
+void launch_decode(T* out, const T* q, const T* k_pool, const T* v_pool, const DecodeArgs& a, cudaStream_t stream) {
+  const int64_t ms = max_splits(a.max_pages * a.page_size);
+  float* part_o = static_cast<float*>(a.workspace);
+  float2* part_ml = reinterpret_cast<float2*>(part_o + a.n_seqs * a.n_heads * ms * HD);
+  const int64_t blocks = a.n_seqs * ms * a.n_kv_heads;
+  LFM2_CHECK(blocks < (int64_t(1) << 31), "attention_decode_paged: ", blocks, " blocks is too many for one launch");
+  const int variant = decode_variant();
+  if constexpr (std::is_same<T, float>::value) {
+    decode_simt_kernel<HD><<<unsigned(blocks), kThreads, 0, stream>>>(
+        part_o, part_ml, q, k_pool, v_pool, a.seqs, a.block_table, int(a.max_pages), page_shift(a.page_size),
+        int(a.n_heads), int(a.n_kv_heads), int(a.n_heads / a.n_kv_heads), int(ms), a.q_stride,
+        a.scale * 1.4426950408889634f);
+    CUDA_CHECK_LAUNCH("decode_simt_kernel");
+  } else {
+    const unsigned grid = unsigned(blocks);
+    switch (variant & 3) {
+      case 0: launch_tc<T, HD, false, false>(part_o, part_ml, q, k_pool, v_pool, a, ms, grid, stream); break;
+      case 1: launch_tc<T, HD, false, true>(part_o, part_ml, q, k_pool, v_pool, a, ms, grid, stream); break;
+      case 2: launch_tc<T, HD, true, false>(part_o, part_ml, q, k_pool, v_pool, a, ms, grid, stream); break;
+      default: launch_tc<T, HD, true, true>(part_o, part_ml, q, k_pool, v_pool, a, ms, grid, stream);
+    }
+  }
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(grid_for(a.n_seqs * a.n_heads * 32, 256));
+  cfg.blockDim = dim3(256);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = (variant & 4) ? 1 : 0;
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, decode_merge_kernel<T, HD>, out, static_cast<const float*>(part_o),
+                                static_cast<const float2*>(part_ml), a.seqs, int(a.n_seqs), int(a.n_heads), int(ms)));
+  CUDA_CHECK_LAUNCH("decode_merge_kernel");
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+}  // namespace
+
+int64_t attention_decode_paged_workspace_bytes(int64_t n_seqs, int64_t n_heads, int64_t head_dim, int64_t max_len) {
+  return n_seqs * n_heads * max_splits(max_len) * (head_dim + 2) * int64_t(sizeof(float));
+}
+
+template <typename T>
+void attention_decode_paged(T* out, const T* q, const T* k_pool, const T* v_pool, const PagedSeq* seqs,
+                            int64_t n_seqs, const int32_t* block_table, int64_t max_pages, int64_t page_size,
+                            int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale, void* workspace,
+                            cudaStream_t stream, int64_t q_stride) {
+  LFM2_CHECK(n_kv_heads > 0 && n_heads % n_kv_heads == 0 && n_heads / n_kv_heads <= kMaxGroup,
+             "attention_decode_paged: ", n_heads, " heads over ", n_kv_heads, " kv heads (a multiple, at most ",
+             kMaxGroup, " per kv head)");
+  LFM2_CHECK(valid_page_size(page_size), "attention_decode_paged: page size ", page_size,
+             " is not a power of two in [", kMinPageSize, ", ", kMaxPageSize, "]");
+  LFM2_CHECK(max_pages * page_size <= (int64_t(1) << 31) && n_seqs < (int64_t(1) << 31),
+             "attention_decode_paged: ", max_pages, " pages of ", page_size, ", ", n_seqs,
+             " sequences (positions must fit int32)");
+  if (q_stride == 0) q_stride = n_heads * head_dim;
+  LFM2_CHECK(aligned16(q) && aligned16(k_pool) && aligned16(v_pool) && aligned16(workspace) &&
+                 (q_stride * int64_t(sizeof(T))) % 16 == 0,
+             "attention_decode_paged: q, the pools and the workspace must be 16-byte aligned, q rows a multiple of "
+             "16 bytes");
+  if (n_seqs == 0) return;
+  const DecodeArgs a{seqs, n_seqs, block_table, max_pages, page_size, n_heads, n_kv_heads, scale, workspace, q_stride};
+  switch (head_dim) {
+    case 16: return launch_decode<T, 16>(out, q, k_pool, v_pool, a, stream);
+    case 32: return launch_decode<T, 32>(out, q, k_pool, v_pool, a, stream);
+    case 64: return launch_decode<T, 64>(out, q, k_pool, v_pool, a, stream);
+    case 128: return launch_decode<T, 128>(out, q, k_pool, v_pool, a, stream);
+    default: LFM2_FAIL("attention_decode_paged: head_dim ", head_dim, " not supported (16, 32, 64 or 128)");
+  }
+}
+
+#define INST(T)                                                                                                   \
+  template void attention_decode_paged<T>(T*, const T*, const T*, const T*, const PagedSeq*, int64_t,             \
+                                          const int32_t*, int64_t, int64_t, int64_t, int64_t, int64_t, float, void*, \
+                                          cudaStream_t, int64_t);
+LFM2_FOR_EACH_T(INST)
+#undef INST
+
+}  // namespace lfm2::cuda

@@ -1,0 +1,369 @@
+// Chunked-prefill attention over a paged KV cache (cpu::attention_paged): the n_rows queries of each
+// sequence's chunk (positions first_pos .. first_pos + n_rows - 1, their k and v already stored)
+// against that sequence's cache positions 0 .. their own, causal, several sequences in one launch.
+//
+// bf16 / fp16: tensor cores, attention.cu's FlashAttention-2 structure with GQA packing. A block of
+// 4 warps owns 64 mma rows = 64 / group consecutive queries x the group's query heads of one KV head
+// (row r: query r / group, head r % group), so each K/V tile serves every head of the group; its Q
+// rows stay in registers as mma fragments. Key/value tiles of 64 positions, aligned to absolute
+// position 0, stream through shared memory (cp.async double buffer, 16-byte copies through the block
+// table, positions past the chunk zero-filled); S = Q K^T and O += P V as m16n8k16 mma, online
+// softmax in fp32, P rounded to the element type for P V. Every row sees the same tiles in the same
+// order with the same arithmetic as attention.cu's kernel, and a tile wholly past a row's position
+// leaves its state bit for bit unchanged, so a row's bits depend neither on the chunk size nor on
+// the other rows or sequences (a whole prompt in one chunk gives attention()'s bits).
+// fp32: exact SIMT FMAs, one query row per thread as attention.cu's fp32 kernel, tiles aligned the
+// same way.
+#include <cmath>
+#include <type_traits>
+
+#include "common/cuda_check.h"
+#include "kernels/attention_mma.cuh"
+#include "kernels/cuda/device_info.h"
+#include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/ops.h"
+
+namespace lfm2::cuda {
+namespace {
+
+using namespace mma;
+
+constexpr int kBQ = 64, kBKV = 64, kWarps = 4, kThreads = kWarps * 32;
+
+template <int HD>
+struct PrefillSmem {
+  static constexpr int LD = HD + 8;  // padded rows: ldmatrix's 8 row addresses hit 8 distinct bank groups
+  static constexpr int kQ = kBQ * LD, kKV = kBKV * LD;
+  static constexpr size_t kBytes = size_t(kQ + 4 * kKV) * 2;  // Q, K[2], V[2]
+};
+
+template <typename T, int HD>
+__global__ void __launch_bounds__(kThreads)
+    prefill_tc_kernel(T* out, const T* q, const T* k_pool, const T* v_pool, const PagedSeq* seqs, int n_seqs,
+                      const int32_t* block_table, int max_pages, int shift, int n_heads, int n_kv, int group,
+                      int n_qtiles, int64_t q_stride, float scale_log2) {
+  using S = PrefillSmem<HD>;
+  constexpr int LD = S::LD, NT = kBKV / 8, DT = HD / 8, KC = HD / 16, kChunks = HD / 8;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  T* sq = reinterpret_cast<T*>(smem_raw);
+  T* sk = sq + S::kQ;       // [2][kBKV][LD]
+  T* sv = sk + 2 * S::kKV;  // [2][kBKV][LD]
+
+  // blocks numbered (reversed query tile, sequence, KV head): the later, heavier tiles first
+  const int per_tile = n_seqs * n_kv;
+  const int qt = n_qtiles - 1 - int(blockIdx.x) / per_tile;
+  const int si = (int(blockIdx.x) % per_tile) / n_kv, kvh = int(blockIdx.x) % n_kv;
+  const PagedSeq seq = seqs[si];
+  const int qpb = kBQ / group, i0 = qt * qpb;  // queries per block, the block's first
+  if (i0 >= seq.n_rows) return;
+  const int nq = min(qpb, seq.n_rows - i0), n_valid = nq * group;
+  const int pos0 = seq.first_pos + i0, k_end = pos0 + nq;  // its first query's position; keys 0 .. k_end - 1
+  const PagedRows rows{block_table + int64_t(seq.table_row) * max_pages, shift, int64_t(n_kv) * HD};
+  const int64_t head_off = int64_t(kvh) * HD;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+
+  auto load_kv = [&](int stage, int k0) {
+    T* dk = sk + stage * S::kKV;
+    T* dv = sv + stage * S::kKV;
+    for (int c = tid; c < kBKV * kChunks; c += kThreads) {
+      const int r = c / kChunks, col = (c % kChunks) * 8, p = k0 + r;
+      const bool ok = p < k_end;
+      const int64_t off = ok ? rows.offset(p) + head_off + col : 0;
+      cp_async16(dk + r * LD + col, k_pool + off, ok);
+      cp_async16(dv + r * LD + col, v_pool + off, ok);
+    }
+  };
+  for (int c = tid; c < kBQ * kChunks; c += kThreads) {
+    const int r = c / kChunks, col = (c % kChunks) * 8;
+    const bool ok = r < n_valid;
+    const T* src = ok ? q + int64_t(seq.row + i0 + r / group) * q_stride + int64_t(kvh * group + r % group) * HD + col
+                      : q;
+    cp_async16(sq + r * LD + col, src, ok);
+  }
+  const int n_tiles = (k_end + kBKV - 1) / kBKV;
+  load_kv(0, 0);
+  cp_async_commit();
+
+  // this lane's rows r0, r1 = r0 + 8 of the warp's 16; rows past the block's queries see no key
+  const int r0 = warp * 16 + g, r1 = r0 + 8;
+  const bool warp_active = warp * 16 < n_valid;
+  const int qpos0 = r0 < n_valid ? pos0 + r0 / group : -1, qpos1 = r1 < n_valid ? pos0 + r1 / group : -1;
+  const int wq_first = pos0 + (warp * 16) / group;
+  const int wq_last = pos0 + (min(warp * 16 + 15, n_valid - 1)) / group;
+
+  uint32_t qf[KC][4];
+  float o[DT][4];
+#pragma unroll
+  for (int j = 0; j < DT; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
+
+  for (int t = 0; t < n_tiles; ++t) {
+    const int st = t & 1, k0 = t * kBKV;
+    if (t + 1 < n_tiles) {
+      load_kv(st ^ 1, k0 + kBKV);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    if (t == 0) {
+#pragma unroll
+      for (int kc = 0; kc < KC; ++kc)
+        ldmatrix_x4(qf[kc], sq + (warp * 16 + (lane & 15)) * LD + kc * 16 + (lane >> 4) * 8);
+    }
+    // a warp whose queries all precede this tile (causal) or that has none has nothing to do
+    if (warp_active && k0 <= wq_last) {
+      const T* ks = sk + st * S::kKV;
+      const T* vs = sv + st * S::kKV;
+      float sc[NT][4];
+#pragma unroll
+      for (int j = 0; j < NT; ++j) sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.f;
+#pragma unroll
+      for (int kc = 0; kc < KC; ++kc)
+#pragma unroll
+        for (int j = 0; j < NT; j += 2) {
+          uint32_t b[4];
+          const int mi = lane >> 3;
+          ldmatrix_x4(b, ks + (j * 8 + (mi >> 1) * 8 + (lane & 7)) * LD + kc * 16 + (mi & 1) * 8);
+          mma16816<T>(sc[j], qf[kc], b[0], b[1]);
+          mma16816<T>(sc[j + 1], qf[kc], b[2], b[3]);
+        }
+      // scale and causal mask (positions past the chunk lie after every query)
+      const bool diag = k0 + kBKV - 1 > wq_first;
+      float tmax0 = -INFINITY, tmax1 = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int key = k0 + j * 8 + 2 * t4 + e;
+          float a = sc[j][e] * scale_log2, b = sc[j][2 + e] * scale_log2;
+          if (diag) {
+            if (key > qpos0) a = -INFINITY;
+            if (key > qpos1) b = -INFINITY;
+          }
+          sc[j][e] = a;
+          sc[j][2 + e] = b;
+          tmax0 = fmaxf(tmax0, a);
+          tmax1 = fmaxf(tmax1, b);
+        }
+#pragma unroll
+      for (int o2 = 1; o2 <= 2; o2 <<= 1) {
+        tmax0 = fmaxf(tmax0, __shfl_xor_sync(0xffffffffu, tmax0, o2));
+        tmax1 = fmaxf(tmax1, __shfl_xor_sync(0xffffffffu, tmax1, o2));
+      }
+      // rows whose keys are all masked so far keep m = -inf; their alpha and p are then 0
+      const float mn0 = fmaxf(m0, tmax0), mn1 = fmaxf(m1, tmax1);
+      const float base0 = mn0 == -INFINITY ? 0.f : mn0, base1 = mn1 == -INFINITY ? 0.f : mn1;
+      const float alpha0 = exp2f(m0 - base0), alpha1 = exp2f(m1 - base1);
+      m0 = mn0;
+      m1 = mn1;
+      l0 *= alpha0;
+      l1 *= alpha1;
+#pragma unroll
+      for (int j = 0; j < DT; ++j) {
+        o[j][0] *= alpha0;
+        o[j][1] *= alpha0;
+        o[j][2] *= alpha1;
+        o[j][3] *= alpha1;
+      }
+#pragma unroll
+      for (int kc = 0; kc < kBKV / 16; ++kc) {
+        float p[2][4];
+#pragma unroll
+        for (int hlf = 0; hlf < 2; ++hlf) {
+          const int j = 2 * kc + hlf;
+          p[hlf][0] = exp2f(sc[j][0] - base0);
+          p[hlf][1] = exp2f(sc[j][1] - base0);
+          p[hlf][2] = exp2f(sc[j][2] - base1);
+          p[hlf][3] = exp2f(sc[j][3] - base1);
+          l0 += p[hlf][0] + p[hlf][1];
+          l1 += p[hlf][2] + p[hlf][3];
+        }
+        const uint32_t pa[4] = {pack2<T>(p[0][0], p[0][1]), pack2<T>(p[0][2], p[0][3]), pack2<T>(p[1][0], p[1][1]),
+                                pack2<T>(p[1][2], p[1][3])};
+#pragma unroll
+        for (int d = 0; d < DT; d += 2) {
+          uint32_t b[4];
+          const int mi = lane >> 3;
+          ldmatrix_x4_trans(b, vs + (kc * 16 + (mi & 1) * 8 + (lane & 7)) * LD + d * 8 + (mi >> 1) * 8);
+          mma16816<T>(o[d], pa, b[0], b[1]);
+          mma16816<T>(o[d + 1], pa, b[2], b[3]);
+        }
+      }
+    }
+    __syncthreads();  // this stage is refilled by the next iteration's load
+  }
+  if (!warp_active) return;
+#pragma unroll
+  for (int o2 = 1; o2 <= 2; o2 <<= 1) {
+    l0 += __shfl_xor_sync(0xffffffffu, l0, o2);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, o2);
+  }
+  const float inv0 = 1.f / l0, inv1 = 1.f / l1;
+  const int64_t out_stride = int64_t(n_heads) * HD;
+  T* ob0 = out + int64_t(seq.row + i0 + r0 / group) * out_stride + int64_t(kvh * group + r0 % group) * HD;
+  T* ob1 = out + int64_t(seq.row + i0 + r1 / group) * out_stride + int64_t(kvh * group + r1 % group) * HD;
+#pragma unroll
+  for (int j = 0; j < DT; ++j) {
+    const int col = j * 8 + 2 * t4;
+    if (r0 < n_valid) *reinterpret_cast<uint32_t*>(ob0 + col) = pack2<T>(o[j][0] * inv0, o[j][1] * inv0);
+    if (r1 < n_valid) *reinterpret_cast<uint32_t*>(ob1 + col) = pack2<T>(o[j][2] * inv1, o[j][3] * inv1);
+  }
+}
+
+// fp32: one query row per thread (64 per block) of one (sequence, head), key tiles staged as fp32.
+template <int HD>
+__global__ void __launch_bounds__(kBQ)
+    prefill_simt_kernel(float* out, const float* q, const float* k_pool, const float* v_pool, const PagedSeq* seqs,
+                        int n_seqs, const int32_t* block_table, int max_pages, int shift, int n_heads, int n_kv,
+                        int group, int n_qtiles, int64_t q_stride, float scale_log2) {
+  constexpr int kKeys = HD <= 64 ? 32 : 16;  // keys per tile
+  __shared__ __align__(16) float ks[kKeys][HD];
+  __shared__ __align__(16) float vs[kKeys][HD];
+
+  const int per_tile = n_seqs * n_heads;
+  const int qt = n_qtiles - 1 - int(blockIdx.x) / per_tile;
+  const int si = (int(blockIdx.x) % per_tile) / n_heads, h = int(blockIdx.x) % n_heads, kvh = h / group;
+  const PagedSeq seq = seqs[si];
+  const int i0 = qt * kBQ;
+  if (i0 >= seq.n_rows) return;
+  const int i = i0 + int(threadIdx.x), k_end = seq.first_pos + min(seq.n_rows, i0 + kBQ);
+  const bool valid = i < seq.n_rows;
+  const int qpos = seq.first_pos + i;
+  const PagedRows rows{block_table + int64_t(seq.table_row) * max_pages, shift, int64_t(n_kv) * HD};
+
+  float qr[HD], o[HD];
+  const float* qp = q + int64_t(seq.row + (valid ? i : 0)) * q_stride + int64_t(h) * HD;
+#pragma unroll
+  for (int d = 0; d < HD; ++d) {
+    qr[d] = valid ? qp[d] * scale_log2 : 0.f;
+    o[d] = 0.f;
+  }
+  float m = -INFINITY, l = 0.f;
+  for (int k0 = 0; k0 < k_end; k0 += kKeys) {
+    __syncthreads();  // the previous tile is no longer read
+    for (int e = threadIdx.x; e < kKeys * HD; e += kBQ) {
+      const int j = e / HD, d = e - j * HD, kp = k0 + j;
+      const int64_t off = kp < k_end ? rows.offset(kp) + int64_t(kvh) * HD + d : -1;
+      ks[j][d] = off >= 0 ? k_pool[off] : 0.f;
+      vs[j][d] = off >= 0 ? v_pool[off] : 0.f;
+    }
+    __syncthreads();
+    float sc[kKeys];
+    float tmax = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < kKeys; ++j) {
+      float acc = 0.f;
+#pragma unroll
+      for (int d = 0; d < HD; d += 4) {
+        const float4 kk = *reinterpret_cast<const float4*>(&ks[j][d]);
+        acc += qr[d] * kk.x + qr[d + 1] * kk.y + qr[d + 2] * kk.z + qr[d + 3] * kk.w;
+      }
+      sc[j] = (k0 + j <= qpos) ? acc : -INFINITY;
+      tmax = fmaxf(tmax, sc[j]);
+    }
+    const float m_new = fmaxf(m, tmax);
+    if (m_new == -INFINITY) continue;  // nothing visible yet (only rows past the chunk)
+    const float alpha = exp2f(m - m_new);
+    l *= alpha;
+#pragma unroll
+    for (int d = 0; d < HD; ++d) o[d] *= alpha;
+#pragma unroll
+    for (int j = 0; j < kKeys; ++j) {
+      const float p = exp2f(sc[j] - m_new);
+      l += p;
+#pragma unroll
+      for (int d = 0; d < HD; d += 4) {
+        const float4 vv = *reinterpret_cast<const float4*>(&vs[j][d]);
+        o[d] += p * vv.x;
+        o[d + 1] += p * vv.y;
+        o[d + 2] += p * vv.z;
+        o[d + 3] += p * vv.w;
+      }
+    }
+    m = m_new;
+  }
+  if (!valid) return;
+  const float inv = 1.f / l;
+  float* op = out + int64_t(seq.row + i) * n_heads * HD + int64_t(h) * HD;
+#pragma unroll
+  for (int d = 0; d < HD; ++d) op[d] = o[d] * inv;
+}
+
+struct PrefillArgs {
+  const PagedSeq* seqs;
+  int64_t n_seqs, max_rows;
+  const int32_t* block_table;
+  int64_t max_pages, page_size, n_heads, n_kv_heads;
+  float scale;
+  int64_t q_stride;
+};
+
+template <typename T, int HD>
+void launch_prefill(T* out, const T* q, const T* k_pool, const T* v_pool, const PrefillArgs& a, cudaStream_t stream) {
+  const int shift = page_shift(a.page_size), group = int(a.n_heads / a.n_kv_heads);
+  const float scale_log2 = a.scale * 1.4426950408889634f;
+  if constexpr (std::is_same<T, float>::value) {
+    const int64_t n_qtiles = (a.max_rows + kBQ - 1) / kBQ, blocks = n_qtiles * a.n_seqs * a.n_heads;
+    LFM2_CHECK(blocks < (int64_t(1) << 31), "attention_prefill_paged: ", blocks, " blocks is too many for one launch");
+    prefill_simt_kernel<HD><<<unsigned(blocks), kBQ, 0, stream>>>(
+        out, q, k_pool, v_pool, a.seqs, int(a.n_seqs), a.block_table, int(a.max_pages), shift, int(a.n_heads),
+        int(a.n_kv_heads), group, int(n_qtiles), a.q_stride, scale_log2);
+    CUDA_CHECK_LAUNCH("prefill_simt_kernel");
+  } else {
+    const int64_t qpb = kBQ / group, n_qtiles = (a.max_rows + qpb - 1) / qpb;
+    const int64_t blocks = n_qtiles * a.n_seqs * a.n_kv_heads;
+    LFM2_CHECK(blocks < (int64_t(1) << 31), "attention_prefill_paged: ", blocks, " blocks is too many for one launch");
+    auto kernel = prefill_tc_kernel<T, HD>;
+    constexpr size_t smem = PrefillSmem<HD>::kBytes;
+    if (smem > (size_t(48) << 10)) raise_smem_limit(reinterpret_cast<const void*>(kernel), int(smem));
+    kernel<<<unsigned(blocks), kThreads, smem, stream>>>(out, q, k_pool, v_pool, a.seqs, int(a.n_seqs), a.block_table,
+                                                         int(a.max_pages), shift, int(a.n_heads), int(a.n_kv_heads),
+                                                         group, int(n_qtiles), a.q_stride, scale_log2);
+    CUDA_CHECK_LAUNCH("prefill_tc_kernel");
+  }
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+}  // namespace
+
+template <typename T>
+void attention_prefill_paged(T* out, const T* q, const T* k_pool, const T* v_pool, const PagedSeq* seqs,
+                             int64_t n_seqs, int64_t max_rows, const int32_t* block_table, int64_t max_pages,
+                             int64_t page_size, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale,
+                             cudaStream_t stream, int64_t q_stride) {
+  LFM2_CHECK(n_kv_heads > 0 && n_heads % n_kv_heads == 0 && n_heads / n_kv_heads <= kBQ,
+             "attention_prefill_paged: ", n_heads, " heads over ", n_kv_heads, " kv heads (a multiple, at most ", kBQ,
+             " per kv head)");
+  LFM2_CHECK(valid_page_size(page_size), "attention_prefill_paged: page size ", page_size,
+             " is not a power of two in [", kMinPageSize, ", ", kMaxPageSize, "]");
+  LFM2_CHECK(max_pages * page_size <= (int64_t(1) << 31) && max_rows < (int64_t(1) << 31),
+             "attention_prefill_paged: ", max_pages, " pages of ", page_size, ", ", max_rows,
+             " rows (positions and rows must fit int32)");
+  if (q_stride == 0) q_stride = n_heads * head_dim;
+  if (!std::is_same<T, float>::value)
+    LFM2_CHECK(aligned16(q) && aligned16(k_pool) && aligned16(v_pool) && aligned16(out) &&
+                   (q_stride * int64_t(sizeof(T))) % 16 == 0,
+               "attention_prefill_paged: 16-bit q, out and the pools must be 16-byte aligned, q rows a multiple of "
+               "16 bytes");
+  if (n_seqs == 0 || max_rows == 0) return;
+  const PrefillArgs a{seqs, n_seqs, max_rows, block_table, max_pages, page_size, n_heads, n_kv_heads, scale, q_stride};
+  switch (head_dim) {
+    case 16: return launch_prefill<T, 16>(out, q, k_pool, v_pool, a, stream);
+    case 32: return launch_prefill<T, 32>(out, q, k_pool, v_pool, a, stream);
+    case 64: return launch_prefill<T, 64>(out, q, k_pool, v_pool, a, stream);
+    case 128: return launch_prefill<T, 128>(out, q, k_pool, v_pool, a, stream);
+    default: LFM2_FAIL("attention_prefill_paged: head_dim ", head_dim, " not supported (16, 32, 64 or 128)");
+  }
+}
+
+#define INST(T)                                                                                                  \
+  template void attention_prefill_paged<T>(T*, const T*, const T*, const T*, const PagedSeq*, int64_t, int64_t, \
+                                           const int32_t*, int64_t, int64_t, int64_t, int64_t, int64_t, float,   \
+                                           cudaStream_t, int64_t);
+LFM2_FOR_EACH_T(INST)
+#undef INST
+
+}  // namespace lfm2::cuda

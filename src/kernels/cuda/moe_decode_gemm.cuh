@@ -1,0 +1,360 @@
+// The expert products of the decode MoE (moe_experts_decode.cu): a persistent grouped GEMM for a
+// few rows per expert that streams each touched expert's weights once through a multi-stage
+// cp.async pipeline in shared memory.
+//
+// Work: the touched experts (offsets[e + 1] > offsets[e], ascending) times their row tiles are
+// `units`; block b takes units [U b / G, U (b + 1) / G), so every block streams the same number of
+// weight bytes (+-1 unit) whatever the routing. A unit is kBM weight rows of one expert:
+//   gate/up: 64 output features j, i.e. w13 rows j (gate) and I + j (up); act = silu(g) * u (T)
+//   down:    128 output features h of w2; y (fp32)
+// over all k, in passes of kTB of the expert's tokens (rows of `in` by src_token, or the expert's
+// contiguous act rows). The block's stages (unit, pass, 64-k step) form one sequence that the
+// pipeline walks S - 1 stages ahead, across units, so the weight stream never drains between units.
+//
+// A stage in shared memory: the kBM x 64 weight tile and the kTB x 64 token tile, 128-byte rows with
+// the 16-byte chunks XOR-swizzled by row (conflict-free ldmatrix and cp.async). 8 warps: warp
+// (rg = w % 4, th = w / 4) multiplies weight rows [32 rg, +32) (two m16 tiles: gate/up, the gate and
+// up rows of the same 16 j) by tokens [32 th, +32) (four n8 tiles, only those with live tokens),
+// mma.sync m16n8k16 with fp32 accumulators: swap-AB, the weights are the A operand.
+//
+// Exactness: an output element (feature, token) is the sum over 64-k stages in ascending k, each
+// four mma steps of 16 k in order, from that feature's weight row and that token's row alone; which
+// block, unit, pass, slot or warp computes it never changes its arithmetic. A row's bits therefore
+// depend on its own input and experts only (not on n_tokens, the other rows, or the grid).
+//
+// Programmatic dependent launch: gate/up waits for the router before reading offsets and lets its
+// dependent (down) launch once it has them; down reads offsets (finished two grids back), issues
+// its first weight stages, and only then waits for gate/up's act.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/gemv_mma.cuh"
+
+namespace lfm2::cuda::moe_gemm {
+
+constexpr int kBM = 128;  // weight rows per unit
+constexpr int kBK = 64;   // k per stage
+constexpr int kTB = 64;   // token slots per pass
+constexpr int kWarps = 8;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kRowBytes = kBK * 2;         // one 64-k row of 16-bit elements
+constexpr int kTileW = kBM * kRowBytes;    // 16 KB
+constexpr int kTileX = kTB * kRowBytes;    // 8 KB
+constexpr int kStageBytes = kTileW + kTileX;
+
+constexpr int kMaxExperts = 1024;
+
+// Dynamic shared memory of a block: S stages, then offsets (E + 1) and the touched list (E) as ints,
+// sized for kMaxExperts so that a kernel's size never changes (raise_smem_limit keys on it).
+constexpr int smem_bytes(int stages) { return stages * kStageBytes + (2 * kMaxExperts + 4) * 4; }
+
+struct Args {
+  const void* w;             // (E, rows, K): gate/up w13 (rows 2 R), down w2 (rows R)
+  const void* x;             // gate/up: in (n_tokens, K); down: act (P, K)
+  const int32_t* offsets;    // (E + 1), each expert's first permuted row
+  const int32_t* src_token;  // (P), the token of each permuted row (gate/up)
+  void* out;                 // gate/up: act (P, R) T; down: y (P, R) fp32
+  int64_t K, R;              // k; output features (gate/up: I, down: H)
+  int n_experts;
+};
+
+__device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+__device__ __forceinline__ void griddep_launch() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
+
+// 16 bytes global -> shared (zeros when !live; src must still be a valid address). Weights hint a
+// 256-byte L2 fetch: a row's next stage then comes from L2.
+template <bool kWeight>
+__device__ __forceinline__ void cp16(uint32_t dst, const void* src, bool live) {
+  if constexpr (kWeight)
+    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(live ? 16 : 0)
+                 : "memory");
+  else
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(live ? 16 : 0)
+                 : "memory");
+}
+__device__ __forceinline__ void commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wait_pending() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+
+// Byte offset of 16-byte chunk c of row r in a tile of 128-byte rows.
+__device__ __forceinline__ uint32_t swz(int r, int c) { return uint32_t(r * kRowBytes + ((c ^ (r & 7)) << 4)); }
+
+struct Unit {
+  int e, begin, n_e, passes;
+  int64_t tile;
+};
+
+__device__ __forceinline__ Unit unit_of(int64_t u, int64_t tiles, const int* s_touched, const int* s_off) {
+  Unit un;
+  const int64_t i = u / tiles;
+  un.tile = u - i * tiles;
+  un.e = s_touched[i];
+  un.begin = s_off[un.e];
+  un.n_e = s_off[un.e + 1] - un.begin;
+  un.passes = (un.n_e + kTB - 1) / kTB;
+  return un;
+}
+
+// The producer side of one thread: which global rows its cp.async copies read for the current
+// (unit, pass). Thread t copies chunk t % 8 of weight rows t / 8 + 32 i (i < 4) and of token rows
+// t / 8 + 32 i (i < 2).
+template <typename T, bool kGateUp>
+struct Feeder {
+  const T* w[4];   // weight rows (nullptr: past the end, zeros)
+  const T* x[2];   // token rows (nullptr: no token, zeros)
+  bool fill[2];    // whether the token row is written at all (rows of n8 tiles with live tokens)
+
+  __device__ __forceinline__ void set_unit(const Args& a, const Unit& un) {
+    const T* we = static_cast<const T*>(a.w) + int64_t(un.e) * (kGateUp ? 2 : 1) * a.R * a.K;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int r = (threadIdx.x >> 3) + 32 * i;
+      int64_t f, row;
+      if constexpr (kGateUp) {
+        f = un.tile * 64 + 16 * (r >> 5) + (r & 15);
+        row = ((r >> 4) & 1) * a.R + f;
+      } else {
+        f = un.tile * kBM + r;
+        row = f;
+      }
+      w[i] = f < a.R ? we + row * a.K : nullptr;
+    }
+  }
+  __device__ __forceinline__ void set_pass(const Args& a, const Unit& un, int pass) {
+    const int live = min(kTB, un.n_e - pass * kTB), rows = (live + 7) & ~7;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int n = (threadIdx.x >> 3) + 32 * i, slot = un.begin + pass * kTB + n;
+      fill[i] = n < rows;
+      x[i] = nullptr;
+      if (n < live) {
+        const int64_t src = kGateUp ? int64_t(__ldcg(a.src_token + slot)) : int64_t(slot);
+        x[i] = static_cast<const T*>(a.x) + src * a.K;
+      }
+    }
+  }
+  __device__ __forceinline__ void load_w(const Args& a, uint32_t stage, int ks) const {
+    const int c = threadIdx.x & 7;
+    const int64_t k = int64_t(ks) * kBK + 8 * c;
+    const bool kin = k < a.K;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int r = (threadIdx.x >> 3) + 32 * i;
+      const bool live = kin && w[i] != nullptr;
+      cp16<true>(stage + swz(r, c), live ? static_cast<const void*>(w[i] + k) : a.w, live);
+    }
+  }
+  __device__ __forceinline__ void load_x(const Args& a, uint32_t stage, int ks) const {
+    const int c = threadIdx.x & 7;
+    const int64_t k = int64_t(ks) * kBK + 8 * c;
+    const bool kin = k < a.K;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      if (!fill[i]) continue;
+      const int n = (threadIdx.x >> 3) + 32 * i;
+      const bool live = kin && x[i] != nullptr;
+      cp16<false>(stage + kTileW + swz(n, c), live ? static_cast<const void*>(x[i] + k) : a.x, live);
+    }
+  }
+};
+
+// n8 tiles of this warp's token half that hold live tokens in pass `pass` of `un` (0..4).
+__device__ __forceinline__ int live_tiles(const Unit& un, int pass, int th) {
+  const int n = min(kTB, un.n_e - pass * kTB) - 32 * th;
+  return n <= 0 ? 0 : min(4, (n + 7) / 8);
+}
+
+// acc[m][t] += W[rows 32 rg + 16 m, +16) . X[tokens 32 th + 8 t, +8) over the stage's 64 k, t < nt.
+template <typename T>
+__device__ __forceinline__ void stage_mma(float (&acc)[2][4][4], uint32_t stage, int rg, int th, int nt) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    uint32_t af[2][4];
+#pragma unroll
+    for (int m = 0; m < 2; ++m) {
+      const int row = 32 * rg + 16 * m + (lane & 7) + 8 * ((lane >> 3) & 1);
+      ldsm_x4(af[m], stage + swz(row, 2 * kk + (lane >> 4)));
+    }
+    uint32_t bf[4][2];
+#pragma unroll
+    for (int np = 0; np < 2; ++np) {
+      if (2 * np < nt) {
+        const int tok = 32 * th + 16 * np + (lane & 7) + 8 * (lane >> 4);
+        uint32_t r[4];
+        ldsm_x4(r, stage + kTileW + swz(tok, 2 * kk + ((lane >> 3) & 1)));
+        bf[2 * np][0] = r[0];
+        bf[2 * np][1] = r[1];
+        bf[2 * np + 1][0] = r[2];
+        bf[2 * np + 1][1] = r[3];
+      }
+    }
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+      if (t < nt) {
+#pragma unroll
+        for (int m = 0; m < 2; ++m)
+          gemv::mma16816<T>(acc[m][t], af[m][0], af[m][1], af[m][2], af[m][3], bf[t][0], bf[t][1]);
+      }
+    }
+  }
+}
+
+// The end of a (unit, pass): the warp's accumulators to act (gate/up, SwiGLU) or y (down); zeroed.
+template <typename T, bool kGateUp>
+__device__ __forceinline__ void store_tile(const Args& a, float (&acc)[2][4][4], const Unit& un, int pass, int rg,
+                                           int th, int nt) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int t = 0; t < 4; ++t) {
+    if (t < nt) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int slot = pass * kTB + 32 * th + 8 * t + gemv::acc_col(lane, c);
+        if (slot >= un.n_e) continue;
+        const int64_t row = un.begin + slot;
+        if constexpr (kGateUp) {
+          const int64_t j = un.tile * 64 + 16 * rg + gemv::acc_row(lane, c);
+          const float g = acc[0][t][c];
+          if (j < a.R) static_cast<T*>(a.out)[row * a.R + j] = from_f32<T>(g / (1.0f + expf(-g)) * acc[1][t][c]);
+        } else {
+#pragma unroll
+          for (int m = 0; m < 2; ++m) {
+            const int64_t h = un.tile * kBM + 32 * rg + 16 * m + gemv::acc_row(lane, c);
+            if (h < a.R) static_cast<float*>(a.out)[row * a.R + h] = acc[m][t][c];
+          }
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int m = 0; m < 2; ++m)
+#pragma unroll
+    for (int t = 0; t < 4; ++t)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[m][t][c] = 0.f;
+}
+
+template <typename T, bool kGateUp, int S>
+__global__ void __launch_bounds__(kThreads, 1) moe_gemm_kernel(const Args a) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  __shared__ int s_count;
+  int* s_off = reinterpret_cast<int*>(smem + S * kStageBytes);
+  int* s_touched = s_off + a.n_experts + 1;
+  const uint32_t base = uint32_t(__cvta_generic_to_shared(smem));
+  const int tid = threadIdx.x, warp = tid >> 5, rg = warp & 3, th = warp >> 2;
+
+  // the touched experts, ascending (offsets come from the router, finished before gate/up's wait
+  // returns and before down starts)
+  if constexpr (kGateUp) griddep_wait();
+  for (int i = tid; i <= a.n_experts; i += kThreads) s_off[i] = __ldcg(a.offsets + i);
+  __syncthreads();
+  if (tid < 32) {
+    int run = 0;
+    for (int b = 0; b < a.n_experts; b += 32) {
+      const int e = b + tid;
+      const bool used = e < a.n_experts && s_off[e + 1] > s_off[e];
+      const unsigned m = __ballot_sync(0xffffffffu, used);
+      if (used) s_touched[run + __popc(m & ((1u << tid) - 1u))] = e;
+      run += __popc(m);
+    }
+    if (tid == 0) s_count = run;
+  }
+  __syncthreads();
+  if constexpr (kGateUp) griddep_launch();
+
+  const int64_t tiles = kGateUp ? (a.R + 63) / 64 : (a.R + kBM - 1) / kBM;
+  const int64_t units = int64_t(s_count) * tiles;
+  const int64_t u_end = units * (blockIdx.x + 1) / gridDim.x;
+  int64_t pu = units * blockIdx.x / gridDim.x;  // the producer's unit
+  if (pu >= u_end) {
+    // down still waits: its grid must not finish before gate/up's (kernels after it rely on that)
+    if constexpr (!kGateUp) griddep_wait();
+    return;
+  }
+  const int nk = int((a.K + kBK - 1) / kBK);
+
+  Feeder<T, kGateUp> feed;
+  Unit pun = unit_of(pu, tiles, s_touched, s_off);
+  feed.set_unit(a, pun);
+  feed.set_pass(a, pun, 0);
+  int pp = 0, pk = 0;  // the producer's pass and k step
+  // moves the producer one stage on; false once it has passed the block's last unit
+  auto advance = [&]() {
+    if (++pk < nk) return;
+    pk = 0;
+    if (++pp >= pun.passes) {
+      pp = 0;
+      if (++pu >= u_end) return;
+      pun = unit_of(pu, tiles, s_touched, s_off);
+      feed.set_unit(a, pun);
+    }
+    feed.set_pass(a, pun, pp);
+  };
+
+  // prologue: S - 1 stages. down issues the weight part of its first stages before waiting for
+  // gate/up (the weights do not depend on it), then the token part.
+  int pre = 0;
+  if constexpr (!kGateUp) {
+    pre = min(S - 1, nk);
+    for (int s = 0; s < pre; ++s) feed.load_w(a, base + s * kStageBytes, s);
+    griddep_wait();
+    griddep_launch();
+  }
+  for (int s = 0; s < S - 1; ++s) {
+    if (pu < u_end) {
+      if (s >= pre) feed.load_w(a, base + s * kStageBytes, pk);
+      feed.load_x(a, base + s * kStageBytes, pk);
+    }
+    commit();
+    if (pu < u_end) advance();
+  }
+
+  int64_t cu = units * blockIdx.x / gridDim.x;  // the consumer's unit, pass and k step
+  Unit cun = unit_of(cu, tiles, s_touched, s_off);
+  int cp = 0, ck = 0;
+  int nt = live_tiles(cun, 0, th);
+  int slot_c = 0, slot_p = S - 1;
+  float acc[2][4][4] = {};
+  while (cu < u_end) {
+    wait_pending<S - 2>();  // this thread's copies of stage slot_c have landed
+    __syncthreads();        // everyone's have, and everyone is done with slot_p (consumed last round)
+    if (pu < u_end) {
+      feed.load_w(a, base + slot_p * kStageBytes, pk);
+      feed.load_x(a, base + slot_p * kStageBytes, pk);
+    }
+    commit();
+    if (pu < u_end) advance();
+    slot_p = slot_p + 1 == S ? 0 : slot_p + 1;
+
+    if (nt > 0) stage_mma<T>(acc, base + slot_c * kStageBytes, rg, th, nt);
+    slot_c = slot_c + 1 == S ? 0 : slot_c + 1;
+    if (++ck == nk) {
+      if (nt > 0) store_tile<T, kGateUp>(a, acc, cun, cp, rg, th, nt);
+      ck = 0;
+      if (++cp >= cun.passes) {
+        cp = 0;
+        if (++cu < u_end) cun = unit_of(cu, tiles, s_touched, s_off);
+      }
+      nt = live_tiles(cun, cp, th);
+    }
+  }
+  wait_pending<0>();
+}
+
+}  // namespace lfm2::cuda::moe_gemm

@@ -1,0 +1,352 @@
+// The routed experts at decode sizes (a few rows per expert): x += experts(in), as moe_experts,
+// reading each touched expert's weights once at close to the memory bandwidth. Four launches:
+//   1. the permutation: moe_permute_one_block (moe_experts_decode), or the fused decode router
+//      moe_route_decode (logits + top-k + drop + permutation, moe_decode)
+//   2. gate/up + SwiGLU -> act (P, I), T          } cuda/moe_decode_gemm.cuh: persistent blocks over
+//   3. down -> y (P, H), fp32                     } (touched expert, row tile) units, cp.async stages
+//   4. moe_combine_rmsnorm: each token's k rows summed in ascending expert order into x (and, in
+//      moe_decode, the next layer's RMSNorm of x)
+// 2-4 are launched as programmatic dependents of the launch before them, so each one's start
+// (and down's first weight stages) overlaps the previous one's tail. Dropped pairs (expert -1) get
+// no row. Every element's arithmetic is fixed by the shapes, so a row's bits do not depend on the
+// batch, the other rows or their routing. fp32 runs moe_experts (exact SIMT, per row as well).
+//
+// Variant 1 (moe_experts_decode_force_variant, tuning only) runs the first decode kernels instead:
+// gemv_mma.cuh's register-streamed warp tiles, grid (row tiles, E), NT tokens per pass. Measured
+// (H100, bf16, one layer of LFM2-8B-A1B): 0.171 / 0.256 / 0.262 / 0.292 / 0.406 ms at 8 / 32 / 64 /
+// 128 / 256 tokens: one 64-k block in flight per warp and a fixed grid of (row tiles x experts)
+// blocks left 256 tokens at 58 % of the copy-bandwidth floor.
+#include <algorithm>
+#include <type_traits>
+
+#include "common/cuda_check.h"
+#include "kernels/cuda/device_info.h"
+#include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/gemv_mma.cuh"
+#include "kernels/cuda/moe_decode_gemm.cuh"
+#include "kernels/cuda/ops.h"
+
+namespace lfm2::cuda {
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = 32 * kWarps;
+constexpr int64_t kAlign = 256;
+int64_t align_up(int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+// The scratch: the permutation, act, y; then (moe_decode) the router's weights and experts.
+struct Layout {
+  int64_t offsets, src_token, dest_row, act, y, weights, experts, total;  // byte offsets
+};
+
+Layout layout(int64_t n_tokens, int64_t hidden, int64_t n_experts, int64_t inter, int64_t top_k, int64_t elem) {
+  const int64_t P = n_tokens * top_k;
+  Layout l;
+  l.offsets = 0;
+  l.src_token = l.offsets + align_up((n_experts + 1) * 4);
+  l.dest_row = l.src_token + align_up(P * 4);
+  l.act = l.dest_row + align_up(P * 4);
+  l.y = l.act + align_up(P * inter * elem);
+  l.weights = l.y + align_up(P * hidden * 4);
+  l.experts = l.weights + align_up(P * 4);
+  l.total = l.experts + align_up(P * 4);
+  return l;
+}
+
+// The block's tokens of a pass: s_rows[i] = the row of slot p0 + i of expert e (nullptr past n_e).
+template <typename T, int TB, typename RowOf>
+__device__ __forceinline__ void set_rows(const T** s_rows, int p0, int n_e, RowOf row_of) {
+  __syncthreads();  // the previous pass is done with them
+  for (int i = threadIdx.x; i < TB; i += blockDim.x) s_rows[i] = p0 + i < n_e ? row_of(p0 + i) : nullptr;
+  __syncthreads();
+}
+
+// gate/up + SwiGLU. Block (jt, e): warp w owns j in [64 jt + 16 w, +16): m-tile 0 the gate rows j,
+// m-tile 1 the up rows I + j of w13_e (2I, H). The expert's tokens in passes of 8 NT.
+template <typename T, int NT>
+__global__ void __launch_bounds__(kThreads) gate_up_kernel(T* act, const T* in, const T* w13, const int32_t* offsets,
+                                                           const int32_t* src_token, int64_t H, int64_t I) {
+  constexpr int TB = 8 * NT;
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* s_x = reinterpret_cast<T*>(smem);
+  const T** s_rows = reinterpret_cast<const T**>(smem + 2 * TB * gemv::kStageRow * sizeof(T));
+  const int e = blockIdx.y;
+  const int begin = offsets[e], n_e = offsets[e + 1] - begin;
+  if (n_e <= 0) return;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2;
+  const int64_t j0 = (int64_t(blockIdx.x) * kWarps + warp) * 16;
+  const T* we = w13 + int64_t(e) * 2 * I * H;
+  const T* w[2][2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t j = j0 + g + 8 * r;
+    w[0][r] = j < I ? we + j * H : nullptr;
+    w[1][r] = j < I ? we + (I + j) * H : nullptr;
+  }
+  for (int p0 = 0; p0 < n_e; p0 += TB) {
+    const int nt = min(NT, (n_e - p0 + 7) / 8);
+    set_rows<T, TB>(s_rows, p0, n_e, [&](int slot) { return in + int64_t(src_token[begin + slot]) * H; });
+    float acc[2][NT][4] = {};
+    gemv::block_gemm<T, 2, NT, TB, false>(acc, w, j0 < I, 0, nt, s_rows, s_x, in, 0, H);
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      if (t >= nt) continue;
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int64_t j = j0 + gemv::acc_row(lane, c);
+        const int slot = p0 + 8 * t + gemv::acc_col(lane, c);
+        if (j < I && slot < n_e) {
+          const float gt = acc[0][t][c];
+          act[int64_t(begin + slot) * I + j] = from_f32<T>(gt / (1.0f + expf(-gt)) * acc[1][t][c]);
+        }
+      }
+    }
+  }
+}
+
+// down. Block (ht, e): warp w owns h in [128 ht + 32 w, +32) (two m-tiles) of w2_e (H, I); the
+// expert's act rows are contiguous from offsets[e]. y (P, H) fp32.
+template <typename T, int NT>
+__global__ void __launch_bounds__(kThreads) down_kernel(float* y, const T* act, const T* w2, const int32_t* offsets,
+                                                        int64_t H, int64_t I) {
+  constexpr int TB = 8 * NT;
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* s_x = reinterpret_cast<T*>(smem);
+  const T** s_rows = reinterpret_cast<const T**>(smem + 2 * TB * gemv::kStageRow * sizeof(T));
+  const int e = blockIdx.y;
+  const int begin = offsets[e], n_e = offsets[e + 1] - begin;
+  if (n_e <= 0) return;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2;
+  const int64_t h0 = (int64_t(blockIdx.x) * kWarps + warp) * 32;
+  const T* we = w2 + int64_t(e) * H * I;
+  const T* w[2][2];
+#pragma unroll
+  for (int m = 0; m < 2; ++m)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int64_t h = h0 + 16 * m + g + 8 * r;
+      w[m][r] = h < H ? we + h * I : nullptr;
+    }
+  for (int p0 = 0; p0 < n_e; p0 += TB) {
+    const int nt = min(NT, (n_e - p0 + 7) / 8);
+    set_rows<T, TB>(s_rows, p0, n_e, [&](int slot) { return act + int64_t(begin + slot) * I; });
+    float acc[2][NT][4] = {};
+    gemv::block_gemm<T, 2, NT, TB, false>(acc, w, h0 < H, 0, nt, s_rows, s_x, act, 0, I);
+#pragma unroll
+    for (int m = 0; m < 2; ++m)
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        if (t >= nt) continue;
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const int64_t h = h0 + 16 * m + gemv::acc_row(lane, c);
+          const int slot = p0 + 8 * t + gemv::acc_col(lane, c);
+          if (h < H && slot < n_e) y[int64_t(begin + slot) * H + h] = acc[m][t][c];
+        }
+      }
+  }
+}
+
+int g_force_nt = 0;  // moe_experts_decode_force_nt
+
+// Tokens per pass (8 NT) from the mean rows per expert: at least twice the mean, so that most
+// experts take one pass over their weights.
+int pick_nt(int64_t n_tokens, int64_t n_experts, int64_t top_k) {
+  if (g_force_nt > 0) return g_force_nt;
+  const int64_t mean = (n_tokens * top_k + n_experts - 1) / n_experts;
+  if (mean <= 2 || n_tokens <= 8) return 1;
+  if (mean <= 8) return 2;
+  if (mean <= 16) return 4;
+  return 8;
+}
+
+template <typename T, int NT>
+void launch_products(T* act, float* y, const T* in, const T* w13, const T* w2, const int32_t* offsets,
+                     const int32_t* src_token, int64_t H, int64_t E, int64_t I, cudaStream_t stream) {
+  constexpr int smem = gemv::stage_bytes<T>(8 * NT);
+  raise_smem_limit(reinterpret_cast<const void*>(&gate_up_kernel<T, NT>), smem);
+  raise_smem_limit(reinterpret_cast<const void*>(&down_kernel<T, NT>), smem);
+  const dim3 g1(unsigned((I + 16 * kWarps - 1) / (16 * kWarps)), unsigned(E));
+  gate_up_kernel<T, NT><<<g1, kThreads, smem, stream>>>(act, in, w13, offsets, src_token, H, I);
+  CUDA_CHECK_LAUNCH("moe_experts_decode gate_up_kernel");
+  const dim3 g2(unsigned((H + 32 * kWarps - 1) / (32 * kWarps)), unsigned(E));
+  down_kernel<T, NT><<<g2, kThreads, smem, stream>>>(y, act, w2, offsets, H, I);
+  CUDA_CHECK_LAUNCH("moe_experts_decode down_kernel");
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// ---- the persistent pipelined products (moe_decode_gemm.cuh)
+
+int g_variant = 0;  // moe_experts_decode_force_variant
+
+struct GemmConfig {
+  int stages, ctas_per_sm;
+};
+// Variants 2..4: (stages, blocks per SM). 0 picks the default.
+GemmConfig gemm_config() {
+  switch (g_variant) {
+    case 3: return {4, 1};
+    case 4: return {4, 2};
+    default: return {6, 1};
+  }
+}
+
+template <typename T, bool kGateUp, int S>
+void launch_gemm(const moe_gemm::Args& a, int64_t max_units, int ctas_per_sm, cudaStream_t stream) {
+  auto kernel = moe_gemm::moe_gemm_kernel<T, kGateUp, S>;
+  constexpr int smem = moe_gemm::smem_bytes(S);
+  raise_smem_limit(reinterpret_cast<const void*>(kernel), smem);
+  const int64_t grid = std::max<int64_t>(
+      1, std::min<int64_t>(max_units, int64_t(compute_sms(current_device())) * ctas_per_sm));
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(unsigned(grid));
+  cfg.blockDim = dim3(moe_gemm::kThreads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, a));
+  CUDA_CHECK_LAUNCH(kGateUp ? "moe_gemm_kernel (gate/up)" : "moe_gemm_kernel (down)");
+}
+
+template <typename T, int S>
+void launch_pipelined(T* act, float* y, const T* in, const T* w13, const T* w2, const int32_t* offsets,
+                      const int32_t* src_token, int64_t P, int64_t H, int64_t E, int64_t I, int ctas_per_sm,
+                      cudaStream_t stream) {
+  const int64_t touched = std::min(E, P);
+  moe_gemm::Args a{w13, in, offsets, src_token, act, H, I, int(E)};
+  launch_gemm<T, true, S>(a, touched * ((I + 63) / 64), ctas_per_sm, stream);
+  moe_gemm::Args b{w2, act, offsets, nullptr, y, I, H, int(E)};
+  launch_gemm<T, false, S>(b, touched * ((H + moe_gemm::kBM - 1) / moe_gemm::kBM), ctas_per_sm, stream);
+}
+
+// act and y from the permutation: the variant's products.
+template <typename T>
+void run_products(T* act, float* y, const T* in, const T* w13, const T* w2, const int32_t* offsets,
+                  const int32_t* src_token, int64_t n_tokens, int64_t H, int64_t E, int64_t I, int64_t top_k,
+                  cudaStream_t stream) {
+  if (g_variant == 1) {
+    switch (pick_nt(n_tokens, E, top_k)) {
+      case 1: launch_products<T, 1>(act, y, in, w13, w2, offsets, src_token, H, E, I, stream); break;
+      case 2: launch_products<T, 2>(act, y, in, w13, w2, offsets, src_token, H, E, I, stream); break;
+      case 4: launch_products<T, 4>(act, y, in, w13, w2, offsets, src_token, H, E, I, stream); break;
+      default: launch_products<T, 8>(act, y, in, w13, w2, offsets, src_token, H, E, I, stream);
+    }
+    return;
+  }
+  const GemmConfig c = gemm_config();
+  const int64_t P = n_tokens * top_k;
+  if (c.stages == 4)
+    launch_pipelined<T, 4>(act, y, in, w13, w2, offsets, src_token, P, H, E, I, c.ctas_per_sm, stream);
+  else
+    launch_pipelined<T, 6>(act, y, in, w13, w2, offsets, src_token, P, H, E, I, c.ctas_per_sm, stream);
+}
+
+void check_decode_shapes(const char* what, const void* in, const void* w13, const void* w2, const void* scratch,
+                         int64_t n_tokens, int64_t hidden, int64_t n_experts, int64_t inter, int64_t top_k) {
+  LFM2_CHECK(hidden % 8 == 0 && inter % 8 == 0 && aligned16(in) && aligned16(w13) && aligned16(w2) &&
+                 aligned16(scratch),
+             what, ": hidden (", hidden, ") and inter (", inter,
+             ") must be multiples of 8 and the buffers 16-byte aligned");
+  LFM2_CHECK(n_experts >= 1 && n_experts <= moe_gemm::kMaxExperts && n_tokens * top_k < (int64_t(1) << 31), what,
+             ": ", n_experts, " experts (at most ", moe_gemm::kMaxExperts, "), ", n_tokens, " tokens");
+}
+
+}  // namespace
+
+void moe_experts_decode_force_nt(int nt) {
+  LFM2_CHECK(nt == 0 || nt == 1 || nt == 2 || nt == 4 || nt == 8, "moe_experts_decode_force_nt: ", nt);
+  g_force_nt = nt;
+}
+
+void moe_experts_decode_force_variant(int variant) {
+  LFM2_CHECK(variant >= 0 && variant <= 4, "moe_experts_decode_force_variant: ", variant);
+  g_variant = variant;
+}
+
+int64_t moe_experts_decode_scratch_bytes(int64_t n_tokens, int64_t hidden, int64_t n_experts, int64_t inter,
+                                         int64_t top_k, int64_t elem_bytes) {
+  if (elem_bytes == 4) return moe_experts_scratch_bytes(n_tokens, hidden, n_experts, inter, top_k, elem_bytes);
+  return layout(n_tokens, hidden, n_experts, inter, top_k, elem_bytes).total;
+}
+
+template <typename T>
+void moe_experts_decode(float* x, const T* in, const T* w13, const T* w2, const int32_t* experts, const float* weights,
+                        int64_t n_tokens, int64_t hidden, int64_t n_experts, int64_t inter, int64_t top_k,
+                        void* scratch, cudaStream_t stream) {
+  if constexpr (std::is_same<T, float>::value) {
+    moe_experts<float>(x, in, w13, w2, experts, weights, n_tokens, hidden, n_experts, inter, top_k, scratch, stream);
+  } else {
+    if (n_tokens == 0) return;
+    check_decode_shapes("moe_experts_decode", in, w13, w2, scratch, n_tokens, hidden, n_experts, inter, top_k);
+    const Layout l = layout(n_tokens, hidden, n_experts, inter, top_k, sizeof(T));
+    char* base = static_cast<char*>(scratch);
+    auto* offsets = reinterpret_cast<int32_t*>(base + l.offsets);
+    auto* src_token = reinterpret_cast<int32_t*>(base + l.src_token);
+    auto* dest_row = reinterpret_cast<int32_t*>(base + l.dest_row);
+    auto* act = reinterpret_cast<T*>(base + l.act);
+    auto* y = reinterpret_cast<float*>(base + l.y);
+    moe_permute_one_block(offsets, src_token, dest_row, experts, n_tokens, n_experts, top_k, stream);
+    run_products<T>(act, y, in, w13, w2, offsets, src_token, n_tokens, hidden, n_experts, inter, top_k, stream);
+    moe_combine_rmsnorm<T>(nullptr, x, y, dest_row, weights, nullptr, n_tokens, top_k, hidden, 0.f, stream);
+  }
+}
+
+int64_t moe_decode_scratch_bytes(int64_t n_tokens, const MoeDims& d, int64_t elem_bytes) {
+  const int64_t P = n_tokens * d.top_k;
+  if (elem_bytes == 4)  // logits, weights, experts, then moe_experts' scratch
+    return align_up(n_tokens * d.n_experts * 4) + 2 * align_up(P * 4) +
+           moe_experts_scratch_bytes(n_tokens, d.hidden, d.n_experts, d.inter, d.top_k, 4);
+  return layout(n_tokens, d.hidden, d.n_experts, d.inter, d.top_k, elem_bytes).total;
+}
+
+template <typename T>
+void moe_decode(float* x, T* norm_out, const T* in, const T* gate, const float* expert_bias, const T* w13,
+                const T* w2, const float* done, const float* next_norm, float eps, int64_t n_tokens, const MoeDims& d,
+                void* scratch, cudaStream_t stream) {
+  if (n_tokens == 0) return;
+  const int64_t H = d.hidden, E = d.n_experts, I = d.inter, k = d.top_k, P = n_tokens * k;
+  char* base = static_cast<char*>(scratch);
+  if constexpr (std::is_same<T, float>::value) {
+    auto* logits = reinterpret_cast<float*>(base);
+    auto* weights = reinterpret_cast<float*>(base + align_up(n_tokens * E * 4));
+    auto* experts = reinterpret_cast<int32_t*>(base + align_up(n_tokens * E * 4) + align_up(P * 4));
+    void* rest = base + align_up(n_tokens * E * 4) + 2 * align_up(P * 4);
+    linear_f32out<float>(logits, in, gate, n_tokens, H, E, stream);
+    moe_router_drop(weights, experts, logits, expert_bias, done, n_tokens, E, k, d.norm_topk_prob,
+                    d.routed_scaling_factor, stream);
+    moe_experts<float>(x, in, w13, w2, experts, weights, n_tokens, H, E, I, k, rest, stream);
+    if (next_norm) rmsnorm<float>(norm_out, x, next_norm, n_tokens, H, eps, stream);
+  } else {
+    check_decode_shapes("moe_decode", in, w13, w2, scratch, n_tokens, H, E, I, k);
+    const Layout l = layout(n_tokens, H, E, I, k, sizeof(T));
+    auto* offsets = reinterpret_cast<int32_t*>(base + l.offsets);
+    auto* src_token = reinterpret_cast<int32_t*>(base + l.src_token);
+    auto* dest_row = reinterpret_cast<int32_t*>(base + l.dest_row);
+    auto* act = reinterpret_cast<T*>(base + l.act);
+    auto* y = reinterpret_cast<float*>(base + l.y);
+    auto* weights = reinterpret_cast<float*>(base + l.weights);
+    auto* experts = reinterpret_cast<int32_t*>(base + l.experts);
+    moe_route_decode<T>(weights, experts, offsets, src_token, dest_row, in, gate, expert_bias, done, n_tokens, H, E, k,
+                        d.norm_topk_prob, d.routed_scaling_factor, stream);
+    run_products<T>(act, y, in, w13, w2, offsets, src_token, n_tokens, H, E, I, k, stream);
+    moe_combine_rmsnorm<T>(norm_out, x, y, dest_row, weights, next_norm, n_tokens, k, H, eps, stream);
+  }
+}
+
+#define INST(T)                                                                                                      \
+  template void moe_experts_decode<T>(float*, const T*, const T*, const T*, const int32_t*, const float*, int64_t,   \
+                                      int64_t, int64_t, int64_t, int64_t, void*, cudaStream_t);
+LFM2_FOR_EACH_T(INST)
+#undef INST
+#define INST(T)                                                                                                  \
+  template void moe_decode<T>(float*, T*, const T*, const T*, const float*, const T*, const T*, const float*,   \
+                              const float*, float, int64_t, const MoeDims&, void*, cudaStream_t);
+LFM2_FOR_EACH_T(INST)
+#undef INST
+
+}  // namespace lfm2::cuda

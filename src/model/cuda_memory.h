@@ -1,0 +1,58 @@
+// Device memory for the CUDA stage's rooms: an allocation that names what it was for (and the free
+// memory) when it fails, and DeviceBlocks, several blocks laid out in one allocation.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "common/dtype.h"
+
+namespace lfm2 {
+
+// cudaMalloc of max(bytes, 1) bytes; on failure the error names `what`, the device and its free memory.
+void* device_alloc(int64_t bytes, const std::string& what, int device);
+
+// Blocks of one device allocation: reserve() each in turn (256-byte aligned, so 16-byte loads and
+// TMA see aligned rows), allocate() once, then at() each block's address.
+class DeviceBlocks {
+ public:
+  static constexpr int64_t kAlign = 256;
+  static int64_t aligned(int64_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
+
+  DeviceBlocks() = default;
+  DeviceBlocks(const DeviceBlocks&) = delete;
+  DeviceBlocks& operator=(const DeviceBlocks&) = delete;
+  ~DeviceBlocks() { release(); }
+
+  int64_t reserve(int64_t bytes);  // the block's offset
+  int64_t bytes() const { return total_; }
+  void allocate(const std::string& what, int device);
+  bool allocated() const { return base_ != nullptr; }
+  char* base() const { return base_; }
+  // The block at `offset` as U*; null for a negative offset (a block that was not reserved).
+  template <typename U>
+  U* at(int64_t offset) const {
+    return offset < 0 ? nullptr : reinterpret_cast<U*>(base_ + offset);
+  }
+  // Frees the allocation and forgets the blocks (the caller has synchronised what used them).
+  void release();
+
+ private:
+  int64_t total_ = 0;
+  char* base_ = nullptr;
+};
+
+// The DType of a compute element type.
+template <typename T>
+DType dtype_of();
+template <>
+inline DType dtype_of<float>() { return DType::F32; }
+template <>
+inline DType dtype_of<__nv_bfloat16>() { return DType::BF16; }
+template <>
+inline DType dtype_of<__half>() { return DType::F16; }
+
+}  // namespace lfm2

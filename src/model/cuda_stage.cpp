@@ -1,0 +1,272 @@
+// The CUDA StageExecutor (see cuda_stage.h): one pipeline stage on one GPU, put together from its
+// rooms, each a file of its own:
+//   cuda_weights.h       the stage's weights, named as LayerWeights names them, in one allocation
+//   cuda_layers.h        the layer loop (mirroring cpu_layers.h) and its scratch
+//   cuda_graphs.h        CUDA Graphs of the layer loop, per buffer, shape and kind
+//   cuda_decode_state.h  generation's state (KV cache, conv state, EOS) and the token choice
+//   cuda_head.h          the LM head: logits slots, top-1 and margin, copies to the host
+// Every method queues its work on the compute stream; forward() and decode steps replay graphs.
+#include "model/cuda_stage.h"
+
+#include <algorithm>
+#include <type_traits>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include "common/cuda_check.h"
+#include "common/error.h"
+#include "kernels/cuda/cublas_ctx.h"
+#include "kernels/cuda/device_info.h"
+#include "kernels/cuda/ops.h"
+#include "model/cuda_decode_state.h"
+#include "model/cuda_graphs.h"
+#include "model/cuda_head.h"
+#include "model/cuda_layers.h"
+#include "model/cuda_memory.h"
+#include "model/cuda_weights.h"
+
+namespace lfm2 {
+namespace {
+
+// The stage's device, made current, and its two streams: compute, and the logits' copies to the host.
+struct DeviceStreams {
+  explicit DeviceStreams(int device) {
+    int n_dev = 0;
+    CUDA_CHECK(cudaGetDeviceCount(&n_dev));
+    LFM2_CHECK(device >= 0 && device < n_dev, "cuda stage: device ", device, " does not exist (", n_dev,
+               " visible)");
+    CUDA_CHECK(cudaSetDevice(device));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&d2h, cudaStreamNonBlocking));
+  }
+  DeviceStreams(const DeviceStreams&) = delete;
+  DeviceStreams& operator=(const DeviceStreams&) = delete;
+  ~DeviceStreams() {
+    for (cudaStream_t s : {compute, d2h})
+      if (s) cudaStreamDestroy(s);
+  }
+  cudaStream_t compute = nullptr, d2h = nullptr;
+};
+
+template <typename T>
+class CudaStage final : public CudaStageExecutor {
+  using Rows = typename CudaLayers<T>::StepRows;
+
+ public:
+  CudaStage(WeightReader& reader, const StageRange& range, int device, bool tf32, bool graphs)
+      : cfg_(reader.config()), range_(range), device_(device), tf32_(tf32), streams_(device),
+        stream_(streams_.compute), layers_(cfg_, weights_, state_, stream_, tf32),
+        graphs_(graphs && !cuda_sync_check_enabled()) {
+    if (!std::is_same<T, float>::value) check_sixteen_bit_shapes();
+    CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&nonfinite_), sizeof(unsigned int)));
+    state_.init();
+    cuda::cublas_prepare();
+    weights_.upload(reader, range_, device_);
+    head_.init(cfg_, weights_, tf32_);
+  }
+
+  // The buffers handed out here, once the queued work is done; the rooms free their own after.
+  ~CudaStage() override {
+    cudaSetDevice(device_);
+    cudaStreamSynchronize(stream_);
+    cudaStreamSynchronize(streams_.d2h);
+    for (void* p : hidden_) cudaFree(p);
+    for (void* p : token_bufs_) cudaFree(p);
+    for (void* p : host_) cudaFreeHost(p);
+    cudaFree(nonfinite_);
+  }
+
+  DType act_dtype() const override { return DType::F32; }
+  bool on_device() const override { return true; }
+  int64_t weight_bytes() const override { return weights_.bytes(); }
+  int device() const override { return device_; }
+  CUstream_st* stream() const override { return stream_; }
+  DType compute_dtype() const override { return dtype_of<T>(); }
+  void wait_event(CUevent_st* event) override { CUDA_CHECK(cudaStreamWaitEvent(stream_, event, 0)); }
+  void record_event(CUevent_st* event) override { CUDA_CHECK(cudaEventRecord(event, stream_)); }
+
+  void* alloc_hidden(int64_t max_tokens) override {
+    LFM2_CHECK(max_tokens > 0, "cuda stage: alloc_hidden(", max_tokens, ")");
+    CUDA_CHECK(cudaSetDevice(device_));
+    layers_.reserve(max_tokens, CudaHead<T>::kRows, device_);
+    if (range_.is_last) head_.allocate(device_);
+    hidden_.push_back(device_alloc(max_tokens * cfg_.hidden_size * int64_t(sizeof(float)),
+                                   cat("a hidden-state buffer of ", max_tokens, " tokens"), device_));
+    return hidden_.back();
+  }
+
+  void* alloc_host(int64_t bytes) override {
+    CUDA_CHECK(cudaSetDevice(device_));
+    void* p = nullptr;
+    const cudaError_t err = cudaHostAlloc(&p, size_t(std::max<int64_t>(bytes, 1)), cudaHostAllocDefault);
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      LFM2_FAIL("cannot allocate ", bytes >> 20, " MiB of pinned host memory for device ", device_, ": ",
+                cudaGetErrorString(err));
+    }
+    host_.push_back(p);
+    return p;
+  }
+
+  void embed(const int32_t* ids, int64_t n_seq, int64_t seq_len, void* x) override {
+    LFM2_CHECK(range_.is_first, "cuda stage: embed() on a stage that is not first");
+    const int64_t n = n_seq * seq_len;
+    check_capacity(n, "embed");
+    CUDA_CHECK(cudaSetDevice(device_));
+    CUDA_CHECK(cudaMemcpyAsync(layers_.ids(), ids, size_t(n) * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+    cuda::embedding(static_cast<float*>(x), layers_.ids(), weights_.embed_tokens, n, cfg_.vocab_size,
+                    cfg_.hidden_size, stream_);
+  }
+
+  // The layers, replayed from a CUDA Graph captured once per (buffer, shape).
+  void forward(void* xv, int64_t n_seq, int64_t seq_len) override {
+    check_capacity(n_seq * seq_len, "forward");
+    CUDA_CHECK(cudaSetDevice(device_));
+    float* x = static_cast<float*>(xv);
+    graphs_.run({xv, n_seq, seq_len, CudaGraphs::Kind::kForward}, stream_,
+                [&] { layers_.run(x, n_seq, seq_len, Rows{}); });
+  }
+
+  void head(const void* xv, int64_t n_seq, int64_t seq_len, const int32_t* lengths, const HeadOutputs& out) override {
+    LFM2_CHECK(range_.is_last, "cuda stage: head() on a stage that is not last");
+    check_capacity(n_seq * seq_len, "head");
+    CUDA_CHECK(cudaSetDevice(device_));
+    head_.run(layers_.y(), static_cast<const float*>(xv), n_seq, seq_len, lengths, out, stream_, streams_.d2h);
+  }
+
+  void synchronize() override {
+    CUDA_CHECK(cudaSetDevice(device_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    CUDA_CHECK(cudaStreamSynchronize(streams_.d2h));
+  }
+
+  // One device counter serves every check: zeroed, counted and copied out in stream order.
+  bool count_nonfinite(const void* buf, int64_t n, uint32_t* count) override {
+    CUDA_CHECK(cudaSetDevice(device_));
+    CUDA_CHECK(cudaMemsetAsync(nonfinite_, 0, sizeof(unsigned int), stream_));
+    cuda::count_nonfinite(nonfinite_, static_cast<const float*>(buf), n, stream_);
+    CUDA_CHECK(cudaMemcpyAsync(count, nonfinite_, sizeof(unsigned int), cudaMemcpyDeviceToHost, stream_));
+    return true;
+  }
+
+  // ---- generation: the state lives in state_ (cuda_decode_state.h)
+  int64_t state_bytes(int64_t n_seq, int64_t max_len) const override {
+    return DecodeState<T>::bytes(cfg_, weights_.layers, n_seq, max_len);
+  }
+
+  void alloc_state(int64_t n_seq, int64_t max_len, const int32_t* lengths, const SamplingParams& sampling) override {
+    CUDA_CHECK(cudaSetDevice(device_));
+    graphs_.forget(CudaGraphs::Kind::kDecode);  // they hold the addresses of the state they were captured with
+    state_.allocate(cfg_, weights_.layers, n_seq, max_len, lengths, sampling, device_);
+    if (range_.is_last && !sampling.greedy())  // sampling chooses on the host: a pinned copy of the logits
+      state_.set_host_logits(
+          static_cast<float*>(alloc_host(std::min(layers_.capacity(), n_seq) * cfg_.vocab_size * 4)));
+    CUDA_CHECK(cudaDeviceSynchronize());
+  }
+
+  void prefill(void* x, int64_t first_seq, int64_t n_seq, int64_t seq_len) override {
+    state_.check(first_seq, n_seq, seq_len);
+    check_capacity(n_seq * seq_len, "prefill");
+    CUDA_CHECK(cudaSetDevice(device_));
+    layers_.run(static_cast<float*>(x), n_seq, seq_len, Rows{Rows::kPrefill, first_seq, 0});
+    if (range_.is_last) state_.restart(first_seq, n_seq, stream_);
+  }
+
+  // One graph per buffer and microbatch size serves every microbatch and step: the kernels read
+  // (first_seq, step) from the device, written just before the replay.
+  void decode(void* x, int64_t first_seq, int64_t n_seq, int64_t step) override {
+    state_.check_decode(first_seq, n_seq, step);
+    CUDA_CHECK(cudaSetDevice(device_));
+    Rows rows{Rows::kDecode, first_seq, step, decode_flags(x, n_seq, cfg_.hidden_size)};
+    if (graphs_.on()) rows.at = state_.set_step(first_seq, step, stream_);
+    graphs_.run({x, n_seq, 1, CudaGraphs::Kind::kDecode}, stream_,
+                [&] { layers_.run(static_cast<float*>(x), n_seq, 1, rows); });
+  }
+
+  int32_t* alloc_tokens(int64_t n) override {
+    CUDA_CHECK(cudaSetDevice(device_));
+    token_bufs_.push_back(device_alloc(std::max<int64_t>(n, 1) * 4, "a token buffer", device_));
+    return static_cast<int32_t*>(token_bufs_.back());
+  }
+
+  void embed_tokens(const int32_t* tokens, int64_t n_seq, void* x) override {
+    LFM2_CHECK(range_.is_first, "cuda stage: embed_tokens() on a stage that is not first");
+    check_capacity(n_seq, "embed_tokens");
+    CUDA_CHECK(cudaSetDevice(device_));
+    cuda::embedding(static_cast<float*>(x), tokens, weights_.embed_tokens, n_seq, cfg_.vocab_size, cfg_.hidden_size,
+                    stream_);
+    state_.finished_flags(decode_flags(x, n_seq, cfg_.hidden_size), tokens, n_seq, stream_);
+  }
+
+  // The head's logits of each sequence's last position, kRows rows at a time, then the choice
+  // (cuda_decode_state.h: greedy on the device, sampling on the host).
+  void choose(const void* xv, int64_t first_seq, int64_t n_seq, int64_t seq_len, int64_t step, int32_t* tokens,
+              int32_t* host) override {
+    LFM2_CHECK(range_.is_last, "cuda stage: choose() on a stage that is not last");
+    state_.check(first_seq, n_seq, seq_len);
+    CUDA_CHECK(cudaSetDevice(device_));
+    const float* x = static_cast<const float*>(xv);
+    const int64_t H = cfg_.hidden_size, V = cfg_.vocab_size, kRows = CudaHead<T>::kRows;
+    for (int64_t r0 = 0; r0 < n_seq; r0 += kRows) {
+      const int64_t rows = std::min(kRows, n_seq - r0);
+      const int32_t* lengths = seq_len > 1 ? state_.lengths() + first_seq + r0 : nullptr;  // prompts' last rows
+      const float* logits = head_.last_logits(layers_.y(), x + r0 * seq_len * H, rows, seq_len, lengths, stream_);
+      state_.choose_rows(tokens, host, logits, r0, rows, first_seq, V, head_.top(), head_.margin(), stream_);
+    }
+    state_.choose_on_host(tokens, host, first_seq, n_seq, step, V, stream_);
+  }
+
+ private:
+  // bf16/fp16: the grouped GEMM (CUTLASS, TMA) needs Hopper and 16-byte rows; refuse up front
+  // rather than at the first forward.
+  void check_sixteen_bit_shapes() const {
+    bool any_moe = false;
+    for (int il = range_.layer_begin; il < range_.layer_end; ++il) any_moe = any_moe || cfg_.is_moe(il);
+    if (!any_moe) return;
+    const cuda::DeviceInfo& info = cuda::device_info(device_);
+    LFM2_CHECK(info.major == 9 && info.minor == 0, "cuda stage: ", dtype_name(dtype_of<T>()),
+               " MoE layers need a Hopper GPU (sm_90: the CUTLASS grouped GEMM); device ", device_, " is sm_",
+               info.major, info.minor, " (use --dtype fp32)");
+    LFM2_CHECK(cfg_.hidden_size % 8 == 0 && cfg_.moe_intermediate_size % 8 == 0, "cuda stage: ",
+               dtype_name(dtype_of<T>()), " MoE layers need hidden_size (", cfg_.hidden_size,
+               ") and moe_intermediate_size (", cfg_.moe_intermediate_size, ") to be multiples of 8");
+  }
+
+  void check_capacity(int64_t n_tokens, const char* what) const {
+    LFM2_CHECK(n_tokens > 0 && n_tokens <= layers_.capacity(), "cuda stage: ", what, " of ", n_tokens,
+               " tokens, but buffers were allocated for ", layers_.capacity(), " (alloc_hidden)");
+  }
+
+  ModelConfig cfg_;
+  StageRange range_;
+  int device_;
+  bool tf32_;
+  DeviceStreams streams_;  // first made, last destroyed: every room below queues on its streams
+  cudaStream_t stream_;    // compute (streams_.compute)
+  DeviceWeights<T> weights_;
+  DecodeState<T> state_;
+  CudaLayers<T> layers_;
+  CudaHead<T> head_;       // last stage
+  CudaGraphs graphs_;
+  unsigned int* nonfinite_ = nullptr;  // count_nonfinite()'s device counter
+  std::vector<void*> hidden_;          // alloc_hidden()
+  std::vector<void*> token_bufs_;      // alloc_tokens()
+  std::vector<void*> host_;            // alloc_host()
+};
+
+}  // namespace
+
+std::unique_ptr<CudaStageExecutor> make_cuda_stage(WeightReader& weights, const StageRange& range,
+                                                   DType compute_dtype, int device, bool tf32, bool graphs,
+                                                   int reserved_sms) {
+  cuda::reserve_sms(device, reserved_sms);
+  switch (compute_dtype) {
+    case DType::F32: return std::make_unique<CudaStage<float>>(weights, range, device, tf32, graphs);
+    case DType::BF16: return std::make_unique<CudaStage<__nv_bfloat16>>(weights, range, device, false, graphs);
+    case DType::F16: return std::make_unique<CudaStage<__half>>(weights, range, device, false, graphs);
+  }
+  LFM2_FAIL("cuda stage: unknown compute dtype");
+}
+
+}  // namespace lfm2

@@ -1,0 +1,104 @@
+// The upload runs twice over the same list of blocks (for_each_block): once to reserve each
+// block's place in the allocation, once, after the upload, to point the members at their places.
+#include "model/cuda_weights.h"
+
+#include <algorithm>
+#include <initializer_list>
+#include <string>
+#include <type_traits>
+
+#include "common/error.h"
+#include "io/weight_names.h"
+#include "kernels/rope.h"
+#include "model/weight_upload.h"
+
+namespace lfm2 {
+namespace {
+
+using Leaves = std::initializer_list<const char*>;
+
+// Calls f(member, leaves, interleave) for each device block of layer il in upload order: the
+// member to point at the block, the datasets stacked into it (interleave: row by row, see
+// WeightUploader::reserve).
+template <typename T, typename F>
+void for_each_block(const ModelConfig& cfg, bool has_expert_bias, DeviceLayerWeights<T>& d, F&& f) {
+  using namespace names;
+  f(d.operator_norm, Leaves{kOperatorNorm}, false);
+  f(d.ffn_norm, Leaves{kFfnNorm}, false);
+  if (cfg.is_attention(d.il)) {
+    f(d.qkv_proj, Leaves{kQProj, kKProj, kVProj}, false);
+    f(d.q_layernorm, Leaves{kQLayernorm}, false);
+    f(d.k_layernorm, Leaves{kKLayernorm}, false);
+    f(d.out_proj, Leaves{kOutProj}, false);
+  } else {
+    f(d.conv, Leaves{kConv}, false);
+    f(d.conv_in_proj, Leaves{kConvInProj}, false);
+    f(d.conv_out_proj, Leaves{kConvOutProj}, false);
+  }
+  if (cfg.is_moe(d.il)) {
+    f(d.gate, Leaves{kGate}, false);
+    if (has_expert_bias) f(d.expert_bias, Leaves{kExpertBias}, false);
+    f(d.experts_w13, Leaves{kExpertsW1, kExpertsW3}, true);
+    f(d.experts_w2, Leaves{kExpertsW2}, false);
+  } else {
+    f(d.w13, Leaves{kW1, kW3}, false);
+    f(d.w2, Leaves{kW2}, false);
+  }
+}
+
+// The element type a member points to: float (fp32 blocks) or T.
+template <typename P>
+using Pointee = std::remove_const_t<std::remove_pointer_t<std::remove_reference_t<P>>>;
+
+}  // namespace
+
+template <typename T>
+void DeviceWeights<T>::upload(WeightReader& reader, const StageRange& range, int device) {
+  const ModelConfig& cfg = reader.config();
+  const int il0 = range.layer_begin, il1 = range.layer_end;
+  WeightUploader up(reader, stage_tensor_specs(cfg, il0, il1, range.is_first, range.is_last), device);
+  layers.assign(size_t(il1 - il0), DeviceLayerWeights<T>{});
+  std::vector<bool> has_bias;
+  std::vector<int64_t> offsets;  // of every layer block, in for_each_block order
+  for (int il = il0; il < il1; ++il) {
+    DeviceLayerWeights<T>& d = layers[size_t(il - il0)];
+    d.il = il;
+    d.is_attention = cfg.is_attention(il);
+    d.is_moe = cfg.is_moe(il);
+    has_bias.push_back(d.is_moe && up.has(layer_path(il, names::kExpertBias)));
+    for_each_block(cfg, has_bias.back(), d, [&](auto& member, Leaves leaves, bool interleave) {
+      std::vector<std::string> paths;
+      for (const char* leaf : leaves) paths.push_back(layer_path(il, leaf));
+      offsets.push_back(up.reserve(paths, dtype_of<Pointee<decltype(member)>>(), interleave));
+    });
+  }
+  tied_ = cfg.tie_word_embeddings;
+  int64_t off_embed = -1, off_norm = -1, off_head = -1;
+  if (range.is_first || (range.is_last && tied_)) off_embed = up.reserve(names::kEmbedTokens, dtype_of<T>());
+  if (range.is_last) {
+    off_norm = up.reserve(names::kEmbeddingNorm, DType::F32);
+    if (!tied_) off_head = up.reserve(names::kLmHead, dtype_of<T>());
+  }
+  std::vector<float> inv_freq(size_t(std::max<int64_t>(cfg.head_dim() / 2, 1)));
+  cpu::rope_inv_freq(inv_freq.data(), cfg.head_dim(), cfg.rope_theta);
+  const int64_t off_inv_freq = up.reserve_host(inv_freq);
+
+  memory_.reserve(up.total_bytes());
+  memory_.allocate("the stage's weights", device);
+  up.upload(memory_.base(), cat("uploading ", il1 - il0, " layers to GPU ", device));
+
+  auto at = [&](auto& member, int64_t offset) { member = memory_.at<Pointee<decltype(member)>>(offset); };
+  size_t next = 0;
+  for (size_t li = 0; li < layers.size(); ++li)
+    for_each_block(cfg, has_bias[li], layers[li], [&](auto& member, Leaves, bool) { at(member, offsets[next++]); });
+  at(embed_tokens, off_embed);
+  at(embedding_norm, off_norm);
+  at(lm_head, off_head);
+  at(rope_inv_freq, off_inv_freq);
+}
+
+template class DeviceWeights<float>;
+template class DeviceWeights<__nv_bfloat16>;
+template class DeviceWeights<__half>;
+
+}  // namespace lfm2

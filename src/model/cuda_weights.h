@@ -1,0 +1,73 @@
+// A stage's weights on the GPU (SPEC §1), named as LayerWeights and ModelWeights name them
+// (model/layer_weights.h), in one device allocation. The datasets that one GEMM reads together are
+// stacked into one matrix: qkv_proj is q_proj; k_proj; v_proj, w13 is w1; w3, and experts_w13 holds
+// each expert's w1 rows then its w3 rows. Matrices are in the compute dtype T; norms, the expert
+// bias, conv taps and the RoPE frequencies stay fp32. Uploaded straight from the file, each
+// dataset named by the name table (io/weight_names.h), by model/weight_upload.h.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "io/model_config.h"
+#include "io/weight_file.h"
+#include "model/cuda_memory.h"
+#include "model/stage_executor.h"
+
+namespace lfm2 {
+
+// One decoder layer's device pointers; members a layer kind does not use stay null.
+template <typename T>
+struct DeviceLayerWeights {
+  int il = -1;
+  bool is_attention = false, is_moe = false;
+
+  const float* operator_norm = nullptr;  // (H)
+  const float* ffn_norm = nullptr;       // (H)
+
+  // attention layers
+  const T* qkv_proj = nullptr;         // ((nh + 2 nkv) hd, H): q_proj; k_proj; v_proj
+  const T* out_proj = nullptr;         // (H, nh hd)
+  const float* q_layernorm = nullptr;  // (hd)
+  const float* k_layernorm = nullptr;  // (hd)
+
+  // short-conv layers
+  const float* conv = nullptr;      // (H, L)
+  const T* conv_in_proj = nullptr;  // (3H, H)
+  const T* conv_out_proj = nullptr; // (H, H)
+
+  // dense FFN layers
+  const T* w13 = nullptr;  // (2I, H): w1; w3
+  const T* w2 = nullptr;   // (H, I)
+
+  // MoE layers
+  const T* gate = nullptr;             // (E, H)
+  const float* expert_bias = nullptr;  // (E), null when the file has none
+  const T* experts_w13 = nullptr;      // (E, 2Im, H): per expert its w1 rows, then its w3 rows
+  const T* experts_w2 = nullptr;       // (E, H, Im)
+};
+
+// The stage's layers plus the embedding (first stage, or last when tied), the final norm and the
+// head (last stage), and the RoPE inverse frequencies (cpu::rope_inv_freq).
+template <typename T>
+class DeviceWeights {
+ public:
+  // Reads exactly the datasets stage_tensor_specs() lists for the range onto `device`.
+  void upload(WeightReader& reader, const StageRange& range, int device);
+  void release() { memory_.release(); }
+  int64_t bytes() const { return memory_.bytes(); }
+
+  std::vector<DeviceLayerWeights<T>> layers;  // the stage's layers, in order
+  const T* embed_tokens = nullptr;            // (V, H)
+  const float* embedding_norm = nullptr;      // (H)
+  const T* lm_head = nullptr;                 // (V, H): untied heads only
+  const float* rope_inv_freq = nullptr;       // (hd / 2)
+  // The LM head matrix (V, H): lm_head, or embed_tokens when tied.
+  const T* head_matrix() const { return tied_ ? embed_tokens : lm_head; }
+
+ private:
+  DeviceBlocks memory_;
+  bool tied_ = false;
+};
+
+}  // namespace lfm2

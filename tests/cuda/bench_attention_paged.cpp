@@ -1,0 +1,258 @@
+// Timings of the paged-cache kernels on the GPU at LFM2-8B-A1B's attention shapes (32 heads, 8 KV
+// heads, head_dim 64, bf16), beside the kernels they replace (not a test; run by hand):
+//   cuda_bench_attention_paged [decode|store|prefill]   (default: all three)
+// decode:  flash-decoding at batch x cache length, pages of 16 shuffled (and of 256, and one
+//          contiguous run), effective TB/s = K and V bytes read / time; the old attention_decode
+//          on the contiguous cache.
+// store:   the fused norm + RoPE + paged store vs qk_norm_rope + kv_cache_store.
+// prefill: chunked prefill at a few (chunks x rows at first_pos) vs attention() on whole prompts.
+// CUDA events around back-to-back launches, warm-up first, median of 5 batches' means.
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#include "common/cuda_check.h"
+#include "common/rng.h"
+#include "kernels/cuda/ops.h"
+
+namespace lfm2 {
+namespace {
+
+using T = __nv_bfloat16;
+constexpr int64_t kHeads = 32, kKvHeads = 8, kHeadDim = 64, kWidth = (kHeads + 2 * kKvHeads) * kHeadDim;
+constexpr int64_t kKv = kKvHeads * kHeadDim;
+
+double median_ms(cudaStream_t s, const std::function<void()>& f, int reps) {
+  for (int i = 0; i < 3; ++i) f();
+  cudaEvent_t a, b;
+  CUDA_CHECK(cudaEventCreate(&a));
+  CUDA_CHECK(cudaEventCreate(&b));
+  std::vector<float> t;
+  for (int batch = 0; batch < 5; ++batch) {
+    CUDA_CHECK(cudaEventRecord(a, s));
+    for (int i = 0; i < reps; ++i) f();
+    CUDA_CHECK(cudaEventRecord(b, s));
+    CUDA_CHECK(cudaEventSynchronize(b));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    t.push_back(ms / float(reps));
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+template <typename E>
+E* dev_alloc(int64_t n) {
+  E* p = nullptr;
+  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&p), size_t(std::max<int64_t>(n, 1)) * sizeof(E)));
+  return p;
+}
+
+// n random bf16 values in (-scale, scale): 4M generated on the host, repeated to fill.
+T* rand_dev(int64_t n, uint64_t seed, float scale) {
+  const int64_t m = std::min<int64_t>(n, int64_t(1) << 22);
+  std::vector<float> h(static_cast<size_t>(m));
+  CounterRng rng(77, seed);
+  for (int64_t i = 0; i < m; ++i) h[size_t(i)] = float(rng.symmetric(uint64_t(i))) * scale;
+  float* tmp = dev_alloc<float>(m);
+  T* d = dev_alloc<T>(n);
+  CUDA_CHECK(cudaMemcpy(tmp, h.data(), size_t(m) * 4, cudaMemcpyHostToDevice));
+  cuda::convert_from_f32(d, tmp, m, nullptr);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  for (int64_t off = m; off < n; off += m)
+    CUDA_CHECK(cudaMemcpy(d + off, d, size_t(std::min(m, n - off)) * sizeof(T), cudaMemcpyDeviceToDevice));
+  cudaFree(tmp);
+  return d;
+}
+
+template <typename E>
+E* upload(const std::vector<E>& h) {
+  E* d = dev_alloc<E>(int64_t(h.size()));
+  CUDA_CHECK(cudaMemcpy(d, h.data(), h.size() * sizeof(E), cudaMemcpyHostToDevice));
+  return d;
+}
+
+// Block table of n sequences x max_pages over pages 0..n*max_pages-1: in order (contiguous runs)
+// or shuffled.
+std::vector<int32_t> make_table(int64_t n, int64_t max_pages, bool shuffled) {
+  std::vector<int32_t> t(static_cast<size_t>(n * max_pages));
+  std::iota(t.begin(), t.end(), 0);
+  if (shuffled) std::shuffle(t.begin(), t.end(), std::mt19937(5));
+  return t;
+}
+
+// The same launches captured once in a CUDA Graph and replayed (as the stage's decode steps run):
+// the time, and whether the replay writes the direct launch's bits.
+void bench_graph(cudaStream_t s, T* out, int64_t n_out, double bytes, const std::function<void()>& f) {
+  std::vector<T> direct(static_cast<size_t>(n_out)), replay(direct.size());
+  f();
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  CUDA_CHECK(cudaMemcpy(direct.data(), out, direct.size() * sizeof(T), cudaMemcpyDeviceToHost));
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  f();
+  CUDA_CHECK(cudaStreamEndCapture(s, &g));
+  CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
+  CUDA_CHECK(cudaMemsetAsync(out, 0, direct.size() * sizeof(T), s));
+  CUDA_CHECK(cudaGraphLaunch(ge, s));
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  CUDA_CHECK(cudaMemcpy(replay.data(), out, replay.size() * sizeof(T), cudaMemcpyDeviceToHost));
+  const bool same = std::memcmp(direct.data(), replay.data(), direct.size() * sizeof(T)) == 0;
+  const double t = median_ms(s, [&] { CUDA_CHECK(cudaGraphLaunch(ge, s)); }, 20);
+  std::printf("decode paged    (the above, replayed from a CUDA Graph) %8.1f us  %5.2f TB/s, %s bits\n", t * 1e3,
+              bytes / t * 1e-9, same ? "the same" : "DIFFERENT");
+  cudaGraphExecDestroy(ge);
+  cudaGraphDestroy(g);
+}
+
+void bench_decode(cudaStream_t s, int64_t B, int64_t L, bool with_old) {
+  const int64_t n_pos = B * L;
+  T* k = rand_dev(n_pos * kKv, 1, 1.f);
+  T* v = rand_dev(n_pos * kKv, 2, 1.f);
+  T* qkv = rand_dev(B * kWidth, 3, 1.f);
+  T* out = dev_alloc<T>(B * kHeads * kHeadDim);
+  std::vector<PagedSeq> seqs;
+  for (int64_t i = 0; i < B; ++i) seqs.push_back({int32_t(i), 1, int32_t(L - 1), int32_t(i)});
+  PagedSeq* d_seqs = upload(seqs);
+  const double bytes = 2.0 * double(n_pos) * kKv * sizeof(T);
+  const int reps = L >= 8192 ? 20 : 50;
+  for (auto [ps, shuffled] : {std::pair<int64_t, bool>{16, true}, {256, true}, {16, false}}) {
+    const int64_t max_pages = L / ps;
+    int32_t* table = upload(make_table(B, max_pages, shuffled));
+    void* ws = dev_alloc<char>(cuda::attention_decode_paged_workspace_bytes(B, kHeads, kHeadDim, L));
+    const double t = median_ms(s, [&] {
+      cuda::attention_decode_paged(out, qkv, k, v, d_seqs, B, table, max_pages, ps, kHeads, kKvHeads, kHeadDim, 0.125f,
+                                   ws, s, kWidth);
+    }, reps);
+    std::printf("decode paged  %4lld x %-6lld page %3lld %-10s %8.1f us  %5.2f TB/s\n", (long long)B, (long long)L,
+                (long long)ps, shuffled ? "shuffled" : "contiguous", t * 1e3, bytes / t * 1e-9);
+    if (ps == 16 && shuffled) bench_graph(s, out, B * kHeads * kHeadDim, bytes, [&] {
+      cuda::attention_decode_paged(out, qkv, k, v, d_seqs, B, table, max_pages, ps, kHeads, kKvHeads, kHeadDim, 0.125f,
+                                   ws, s, kWidth);
+    });
+    cudaFree(table), cudaFree(ws);
+  }
+  if (with_old) {
+    std::vector<int32_t> lens(static_cast<size_t>(B), int32_t(L - 1));  // step 1: position lengths[s]
+    int32_t* d_len = upload(lens);
+    const double t = median_ms(s, [&] {
+      cuda::attention_decode(out, qkv, k, v, B, kHeads, kKvHeads, kHeadDim, 0.125f, d_len, 0, 1, L, s);
+    }, L >= 8192 ? 2 : 5);
+    std::printf("decode old    %4lld x %-6lld contiguous          %8.1f us  %5.2f TB/s\n", (long long)B, (long long)L,
+                t * 1e3, bytes / t * 1e-9);
+    cudaFree(d_len);
+  }
+  cudaFree(k), cudaFree(v), cudaFree(qkv), cudaFree(out), cudaFree(d_seqs);
+}
+
+// The attention layer's prologue at n_rows rows (decode rows of n_rows sequences, or one chunk).
+void bench_store(cudaStream_t s, int64_t n_rows, bool chunk) {
+  const int64_t ps = 16, max_len = chunk ? 8192 : 4096, n_seqs = chunk ? 1 : n_rows, max_pages = max_len / ps;
+  T* qkv = rand_dev(n_rows * kWidth, 4, 1.f);
+  T* k = dev_alloc<T>(n_seqs * max_len * kKv);
+  T* v = dev_alloc<T>(n_seqs * max_len * kKv);
+  float* norm = upload(std::vector<float>(size_t(kHeadDim), 1.f));
+  float* inv = upload(std::vector<float>(size_t(kHeadDim / 2), 0.01f));
+  std::vector<PagedSeq> seqs;
+  std::vector<int32_t> lens;
+  for (int64_t i = 0; i < n_seqs; ++i) {
+    seqs.push_back(chunk ? PagedSeq{0, int32_t(n_rows), 0, 0} : PagedSeq{int32_t(i), 1, 4000, int32_t(i)});
+    lens.push_back(4000);
+  }
+  PagedSeq* d_seqs = upload(seqs);
+  int32_t* table = upload(make_table(n_seqs, max_pages, true));
+  int32_t* d_len = upload(lens);
+  const double t_new = median_ms(s, [&] {
+    cuda::qk_norm_rope_store(qkv, k, v, norm, norm, inv, d_seqs, n_seqs, n_rows, table, max_pages, ps, kHeads,
+                             kKvHeads, kHeadDim, 1e-5f, s);
+  }, 50);
+  const int64_t seq_len = chunk ? n_rows : 1, step = chunk ? 0 : 1;
+  const double t_old = median_ms(s, [&] {
+    cuda::qk_norm_rope(qkv, norm, norm, inv, chunk ? 1 : n_rows, seq_len, kHeads, kKvHeads, kHeadDim, 1e-5f, s, d_len,
+                       0, step);
+    cuda::kv_cache_store(k, v, qkv, n_rows, seq_len, kHeads, kKvHeads, kHeadDim, d_len, 0, step, max_len, s);
+  }, 50);
+  std::printf("store %5lld %-7s rows: fused norm+rope+paged store %7.1f us | qk_norm_rope + kv_cache_store %7.1f us\n",
+              (long long)n_rows, chunk ? "chunk" : "decode", t_new * 1e3, t_old * 1e3);
+  cudaFree(qkv), cudaFree(k), cudaFree(v), cudaFree(norm), cudaFree(inv), cudaFree(d_seqs), cudaFree(table),
+      cudaFree(d_len);
+}
+
+// n_chunks sequences, each a chunk of n_rows queries at first_pos, over caches of first_pos + n_rows.
+void bench_prefill(cudaStream_t s, int64_t n_chunks, int64_t n_rows, int64_t first_pos) {
+  const int64_t ps = 16, len = first_pos + n_rows, max_pages = (len + ps - 1) / ps;
+  T* qkv = rand_dev(n_chunks * n_rows * kWidth, 5, 1.f);
+  T* k = rand_dev(n_chunks * max_pages * ps * kKv, 6, 1.f);
+  T* v = rand_dev(n_chunks * max_pages * ps * kKv, 7, 1.f);
+  T* out = dev_alloc<T>(n_chunks * n_rows * kHeads * kHeadDim);
+  std::vector<PagedSeq> seqs;
+  for (int64_t i = 0; i < n_chunks; ++i)
+    seqs.push_back({int32_t(i * n_rows), int32_t(n_rows), int32_t(first_pos), int32_t(i)});
+  PagedSeq* d_seqs = upload(seqs);
+  int32_t* table = upload(make_table(n_chunks, max_pages, true));
+  const double t = median_ms(s, [&] {
+    cuda::attention_prefill_paged(out, qkv, k, v, d_seqs, n_chunks, n_rows, table, max_pages, ps, kHeads, kKvHeads,
+                                  kHeadDim, 0.125f, s, kWidth);
+  }, 10);
+  // q.k and p.v over each query's visible keys
+  const double flops = 4.0 * n_chunks * kHeads * kHeadDim * (double(n_rows) * first_pos + n_rows * (n_rows + 1) / 2.0);
+  std::printf("prefill paged %3lld x %5lld rows at %5lld: %8.1f us %4.0f TFLOP/s", (long long)n_chunks,
+              (long long)n_rows, (long long)first_pos, t * 1e3, flops / t * 1e-9);
+  if (first_pos == 0) {
+    const double t_old = median_ms(s, [&] {
+      cuda::attention(out, qkv, qkv + kHeads * kHeadDim, qkv + (kHeads + kKvHeads) * kHeadDim, n_chunks, n_rows, kHeads,
+                      kKvHeads, kHeadDim, 0.125f, s, kWidth, kWidth);
+    }, 10);
+    std::printf(" | attention() whole prompts %8.1f us %4.0f TFLOP/s", t_old * 1e3, flops / t_old * 1e-9);
+  }
+  std::printf("\n");
+  cudaFree(qkv), cudaFree(k), cudaFree(v), cudaFree(out), cudaFree(d_seqs), cudaFree(table);
+}
+
+}  // namespace
+}  // namespace lfm2
+
+int main(int argc, char** argv) {
+  using namespace lfm2;
+  const std::string mode = argc > 1 ? argv[1] : "all";
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+    std::printf("no CUDA device\n");
+    return 0;
+  }
+  cudaDeviceProp prop;
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("device: %s, %d SMs; 32 heads, 8 KV heads, head_dim 64, bf16\n", prop.name, prop.multiProcessorCount);
+  cudaStream_t s;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  if (mode == "all" || mode == "decode") {
+    bench_decode(s, 32, 10240, true);
+    bench_decode(s, 32, 8192, true);
+    bench_decode(s, 256, 1024, true);
+    bench_decode(s, 32, 1024, false);
+    bench_decode(s, 8, 32768, false);
+  }
+  if (mode == "all" || mode == "store") {
+    for (int64_t r : {32, 256}) bench_store(s, r, false);
+    bench_store(s, 8192, true);
+  }
+  if (mode == "all" || mode == "prefill") {
+    bench_prefill(s, 4, 2048, 0);
+    bench_prefill(s, 1, 8192, 0);
+    bench_prefill(s, 1, 2048, 6144);
+    bench_prefill(s, 16, 512, 7680);
+    bench_prefill(s, 32, 64, 8192);
+  }
+  CUDA_CHECK(cudaStreamDestroy(s));
+  return 0;
+}
