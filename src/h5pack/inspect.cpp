@@ -75,12 +75,11 @@ InspectReport inspect_weights(const std::string& path, int n_stages) {
   if (n_stages > 0) {
     LFM2_CHECK(n_stages <= r.config.num_hidden_layers, path, ": cannot split ", r.config.num_hidden_layers,
                " layers into ", n_stages, " stages");
-    for (const auto& plan : default_stage_plans(r.config, n_stages)) {
-      InspectStage s{plan.rank, plan.layer_begin, plan.layer_end, 0, 0, -1, -1};
+    for (const auto& stage : default_stages(r.config, n_stages)) {
+      InspectStage s{stage.stage, stage.layer_begin, stage.layer_end, 0, 0, -1, -1};
       bool all_present = true;
       int64_t lo = INT64_MAX, hi = 0;
-      for (const auto& spec : stage_tensor_specs(r.config, plan.layer_begin, plan.layer_end, plan.is_first(),
-                                                 plan.is_last())) {
+      for (const auto& spec : stage_tensor_specs(r.config, stage)) {
         s.params += spec.numel();
         const DType t = spec.is_vector() ? DType::F32 : r.weight_dtype;
         s.bytes += spec.numel() * int64_t(dtype_size(t));
@@ -91,7 +90,7 @@ InspectReport inspect_weights(const std::string& path, int n_stages) {
           continue;
         }
         // The tied embedding of the last stage sits at the file's start: count the layer range only.
-        if (spec.path == names::kEmbedTokens && !plan.is_first()) continue;
+        if (spec.path == names::kEmbedTokens && !stage.is_first()) continue;
         lo = std::min(lo, it->offset);
         hi = std::max(hi, it->offset + it->bytes);
       }

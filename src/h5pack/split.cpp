@@ -25,10 +25,10 @@ std::string stage_path(const std::string& pattern, int stage) {
 namespace {
 
 // Each stage's output: no directory, no input; replacing a file is said.
-std::vector<std::string> stage_outputs(const std::vector<StagePlan>& plans, const std::string& pattern,
+std::vector<std::string> stage_outputs(const std::vector<StageLayers>& stages, const std::string& pattern,
                                        const std::string& in) {
   std::vector<std::string> outs;
-  for (const auto& p : plans) outs.push_back(stage_path(pattern, p.rank));
+  for (const auto& p : stages) outs.push_back(stage_path(pattern, p.stage));
   for (const auto& out : outs) {
     LFM2_CHECK(!std::filesystem::is_directory(out), out, ": is a directory (give the stage files' pattern)");
     check_output_is_no_input({"OUT_PATTERN", out}, {{"input", in}});
@@ -39,13 +39,13 @@ std::vector<std::string> stage_outputs(const std::vector<StagePlan>& plans, cons
 }
 
 // One stage's datasets, checked against the config, copied in row blocks of about 64 MiB.
-void copy_stage(WeightReader& reader, const std::string& in, const StagePlan& plan, WeightWriter& w,
+void copy_stage(WeightReader& reader, const std::string& in, const StageLayers& stage, WeightWriter& w,
                 const std::string& out, bool progress) {
   const ModelConfig& cfg = reader.config();
-  const auto specs = stage_tensor_specs(cfg, plan.layer_begin, plan.layer_end, plan.is_first(), plan.is_last());
+  const auto specs = stage_tensor_specs(cfg, stage);
   double total = 0;
   for (const auto& s : specs) total += double(s.numel());
-  Progress prog(cat("split: stage ", plan.rank, " (layers ", plan.layer_begin, "..", plan.layer_end - 1, ") -> ", out),
+  Progress prog(cat("split: stage ", stage.stage, " (layers ", stage.layer_begin, "..", stage.layer_end - 1, ") -> ", out),
                 total, progress);
   std::vector<char> buf;
   for (const auto& spec : specs) {
@@ -101,21 +101,21 @@ std::vector<std::string> split_weights(const std::string& in, int n_stages, cons
   const ModelConfig& cfg = reader.config();
   LFM2_CHECK(n_stages >= 1 && n_stages <= cfg.num_hidden_layers, in, ": cannot split ", cfg.num_hidden_layers,
              " layers into ", n_stages, " stages");
-  const auto plans = layers.empty() ? default_stage_plans(cfg, n_stages)
-                                    : make_stage_plans(parse_layer_counts(layers, int(cfg.num_hidden_layers), n_stages));
-  const std::vector<std::string> outs = stage_outputs(plans, pattern, in);
+  const auto stages = layers.empty() ? default_stages(cfg, n_stages)
+                                    : make_stages(parse_layer_counts(layers, int(cfg.num_hidden_layers), n_stages));
+  const std::vector<std::string> outs = stage_outputs(stages, pattern, in);
   // The text side goes to every stage: the first rank encodes prompts, the last decides where a
   // sequence ends (EOS) and writes the results, and a node may hold only its own stage's file.
   const ModelText text = read_model_text(reader.file(), in);
   std::vector<std::unique_ptr<WeightWriter>> writers;
-  for (const auto& plan : plans) {
-    const std::string& out = outs[size_t(plan.rank)];
+  for (const auto& stage : stages) {
+    const std::string& out = outs[size_t(stage.stage)];
     writers.push_back(std::make_unique<WeightWriter>(out, cfg, reader.weight_dtype()));
     WeightWriter& w = *writers.back();
-    w.set_stage({plan.rank, plan.n_ranks, plan.layer_begin, plan.layer_end});
+    w.set_stage(stage);
     w.set_attr("source", cat("h5pack split ", in));
     w.set_text(text);
-    copy_stage(reader, in, plan, w, out, progress);
+    copy_stage(reader, in, stage, w, out, progress);
   }
   const ModelIdentity id = whole_model_identity(reader, in, writers, progress);
   for (auto& w : writers) w->set_identity(id);

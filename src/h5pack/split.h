@@ -8,7 +8,7 @@
 namespace lfm2 {
 
 // `pattern` holds one "%d" (the stage index), e.g. "stage-%d.h5". `layers` ("6,6,6,6") overrides
-// the balanced split of default_stage_plans. All or nothing: every stage file is written under a
+// the balanced split of default_stages. All or nothing: every stage file is written under a
 // temporary name and renamed into place only when all have been written. Returns the paths written.
 std::vector<std::string> split_weights(const std::string& in, int n_stages, const std::string& pattern,
                                        const std::string& layers = "", bool progress = false);

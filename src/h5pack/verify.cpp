@@ -41,12 +41,12 @@ VerifyReport verify_weights(const std::string& path, bool progress) {
   const ModelConfig& cfg = reader.config();
   std::vector<TensorSpec> want;
   if (reader.is_stage_file()) {
-    const StageInfo s = reader.stage();
+    const StageLayers s = reader.stage();
     LFM2_CHECK(s.n_stages >= 1 && s.stage >= 0 && s.stage < s.n_stages && s.layer_begin >= 0 &&
                    s.layer_begin < s.layer_end && s.layer_end <= cfg.num_hidden_layers,
                path, ": stage attributes (stage ", s.stage, " of ", s.n_stages, ", layers [", s.layer_begin, ", ",
                s.layer_end, ")) do not fit the model's ", cfg.num_hidden_layers, " layers");
-    want = stage_tensor_specs(cfg, s.layer_begin, s.layer_end, s.stage == 0, s.stage == s.n_stages - 1);
+    want = stage_tensor_specs(cfg, s);
   } else {
     want = model_tensor_specs(cfg);
   }

@@ -117,7 +117,7 @@ void WeightWriter::write(const TensorSpec& spec, const void* data, DType data_ty
   write_rows(spec, 0, spec.shape[0], data, data_type);
 }
 
-void WeightWriter::set_stage(const StageInfo& s) {
+void WeightWriter::set_stage(const StageLayers& s) {
   h5_write_attr(file_.get(), "stage", int64_t(s.stage));
   h5_write_attr(file_.get(), "n_stages", int64_t(s.n_stages));
   h5_write_attr(file_.get(), "layer_begin", int64_t(s.layer_begin));

@@ -29,12 +29,6 @@ namespace lfm2 {
 inline constexpr const char* kWeightFormat = "lfm2-rank-weights";
 inline constexpr int64_t kWeightFormatVersion = 1;
 
-// Where a stage file sits in the pipeline (absent for a whole-model file).
-struct StageInfo {
-  int stage = 0, n_stages = 1;
-  int layer_begin = 0, layer_end = 0;
-};
-
 // Writes a new weight file under a temporary name in the same directory and renames it into place
 // on commit(); if destroyed before commit() (or interrupted, see common/pending_file.h) the
 // temporary file is removed, so a failed run leaves no half-written output.
@@ -57,7 +51,7 @@ class WeightWriter {
   // create() + write_rows() of the whole tensor.
   void write(const TensorSpec& spec, const void* data, DType data_type);
 
-  void set_stage(const StageInfo& s);
+  void set_stage(const StageLayers& s);
   void set_attr(const std::string& name, const std::string& value);
   // The digest of a tensor written whole (throws otherwise); whether it was.
   uint64_t digest(const std::string& dataset) const;
@@ -101,7 +95,7 @@ class WeightReader {
   const ModelConfig& config() const { return config_; }
   DType weight_dtype() const { return weight_dtype_; }
   bool is_stage_file() const { return stage_.has_value_; }
-  StageInfo stage() const { return stage_.info; }
+  StageLayers stage() const { return stage_.info; }  // where a stage file sits in the pipeline
 
   bool has(const std::string& dataset) const;
   std::vector<int64_t> shape(const std::string& dataset) const;
@@ -146,7 +140,7 @@ class WeightReader {
   DType weight_dtype_ = DType::F32;
   struct {
     bool has_value_ = false;
-    StageInfo info;
+    StageLayers info;
   } stage_;
   int64_t bytes_read_ = 0;
   std::optional<ModelIdentity> identity_;

@@ -61,20 +61,19 @@ TensorSpec lm_head_spec(const ModelConfig& cfg) {
 }
 
 std::vector<TensorSpec> model_tensor_specs(const ModelConfig& cfg) {
-  return stage_tensor_specs(cfg, 0, int(cfg.num_hidden_layers), true, true);
+  return stage_tensor_specs(cfg, whole_model(int(cfg.num_hidden_layers)));
 }
 
-std::vector<TensorSpec> stage_tensor_specs(const ModelConfig& cfg, int layer_begin, int layer_end, bool is_first,
-                                           bool is_last) {
-  LFM2_CHECK(0 <= layer_begin && layer_begin <= layer_end && layer_end <= cfg.num_hidden_layers,
-             "layer range [", layer_begin, ", ", layer_end, ") outside 0..", cfg.num_hidden_layers);
+std::vector<TensorSpec> stage_tensor_specs(const ModelConfig& cfg, const StageLayers& stage) {
+  LFM2_CHECK(0 <= stage.layer_begin && stage.layer_begin <= stage.layer_end && stage.layer_end <= cfg.num_hidden_layers,
+             "layer range [", stage.layer_begin, ", ", stage.layer_end, ") outside 0..", cfg.num_hidden_layers);
   std::vector<TensorSpec> out;
-  if (is_first || (is_last && cfg.tie_word_embeddings)) out.push_back(embed_spec(cfg));
-  for (int il = layer_begin; il < layer_end; ++il) {
+  if (stage.is_first() || (stage.is_last() && cfg.tie_word_embeddings)) out.push_back(embed_spec(cfg));
+  for (int il = stage.layer_begin; il < stage.layer_end; ++il) {
     auto layer = layer_tensor_specs(cfg, il);
     out.insert(out.end(), layer.begin(), layer.end());
   }
-  if (is_last) {
+  if (stage.is_last()) {
     out.push_back(embedding_norm_spec(cfg));
     if (!cfg.tie_word_embeddings) out.push_back(lm_head_spec(cfg));
   }

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "io/model_config.h"
+#include "io/stage_layers.h"
 
 namespace lfm2 {
 
@@ -75,9 +76,8 @@ TensorSpec lm_head_spec(const ModelConfig& cfg);  // untied only
 // Stage s's layers are therefore contiguous in the file.
 std::vector<TensorSpec> model_tensor_specs(const ModelConfig& cfg);
 
-// What a pipeline stage owning layers [layer_begin, layer_end) reads: its layers, the embedding
-// when first, and the final norm plus the head (the embedding when tied) when last.
-std::vector<TensorSpec> stage_tensor_specs(const ModelConfig& cfg, int layer_begin, int layer_end, bool is_first,
-                                           bool is_last);
+// What a pipeline stage reads: its layers, the embedding when first, and the final norm plus the
+// head (the embedding when tied) when last.
+std::vector<TensorSpec> stage_tensor_specs(const ModelConfig& cfg, const StageLayers& stage);
 
 }  // namespace lfm2

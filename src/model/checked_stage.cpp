@@ -12,8 +12,8 @@ namespace {
 
 class CheckedStage final : public StageExecutor {
  public:
-  CheckedStage(StageExecutor& inner, const StageRange& range, const CheckShape& shape, int n_threads, bool allow)
-      : inner_(inner), range_(range), n_micro_(std::max<int64_t>(1, shape.n_micro)), microbatch_(shape.microbatch),
+  CheckedStage(StageExecutor& inner, const StageLayers& stage, const CheckShape& shape, int n_threads, bool allow)
+      : inner_(inner), stage_(stage), n_micro_(std::max<int64_t>(1, shape.n_micro)), microbatch_(shape.microbatch),
         hidden_(shape.hidden), vocab_(shape.vocab), first_seq_(shape.first_seq), n_threads_(n_threads), allow_(allow) {
     if (inner_.on_device())
       counts_ = static_cast<uint32_t*>(inner_.alloc_host(2 * n_micro_ * int64_t(sizeof(uint32_t))));
@@ -37,7 +37,7 @@ class CheckedStage final : public StageExecutor {
   void forward(void* x, int64_t n_seq, int64_t seq_len) override {
     const int64_t m = forwards_++ % n_micro_;
     inner_.forward(x, n_seq, seq_len);
-    check_hidden(x, n_seq, seq_len, m, 1, cat("after layers ", range_.layer_begin, "-", range_.layer_end - 1));
+    check_hidden(x, n_seq, seq_len, m, 1, cat("after layers ", stage_.layer_begin, "-", stage_.layer_end - 1));
   }
 
   void head(const void* x, int64_t n_seq, int64_t seq_len, const int32_t* lengths, const HeadOutputs& out) override {
@@ -105,7 +105,7 @@ class CheckedStage final : public StageExecutor {
 
   void check_step(void* x, int64_t first_seq, int64_t n_seq, int64_t seq_len, int64_t step, const std::string& what) {
     const int64_t m = first_seq / microbatch_;
-    const std::string where = cat("after layers ", range_.layer_begin, "-", range_.layer_end - 1, what);
+    const std::string where = cat("after layers ", stage_.layer_begin, "-", stage_.layer_end - 1, what);
     if (!on_device()) return check_hidden(x, n_seq, seq_len, m, 1, where);
     LFM2_CHECK(gen_counts_ && step < max_steps_, "checked stage: step ", step, " past the generation state");
     check_hidden(x, n_seq, seq_len, m, 1, where, gen_counts_ + m * max_steps_ + step);
@@ -168,7 +168,7 @@ class CheckedStage final : public StageExecutor {
 
  private:
   StageExecutor& inner_;
-  StageRange range_;
+  StageLayers stage_;
   int64_t n_micro_, microbatch_, hidden_, vocab_, first_seq_;
   int n_threads_;
   bool allow_, warned_ = false;
@@ -183,9 +183,9 @@ class CheckedStage final : public StageExecutor {
 
 }  // namespace
 
-std::unique_ptr<StageExecutor> make_checked_stage(StageExecutor& inner, const StageRange& range,
+std::unique_ptr<StageExecutor> make_checked_stage(StageExecutor& inner, const StageLayers& stage,
                                                   const CheckShape& shape, int n_threads, bool allow_nonfinite) {
-  return std::make_unique<CheckedStage>(inner, range, shape, n_threads, allow_nonfinite);
+  return std::make_unique<CheckedStage>(inner, stage, shape, n_threads, allow_nonfinite);
 }
 
 }  // namespace lfm2

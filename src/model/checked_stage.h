@@ -31,7 +31,7 @@ struct CheckShape {
 };
 
 // `inner` must outlive the result.
-std::unique_ptr<StageExecutor> make_checked_stage(StageExecutor& inner, const StageRange& range,
+std::unique_ptr<StageExecutor> make_checked_stage(StageExecutor& inner, const StageLayers& stage,
                                                   const CheckShape& shape, int n_threads, bool allow_nonfinite);
 
 }  // namespace lfm2

@@ -26,8 +26,8 @@ class CpuStage final : public StageExecutor {
   using Rows = CpuLayers::StepRows;
 
  public:
-  CpuStage(WeightReader& reader, const StageRange& range, int n_threads)
-      : w_(load_model_weights(reader, range.layer_begin, range.layer_end, range.is_first, range.is_last)),
+  CpuStage(WeightReader& reader, const StageLayers& stage, int n_threads)
+      : w_(load_model_weights(reader, stage)),
         cfg_(w_.config),
         n_threads_(resolve_threads(n_threads)),
         layers_(cfg_, w_, state_, n_threads_) {}
@@ -43,7 +43,7 @@ class CpuStage final : public StageExecutor {
   }
 
   void embed(const int32_t* ids, int64_t n_seq, int64_t seq_len, void* x) override {
-    LFM2_CHECK(w_.is_first, "cpu stage: embed() on a stage that is not first");
+    LFM2_CHECK(w_.stage.is_first(), "cpu stage: embed() on a stage that is not first");
     cpu::embedding(static_cast<float*>(x), ids, w_.embed_tokens.data(), n_seq * seq_len, cfg_.vocab_size,
                    cfg_.hidden_size, n_threads_);
   }
@@ -54,7 +54,7 @@ class CpuStage final : public StageExecutor {
 
   // ---- generation: the state lives in state_ (cpu_decode_state.h)
   int64_t state_bytes(int64_t n_seq, int64_t max_len) const override {
-    return CpuDecodeState::bytes(cfg_, w_.layers, w_.is_last, n_seq, max_len);
+    return CpuDecodeState::bytes(cfg_, w_.layers, w_.stage.is_last(), n_seq, max_len);
   }
 
   void alloc_state(int64_t n_seq, int64_t max_len, const int32_t* lengths, const SamplingParams& sampling) override {
@@ -85,7 +85,7 @@ class CpuStage final : public StageExecutor {
 
   void choose(const void* x, int64_t first_seq, int64_t n_seq, int64_t seq_len, int64_t step, int32_t* tokens,
               int32_t* host) override {
-    LFM2_CHECK(w_.is_last, "cpu stage: choose() on a stage that is not last");
+    LFM2_CHECK(w_.stage.is_last(), "cpu stage: choose() on a stage that is not last");
     state_.check(first_seq, n_seq, seq_len);
     std::vector<int32_t> last(static_cast<size_t>(n_seq));
     for (int64_t i = 0; i < n_seq; ++i) last[size_t(i)] = seq_len == 1 ? 1 : state_.lengths[size_t(first_seq + i)];
@@ -105,7 +105,7 @@ class CpuStage final : public StageExecutor {
   }
 
   void head(const void* x, int64_t n_seq, int64_t seq_len, const int32_t* lengths, const HeadOutputs& out) override {
-    LFM2_CHECK(w_.is_last, "cpu stage: head() on a stage that is not last");
+    LFM2_CHECK(w_.stage.is_last(), "cpu stage: head() on a stage that is not last");
     const float* h = static_cast<const float*>(x);
     const int64_t H = cfg_.hidden_size, V = cfg_.vocab_size;
     const float eps = float(cfg_.norm_eps);
@@ -150,8 +150,8 @@ class CpuStage final : public StageExecutor {
 
 }  // namespace
 
-std::unique_ptr<StageExecutor> make_cpu_stage(WeightReader& weights, const StageRange& range, int n_threads) {
-  return std::make_unique<CpuStage>(weights, range, n_threads);
+std::unique_ptr<StageExecutor> make_cpu_stage(WeightReader& weights, const StageLayers& stage, int n_threads) {
+  return std::make_unique<CpuStage>(weights, stage, n_threads);
 }
 
 }  // namespace lfm2

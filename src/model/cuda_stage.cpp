@@ -54,15 +54,15 @@ class CudaStage final : public CudaStageExecutor {
   using Rows = typename CudaLayers<T>::StepRows;
 
  public:
-  CudaStage(WeightReader& reader, const StageRange& range, int device, bool tf32, bool graphs)
-      : cfg_(reader.config()), range_(range), device_(device), tf32_(tf32), streams_(device),
+  CudaStage(WeightReader& reader, const StageLayers& stage, int device, bool tf32, bool graphs)
+      : cfg_(reader.config()), stage_(stage), device_(device), tf32_(tf32), streams_(device),
         stream_(streams_.compute), layers_(cfg_, weights_, state_, stream_, tf32),
         graphs_(graphs && !cuda_sync_check_enabled()) {
     if (!std::is_same<T, float>::value) check_sixteen_bit_shapes();
     CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&nonfinite_), sizeof(unsigned int)));
     state_.init();
     cuda::cublas_prepare();
-    weights_.upload(reader, range_, device_);
+    weights_.upload(reader, stage_, device_);
     head_.init(cfg_, weights_, tf32_);
   }
 
@@ -90,7 +90,7 @@ class CudaStage final : public CudaStageExecutor {
     LFM2_CHECK(max_tokens > 0, "cuda stage: alloc_hidden(", max_tokens, ")");
     CUDA_CHECK(cudaSetDevice(device_));
     layers_.reserve(max_tokens, CudaHead<T>::kRows, device_);
-    if (range_.is_last) head_.allocate(device_);
+    if (stage_.is_last()) head_.allocate(device_);
     hidden_.push_back(device_alloc(max_tokens * cfg_.hidden_size * int64_t(sizeof(float)),
                                    cat("a hidden-state buffer of ", max_tokens, " tokens"), device_));
     return hidden_.back();
@@ -110,7 +110,7 @@ class CudaStage final : public CudaStageExecutor {
   }
 
   void embed(const int32_t* ids, int64_t n_seq, int64_t seq_len, void* x) override {
-    LFM2_CHECK(range_.is_first, "cuda stage: embed() on a stage that is not first");
+    LFM2_CHECK(stage_.is_first(), "cuda stage: embed() on a stage that is not first");
     const int64_t n = n_seq * seq_len;
     check_capacity(n, "embed");
     CUDA_CHECK(cudaSetDevice(device_));
@@ -129,7 +129,7 @@ class CudaStage final : public CudaStageExecutor {
   }
 
   void head(const void* xv, int64_t n_seq, int64_t seq_len, const int32_t* lengths, const HeadOutputs& out) override {
-    LFM2_CHECK(range_.is_last, "cuda stage: head() on a stage that is not last");
+    LFM2_CHECK(stage_.is_last(), "cuda stage: head() on a stage that is not last");
     check_capacity(n_seq * seq_len, "head");
     CUDA_CHECK(cudaSetDevice(device_));
     head_.run(layers_.y(), static_cast<const float*>(xv), n_seq, seq_len, lengths, out, stream_, streams_.d2h);
@@ -159,7 +159,7 @@ class CudaStage final : public CudaStageExecutor {
     CUDA_CHECK(cudaSetDevice(device_));
     graphs_.forget(CudaGraphs::Kind::kDecode);  // they hold the addresses of the state they were captured with
     state_.allocate(cfg_, weights_.layers, n_seq, max_len, lengths, sampling, device_);
-    if (range_.is_last && !sampling.greedy())  // sampling chooses on the host: a pinned copy of the logits
+    if (stage_.is_last() && !sampling.greedy())  // sampling chooses on the host: a pinned copy of the logits
       state_.set_host_logits(
           static_cast<float*>(alloc_host(std::min(layers_.capacity(), n_seq) * cfg_.vocab_size * 4)));
     CUDA_CHECK(cudaDeviceSynchronize());
@@ -170,7 +170,7 @@ class CudaStage final : public CudaStageExecutor {
     check_capacity(n_seq * seq_len, "prefill");
     CUDA_CHECK(cudaSetDevice(device_));
     layers_.run(static_cast<float*>(x), n_seq, seq_len, Rows{Rows::kPrefill, first_seq, 0});
-    if (range_.is_last) state_.restart(first_seq, n_seq, stream_);
+    if (stage_.is_last()) state_.restart(first_seq, n_seq, stream_);
   }
 
   // One graph per buffer and microbatch size serves every microbatch and step: the kernels read
@@ -191,7 +191,7 @@ class CudaStage final : public CudaStageExecutor {
   }
 
   void embed_tokens(const int32_t* tokens, int64_t n_seq, void* x) override {
-    LFM2_CHECK(range_.is_first, "cuda stage: embed_tokens() on a stage that is not first");
+    LFM2_CHECK(stage_.is_first(), "cuda stage: embed_tokens() on a stage that is not first");
     check_capacity(n_seq, "embed_tokens");
     CUDA_CHECK(cudaSetDevice(device_));
     cuda::embedding(static_cast<float*>(x), tokens, weights_.embed_tokens, n_seq, cfg_.vocab_size, cfg_.hidden_size,
@@ -203,7 +203,7 @@ class CudaStage final : public CudaStageExecutor {
   // (cuda_decode_state.h: greedy on the device, sampling on the host).
   void choose(const void* xv, int64_t first_seq, int64_t n_seq, int64_t seq_len, int64_t step, int32_t* tokens,
               int32_t* host) override {
-    LFM2_CHECK(range_.is_last, "cuda stage: choose() on a stage that is not last");
+    LFM2_CHECK(stage_.is_last(), "cuda stage: choose() on a stage that is not last");
     state_.check(first_seq, n_seq, seq_len);
     CUDA_CHECK(cudaSetDevice(device_));
     const float* x = static_cast<const float*>(xv);
@@ -222,7 +222,7 @@ class CudaStage final : public CudaStageExecutor {
   // rather than at the first forward.
   void check_sixteen_bit_shapes() const {
     bool any_moe = false;
-    for (int il = range_.layer_begin; il < range_.layer_end; ++il) any_moe = any_moe || cfg_.is_moe(il);
+    for (int il = stage_.layer_begin; il < stage_.layer_end; ++il) any_moe = any_moe || cfg_.is_moe(il);
     if (!any_moe) return;
     const cuda::DeviceInfo& info = cuda::device_info(device_);
     LFM2_CHECK(info.major == 9 && info.minor == 0, "cuda stage: ", dtype_name(dtype_of<T>()),
@@ -239,7 +239,7 @@ class CudaStage final : public CudaStageExecutor {
   }
 
   ModelConfig cfg_;
-  StageRange range_;
+  StageLayers stage_;
   int device_;
   bool tf32_;
   DeviceStreams streams_;  // first made, last destroyed: every room below queues on its streams
@@ -257,14 +257,14 @@ class CudaStage final : public CudaStageExecutor {
 
 }  // namespace
 
-std::unique_ptr<CudaStageExecutor> make_cuda_stage(WeightReader& weights, const StageRange& range,
+std::unique_ptr<CudaStageExecutor> make_cuda_stage(WeightReader& weights, const StageLayers& stage,
                                                    DType compute_dtype, int device, bool tf32, bool graphs,
                                                    int reserved_sms) {
   cuda::reserve_sms(device, reserved_sms);
   switch (compute_dtype) {
-    case DType::F32: return std::make_unique<CudaStage<float>>(weights, range, device, tf32, graphs);
-    case DType::BF16: return std::make_unique<CudaStage<__nv_bfloat16>>(weights, range, device, false, graphs);
-    case DType::F16: return std::make_unique<CudaStage<__half>>(weights, range, device, false, graphs);
+    case DType::F32: return std::make_unique<CudaStage<float>>(weights, stage, device, tf32, graphs);
+    case DType::BF16: return std::make_unique<CudaStage<__nv_bfloat16>>(weights, stage, device, false, graphs);
+    case DType::F16: return std::make_unique<CudaStage<__half>>(weights, stage, device, false, graphs);
   }
   LFM2_FAIL("cuda stage: unknown compute dtype");
 }

@@ -40,7 +40,7 @@ class CudaStageExecutor : public StageExecutor {
 // graphs: forward() replays a CUDA Graph captured once per hidden buffer and shape (off: launches
 // every kernel each time; also off under LFM2_SYNC_CHECK, which synchronises after each launch).
 // reserved_sms: SMs the GEMMs leave to kernels running beside them (a pipeline's NCCL transfers).
-std::unique_ptr<CudaStageExecutor> make_cuda_stage(WeightReader& weights, const StageRange& range,
+std::unique_ptr<CudaStageExecutor> make_cuda_stage(WeightReader& weights, const StageLayers& stage,
                                                    DType compute_dtype, int device, bool tf32 = false,
                                                    bool graphs = true, int reserved_sms = 0);
 

@@ -53,10 +53,10 @@ using Pointee = std::remove_const_t<std::remove_pointer_t<std::remove_reference_
 }  // namespace
 
 template <typename T>
-void DeviceWeights<T>::upload(WeightReader& reader, const StageRange& range, int device) {
+void DeviceWeights<T>::upload(WeightReader& reader, const StageLayers& stage, int device) {
   const ModelConfig& cfg = reader.config();
-  const int il0 = range.layer_begin, il1 = range.layer_end;
-  WeightUploader up(reader, stage_tensor_specs(cfg, il0, il1, range.is_first, range.is_last), device);
+  const int il0 = stage.layer_begin, il1 = stage.layer_end;
+  WeightUploader up(reader, stage_tensor_specs(cfg, stage), device);
   layers.assign(size_t(il1 - il0), DeviceLayerWeights<T>{});
   std::vector<bool> has_bias;
   std::vector<int64_t> offsets;  // of every layer block, in for_each_block order
@@ -74,8 +74,8 @@ void DeviceWeights<T>::upload(WeightReader& reader, const StageRange& range, int
   }
   tied_ = cfg.tie_word_embeddings;
   int64_t off_embed = -1, off_norm = -1, off_head = -1;
-  if (range.is_first || (range.is_last && tied_)) off_embed = up.reserve(names::kEmbedTokens, dtype_of<T>());
-  if (range.is_last) {
+  if (stage.is_first() || (stage.is_last() && tied_)) off_embed = up.reserve(names::kEmbedTokens, dtype_of<T>());
+  if (stage.is_last()) {
     off_norm = up.reserve(names::kEmbeddingNorm, DType::F32);
     if (!tied_) off_head = up.reserve(names::kLmHead, dtype_of<T>());
   }

@@ -52,8 +52,8 @@ struct DeviceLayerWeights {
 template <typename T>
 class DeviceWeights {
  public:
-  // Reads exactly the datasets stage_tensor_specs() lists for the range onto `device`.
-  void upload(WeightReader& reader, const StageRange& range, int device);
+  // Reads exactly the datasets stage_tensor_specs() lists for the stage onto `device`.
+  void upload(WeightReader& reader, const StageLayers& stage, int device);
   void release() { memory_.release(); }
   int64_t bytes() const { return memory_.bytes(); }
 

@@ -80,15 +80,12 @@ int64_t ModelWeights::bytes() const {
   return n;
 }
 
-ModelWeights load_model_weights(WeightReader& reader, int layer_begin, int layer_end, bool is_first, bool is_last) {
+ModelWeights load_model_weights(WeightReader& reader, const StageLayers& stage) {
   ModelWeights m;
   m.config = reader.config();
-  m.layer_begin = layer_begin;
-  m.layer_end = layer_end;
-  m.is_first = is_first;
-  m.is_last = is_last;
+  m.stage = stage;
   // stage_tensor_specs() is the list of what this stage reads; walk it so that nothing else is.
-  for (const TensorSpec& spec : stage_tensor_specs(m.config, layer_begin, layer_end, is_first, is_last)) {
+  for (const TensorSpec& spec : stage_tensor_specs(m.config, stage)) {
     if (spec.layer >= 0) {
       if (m.layers.empty() || m.layers.back().il != spec.layer) m.layers.push_back(load_layer_weights(reader, spec.layer));
     } else if (spec.path == names::kEmbedTokens) {
@@ -101,8 +98,8 @@ ModelWeights load_model_weights(WeightReader& reader, int layer_begin, int layer
       LFM2_FAIL("model weights: unexpected model-level dataset '", spec.path, "'");
     }
   }
-  LFM2_CHECK(int(m.layers.size()) == layer_end - layer_begin, reader.path(), ": loaded ", m.layers.size(),
-             " layers for range [", layer_begin, ", ", layer_end, ")");
+  LFM2_CHECK(int(m.layers.size()) == stage.n_layers(), reader.path(), ": loaded ", m.layers.size(),
+             " layers for range [", stage.layer_begin, ", ", stage.layer_end, ")");
   return m;
 }
 

@@ -1,7 +1,7 @@
 // A stage's weights in fp32 host memory, loaded through the name table (io/weight_names.h).
 //
 // LayerWeights holds one decoder layer with named members; members a layer kind does not use stay
-// empty. ModelWeights holds a StageRange's layers plus the embedding (first stage, or last when
+// empty. ModelWeights holds a stage's layers (io/stage_layers.h) plus the embedding (first stage, or last when
 // tied), the final norm and the untied head (last stage); nothing else is read from the file.
 #pragma once
 
@@ -53,21 +53,20 @@ LayerWeights load_layer_weights(WeightReader& reader, int il);
 
 struct ModelWeights {
   ModelConfig config;
-  int layer_begin = 0, layer_end = 0;
-  bool is_first = true, is_last = true;
+  StageLayers stage;                 // the layers held, and whether first / last
 
-  std::vector<LayerWeights> layers;  // layer_begin .. layer_end-1
+  std::vector<LayerWeights> layers;  // stage.layer_begin .. stage.layer_end-1
   std::vector<float> embed_tokens;   // (V, H): first stage, and last stage when tied
   std::vector<float> embedding_norm; // (H): last stage
   std::vector<float> lm_head;        // (V, H): last stage when untied
 
-  const LayerWeights& layer(int il) const { return layers.at(size_t(il - layer_begin)); }
+  const LayerWeights& layer(int il) const { return layers.at(size_t(il - stage.layer_begin)); }
   // The LM head matrix (V, H): lm_head, or embed_tokens when tied.
   const float* head_matrix() const;
   int64_t bytes() const;
 };
 
-// Reads exactly the datasets stage_tensor_specs() lists for the range.
-ModelWeights load_model_weights(WeightReader& reader, int layer_begin, int layer_end, bool is_first, bool is_last);
+// Reads exactly the datasets stage_tensor_specs() lists for the stage.
+ModelWeights load_model_weights(WeightReader& reader, const StageLayers& stage);
 
 }  // namespace lfm2

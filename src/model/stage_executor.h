@@ -17,11 +17,6 @@
 
 namespace lfm2 {
 
-struct StageRange {
-  int layer_begin = 0, layer_end = 0;  // [begin, end)
-  bool is_first = true, is_last = true;
-};
-
 // Where head() leaves its results: host memory from alloc_host(), readable once the executor's
 // queued work is done (synchronize()). Null pointers are not wanted and cost nothing.
 struct HeadOutputs {
@@ -132,6 +127,6 @@ class StageExecutor {
 
 // The CPU reference executor: fp32 weights and activations, fp32 accumulation, n_threads workers
 // (0: hardware concurrency). Reads only the datasets of its range from `weights`.
-std::unique_ptr<StageExecutor> make_cpu_stage(WeightReader& weights, const StageRange& range, int n_threads = 0);
+std::unique_ptr<StageExecutor> make_cpu_stage(WeightReader& weights, const StageLayers& stage, int n_threads = 0);
 
 }  // namespace lfm2

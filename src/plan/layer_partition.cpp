@@ -11,12 +11,6 @@
 
 namespace lfm2 {
 
-std::vector<int> StagePlan::layers() const {
-  std::vector<int> out;
-  for (int il = layer_begin; il < layer_end; ++il) out.push_back(il);
-  return out;
-}
-
 std::vector<int> partition_layers(const std::vector<double>& layer_costs, int n_ranks, double first_extra,
                                   double last_extra) {
   const int L = int(layer_costs.size());
@@ -92,8 +86,8 @@ double head_cost(const ModelConfig& cfg, int64_t seq_len, bool all_positions, Co
   return all_positions ? per_position : per_position / double(std::max<int64_t>(seq_len, 1));
 }
 
-std::vector<StagePlan> make_stage_plans(const std::vector<int>& counts) {
-  std::vector<StagePlan> plans;
+std::vector<StageLayers> make_stages(const std::vector<int>& counts) {
+  std::vector<StageLayers> plans;
   int begin = 0;
   for (size_t r = 0; r < counts.size(); ++r) {
     plans.push_back({int(r), int(counts.size()), begin, begin + counts[r]});
@@ -102,9 +96,9 @@ std::vector<StagePlan> make_stage_plans(const std::vector<int>& counts) {
   return plans;
 }
 
-std::vector<StagePlan> default_stage_plans(const ModelConfig& cfg, int n_ranks, int64_t seq_len, bool all_positions,
+std::vector<StageLayers> default_stages(const ModelConfig& cfg, int n_ranks, int64_t seq_len, bool all_positions,
                                            CostModel model) {
-  return make_stage_plans(partition_layers(layer_costs(cfg, seq_len, model), n_ranks, 0.0,
+  return make_stages(partition_layers(layer_costs(cfg, seq_len, model), n_ranks, 0.0,
                                            head_cost(cfg, seq_len, all_positions, model)));
 }
 

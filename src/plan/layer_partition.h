@@ -1,25 +1,16 @@
 // The layer partition: which contiguous layers each pipeline rank owns.
 //
 // partition_layers() is the single place the split is computed; everything else (lfm2-rank,
-// `h5pack split`, `h5pack inspect --stages`) asks a StagePlan.
+// `h5pack split`, `h5pack inspect --stages`) asks for the stages' StageLayers (io/stage_layers.h).
 #pragma once
 
 #include <string>
 #include <vector>
 
 #include "io/model_config.h"
+#include "io/stage_layers.h"
 
 namespace lfm2 {
-
-struct StagePlan {
-  int rank = 0, n_ranks = 1;
-  int layer_begin = 0, layer_end = 0;  // [begin, end)
-
-  bool is_first() const { return rank == 0; }
-  bool is_last() const { return rank == n_ranks - 1; }
-  int n_layers() const { return layer_end - layer_begin; }
-  std::vector<int> layers() const;
-};
 
 // Splits layers into n_ranks contiguous non-empty ranges minimising the most expensive stage
 // (first_extra / last_extra: work only the first / last stage does, e.g. the LM head). Returns
@@ -40,12 +31,12 @@ enum class CostModel { kFlops, kGpu };
 std::vector<double> layer_costs(const ModelConfig& cfg, int64_t seq_len, CostModel model = CostModel::kFlops);
 double head_cost(const ModelConfig& cfg, int64_t seq_len, bool all_positions, CostModel model = CostModel::kFlops);
 
-// The plan of every rank from per-rank layer counts.
-std::vector<StagePlan> make_stage_plans(const std::vector<int>& counts);
+// Every stage's layers from per-stage layer counts.
+std::vector<StageLayers> make_stages(const std::vector<int>& counts);
 
 // The balanced plan of every rank for a model (the default split). Stage files (`h5pack split`)
 // are cut with the FLOP model at seq_len 32.
-std::vector<StagePlan> default_stage_plans(const ModelConfig& cfg, int n_ranks, int64_t seq_len = 32,
+std::vector<StageLayers> default_stages(const ModelConfig& cfg, int n_ranks, int64_t seq_len = 32,
                                            bool all_positions = false, CostModel model = CostModel::kFlops);
 
 }  // namespace lfm2

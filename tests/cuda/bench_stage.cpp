@@ -170,7 +170,7 @@ int main(int argc, char** argv) {
     std::vector<double> est(shapes.size(), 0.0);
     for (const Part& p : parts) {
       t0 = now_s();
-      auto st = make_cuda_stage(reader, {p.b, p.e, true, false}, dt, 0);
+      auto st = make_cuda_stage(reader, StageLayers{0, 2, p.b, p.e}, dt, 0);
       const double load = now_s() - t0;
       void* x = st->alloc_hidden(max_t);
       for (size_t i = 0; i < shapes.size(); ++i) {
@@ -185,7 +185,7 @@ int main(int argc, char** argv) {
       }
     }
     // the head: final norm + LM head of the last positions, copied to pageable host memory
-    auto st = make_cuda_stage(reader, {n_layers - 1, n_layers, false, true}, dt, 0);
+    auto st = make_cuda_stage(reader, StageLayers{1, 2, n_layers - 1, n_layers}, dt, 0);
     void* x = st->alloc_hidden(max_t);
     CUDA_CHECK(cudaMemset(x, 0, size_t(max_t * cfg.hidden_size) * 4));
     CUDA_CHECK(cudaDeviceSynchronize());

@@ -54,7 +54,7 @@ std::vector<int32_t> make_ids(const ModelConfig& cfg, int64_t n) {
 
 std::vector<float> run_cpu(WeightReader& reader, const std::vector<int32_t>& ids, int64_t n_seq, int64_t seq_len) {
   const ModelConfig& cfg = reader.config();
-  auto stage = make_cpu_stage(reader, {0, int(cfg.num_hidden_layers), true, true}, 0);
+  auto stage = make_cpu_stage(reader, whole_model(int(cfg.num_hidden_layers)), 0);
   void* x = stage->alloc_hidden(n_seq * seq_len);
   stage->embed(ids.data(), n_seq, seq_len, x);
   stage->forward(x, n_seq, seq_len);
@@ -66,17 +66,17 @@ std::vector<float> run_cpu(WeightReader& reader, const std::vector<int32_t>& ids
 }
 
 // Runs the given stage split on the GPU, hidden states passed stage to stage through the host.
-std::vector<float> run_cuda(WeightReader& reader, const std::vector<StageRange>& ranges, DType dt,
+std::vector<float> run_cuda(WeightReader& reader, const std::vector<StageLayers>& stages, DType dt,
                             const std::vector<int32_t>& ids, int64_t n_seq, int64_t seq_len, bool all_positions) {
   const ModelConfig& cfg = reader.config();
   const int64_t T = n_seq * seq_len;
   std::vector<float> hidden(static_cast<size_t>(T * cfg.hidden_size));
   std::vector<float> logits(static_cast<size_t>((all_positions ? T : n_seq) * cfg.vocab_size));
-  for (const StageRange& r : ranges) {
+  for (const StageLayers& r : stages) {
     auto stage = make_cuda_stage(reader, r, dt, 0);
     EXPECT_TRUE(stage->on_device());
     void* x = stage->alloc_hidden(T);
-    if (r.is_first)
+    if (r.is_first())
       stage->embed(ids.data(), n_seq, seq_len, x);
     else
       CUDA_CHECK(cudaMemcpyAsync(x, hidden.data(), hidden.size() * sizeof(float), cudaMemcpyHostToDevice,
@@ -84,7 +84,7 @@ std::vector<float> run_cuda(WeightReader& reader, const std::vector<StageRange>&
     stage->forward(x, n_seq, seq_len);
     stage->synchronize();
     CUDA_CHECK(cudaMemcpy(hidden.data(), x, hidden.size() * sizeof(float), cudaMemcpyDeviceToHost));
-    if (r.is_last) {
+    if (r.is_last()) {
       HeadOutputs head;
       (all_positions ? head.all_logits : head.logits) = logits.data();
       stage->head(x, n_seq, seq_len, nullptr, head);
@@ -142,7 +142,7 @@ void check_against_cpu(const std::string& preset, int n_layers, int64_t n_seq, i
     double max_rel, min_top1;
   };
   for (const Case c : {Case{DType::F32, 2e-5, 0.99}, Case{DType::BF16, 0.1, 0.9}, Case{DType::F16, 5e-2, 0.95}}) {
-    const auto got = run_cuda(reader, {{0, L, true, true}}, c.dt, ids, n_seq, seq_len, true);
+    const auto got = run_cuda(reader, {whole_model(L)}, c.dt, ids, n_seq, seq_len, true);
     const Diff d = diff(got, ref, m.cfg.vocab_size);
     std::printf("[cuda stage] %s x%d layers, %lldx%lld tokens, %s: rel %.3g (median row %.3g), max|d| %.3g, top-1 %lld/%lld\n",
                 preset.c_str(), L, (long long)n_seq, (long long)seq_len, dtype_name(c.dt), d.rel, d.row_median, d.max_abs,
@@ -151,7 +151,7 @@ void check_against_cpu(const std::string& preset, int n_layers, int64_t n_seq, i
     EXPECT_GE(double(d.top1_same), c.min_top1 * double(d.rows)) << dtype_name(c.dt);
     // last-position head = the last row of each sequence of the all-position logits
     if (c.dt == DType::F32) {
-      const auto last = run_cuda(reader, {{0, L, true, true}}, c.dt, ids, n_seq, seq_len, false);
+      const auto last = run_cuda(reader, {whole_model(L)}, c.dt, ids, n_seq, seq_len, false);
       const int64_t V = m.cfg.vocab_size;
       for (int64_t s = 0; s < n_seq; ++s)
         EXPECT_TRUE(close(std::vector<float>(last.begin() + s * V, last.begin() + (s + 1) * V),
@@ -173,9 +173,9 @@ TEST_F(CudaStageTest, DeterministicAcrossRunsAndSplits) {
   const int64_t n_seq = 4, seq_len = 33;
   const auto ids = make_ids(m.cfg, n_seq * seq_len);
   for (DType dt : {DType::F32, DType::BF16}) {
-    const auto a = run_cuda(reader, {{0, 6, true, true}}, dt, ids, n_seq, seq_len, true);
-    const auto b = run_cuda(reader, {{0, 6, true, true}}, dt, ids, n_seq, seq_len, true);
-    const auto c = run_cuda(reader, {{0, 2, true, false}, {2, 3, false, false}, {3, 6, false, true}}, dt, ids, n_seq,
+    const auto a = run_cuda(reader, {whole_model(6)}, dt, ids, n_seq, seq_len, true);
+    const auto b = run_cuda(reader, {whole_model(6)}, dt, ids, n_seq, seq_len, true);
+    const auto c = run_cuda(reader, {{0, 3, 0, 2}, {1, 3, 2, 3}, {2, 3, 3, 6}}, dt, ids, n_seq,
                             seq_len, true);
     EXPECT_EQ(a, b) << dtype_name(dt);
     EXPECT_EQ(a, c) << dtype_name(dt);
@@ -192,7 +192,7 @@ TEST_F(CudaStageTest, BitIdenticalAcrossMicrobatchSizes) {
   const int64_t n_seq = 6, seq_len = 21, V = m.cfg.vocab_size, per_seq = seq_len * V;
   const auto ids = make_ids(m.cfg, n_seq * seq_len);
   for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
-    auto stage = make_cuda_stage(reader, {0, L, true, true}, dt, 0);
+    auto stage = make_cuda_stage(reader, whole_model(L), dt, 0);
     void* x = stage->alloc_hidden(n_seq * seq_len);
     auto run = [&](int64_t s0, int64_t ns) {
       std::vector<float> logits(static_cast<size_t>(ns * per_seq));
@@ -219,7 +219,7 @@ TEST_F(CudaStageTest, BitIdenticalAcrossMicrobatchSizes) {
 TEST_F(CudaStageTest, RejectsMoreTokensThanAllocated) {
   const Model m = make_model("lfm2-tiny", 0, DType::F32);
   WeightReader reader(m.path);
-  auto stage = make_cuda_stage(reader, {0, 6, true, true}, DType::F32, 0);
+  auto stage = make_cuda_stage(reader, whole_model(6), DType::F32, 0);
   void* x = stage->alloc_hidden(8);
   EXPECT_THROW(stage->forward(x, 3, 3), Error);
 }
@@ -235,7 +235,7 @@ TEST_F(CudaStageTest, HeadOnTheDeviceAndGraphs) {
   const auto ids = make_ids(m.cfg, n_seq * seq_len);
   std::vector<float> with_graphs;
   for (bool graphs : {true, false}) {
-    auto st = make_cuda_stage(reader, {0, L, true, true}, DType::BF16, 0, false, graphs);
+    auto st = make_cuda_stage(reader, whole_model(L), DType::BF16, 0, false, graphs);
     void* x = st->alloc_hidden(n_seq * seq_len);
     auto* h_ids = static_cast<int32_t*>(st->alloc_host(int64_t(ids.size() * sizeof(int32_t))));
     std::copy(ids.begin(), ids.end(), h_ids);

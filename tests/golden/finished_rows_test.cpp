@@ -30,7 +30,7 @@ TEST(CpuStage, FinishedRowsSkipTheExpertsAndChangeNothingElse) {
 
   // Prefill, then decode step 1 with `fed`; the stage knows `eos_ids` as end-of-sequence ids.
   auto step = [&](const std::vector<int32_t>& eos_ids, std::vector<float>* flags) {
-    auto stage = make_cpu_stage(reader, {0, 4, true, true}, 2);
+    auto stage = make_cpu_stage(reader, whole_model(4), 2);
     SamplingParams sampling;
     sampling.eos = eos_ids;
     stage->alloc_state(N, S + 2, lengths.data(), sampling);

@@ -75,22 +75,22 @@ struct Logits {
 
 // embed -> layers of each range in turn -> head, the hidden state handed from stage to stage by
 // copy, as the pipeline does.
-Logits run_stages(WeightReader& reader, const std::vector<StageRange>& ranges, const Golden& g, int n_threads) {
+Logits run_stages(WeightReader& reader, const std::vector<StageLayers>& stages, const Golden& g, int n_threads) {
   const int64_t T = g.n_seq * g.seq_len, H = reader.config().hidden_size;
   Logits out;
   out.last.resize(size_t(g.n_seq * g.vocab));
   out.all.resize(size_t(T * g.vocab));
   std::vector<float> carried(size_t(T * H));
-  for (const StageRange& r : ranges) {
+  for (const StageLayers& r : stages) {
     auto stage = make_cpu_stage(reader, r, n_threads);
     float* x = static_cast<float*>(stage->alloc_hidden(T));
-    if (r.is_first)
+    if (r.is_first())
       stage->embed(g.input_ids.data(), g.n_seq, g.seq_len, x);
     else
       std::memcpy(x, carried.data(), carried.size() * sizeof(float));
     stage->forward(x, g.n_seq, g.seq_len);
     stage->synchronize();
-    if (r.is_last) {
+    if (r.is_last()) {
       HeadOutputs head;
       head.logits = out.last.data();
       head.all_logits = out.all.data();
@@ -155,7 +155,7 @@ TEST_P(GoldenCase, MatchesTransformers) {
     EXPECT_LE(std::abs(int64_t(float_to_bits(inv_freq[i])) - int64_t(float_to_bits(g.inv_freq[i]))), 1)
         << "inv_freq[" << i << "] " << inv_freq[i] << " vs HF " << g.inv_freq[i];
 
-  const Logits whole = run_stages(reader, {{0, L, true, true}}, g, 2);
+  const Logits whole = run_stages(reader, {whole_model(L)}, g, 2);
   double abs_last = 0, abs_all = 0;
   const double rel_last = max_rel_error(whole.last, g.logits, g.n_seq, g.vocab, &abs_last);
   const double rel_all = max_rel_error(whole.all, g.logits_all, g.n_seq, g.seq_len * g.vocab, &abs_all);
@@ -169,9 +169,9 @@ TEST_P(GoldenCase, MatchesTransformers) {
   EXPECT_EQ(top1(whole.all, g.n_seq * g.seq_len, g.vocab), top1(g.logits_all, g.n_seq * g.seq_len, g.vocab));
 
   // The same model in 2 and 3 stages, and with 1 / 3 threads: bit-identical.
-  std::vector<std::vector<StageRange>> splits = {
-      {{0, 1, true, false}, {1, L, false, true}},
-      {{0, 1, true, false}, {1, L - 1, false, false}, {L - 1, L, false, true}},
+  std::vector<std::vector<StageLayers>> splits = {
+      {{0, 2, 0, 1}, {1, 2, 1, L}},
+      {{0, 3, 0, 1}, {1, 3, 1, L - 1}, {2, 3, L - 1, L}},
   };
   for (const auto& ranges : splits) {
     const Logits split = run_stages(reader, ranges, g, 2);
@@ -179,7 +179,7 @@ TEST_P(GoldenCase, MatchesTransformers) {
     EXPECT_EQ(split.all, whole.all) << ranges.size() << " stages";
   }
   for (int threads : {1, 3}) {
-    const Logits other = run_stages(reader, {{0, L, true, true}}, g, threads);
+    const Logits other = run_stages(reader, {whole_model(L)}, g, threads);
     EXPECT_EQ(other.last, whole.last) << threads << " threads";
     EXPECT_EQ(other.all, whole.all) << threads << " threads";
   }
@@ -192,12 +192,11 @@ TEST_P(GoldenCase, StageReadsOnlyItsDatasets) {
   WeightReader reader(h5);
   const ModelConfig& cfg = reader.config();
   const int L = int(cfg.num_hidden_layers);
-  for (StageRange r : {StageRange{1, L - 1, false, false}, StageRange{L - 1, L, false, true},
-                       StageRange{0, 1, true, false}}) {
+  for (StageLayers r : {StageLayers{1, 3, 1, L - 1}, StageLayers{1, 2, L - 1, L}, StageLayers{0, 2, 0, 1}}) {
     WeightReader fresh(h5);
     auto stage = make_cpu_stage(fresh, r, 1);
     int64_t expected = 0;
-    for (const auto& spec : stage_tensor_specs(cfg, r.layer_begin, r.layer_end, r.is_first, r.is_last))
+    for (const auto& spec : stage_tensor_specs(cfg, r))
       expected += fresh.storage_bytes(spec.path);
     EXPECT_EQ(fresh.bytes_read(), expected) << "range [" << r.layer_begin << ", " << r.layer_end << ")";
     EXPECT_GT(stage->weight_bytes(), 0);
@@ -216,7 +215,7 @@ TEST(GoldenBf16, Fp32FileMatchesBf16File) {
   EXPECT_EQ(rb.weight_dtype(), DType::BF16);
   EXPECT_EQ(rf.weight_dtype(), DType::F32);
   const int L = int(rb.config().num_hidden_layers);
-  EXPECT_EQ(run_stages(rb, {{0, L, true, true}}, g, 2).all, run_stages(rf, {{0, L, true, true}}, g, 2).all);
+  EXPECT_EQ(run_stages(rb, {whole_model(L)}, g, 2).all, run_stages(rf, {whole_model(L)}, g, 2).all);
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, GoldenCase,

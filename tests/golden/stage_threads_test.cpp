@@ -19,21 +19,21 @@
 namespace lfm2 {
 namespace {
 
-std::vector<float> run(WeightReader& reader, const std::vector<StageRange>& ranges, const std::vector<int32_t>& ids,
+std::vector<float> run(WeightReader& reader, const std::vector<StageLayers>& stages, const std::vector<int32_t>& ids,
                        int64_t n_seq, int64_t seq_len, int threads) {
   const ModelConfig& cfg = reader.config();
   const int64_t T = n_seq * seq_len;
   std::vector<float> hidden(size_t(T * cfg.hidden_size)), logits(size_t(T * cfg.vocab_size));
-  for (const StageRange& r : ranges) {
+  for (const StageLayers& r : stages) {
     auto stage = make_cpu_stage(reader, r, threads);
     float* x = static_cast<float*>(stage->alloc_hidden(T));
-    if (r.is_first)
+    if (r.is_first())
       stage->embed(ids.data(), n_seq, seq_len, x);
     else
       std::memcpy(x, hidden.data(), hidden.size() * sizeof(float));
     stage->forward(x, n_seq, seq_len);
     std::memcpy(hidden.data(), x, hidden.size() * sizeof(float));
-    if (r.is_last) {
+    if (r.is_last()) {
       HeadOutputs head;
       head.all_logits = logits.data();
       stage->head(x, n_seq, seq_len, nullptr, head);
@@ -53,7 +53,7 @@ TEST(CpuStage, BitIdenticalForAnyThreadCountAndSplit) {
   for (auto& id : ids) id = int32_t(rng() % uint32_t(cfg.vocab_size));
 
   const auto t0 = std::chrono::steady_clock::now();
-  const auto ref = run(reader, {{0, 5, true, true}}, ids, n_seq, seq_len, 1);
+  const auto ref = run(reader, {whole_model(5)}, ids, n_seq, seq_len, 1);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("[stage] lfm2-mini x5 layers, %lld tokens, 1 thread: %.2f s\n", (long long)(n_seq * seq_len), secs);
   float max_abs = 0;
@@ -62,9 +62,9 @@ TEST(CpuStage, BitIdenticalForAnyThreadCountAndSplit) {
     max_abs = std::max(max_abs, std::fabs(v));
   }
   EXPECT_GT(max_abs, 0.1f);  // not a degenerate all-zero run
-  EXPECT_EQ(run(reader, {{0, 5, true, true}}, ids, n_seq, seq_len, 2), ref);
-  EXPECT_EQ(run(reader, {{0, 5, true, true}}, ids, n_seq, seq_len, 3), ref);
-  EXPECT_EQ(run(reader, {{0, 2, true, false}, {2, 3, false, false}, {3, 5, false, true}}, ids, n_seq, seq_len, 3), ref);
+  EXPECT_EQ(run(reader, {whole_model(5)}, ids, n_seq, seq_len, 2), ref);
+  EXPECT_EQ(run(reader, {whole_model(5)}, ids, n_seq, seq_len, 3), ref);
+  EXPECT_EQ(run(reader, {{0, 3, 0, 2}, {1, 3, 2, 3}, {2, 3, 3, 5}}, ids, n_seq, seq_len, 3), ref);
 }
 
 }  // namespace

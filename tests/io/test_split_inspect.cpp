@@ -44,20 +44,19 @@ TEST_F(SplitTest, EachFileHoldsExactlyItsStage) {
     const auto outs = split_weights(model, 3, out.file("stage-%d.h5"));
     ASSERT_EQ(outs.size(), 3u);
     WeightReader whole(model);
-    const auto plans = default_stage_plans(whole.config(), 3);
+    const auto plans = default_stages(whole.config(), 3);
     for (const auto& plan : plans) {
-      const std::string path = out.file("stage-" + std::to_string(plan.rank) + ".h5");
-      EXPECT_EQ(outs[size_t(plan.rank)], path);
+      const std::string path = out.file("stage-" + std::to_string(plan.stage) + ".h5");
+      EXPECT_EQ(outs[size_t(plan.stage)], path);
       std::set<std::string> want;
-      const auto specs = stage_tensor_specs(whole.config(), plan.layer_begin, plan.layer_end, plan.is_first(),
-                                            plan.is_last());
+      const auto specs = stage_tensor_specs(whole.config(), plan);
       for (const auto& s : specs) want.insert(s.path);
       EXPECT_EQ(test::list_datasets(path), want) << path;
       EXPECT_EQ(want.count("embed_tokens"), (plan.is_first() || (plan.is_last() && tied)) ? 1u : 0u);
       EXPECT_EQ(want.count("lm_head"), (plan.is_last() && !tied) ? 1u : 0u);
       WeightReader r(path);
       ASSERT_TRUE(r.is_stage_file());
-      EXPECT_EQ(r.stage().stage, plan.rank);
+      EXPECT_EQ(r.stage().stage, plan.stage);
       EXPECT_EQ(r.stage().n_stages, 3);
       EXPECT_EQ(r.stage().layer_begin, plan.layer_begin);
       EXPECT_EQ(r.stage().layer_end, plan.layer_end);

@@ -50,7 +50,7 @@ double brute_force_best(const std::vector<double>& costs, int n_ranks) {
 
 TEST(Partition, FullModelFourRanksIsSixEach) {
   const ModelConfig cfg = synth_preset("lfm2-8b-a1b");
-  const auto plans = default_stage_plans(cfg, 4);
+  const auto plans = default_stages(cfg, 4);
   ASSERT_EQ(plans.size(), 4u);
   for (int r = 0; r < 4; ++r) {
     EXPECT_EQ(plans[r].layer_begin, 6 * r);
@@ -66,7 +66,7 @@ TEST(Partition, EveryRankCountCoversAllLayersContiguously) {
   const double total = std::accumulate(costs.begin(), costs.end(), 0.0);
   const double biggest = *std::max_element(costs.begin(), costs.end());
   for (int P = 1; P <= 24; ++P) {
-    const auto plans = default_stage_plans(cfg, P);
+    const auto plans = default_stages(cfg, P);
     ASSERT_EQ(int(plans.size()), P);
     int next = 0;
     std::vector<int> counts;
@@ -81,7 +81,7 @@ TEST(Partition, EveryRankCountCoversAllLayersContiguously) {
     const auto plain = partition_layers(costs, P);
     EXPECT_LE(max_stage_cost(costs, plain), total / P + biggest) << "P=" << P;
   }
-  EXPECT_EQ(default_stage_plans(cfg, 24).back().n_layers(), 1);
+  EXPECT_EQ(default_stages(cfg, 24).back().n_layers(), 1);
 }
 
 // On the GPU a top-4 MoE layer costs more than a dense one of the same FLOPs (grouped GEMMs,
@@ -95,7 +95,7 @@ TEST(Partition, GpuCostModelBalancesTheDenseLayers) {
   EXPECT_GT(long_costs[2], long_costs[3]);  // attention + MoE > conv + MoE at 8192 tokens
   EXPECT_EQ(long_costs[3], costs[3]);       // conv does not grow with the sequence
   for (int P : {2, 3, 4, 6}) {
-    const auto plans = default_stage_plans(cfg, P, 32, false, CostModel::kGpu);
+    const auto plans = default_stages(cfg, P, 32, false, CostModel::kGpu);
     std::vector<int> counts;
     for (const auto& p : plans) counts.push_back(p.n_layers());
     EXPECT_GE(counts[0], counts[1]) << "P=" << P;
@@ -152,14 +152,14 @@ TEST(Partition, RankCountsOutOfRangeThrow) {
   const std::vector<double> costs(6, 1.0);
   EXPECT_THROW(partition_layers(costs, 0), Error);
   EXPECT_THROW(partition_layers(costs, 7), Error);
-  EXPECT_THROW(default_stage_plans(synth_preset("lfm2-8b-a1b"), 25), Error);
+  EXPECT_THROW(default_stages(synth_preset("lfm2-8b-a1b"), 25), Error);
 }
 
 TEST(ParseLayerCounts, AcceptsAnExactCover) {
   EXPECT_EQ(parse_layer_counts("6,6,6,6", 24, 4), (std::vector<int>{6, 6, 6, 6}));
   EXPECT_EQ(parse_layer_counts("5,7,7,5", 24, 4), (std::vector<int>{5, 7, 7, 5}));
   EXPECT_EQ(parse_layer_counts("24", 24, 1), (std::vector<int>{24}));
-  const auto plans = make_stage_plans(parse_layer_counts("1,5", 6, 2));
+  const auto plans = make_stages(parse_layer_counts("1,5", 6, 2));
   EXPECT_EQ(plans[1].layer_begin, 1);
   EXPECT_EQ(plans[1].layer_end, 6);
 }

@@ -31,7 +31,7 @@ std::vector<std::string> run_once(RankSetup& s, const std::vector<StepPlan>& sch
   const StageTiming t = s.pipeline->run(schedule, memory);
   const auto timing = gather_timing(s.world, s.layout, t, s.opt.timeout_s);
   if (!s.world.is_first()) return {};
-  return replica_pipeline_report(timing, s.layout, s.work, s.plans, steps);
+  return replica_pipeline_report(timing, s.layout, s.work, s.stages, steps);
 }
 
 nlohmann::json trace_meta(const RankSetup& s, const char* job, int64_t n_micro) {
@@ -40,7 +40,7 @@ nlohmann::json trace_meta(const RankSetup& s, const char* job, int64_t n_micro) 
 }
 
 void deliver_job_trace(const RankSetup& s, const nlohmann::json& meta) {
-  deliver_trace(s.world, *s.pipeline, s.plans, s.opt.trace, meta, s.opt.timeout_s);
+  deliver_trace(s.world, *s.pipeline, s.stages, s.opt.trace, meta, s.opt.timeout_s);
 }
 
 nlohmann::json run_metadata(const RankSetup& s) {
@@ -59,7 +59,7 @@ nlohmann::json run_metadata(const RankSetup& s) {
           {"replica_sequences", per_replica},
           {"microbatch", s.microbatch},
           {"n_microbatches", n_micro},
-          {"layers", layer_counts(s.plans)},
+          {"layers", layer_counts(s.stages)},
           {"dtype", dtype_name(s.dtype)},
           {"tf32", s.use_cuda && s.opt.tf32},
           {"device", s.use_cuda ? "cuda" : "cpu"},

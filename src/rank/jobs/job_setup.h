@@ -34,7 +34,7 @@ struct RankSetup {
   std::vector<ReplicaWork> work;  // per replica
   RankOptions opt;
   ModelConfig cfg;
-  std::vector<StagePlan> plans;
+  std::vector<StageLayers> stages;
   int64_t n_seq = 0, seq_len = 0;  // the whole inputs (N, S)
   int64_t microbatch = 1;          // this replica's
   DType dtype = DType::F32;

@@ -67,7 +67,7 @@ BenchmarkSummary benchmark(RankSetup& setup, ScoreJob& job) {
   s.n_micro = fewest->n_micro();
   s.microbatch = fewest->microbatch;
   s.repeat = repeat;
-  s.plans = setup.plans;
+  s.stages = setup.stages;
   for (int i = 0; i < warmup; ++i) {
     if (world.is_first()) log_info(cat("benchmark: warm-up ", i + 1, "/", warmup));
     barrier(world, timeout_s, "the benchmark barrier");

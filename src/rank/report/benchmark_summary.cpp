@@ -53,7 +53,7 @@ std::vector<std::string> BenchmarkSummary::report() const {
   lines.push_back(buf);
   for (int r = 0; r < n_ranks; ++r) {
     const int stage = layout.stage_of[size_t(r)];
-    const StagePlan& p = plans[size_t(stage)];
+    const StageLayers& p = stages[size_t(stage)];
     const std::string who =
         R == 1 ? cat("stage ", stage) : cat("replica ", layout.replica_of[size_t(r)], " stage ", stage);
     std::snprintf(buf, sizeof buf, "benchmark: %s (layers %d-%d): busy %.4f s, %.1f%% of the wall time", who.c_str(),

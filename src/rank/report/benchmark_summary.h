@@ -27,7 +27,7 @@ struct BenchmarkSummary {
   int repeat = 0;
   double wall_mean_s = 0, wall_min_s = 0;
   std::vector<double> busy_s;  // per rank, mean over repetitions
-  std::vector<StagePlan> plans;
+  std::vector<StageLayers> stages;
 
   double samples_per_s() const { return double(n_seq) / wall_mean_s; }
   double tokens_per_s() const { return double(n_seq * seq_len) / wall_mean_s; }

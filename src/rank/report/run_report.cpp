@@ -78,7 +78,7 @@ std::string fixed(double v, int digits) {
 }
 
 // The run report of a plain run: each stage's busy time and the bubble, measured and GPipe's.
-std::vector<std::string> pipeline_report(const std::vector<StageTiming>& timing, const std::vector<StagePlan>& plans,
+std::vector<std::string> pipeline_report(const std::vector<StageTiming>& timing, const std::vector<StageLayers>& stages,
                                          int64_t n_micro) {
   std::vector<std::string> lines;
   double wall = 0, busy = 0, lo = 1e300, hi = 0;
@@ -88,11 +88,11 @@ std::vector<std::string> pipeline_report(const std::vector<StageTiming>& timing,
     lo = std::min(lo, t.busy_s);
     hi = std::max(hi, t.busy_s);
   }
-  std::string stages = "pipeline: busy per stage";
+  std::string busy_line = "pipeline: busy per stage";
   for (size_t r = 0; r < timing.size(); ++r)
-    stages += cat(r ? ", " : " ", fixed(timing[r].busy_s, 4), " s (layers ", plans[r].layer_begin, "-",
-                  plans[r].layer_end - 1, ")");
-  lines.push_back(stages + cat("; spread ", fixed(hi > 0 ? 100 * (hi - lo) / hi : 0, 1), "%"));
+    busy_line += cat(r ? ", " : " ", fixed(timing[r].busy_s, 4), " s (layers ", stages[r].layer_begin, "-",
+                     stages[r].layer_end - 1, ")");
+  lines.push_back(busy_line + cat("; spread ", fixed(hi > 0 ? 100 * (hi - lo) / hi : 0, 1), "%"));
   const int P = int(timing.size());
   lines.push_back(cat("pipeline: wall ", fixed(wall, 4), " s; bubble ",
                       fixed(wall > 0 ? 100 * (1 - busy / (P * wall)) : 0, 1), "% measured, GPipe ",
@@ -133,9 +133,9 @@ std::vector<StageTiming> gather_timing(const WorldConfig& world, const ReplicaLa
                      rank_names(world, missing, layout), " (did a rank stop, or lose its link? see --timeout)");
 }
 
-std::string layer_counts(const std::vector<StagePlan>& plans) {
+std::string layer_counts(const std::vector<StageLayers>& stages) {
   std::string s;
-  for (size_t i = 0; i < plans.size(); ++i) s += (i ? "," : "") + std::to_string(plans[i].n_layers());
+  for (size_t i = 0; i < stages.size(); ++i) s += (i ? "," : "") + std::to_string(stages[i].n_layers());
   return s;
 }
 
@@ -153,15 +153,15 @@ std::string gib(int64_t bytes) {
 
 std::vector<std::string> replica_pipeline_report(const std::vector<StageTiming>& timing, const ReplicaLayout& layout,
                                                  const std::vector<ReplicaWork>& work,
-                                                 const std::vector<StagePlan>& plans, int64_t steps) {
-  if (layout.n_replicas == 1) return pipeline_report(timing, plans, work[0].n_micro() * steps);
+                                                 const std::vector<StageLayers>& stages, int64_t steps) {
+  if (layout.n_replicas == 1) return pipeline_report(timing, stages, work[0].n_micro() * steps);
   std::vector<std::string> lines;
   std::vector<double> wall(size_t(layout.n_replicas), 0);
   for (int r = 0; r < layout.n_replicas; ++r) {
     std::vector<StageTiming> mine;
     for (int rank : layout.ranks[size_t(r)]) mine.push_back(timing[size_t(rank)]);
     for (const StageTiming& t : mine) wall[size_t(r)] = std::max(wall[size_t(r)], t.wall_s);
-    for (std::string& l : pipeline_report(mine, plans, work[size_t(r)].n_micro() * steps))
+    for (std::string& l : pipeline_report(mine, stages, work[size_t(r)].n_micro() * steps))
       lines.push_back(cat("pipeline: replica ", r, ": ", l.substr(std::string("pipeline: ").size())));
   }
   const auto slowest = std::max_element(wall.begin(), wall.end()), fastest = std::min_element(wall.begin(), wall.end());

@@ -23,7 +23,7 @@ std::vector<StageTiming> gather_timing(const WorldConfig& world, const ReplicaLa
                                        double timeout_s);
 
 // "pipeline: busy per stage ...; spread", "pipeline: wall ...; bubble ... measured, GPipe ..."
-std::vector<std::string> pipeline_report(const std::vector<StageTiming>& timing, const std::vector<StagePlan>& plans,
+std::vector<std::string> pipeline_report(const std::vector<StageTiming>& timing, const std::vector<StageLayers>& stages,
                                          int64_t n_items);
 
 // The run report from every rank's timing (in rank order): each replica's busy times and bubble
@@ -31,12 +31,12 @@ std::vector<std::string> pipeline_report(const std::vector<StageTiming>& timing,
 // slowest. steps: items per microbatch (1 when scoring, the generated tokens when generating).
 std::vector<std::string> replica_pipeline_report(const std::vector<StageTiming>& timing, const ReplicaLayout& layout,
                                                  const std::vector<ReplicaWork>& work,
-                                                 const std::vector<StagePlan>& plans, int64_t steps);
+                                                 const std::vector<StageLayers>& stages, int64_t steps);
 
 std::string utc_now();                   // "2026-11-23T01:07:47Z"
 std::string fixed(double v, int digits);  // printf("%.*f")
 std::string mib(int64_t bytes);           // "41.7 MiB"
 std::string gib(int64_t bytes);           // "1.3 GiB"
-std::string layer_counts(const std::vector<StagePlan>& plans);  // "6,6,6,6"
+std::string layer_counts(const std::vector<StageLayers>& stages);  // "6,6,6,6"
 
 }  // namespace lfm2

@@ -71,10 +71,10 @@ void write_trace_file(const std::string& path, const std::vector<std::string>& r
 }
 
 // Every rank's trace events to rank 0, which writes the file (whole or not at all).
-void deliver_trace(const WorldConfig& world, const Pipeline& pipeline, const std::vector<StagePlan>& plans,
+void deliver_trace(const WorldConfig& world, const Pipeline& pipeline, const std::vector<StageLayers>& stages,
                    const std::string& path, const nlohmann::json& meta, double timeout_s) {
   const WorldConfig& pipe = pipeline.world();  // this rank's stage of its replica
-  const StagePlan& p = plans[size_t(pipe.rank)];
+  const StageLayers& p = stages[size_t(pipe.rank)];
   const std::string label = cat("rank ", world.rank,
                                 pipe.n_replicas > 1 ? cat(" (replica ", pipe.replica, " stage ", pipe.rank, ")") : "",
                                 ": layers ", p.layer_begin, "-", p.layer_end - 1,

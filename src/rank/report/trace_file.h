@@ -33,7 +33,7 @@ void write_trace_file(const std::string& path, const std::vector<std::string>& r
 // Every rank's trace events to rank 0, which writes `path` (whole or not at all) with `meta` (the
 // job's shape) as its otherData (each rank of the job, `world`, calls it; with replicas each
 // process is labelled with its replica and stage).
-void deliver_trace(const WorldConfig& world, const Pipeline& pipeline, const std::vector<StagePlan>& plans,
+void deliver_trace(const WorldConfig& world, const Pipeline& pipeline, const std::vector<StageLayers>& stages,
                    const std::string& path, const nlohmann::json& meta, double timeout_s);
 
 }  // namespace lfm2

@@ -17,10 +17,6 @@ namespace {
 
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
-StageRange range_of(const StagePlan& plan) {
-  return {plan.layer_begin, plan.layer_end, plan.is_first(), plan.is_last()};
-}
-
 #ifdef LFM2_HAVE_CUDA
 template <size_t N>
 void copy_text(char (&dst)[N], const std::string& src) {
@@ -29,10 +25,10 @@ void copy_text(char (&dst)[N], const std::string& src) {
 
 // The CUDA executor, its replica's NCCL transport and its busy timer; the transport times its
 // transfers against the timer's origin.
-void make_cuda_backend(Backend& b, const RankOptions& opt, const WorldConfig& pipe, const StagePlan& plan,
+void make_cuda_backend(Backend& b, const RankOptions& opt, const WorldConfig& pipe, const StageLayers& stage,
                        WeightReader& weights, DType dtype) {
   const double t0 = now_s();
-  auto exec = make_cuda_stage(weights, range_of(plan), dtype, pipe.local_rank, opt.tf32, opt.cuda_graphs,
+  auto exec = make_cuda_stage(weights, stage, dtype, pipe.local_rank, opt.tf32, opt.cuda_graphs,
                               kNcclReservedSms);
   b.load_us = int64_t((now_s() - t0) * 1e6);
   auto nccl = make_nccl_transport(pipe, *exec, opt.timeout_s);  // the replica's communicators only
@@ -97,12 +93,12 @@ GpuFacts this_gpu(const WorldConfig& world) {
   return mine;
 }
 
-Backend make_backend(const RankOptions& opt, const WorldConfig& pipe, const StagePlan& plan, WeightReader& weights,
+Backend make_backend(const RankOptions& opt, const WorldConfig& pipe, const StageLayers& stage, WeightReader& weights,
                      bool use_cuda, DType dtype, int n_threads) {
   Backend b;
 #ifdef LFM2_HAVE_CUDA
   if (use_cuda) {
-    make_cuda_backend(b, opt, pipe, plan, weights, dtype);
+    make_cuda_backend(b, opt, pipe, stage, weights, dtype);
     return b;
   }
 #else
@@ -110,7 +106,7 @@ Backend make_backend(const RankOptions& opt, const WorldConfig& pipe, const Stag
   (void)dtype;
 #endif
   const double t0 = now_s();
-  b.exec = make_cpu_stage(weights, range_of(plan), n_threads);
+  b.exec = make_cpu_stage(weights, stage, n_threads);
   b.load_us = int64_t((now_s() - t0) * 1e6);
   b.transport = make_mpi_transport(pipe, opt.timeout_s);
   return b;

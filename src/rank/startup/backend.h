@@ -41,9 +41,9 @@ struct Backend {
   std::function<void()> connect;         // NCCL: the communicators and their warm-up; empty: none
 };
 
-// Loads this rank's stage (`plan` of the replica `pipe`) from `weights` on the CPU (n_threads
+// Loads this rank's stage (`stage` of the replica `pipe`) from `weights` on the CPU (n_threads
 // workers) or the GPU (dtype), and makes the transport of its replica.
-Backend make_backend(const RankOptions& opt, const WorldConfig& pipe, const StagePlan& plan, WeightReader& weights,
+Backend make_backend(const RankOptions& opt, const WorldConfig& pipe, const StageLayers& stage, WeightReader& weights,
                      bool use_cuda, DType dtype, int n_threads);
 
 // The GPU's memory now (after every allocation: the plan prints it); device -1 on the CPU.

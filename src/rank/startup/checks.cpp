@@ -37,23 +37,22 @@ int default_threads(const WorldConfig& world) {
   return mine < node_cores ? std::max(1, mine) : shared;
 }
 
-std::vector<StagePlan> plan_stages(const RankOptions& opt, const ModelConfig& cfg, bool stage_files, int P, int64_t S,
+std::vector<StageLayers> plan_stages(const RankOptions& opt, const ModelConfig& cfg, bool stage_files, int P, int64_t S,
                                    bool use_cuda) {
   const int L = int(cfg.num_hidden_layers);
   if (opt.pipeline > 0)
     LFM2_CHECK(P <= L, "--pipeline ", P, ": cannot run ", P, " stages: the model has ", L,
                " layers (one stage needs at least one)");
   LFM2_CHECK(P <= L, "cannot run ", P, " ranks: the model has ", L, " layers (one rank needs at least one)");
-  if (!opt.layers.empty()) return make_stage_plans(parse_layer_counts(opt.layers, L, P));
-  if (stage_files) return default_stage_plans(cfg, P);
-  return default_stage_plans(cfg, P, S, opt.all_logits, use_cuda ? CostModel::kGpu : CostModel::kFlops);
+  if (!opt.layers.empty()) return make_stages(parse_layer_counts(opt.layers, L, P));
+  if (stage_files) return default_stages(cfg, P);
+  return default_stages(cfg, P, S, opt.all_logits, use_cuda ? CostModel::kGpu : CostModel::kFlops);
 }
 
-void check_stage_file(const StageInfo& s, const std::string& path, const StagePlan& plan, const WorldConfig& world,
+void check_stage_file(const StageLayers& s, const std::string& path, const StageLayers& plan, const WorldConfig& world,
                       const WorldConfig& pipe, int n_replicas, const RankOptions& opt) {
   const int P = pipe.size;
-  LFM2_CHECK(s.stage == pipe.rank && s.n_stages == P && s.layer_begin == plan.layer_begin &&
-                 s.layer_end == plan.layer_end,
+  LFM2_CHECK(s == plan,
              path, ": stage file for stage ", s.stage, "/", s.n_stages, " layers [", s.layer_begin, ", ", s.layer_end,
              "), but ",
              n_replicas == 1 ? cat("rank ", pipe.rank, "/", P) : cat("rank ", world.rank, " (stage ", pipe.rank, "/", P, ")"),

@@ -22,11 +22,11 @@ std::string weight_path_for(const std::string& model, int stage);
 
 // The layers of each of P stages: --layers, the split a stage file was cut with (h5pack split's
 // default plan: seq_len 32, last-position head), or a split balanced for this run's sequence length.
-std::vector<StagePlan> plan_stages(const RankOptions& opt, const ModelConfig& cfg, bool stage_files, int P, int64_t S,
+std::vector<StageLayers> plan_stages(const RankOptions& opt, const ModelConfig& cfg, bool stage_files, int P, int64_t S,
                                    bool use_cuda);
 
 // A stage file holds the stage this rank runs, with the layers this plan gives it.
-void check_stage_file(const StageInfo& s, const std::string& path, const StagePlan& plan, const WorldConfig& world,
+void check_stage_file(const StageLayers& s, const std::string& path, const StageLayers& plan, const WorldConfig& world,
                       const WorldConfig& pipe, int n_replicas, const RankOptions& opt);
 
 // Generation's options against the model (every rank checks; rank 0 reports).

@@ -58,13 +58,12 @@ SamplingParams sampling_params(const RankOptions& opt, int64_t first_sequence) {
 }
 
 // What the plan prints of this stage before it loads: its layers, their bytes, free host memory.
-void note_stage(Startup& s, const StagePlan& plan) {
+void note_stage(Startup& s, const StageLayers& stage) {
   RankFacts& f = s.facts;
   f.started_us = process_start_us();
-  f.layer_begin = plan.layer_begin;
-  f.layer_end = plan.layer_end;
-  for (const auto& spec :
-       stage_tensor_specs(s.job.cfg, plan.layer_begin, plan.layer_end, plan.is_first(), plan.is_last()))
+  f.layer_begin = stage.layer_begin;
+  f.layer_end = stage.layer_end;
+  for (const auto& spec : stage_tensor_specs(s.job.cfg, stage))
     f.weight_bytes += s.weights->has(spec.path) ? s.weights->storage_bytes(spec.path) : 0;
   f.free_host = free_host_bytes();
   f.local_rank = s.job.world.local_rank;
@@ -72,14 +71,13 @@ void note_stage(Startup& s, const StagePlan& plan) {
 
 // The job of this replica's block on this stage: the NaN checks around the executor (each
 // microbatch's hidden states and logits as they are made), the pipeline's buffers, the job's memory.
-void make_job(Startup& s, const StagePlan& plan) {
+void make_job(Startup& s, const StageLayers& stage) {
   const RankSetup& j = s.job;
   const RankOptions& opt = j.opt;
   const ReplicaWork& w = j.mine();
   const int64_t H = j.cfg.hidden_size;
-  const StageRange range{plan.layer_begin, plan.layer_end, plan.is_first(), plan.is_last()};
   const CheckShape check{w.n_micro(), w.microbatch, H, j.cfg.vocab_size, w.seqs.begin};
-  s.checked = make_checked_stage(*s.backend.exec, range, check, s.n_threads, opt.allow_nonfinite);
+  s.checked = make_checked_stage(*s.backend.exec, stage, check, s.n_threads, opt.allow_nonfinite);
   Transport& transport = *s.backend.transport;
   const std::vector<int32_t> lengths =
       s.lengths.empty() ? std::vector<int32_t>()
@@ -109,21 +107,21 @@ void load(Startup& s) {
   RankSetup& j = s.job;
   const RankOptions& opt = j.opt;
   fault_point(j.world.rank, "loading");
-  const StagePlan& plan = j.plans[size_t(j.pipe.rank)];
+  const StageLayers& stage = j.stages[size_t(j.pipe.rank)];
   if (s.weights->is_stage_file())
-    check_stage_file(s.weights->stage(), s.weight_path, plan, j.world, j.pipe, j.layout.n_replicas, opt);
-  note_stage(s, plan);
-  s.backend = make_backend(opt, j.pipe, plan, *s.weights, j.use_cuda, j.dtype, s.n_threads);
+    check_stage_file(s.weights->stage(), s.weight_path, stage, j.world, j.pipe, j.layout.n_replicas, opt);
+  note_stage(s, stage);
+  s.backend = make_backend(opt, j.pipe, stage, *s.weights, j.use_cuda, j.dtype, s.n_threads);
   s.facts.bytes_read = s.weights->bytes_read();
   s.facts.load_us = s.backend.load_us;
-  log_info(cat("read ", mib(s.facts.bytes_read), " of weights (layers ", plan.layer_begin, "-", plan.layer_end - 1,
+  log_info(cat("read ", mib(s.facts.bytes_read), " of weights (layers ", stage.layer_begin, "-", stage.layer_end - 1,
                ") from ", s.weight_path, " in ", s.backend.load_us / 1000, " ms",
                opt.verify_weights ? "" : " (digests not checked: --verify-weights off)"));
   if (j.world.is_last() && !opt.answers.empty()) {
     j.answers = read_answers(opt.answers);
     check_answers(j.answers, j.n_seq, j.cfg.vocab_size, opt.answers);
   }
-  make_job(s, plan);
+  make_job(s, stage);
   const GpuMemory g = gpu_memory(s.backend);  // free memory after every allocation
   s.facts.gpu = g.device;
   s.facts.gpu_weight_bytes = g.weight_bytes;
@@ -138,7 +136,7 @@ bool load_stage(Startup& s) {
   const RankOptions& opt = j.opt;
   bool ok = startup_step(
       [&] {
-        j.plans = plan_stages(opt, j.cfg, s.weights->is_stage_file(), j.pipe.size, j.seq_len, j.use_cuda);
+        j.stages = plan_stages(opt, j.cfg, s.weights->is_stage_file(), j.pipe.size, j.seq_len, j.use_cuda);
         if (!j.use_cuda) check_cpu_fallback(opt);
         check_generation(opt, j.cfg, j.seq_len);
       },

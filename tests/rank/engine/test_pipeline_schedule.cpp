@@ -207,8 +207,8 @@ RunOut run_pipeline(const std::vector<int>& counts, int64_t n_seq, int64_t seq_l
                     bool all_logits, bool device = false, std::vector<int32_t> lengths = {}) {
   std::vector<int32_t> ids(size_t(n_seq * seq_len));
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i * 7919) % 101);
-  const auto plans = make_stage_plans(counts);
-  const int P = int(plans.size());
+  const auto stages = make_stages(counts);
+  const int P = int(stages.size());
   Hub hub;
   RunOut out;
   out.seen.resize(size_t(P));
@@ -227,7 +227,7 @@ RunOut run_pipeline(const std::vector<int>& counts, int64_t n_seq, int64_t seq_l
         WorldConfig w;
         w.rank = r;
         w.size = P;
-        const StagePlan& p = plans[size_t(r)];
+        const StageLayers& p = stages[size_t(r)];
         FakeStage stage(p.layer_begin, p.layer_end, p.is_first(), p.is_last(), device);
         LoopbackTransport transport(hub, r, 10.0, device);
         stage.on_forward = [&out, &transport, r] {
