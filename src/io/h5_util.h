@@ -17,7 +17,7 @@ namespace lfm2 {
 // The innermost description on HDF5's error stack (e.g. "file signature not found"), then clears it;
 // on one line, an OS error reduced to its action and cause ("file write failed: No space left on
 // device").
-std::string h5_error_message();
+std::string h5_error_message();  // (H5_CHECK, common/error.h)
 // One HDF5 error description on one line (what h5_error_message() does to it).
 std::string h5_one_line(const std::string& desc);
 
@@ -31,17 +31,6 @@ void h5_no_exit_handlers();
 // thread that makes HDF5 calls).
 void h5_quiet();
 
-}  // namespace lfm2
-
-// `expr` returns a negative herr_t / hid_t on failure; the rest names what was being done.
-#define H5_CHECK(expr, ...)                                                                          \
-  do {                                                                                               \
-    if ((expr) < 0)                                                                                  \
-      ::lfm2::throw_error(__FILE__, __LINE__, #expr,                                                 \
-                          ::lfm2::cat(__VA_ARGS__, ": ", ::lfm2::h5_error_message()));               \
-  } while (0)
-
-namespace lfm2 {
 
 // Owns one hid_t and closes it with the matching H5?close.
 class H5Handle {
