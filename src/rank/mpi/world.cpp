@@ -1,8 +1,10 @@
 #include "rank/mpi/world.h"
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cstring>
+#include <thread>
 
 #include "common/error.h"
 
@@ -60,6 +62,21 @@ std::string WorldConfig::rank_name(int r) const {
   if (known && n_replicas > 1 && !world_ranks.empty()) s += cat(" (replica ", replica, " stage ", r, ")");
   if (known && multi_host()) s += cat(" on ", host_of(r));
   return s;
+}
+
+bool poll_until(const std::function<bool()>& done, double timeout_s) {
+  using clock = std::chrono::steady_clock;
+  const auto deadline = clock::now() + std::chrono::duration<double>(timeout_s);
+  for (int spin = 0; spin < 200; ++spin)
+    if (done()) return true;
+  // Sleeping rather than spinning leaves the cores to the compute threads of the other ranks.
+  auto nap = std::chrono::microseconds(20);
+  while (!done()) {
+    if (clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(nap);
+    nap = std::min(nap * 2, std::chrono::microseconds(1000));
+  }
+  return true;
 }
 
 void wait_mpi_request(MPI_Request* req, double timeout_s, const std::string& what) {
