@@ -181,14 +181,16 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 int g_variant = 0;  // moe_experts_decode_force_variant
 
 struct GemmConfig {
-  int stages, ctas_per_sm;
+  int stages, ctas_per_sm, l2_hints;
 };
-// Variants 2..4: (stages, blocks per SM). 0 picks the default.
+// Variants 2..6: (stages, blocks per SM, L2 hints). 0 picks the default.
 GemmConfig gemm_config() {
   switch (g_variant) {
-    case 3: return {4, 1};
-    case 4: return {4, 2};
-    default: return {6, 1};
+    case 3: return {8, 1, 1};
+    case 4: return {4, 2, 1};
+    case 5: return {6, 1, 0};
+    case 6: return {4, 2, 0};
+    default: return {6, 1, 1};
   }
 }
 
@@ -215,13 +217,13 @@ void launch_gemm(const moe_gemm::Args& a, int64_t max_units, int ctas_per_sm, cu
 
 template <typename T, int S>
 void launch_pipelined(T* act, float* y, const T* in, const T* w13, const T* w2, const int32_t* offsets,
-                      const int32_t* src_token, int64_t P, int64_t H, int64_t E, int64_t I, int ctas_per_sm,
+                      const int32_t* src_token, int64_t P, int64_t H, int64_t E, int64_t I, const GemmConfig& c,
                       cudaStream_t stream) {
   const int64_t touched = std::min(E, P);
-  moe_gemm::Args a{w13, in, offsets, src_token, act, H, I, int(E)};
-  launch_gemm<T, true, S>(a, touched * ((I + 63) / 64), ctas_per_sm, stream);
-  moe_gemm::Args b{w2, act, offsets, nullptr, y, I, H, int(E)};
-  launch_gemm<T, false, S>(b, touched * ((H + moe_gemm::kBM - 1) / moe_gemm::kBM), ctas_per_sm, stream);
+  moe_gemm::Args a{w13, in, offsets, src_token, act, H, I, int(E), c.l2_hints};
+  launch_gemm<T, true, S>(a, touched * ((I + 63) / 64), c.ctas_per_sm, stream);
+  moe_gemm::Args b{w2, act, offsets, nullptr, y, I, H, int(E), c.l2_hints};
+  launch_gemm<T, false, S>(b, touched * ((H + moe_gemm::kBM - 1) / moe_gemm::kBM), c.ctas_per_sm, stream);
 }
 
 // act and y from the permutation: the variant's products.
@@ -240,10 +242,11 @@ void run_products(T* act, float* y, const T* in, const T* w13, const T* w2, cons
   }
   const GemmConfig c = gemm_config();
   const int64_t P = n_tokens * top_k;
-  if (c.stages == 4)
-    launch_pipelined<T, 4>(act, y, in, w13, w2, offsets, src_token, P, H, E, I, c.ctas_per_sm, stream);
-  else
-    launch_pipelined<T, 6>(act, y, in, w13, w2, offsets, src_token, P, H, E, I, c.ctas_per_sm, stream);
+  switch (c.stages) {
+    case 4: launch_pipelined<T, 4>(act, y, in, w13, w2, offsets, src_token, P, H, E, I, c, stream); break;
+    case 8: launch_pipelined<T, 8>(act, y, in, w13, w2, offsets, src_token, P, H, E, I, c, stream); break;
+    default: launch_pipelined<T, 6>(act, y, in, w13, w2, offsets, src_token, P, H, E, I, c, stream);
+  }
 }
 
 void check_decode_shapes(const char* what, const void* in, const void* w13, const void* w2, const void* scratch,
@@ -264,7 +267,7 @@ void moe_experts_decode_force_nt(int nt) {
 }
 
 void moe_experts_decode_force_variant(int variant) {
-  LFM2_CHECK(variant >= 0 && variant <= 4, "moe_experts_decode_force_variant: ", variant);
+  LFM2_CHECK(variant >= 0 && variant <= 6, "moe_experts_decode_force_variant: ", variant);
   g_variant = variant;
 }
 

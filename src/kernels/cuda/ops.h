@@ -87,7 +87,7 @@ struct DecodeGemmPlan {
 DecodeGemmPlan decode_gemm_plan(int64_t n_in, int64_t n_out);
 struct DecodeGemmPath {
   enum Kind { kKernel, kLt } kind = kLt;
-  int64_t plan_rows = 64;  // kLt: the row count cuBLASLt's algorithm is picked at (4096: linear's)
+  int64_t plan_rows = 128;  // kLt: the row count cuBLASLt's algorithm is picked at (4096: linear's)
 };
 DecodeGemmPath decode_gemm_path(int64_t n_in, int64_t n_out);
 // Tuning and tests only: every later decode product takes *path (nullptr: the table's again).
@@ -249,9 +249,10 @@ template <typename T>
 void moe_experts_decode(float* x, const T* in, const T* w13, const T* w2, const int32_t* experts, const float* weights,
                         int64_t n_tokens, int64_t hidden, int64_t n_experts, int64_t inter, int64_t top_k,
                         void* scratch, cudaStream_t stream);
-// Tuning only (cuda_bench_decode), speed only (the bits do not depend on them): the products'
-// variant (0: default; 1: the first decode kernels; 2, 3, 4: pipelined with 6 stages, 4 stages, 4
-// stages at two blocks per SM) and, for variant 1, 8 nt tokens per pass (0: by the mean rows).
+// Tuning only (cuda_bench_decode): the products' variant (0: default; 1: the first decode kernels,
+// other bits; 2-6 pipelined, the same bits: 6 stages, 8 stages, 4 stages at two blocks per SM, each
+// with L2 hints, then 6 stages and 4 stages at two blocks per SM without) and, for variant 1, 8 nt
+// tokens per pass (0: by the mean rows; speed only).
 void moe_experts_decode_force_variant(int variant);
 void moe_experts_decode_force_nt(int nt);
 
