@@ -6,8 +6,9 @@
 // launch. Block b takes rows [8 b, +8): its warps compute the 8 x n_experts logits on the tensor
 // cores (fp32 accumulation in an order fixed by hidden alone: per row the same arithmetic whatever
 // the batch), then warp w picks row 8 b + w's experts; the last block to finish (a counter of the
-// decode workspace, which it resets) runs the one-block permutation. (fp32 dot products on the
-// CUDA cores took 22-26 us on an H100: four to 32 blocks issuing ~8k instructions a lane.)
+// decode workspace, which it resets) runs the one-block permutation. H100: 13.6 us at 32 rows,
+// 17.9 at 256 (logits by cuBLASLt + moe_router_drop + moe_permute_one_block: 22.5 / 26.1); fp32
+// dot products on the CUDA cores took 22-26 us (four to 32 blocks issuing ~8k instructions a lane).
 #include "common/cuda_check.h"
 #include "kernels/cuda/cublas_ctx.h"
 #include "kernels/cuda/device_util.cuh"
