@@ -186,22 +186,22 @@ int g_force_splits = 0;  // decode_gemm_force_splits
 bool g_force_path = false;  // decode_gemm_force_path
 DecodeGemmPath g_forced;
 
-// The measured choice per model shape (cuda_bench_decode, H100, bf16: the fastest of the kernel,
-// cuBLASLt's pinned algorithm and its picks at 16..256 rows, by the sum of the times at 32 and 256
-// rows). Other shapes: kDefaultPath.
+// The measured choice per model shape (cuda_bench_decode, H100, bf16: the least time at 32 + 256
+// rows among the kernel, cuBLASLt's picks at 16..256 rows and its pinned algorithm; ms at 32 / 256
+// rows, against the pinned algorithm's). Other shapes: kDefaultPath.
 struct PathRule {
   int64_t n_in, n_out;
   DecodeGemmPath path;
 };
-constexpr DecodeGemmPath kDefaultPath{DecodeGemmPath::kLt, 64};
+constexpr DecodeGemmPath kDefaultPath{DecodeGemmPath::kLt, 128};
 constexpr PathRule kPathTable[] = {
-    {2048, 3072, {DecodeGemmPath::kLt, 64}},     // attention qkv
-    {2048, 2048, {DecodeGemmPath::kLt, 64}},     // attention out, conv out
-    {2048, 6144, {DecodeGemmPath::kLt, 64}},     // conv in
-    {2048, 14336, {DecodeGemmPath::kLt, 64}},    // dense w13
-    {7168, 2048, {DecodeGemmPath::kLt, 64}},     // dense w2
-    {2048, 32, {DecodeGemmPath::kLt, 64}},       // router logits
-    {2048, 65536, {DecodeGemmPath::kLt, 64}},    // LM head
+    {2048, 3072, {DecodeGemmPath::kLt, 128}},   // attention qkv: 0.0097 / 0.0114 (pinned 0.0225 / 0.0230)
+    {2048, 2048, {DecodeGemmPath::kLt, 256}},   // attention out, conv out (+= x): 0.0089 / 0.0081 (0.023 / 0.024)
+    {2048, 6144, {DecodeGemmPath::kLt, 128}},   // conv in: 0.0116 / 0.0151 (0.0226 / 0.0230)
+    {2048, 14336, {DecodeGemmPath::kLt, 128}},  // dense w13: 0.0274 / 0.0289 (0.0313 / 0.0349)
+    {7168, 2048, {DecodeGemmPath::kLt, 256}},   // dense w2 (+= x): 0.0207 / 0.0207 (0.0664 / 0.0682)
+    {2048, 32, {DecodeGemmPath::kLt, 256}},     // router logits (fp32): 0.0072 / 0.0070 (0.0077 / 0.0074)
+    {2048, 65536, {DecodeGemmPath::kLt, 128}},  // LM head (fp32): 0.1070 / 0.1358 (0.1340 / 0.1596)
 };
 
 template <typename T, int kEpi>

@@ -11,11 +11,18 @@
 // no row. Every element's arithmetic is fixed by the shapes, so a row's bits do not depend on the
 // batch, the other rows or their routing. fp32 runs moe_experts (exact SIMT, per row as well).
 //
+// Measured (H100, bf16, one layer of LFM2-8B-A1B, cuda_bench_decode; copy floor of the touched
+// experts at 3.01 TB/s): moe_decode (router, products, combine) 0.188 / 0.263 / 0.266 / 0.271 /
+// 0.297 ms at 8 / 32 / 64 / 128 / 256 tokens; moe_experts_decode alone 0.176 / 0.251 / 0.255 /
+// 0.257 / 0.284 (83 / 93 / 92 / 91 / 83 % of the floor); torch grouped_mm 0.215 / 0.292 / 0.293 /
+// 0.287 / 0.290 in the same call. The default products are variant 2 (6 stages, one block per SM,
+// L2 hints); the hints are worth 4-6 % (variant 5), 8 stages or two blocks per SM of 4 stages are
+// within 1-2 % (variants 3, 4).
+//
 // Variant 1 (moe_experts_decode_force_variant, tuning only) runs the first decode kernels instead:
-// gemv_mma.cuh's register-streamed warp tiles, grid (row tiles, E), NT tokens per pass. Measured
-// (H100, bf16, one layer of LFM2-8B-A1B): 0.171 / 0.256 / 0.262 / 0.292 / 0.406 ms at 8 / 32 / 64 /
-// 128 / 256 tokens: one 64-k block in flight per warp and a fixed grid of (row tiles x experts)
-// blocks left 256 tokens at 58 % of the copy-bandwidth floor.
+// gemv_mma.cuh's register-streamed warp tiles, grid (row tiles, E), NT tokens per pass: 0.167 /
+// 0.252 / 0.258 / 0.291 / 0.414 ms; one 64-k block in flight per warp and a fixed grid of (row tiles
+// x experts) blocks left 256 tokens at 57 % of the floor.
 #include <algorithm>
 #include <type_traits>
 
@@ -181,14 +188,16 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 int g_variant = 0;  // moe_experts_decode_force_variant
 
 struct GemmConfig {
-  int stages, ctas_per_sm;
+  int stages, ctas_per_sm, l2_hints;
 };
-// Variants 2..4: (stages, blocks per SM). 0 picks the default.
+// Variants 2..6: (stages, blocks per SM, L2 hints). 0 picks the default.
 GemmConfig gemm_config() {
   switch (g_variant) {
-    case 3: return {4, 1};
-    case 4: return {4, 2};
-    default: return {6, 1};
+    case 3: return {8, 1, 1};
+    case 4: return {4, 2, 1};
+    case 5: return {6, 1, 0};
+    case 6: return {4, 2, 0};
+    default: return {6, 1, 1};
   }
 }
 
@@ -215,13 +224,13 @@ void launch_gemm(const moe_gemm::Args& a, int64_t max_units, int ctas_per_sm, cu
 
 template <typename T, int S>
 void launch_pipelined(T* act, float* y, const T* in, const T* w13, const T* w2, const int32_t* offsets,
-                      const int32_t* src_token, int64_t P, int64_t H, int64_t E, int64_t I, int ctas_per_sm,
+                      const int32_t* src_token, int64_t P, int64_t H, int64_t E, int64_t I, const GemmConfig& c,
                       cudaStream_t stream) {
   const int64_t touched = std::min(E, P);
-  moe_gemm::Args a{w13, in, offsets, src_token, act, H, I, int(E)};
-  launch_gemm<T, true, S>(a, touched * ((I + 63) / 64), ctas_per_sm, stream);
-  moe_gemm::Args b{w2, act, offsets, nullptr, y, I, H, int(E)};
-  launch_gemm<T, false, S>(b, touched * ((H + moe_gemm::kBM - 1) / moe_gemm::kBM), ctas_per_sm, stream);
+  moe_gemm::Args a{w13, in, offsets, src_token, act, H, I, int(E), c.l2_hints};
+  launch_gemm<T, true, S>(a, touched * ((I + 63) / 64), c.ctas_per_sm, stream);
+  moe_gemm::Args b{w2, act, offsets, nullptr, y, I, H, int(E), c.l2_hints};
+  launch_gemm<T, false, S>(b, touched * ((H + moe_gemm::kBM - 1) / moe_gemm::kBM), c.ctas_per_sm, stream);
 }
 
 // act and y from the permutation: the variant's products.
@@ -240,10 +249,11 @@ void run_products(T* act, float* y, const T* in, const T* w13, const T* w2, cons
   }
   const GemmConfig c = gemm_config();
   const int64_t P = n_tokens * top_k;
-  if (c.stages == 4)
-    launch_pipelined<T, 4>(act, y, in, w13, w2, offsets, src_token, P, H, E, I, c.ctas_per_sm, stream);
-  else
-    launch_pipelined<T, 6>(act, y, in, w13, w2, offsets, src_token, P, H, E, I, c.ctas_per_sm, stream);
+  switch (c.stages) {
+    case 4: launch_pipelined<T, 4>(act, y, in, w13, w2, offsets, src_token, P, H, E, I, c, stream); break;
+    case 8: launch_pipelined<T, 8>(act, y, in, w13, w2, offsets, src_token, P, H, E, I, c, stream); break;
+    default: launch_pipelined<T, 6>(act, y, in, w13, w2, offsets, src_token, P, H, E, I, c, stream);
+  }
 }
 
 void check_decode_shapes(const char* what, const void* in, const void* w13, const void* w2, const void* scratch,
@@ -264,7 +274,7 @@ void moe_experts_decode_force_nt(int nt) {
 }
 
 void moe_experts_decode_force_variant(int variant) {
-  LFM2_CHECK(variant >= 0 && variant <= 4, "moe_experts_decode_force_variant: ", variant);
+  LFM2_CHECK(variant >= 0 && variant <= 6, "moe_experts_decode_force_variant: ", variant);
   g_variant = variant;
 }
 

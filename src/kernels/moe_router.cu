@@ -3,13 +3,16 @@
 // (NaN weights) ranks as -inf, so that the warp still agrees on valid experts.
 //
 // moe_route_decode (decode rows): the logits, the top-k, the drop and the permutation in one
-// launch. Block b takes rows [8 b, +8): its warps compute the 8 x n_experts logits (each lane an
-// fp32 sum over its 8-element chunks in ascending k, then a fixed butterfly across the warp: per
-// row the same order whatever the batch), then warp w picks row 8 b + w's experts; the last block
-// to finish (a counter of the decode workspace, which it resets) runs the one-block permutation.
+// launch. Block b takes rows [8 b, +8): its warps compute the 8 x n_experts logits on the tensor
+// cores (fp32 accumulation in an order fixed by hidden alone: per row the same arithmetic whatever
+// the batch), then warp w picks row 8 b + w's experts; the last block to finish (a counter of the
+// decode workspace, which it resets) runs the one-block permutation. H100: 13.6 us at 32 rows,
+// 17.9 at 256 (logits by cuBLASLt + moe_router_drop + moe_permute_one_block: 22.5 / 26.1); fp32
+// dot products on the CUDA cores took 22-26 us (four to 32 blocks issuing ~8k instructions a lane).
 #include "common/cuda_check.h"
 #include "kernels/cuda/cublas_ctx.h"
 #include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/gemv_mma.cuh"
 #include "kernels/cuda/moe_permute_block.cuh"
 #include "kernels/cuda/ops.h"
 
@@ -89,30 +92,13 @@ __global__ void moe_router_kernel(float* weights, int32_t* experts, const float*
               done != nullptr && done[t] != 0.f, n_experts, top_k, norm_topk, scaling);
 }
 
-constexpr int kRouteRows = 8;  // rows per block of moe_route_decode: one warp each
-constexpr int kRouteThreads = 32 * kRouteRows;
+constexpr int kRouteRows = 8;  // rows per block of moe_route_decode: one warp each, one n8 tile
+constexpr int kRouteWarps = kRouteRows;
+constexpr int kRouteThreads = 32 * kRouteWarps;
 constexpr int kRouteMaxExperts = 256;
+constexpr int kRouteGroup = 32;  // experts per pass of the logits: two m16 tiles
 static_assert(kRouteThreads == permute::kChunk, "the last block permutes with the block's threads");
-
-__device__ __forceinline__ float2 pair_f32(uint32_t w, __nv_bfloat16*) {
-  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w));
-}
-__device__ __forceinline__ float2 pair_f32(uint32_t w, __half*) {
-  return __half22float2(*reinterpret_cast<const __half2*>(&w));
-}
-
-// acc += the 8 products of two 16-byte chunks, in element order.
-template <typename T>
-__device__ __forceinline__ float dot8(float acc, const uint4& a, const uint4& b) {
-  const uint32_t wa[4] = {a.x, a.y, a.z, a.w}, wb[4] = {b.x, b.y, b.z, b.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 p = pair_f32(wa[i], static_cast<T*>(nullptr)), q = pair_f32(wb[i], static_cast<T*>(nullptr));
-    acc += p.x * q.x;
-    acc += p.y * q.y;
-  }
-  return acc;
-}
+static_assert(kRouteGroup * kRouteRows == kRouteThreads, "one thread per (expert, row) of a group");
 
 struct RouteOut {
   float* weights;
@@ -126,39 +112,55 @@ __global__ void __launch_bounds__(kRouteThreads) route_decode_kernel(RouteOut o,
                                                                      int top_k, bool norm_topk, float scaling,
                                                                      int* counter) {
   __shared__ float s_logit[kRouteRows][kRouteMaxExperts];
+  __shared__ float s_part[kRouteWarps][kRouteGroup][kRouteRows];
   __shared__ int wcount[permute::kWarps][kRouteMaxExperts];
   __shared__ int base[kRouteMaxExperts];
   __shared__ bool s_last;
-  // the expert products' blocks may take their places now (they wait for this grid to finish)
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int r0 = blockIdx.x * kRouteRows, nr = min(kRouteRows, n_rows - r0), chunks = hidden / 8;
-  const uint4* x4 = reinterpret_cast<const uint4*>(in) + int64_t(r0) * chunks;
-  const uint4* g4 = reinterpret_cast<const uint4*>(gate);
-  for (int e0 = 4 * warp; e0 < n_experts; e0 += 4 * kRouteRows) {  // four experts per warp at a time
-    float acc[4][kRouteRows] = {};
-#pragma unroll 2
-    for (int c = lane; c < chunks; c += 32) {
-      uint4 xv[kRouteRows];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+  const int r0 = blockIdx.x * kRouteRows, nr = min(kRouteRows, n_rows - r0);
+  // the logits on the tensor cores, 32 experts at a time: gate rows as the A operand (two m16
+  // tiles), the block's rows as the B operand (one n8 tile), fragments straight from global memory
+  // (gemv_mma.cuh); warp w sums the 64-k blocks w, w + 8, ... in order, then the warps' partial
+  // sums are added in warp order. Each logit: the same arithmetic whatever the other rows.
+  const T* brow = g < nr ? in + int64_t(r0 + g) * hidden : nullptr;
+  for (int e0 = 0; e0 < n_experts; e0 += kRouteGroup) {
+    const T* arow[2][2];
 #pragma unroll
-      for (int r = 0; r < kRouteRows; ++r) xv[r] = r < nr ? x4[int64_t(r) * chunks + c] : make_uint4(0, 0, 0, 0);
+    for (int m = 0; m < 2; ++m)
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        if (e0 + j >= n_experts) break;
-        const uint4 wv = g4[int64_t(e0 + j) * chunks + c];
-#pragma unroll
-        for (int r = 0; r < kRouteRows; ++r) acc[j][r] = dot8<T>(acc[j][r], wv, xv[r]);
+      for (int r = 0; r < 2; ++r) {
+        const int e = e0 + 16 * m + g + 8 * r;
+        arow[m][r] = e < n_experts ? gate + int64_t(e) * hidden : nullptr;
       }
+    float acc[2][1][4] = {};
+#pragma unroll 2
+    for (int64_t kb = int64_t(warp) * gemv::kBlockK; kb < hidden; kb += int64_t(kRouteWarps) * gemv::kBlockK) {
+      gemv::Frag a[2][2];
+#pragma unroll
+      for (int m = 0; m < 2; ++m)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) a[m][r] = gemv::load_frag<T, 1>(arow[m][r], kb, hidden, q);
+      const gemv::Frag b = gemv::load_frag<T, 1>(brow, kb, hidden, q);
+      gemv::step<T, 2, 1, 0>(acc, 0, a, b);
+      gemv::step<T, 2, 1, 1>(acc, 0, a, b);
+      gemv::step<T, 2, 1, 2>(acc, 0, a, b);
+      gemv::step<T, 2, 1, 3>(acc, 0, a, b);
     }
 #pragma unroll
-    for (int j = 0; j < 4; ++j)
+    for (int m = 0; m < 2; ++m)
 #pragma unroll
-      for (int r = 0; r < kRouteRows; ++r) {
-        const float v = warp_sum(acc[j][r]);
-        if (lane == 0 && e0 + j < n_experts) s_logit[r][e0 + j] = v;
-      }
+      for (int c = 0; c < 4; ++c)
+        s_part[warp][16 * m + gemv::acc_row(lane, c)][gemv::acc_col(lane, c)] = acc[m][0][c];
+    __syncthreads();
+    {
+      const int e = threadIdx.x / kRouteRows, r = threadIdx.x % kRouteRows;
+      float v = 0.f;
+#pragma unroll
+      for (int w = 0; w < kRouteWarps; ++w) v += s_part[w][e][r];
+      if (e0 + e < n_experts) s_logit[r][e0 + e] = v;
+    }
+    __syncthreads();  // s_part is rewritten by the next group
   }
-  __syncthreads();
   if (warp < nr) {
     const int64_t t = r0 + warp;
     route_token(o.weights + t * top_k, o.experts + t * top_k, s_logit[warp], expert_bias,

@@ -8,21 +8,27 @@
 namespace lfm2::cuda {
 namespace {
 
-// tokens[i] = the chosen top-1, or, once sequence first_seq + i has ended, the EOS id it produced
-// (ended: one per sequence, -1 until then).
+// tokens[i] = the chosen top-1, or, once sequence first_seq + i (slots[i]) has ended, the EOS id it
+// produced (ended: one per sequence, -1 until then).
 __global__ void eos_kernel(int32_t* tokens, const int32_t* top, int64_t n, int64_t first_seq, const int32_t* eos,
-                           int n_eos, int32_t* ended) {
+                           int n_eos, int32_t* ended, const int32_t* slots) {
   const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (i >= n) return;
+  const int64_t s = slots ? int64_t(slots[i]) : first_seq + i;
   int32_t t = top[i];
-  const int32_t e0 = ended[first_seq + i];
+  const int32_t e0 = ended[s];
   if (e0 >= 0) {
     t = e0;
   } else {
     for (int e = 0; e < n_eos; ++e)
-      if (t == eos[e]) ended[first_seq + i] = t;
+      if (t == eos[e]) ended[s] = t;
   }
   tokens[i] = t;
+}
+
+__global__ void restart_kernel(int32_t* ended, const int32_t* slots, int64_t n) {
+  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (i < n) ended[slots[i]] = -1;
 }
 
 // 1 where the fed-back token is an EOS id: the sequence has finished (choose repeats EOS after it).
@@ -38,10 +44,16 @@ __global__ void finished_flags_kernel(float* flags, const int32_t* tokens, int64
 }  // namespace
 
 void apply_eos(int32_t* tokens, const int32_t* top, int64_t n, int64_t first_seq, const int32_t* eos, int n_eos,
-               int32_t* ended, cudaStream_t stream) {
+               int32_t* ended, cudaStream_t stream, const int32_t* slots) {
   if (n == 0) return;
-  eos_kernel<<<grid_for(n, 256), 256, 0, stream>>>(tokens, top, n, first_seq, eos, n_eos, ended);
+  eos_kernel<<<grid_for(n, 256), 256, 0, stream>>>(tokens, top, n, first_seq, eos, n_eos, ended, slots);
   CUDA_CHECK_LAUNCH("eos_kernel");
+}
+
+void restart_ended(int32_t* ended, const int32_t* slots, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  restart_kernel<<<grid_for(n, 256), 256, 0, stream>>>(ended, slots, n);
+  CUDA_CHECK_LAUNCH("restart_kernel");
 }
 
 void finished_flags(float* flags, const int32_t* tokens, int64_t n, const int32_t* eos, int n_eos,

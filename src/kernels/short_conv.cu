@@ -1,7 +1,8 @@
 // The short-conv mixer on the GPU: one thread per (token, 8 or 4 channels: 16-byte loads) computes
 // C * sum_j w[c, j] * (B * x)[t - (L-1) + j, c], taps in order j = 0..L-1 as on the CPU. Generation's
 // two conv kernels follow (the CPU twins: cpu::short_conv_state, cpu::short_conv_decode): the state
-// taken at the end of each prompt, and one token per sequence against it.
+// taken at the end of each prompt, and one token per sequence against it; then the batch API's
+// (cpu::short_conv_step): a step's rows, each continuing from its slot's state.
 #include "common/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/ops.h"
@@ -88,6 +89,115 @@ __global__ void conv_decode_kernel(T* out, const T* bcx, const float* conv_w, fl
   }
 }
 
+// The last sequence whose first row is <= row, or -1 (seqs ordered by row).
+__device__ __forceinline__ int find_seq(const PagedSeq* seqs, int n_seqs, int64_t row) {
+  int lo = 0, hi = n_seqs - 1, found = -1;
+  while (lo <= hi) {
+    const int mid = (lo + hi) >> 1;
+    if (seqs[mid].row <= row) {
+      found = mid;
+      lo = mid + 1;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return found;
+}
+
+constexpr int kMaxTaps = 16;  // L of the step kernels (LFM2: 3)
+
+// u = B * x of channel c at position q of sequence sq: from its rows in bcx (q >= first_pos) or from
+// its slot's state st (q < first_pos); q >= 0.
+template <typename T>
+__device__ __forceinline__ float conv_u(const T* bcx, const float* st, const PagedSeq& sq, int64_t q, int64_t c,
+                                        int64_t hidden, int64_t L) {
+  if (q >= sq.first_pos) {
+    const T* src = bcx + (sq.row + (q - sq.first_pos)) * 3 * hidden;
+    return to_f32(src[c]) * to_f32(src[2 * hidden + c]);
+  }
+  return st[(q - (sq.first_pos - (L - 1))) * hidden + c];
+}
+
+// A step's rows, each from its slot's state (short_conv_step): one thread per (row, channel), taps
+// in order j = 0..L-1 as short_conv_kernel; the states are only read.
+template <typename T>
+__global__ void conv_step_kernel(T* out, const T* bcx, const float* conv_w, const float* state, const PagedSeq* seqs,
+                                 int n_seqs, int64_t n_rows, int64_t hidden, int64_t L) {
+  const int64_t n = n_rows * hidden;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t row = i / hidden, c = i - row * hidden;
+    const int s = find_seq(seqs, n_seqs, row);
+    if (s < 0) continue;
+    const PagedSeq sq = seqs[s];
+    if (row >= sq.row + sq.n_rows) continue;  // a row of no sequence
+    const float* st = state + int64_t(sq.table_row) * (L - 1) * hidden;
+    const int64_t t = sq.first_pos + (row - sq.row);
+    float z = 0.f;
+    for (int64_t j = 0; j < L; ++j) {
+      const int64_t q = t - (L - 1) + j;
+      if (q < 0) continue;
+      z += conv_w[c * L + j] * conv_u(bcx, st, sq, q, c, hidden, L);
+    }
+    out[row * hidden + c] = from_f32<T>(to_f32(bcx[row * 3 * hidden + hidden + c]) * z);
+  }
+}
+
+// Then each slot's new state: u of the L-1 positions before first_pos + ends[s] (0 before position
+// 0), one thread per (sequence, channel), its old values read first.
+template <typename T>
+__global__ void conv_step_state_kernel(float* state, const T* bcx, const PagedSeq* seqs, const int32_t* ends,
+                                       int64_t n_seqs, int64_t hidden, int64_t L) {
+  const int64_t n = n_seqs * hidden;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t s = i / hidden, c = i - s * hidden;
+    const PagedSeq sq = seqs[s];
+    float* st = state + int64_t(sq.table_row) * (L - 1) * hidden;
+    float old[kMaxTaps];
+    for (int64_t j = 0; j < L - 1; ++j) old[j] = st[j * hidden + c];
+    const int64_t end = sq.first_pos + (ends ? ends[s] : sq.n_rows);
+    for (int64_t j = 0; j < L - 1; ++j) {
+      const int64_t q = end - (L - 1) + j;
+      float u = 0.f;
+      if (q >= sq.first_pos) {
+        const T* src = bcx + (sq.row + (q - sq.first_pos)) * 3 * hidden;
+        u = to_f32(src[c]) * to_f32(src[2 * hidden + c]);
+      } else if (q >= 0) {
+        u = old[q - (sq.first_pos - (L - 1))];
+      }
+      st[j * hidden + c] = u;
+    }
+  }
+}
+
+// Steps whose entries are all one row (decode steps): the output and the state's shift in one
+// thread per (sequence, channel), with conv_step_kernel's and conv_step_state_kernel's arithmetic.
+template <typename T>
+__global__ void conv_step_rows_kernel(T* out, const T* bcx, const float* conv_w, float* state, const PagedSeq* seqs,
+                                      const int32_t* ends, int64_t n_seqs, int64_t hidden, int64_t L) {
+  const int64_t n = n_seqs * hidden;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t s = i / hidden, c = i - s * hidden;
+    const PagedSeq sq = seqs[s];
+    float* st = state + int64_t(sq.table_row) * (L - 1) * hidden;
+    float old[kMaxTaps];
+    for (int64_t j = 0; j < L - 1; ++j) old[j] = st[j * hidden + c];
+    const T* r = bcx + int64_t(sq.row) * 3 * hidden;
+    const float u = to_f32(r[c]) * to_f32(r[2 * hidden + c]);
+    const int64_t t = sq.first_pos;
+    float z = 0.f;
+    for (int64_t j = 0; j < L; ++j) {
+      if (t - (L - 1) + j < 0) continue;
+      z += conv_w[c * L + j] * (j < L - 1 ? old[j] : u);
+    }
+    out[int64_t(sq.row) * hidden + c] = from_f32<T>(to_f32(r[hidden + c]) * z);
+    const int64_t end = t + (ends ? ends[s] : 1);
+    for (int64_t j = 0; j < L - 1; ++j) {
+      const int64_t q = end - (L - 1) + j;
+      st[j * hidden + c] = q < 0 ? 0.f : q >= t ? u : old[q - (t - (L - 1))];
+    }
+  }
+}
+
 }  // namespace
 
 template <typename T>
@@ -127,12 +237,36 @@ void short_conv_decode(T* out, const T* bcx, const float* conv_w, float* state, 
   CUDA_CHECK_LAUNCH("conv_decode_kernel");
 }
 
+template <typename T>
+void short_conv_step(T* out, const T* bcx, const float* conv_w, float* state, const PagedSeq* seqs, int64_t n_seqs,
+                     const int32_t* ends, int64_t n_rows, int64_t max_seq_rows, int64_t hidden, int64_t L,
+                     cudaStream_t stream) {
+  LFM2_CHECK(L >= 1 && L <= kMaxTaps, "short_conv_step: L ", L, " outside [1, ", kMaxTaps, "]");
+  LFM2_CHECK(n_seqs < (int64_t(1) << 31), "short_conv_step: ", n_seqs, " sequences");
+  if (n_seqs == 0 || n_rows == 0) return;
+  if (max_seq_rows == 1) {
+    conv_step_rows_kernel<<<grid_for(n_seqs * hidden, 256 * 4), 256, 0, stream>>>(out, bcx, conv_w, state, seqs, ends,
+                                                                                  n_seqs, hidden, L);
+    CUDA_CHECK_LAUNCH("conv_step_rows_kernel");
+    return;
+  }
+  conv_step_kernel<<<grid_for(n_rows * hidden, 256 * 4), 256, 0, stream>>>(out, bcx, conv_w, state, seqs, int(n_seqs),
+                                                                            n_rows, hidden, L);
+  CUDA_CHECK_LAUNCH("conv_step_kernel");
+  if (L < 2) return;
+  conv_step_state_kernel<<<grid_for(n_seqs * hidden, 256 * 4), 256, 0, stream>>>(state, bcx, seqs, ends, n_seqs,
+                                                                                 hidden, L);
+  CUDA_CHECK_LAUNCH("conv_step_state_kernel");
+}
+
 #define INST(T)                                                                                                     \
   template void short_conv<T>(T*, const T*, const float*, int64_t, int64_t, int64_t, int64_t, cudaStream_t);        \
   template void short_conv_state<T>(float*, const T*, const int32_t*, int64_t, int64_t, int64_t, int64_t, int64_t, \
                                     cudaStream_t);                                                                  \
   template void short_conv_decode<T>(T*, const T*, const float*, float*, const int32_t*, int64_t, int64_t,         \
-                                     const int64_t*, int64_t, int64_t, int64_t, cudaStream_t);
+                                     const int64_t*, int64_t, int64_t, int64_t, cudaStream_t);                    \
+  template void short_conv_step<T>(T*, const T*, const float*, float*, const PagedSeq*, int64_t, const int32_t*,   \
+                                   int64_t, int64_t, int64_t, int64_t, cudaStream_t);
 LFM2_FOR_EACH_T(INST)
 #undef INST
 

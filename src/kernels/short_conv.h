@@ -8,6 +8,8 @@
 
 #include <cstdint>
 
+#include "kernels/paged_kv.h"
+
 namespace lfm2::cpu {
 
 // out (n_seq * seq_len, hidden); bcx (n_seq * seq_len, 3 * hidden); conv_w (hidden, L), HF
@@ -26,5 +28,16 @@ void short_conv_state(float* state, const float* bcx, int64_t length, int64_t hi
 // decoded token gets the bits a prefill gives it).
 void short_conv_decode(float* out, const float* bcx, const float* conv_w, float* state, const int64_t* positions,
                        int64_t n, int64_t hidden, int64_t L, int n_threads = 1);
+
+// The rows of a generation step (model/step_batch.h), each sequence continuing from the conv state of
+// its slot: sequence i (seqs[i], paged_kv.h's PagedSeq with table_row = its slot) has rows
+// row .. row + n_rows - 1 at positions first_pos ..; taps before first_pos come from the slot's
+// state (u of positions first_pos - (L-1) .. first_pos - 1, oldest first; not read where they fall
+// before position 0), so a prompt in chunks of any size, or a decode row, gets short_conv's bits.
+// Afterwards each slot's state holds u of the L-1 positions before first_pos + ends[i] (ends null:
+// n_rows; a padded prompt's own length, as short_conv_state). out (n_rows_all, hidden), bcx
+// (n_rows_all, 3 * hidden); state (n_slots, L-1, hidden); rows of no sequence are left alone.
+void short_conv_step(float* out, const float* bcx, const float* conv_w, float* state, const PagedSeq* seqs,
+                     int64_t n_seqs, const int32_t* ends, int64_t hidden, int64_t L, int n_threads = 1);
 
 }  // namespace lfm2::cpu

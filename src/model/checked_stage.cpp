@@ -79,6 +79,35 @@ class CheckedStage final : public StageExecutor {
     inner_.choose(x, first_seq, n_seq, seq_len, step, tokens, host);
   }
 
+  // Generation in batches: forwarded; the hidden states after each step checked as above (the
+  // message names the step by its count).
+  int64_t page_bytes(int64_t page_size) const override { return inner_.page_bytes(page_size); }
+  int64_t slot_bytes() const override { return inner_.slot_bytes(); }
+  void alloc_batch_state(const StateShape& shape, const SamplingParams& s) override {
+    inner_.alloc_batch_state(shape, s);
+    if (on_device() && !batch_counts_)
+      batch_counts_ = static_cast<uint32_t*>(inner_.alloc_host(kBatchCounts * int64_t(sizeof(uint32_t))));
+  }
+  void map_pages(int64_t slot, int64_t first, const int32_t* pages, int64_t n) override {
+    inner_.map_pages(slot, first, pages, n);
+  }
+  void embed_batch(const StepBatch& b, const int32_t* prompt_ids, const int32_t* fed, void* x) override {
+    inner_.embed_batch(b, prompt_ids, fed, x);
+  }
+  void forward_batch(void* x, const StepBatch& b) override {
+    inner_.forward_batch(x, b);
+    const int64_t step = batch_steps_++;
+    const std::string where = cat("after layers ", stage_.layer_begin, "-", stage_.layer_end - 1,
+                                  " (generation step ", step, ")");
+    if (!on_device()) return check_hidden(x, 1, b.rows(), 0, 1, where);
+    if (pending_.size() >= size_t(kBatchCounts)) synchronize();  // every counter is waiting to be read
+    check_hidden(x, 1, b.rows(), 0, 1, where, batch_counts_ + step % kBatchCounts);
+  }
+  void choose_batch(const void* x, const StepBatch& b, const SeqSampling* params, int32_t* tokens,
+                    int32_t* host) override {
+    inner_.choose_batch(x, b, params, tokens, host);
+  }
+
   void synchronize() override {
     inner_.synchronize();
     if (!on_device()) return;
@@ -175,6 +204,9 @@ class CheckedStage final : public StageExecutor {
   int64_t embeds_ = 0, forwards_ = 0, heads_ = 0;
   uint32_t* counts_ = nullptr;
   uint32_t* gen_counts_ = nullptr;  // generation on a device: (n_micro, max_steps)
+  static constexpr int64_t kBatchCounts = 4096;
+  uint32_t* batch_counts_ = nullptr;  // batch steps on a device: a ring of counts read at synchronize()
+  int64_t batch_steps_ = 0;
   int64_t max_steps_ = 0;
   std::vector<Pending> pending_;
   std::vector<HeadPending> heads_pending_;

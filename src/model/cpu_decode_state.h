@@ -1,6 +1,8 @@
-// Generation's state on the CPU (SPEC §3 "Generation"): for each layer of the stage the KV cache
-// (attention layers) or the conv state (conv layers) of every sequence, the prompt lengths, how
-// the last stage chooses tokens and the EOS id each sequence ended with. The CUDA twin:
+// Generation's state on the CPU (SPEC §3 "Generation"; model/step_batch.h): for each attention layer
+// of the stage a K and a V pool of KV pages (paged_kv.h), one block table of the slots, for each conv
+// layer the conv state of every slot, how the last stage chooses tokens and the EOS id each slot's
+// sequence ended with. Today's generation calls (alloc_state, prefill, decode, choose) run on it with
+// sequence i in slot i, its positions one run of consecutive pages. The CUDA twin:
 // model/cuda_decode_state.h.
 #pragma once
 
@@ -10,34 +12,47 @@
 #include "io/model_config.h"
 #include "kernels/sample.h"
 #include "model/layer_weights.h"
+#include "model/step_batch.h"
+#include "model/step_layout.h"
 
 namespace lfm2 {
 
 struct CpuDecodeState {
-  // One layer's state of every sequence.
+  // One layer's state of every slot.
   struct Layer {
-    std::vector<float> k, v;  // attention: (N, max_len, nkv * hd)
-    std::vector<float> conv;  // conv: (N, L - 1, H), u = B * x of the last positions
+    std::vector<float> k, v;  // attention: pools [n_pages, page_size, nkv, hd]
+    std::vector<float> conv;  // conv: (n_slots, L - 1, H), u = B * x of the last positions
   };
 
   std::vector<Layer> layers;  // per layer of the stage
-  int64_t max_len = 0;
-  std::vector<int32_t> lengths;  // (N) prompt lengths
+  StateShape shape;
+  std::vector<int32_t> table;  // (n_slots, max_pages) page ids, -1: none
   SamplingParams sampling;
-  std::vector<int32_t> ended;  // last stage: per sequence, the EOS id it produced (cpu::kNotEnded: none yet)
+  std::vector<int32_t> ended;  // last stage: per slot, the EOS id it produced (cpu::kNotEnded: none yet)
+  // Today's calls: the prompt lengths per sequence (= slot) and the positions each may reach.
+  std::vector<int32_t> lengths;
+  int64_t max_len = 0;
 
-  // Bytes allocate() takes for n_seq sequences of at most max_len positions.
-  static int64_t bytes(const ModelConfig& cfg, const std::vector<LayerWeights>& layer_weights, bool is_last,
-                       int64_t n_seq, int64_t max_len);
-  // For n_seq sequences of at most max_positions positions; prompt_lengths (n_seq).
-  void allocate(const ModelConfig& cfg, const std::vector<LayerWeights>& layer_weights, int64_t n_seq,
-                int64_t max_positions, const int32_t* prompt_lengths, const SamplingParams& sampling_params);
-  // Sequences [first_seq, first_seq + n_seq) of seq_len positions fit the state.
-  void check(int64_t first_seq, int64_t n_seq, int64_t seq_len) const;
+  // Bytes of one page (every attention layer) and of one slot's other state.
+  static int64_t page_bytes(const ModelConfig& cfg, const std::vector<LayerWeights>& layer_weights, int64_t page_size);
+  static int64_t slot_bytes(const ModelConfig& cfg, const std::vector<LayerWeights>& layer_weights, bool is_last);
+  // The batch API's state, the block table empty; refuses (naming the bytes) what cannot be allocated.
+  void allocate(const ModelConfig& cfg, const std::vector<LayerWeights>& layer_weights, bool is_last,
+                const StateShape& state_shape, const SamplingParams& sampling_params);
+  // Today's (old_state_shape): slot i takes pages i * m .. i * m + m - 1; prompt_lengths (n_seq).
+  void allocate_old(const ModelConfig& cfg, const std::vector<LayerWeights>& layer_weights, bool is_last,
+                    int64_t n_seq, int64_t max_positions, const int32_t* prompt_lengths,
+                    const SamplingParams& sampling_params);
+  void map_pages(int64_t slot, int64_t first, const int32_t* pages, int64_t n);
+  // Every entry's slot, rows and positions fit, and each position it writes or reads has a page.
+  void check(const StepLayout& step) const;
+
+  // Today's calls: sequences [first_seq, first_seq + n_seq) of seq_len positions fit the state.
+  void check_old(int64_t first_seq, int64_t n_seq, int64_t seq_len) const;
   // The positions of their decode step `step` (lengths[s] + step - 1), checked against max_len.
   std::vector<int64_t> decode_positions(int64_t first_seq, int64_t n_seq, int64_t step) const;
-  // After a prefill: the sequences have not ended.
-  void restart(int64_t first_seq, int64_t n_seq);
+  // Last stage: the slots start new sequences (not ended).
+  void restart(const std::vector<int32_t>& slots);
 };
 
 }  // namespace lfm2

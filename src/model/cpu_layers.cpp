@@ -5,11 +5,13 @@
 
 #include "kernels/add.h"
 #include "kernels/attention.h"
+#include "kernels/attention_paged.h"
 #include "kernels/linear.h"
 #include "kernels/moe_experts.h"
 #include "kernels/moe_router.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
+#include "kernels/rope_store.h"
 #include "kernels/short_conv.h"
 #include "kernels/swiglu.h"
 
@@ -29,95 +31,96 @@ CpuLayers::CpuLayers(const ModelConfig& cfg, const ModelWeights& w, CpuDecodeSta
   cpu::rope_inv_freq(inv_freq_.data(), cfg_.head_dim(), cfg_.rope_theta);
 }
 
-void CpuLayers::run(float* x, int64_t n_seq, int64_t seq_len, const StepRows& rows) {
-  for (size_t li = 0; li < w_.layers.size(); ++li) layer_forward(li, x, n_seq, seq_len, rows);
+void CpuLayers::run(float* x, int64_t n_seq, int64_t seq_len) {
+  const Pass p{n_seq * seq_len, n_seq, seq_len, nullptr, nullptr};
+  for (size_t li = 0; li < w_.layers.size(); ++li) layer_forward(li, x, p);
+}
+
+void CpuLayers::run_step(float* x, const StepLayout& step, const float* done) {
+  const Pass p{step.rows, 0, 0, &step, done};
+  for (size_t li = 0; li < w_.layers.size(); ++li) layer_forward(li, x, p);
 }
 
 // x += mixer(operator_norm(x)); x += ffn(ffn_norm(x)).
-void CpuLayers::layer_forward(size_t li, float* x, int64_t n_seq, int64_t seq_len, const StepRows& rows) {
+void CpuLayers::layer_forward(size_t li, float* x, const Pass& p) {
   const LayerWeights& lw = w_.layers[li];
-  const int64_t n_tokens = n_seq * seq_len, H = cfg_.hidden_size;
+  const int64_t n_tokens = p.n_tokens, H = cfg_.hidden_size;
   const float eps = float(cfg_.norm_eps);
   float* y = grow(y_, n_tokens * H);
   float* mix = grow(mix_, n_tokens * H);
   cpu::rmsnorm(y, x, lw.operator_norm.data(), n_tokens, H, eps, n_threads_);
   if (lw.is_attention)
-    attention_block(li, y, mix, n_seq, seq_len, rows);
+    attention_block(li, y, mix, p);
   else
-    conv_block(li, y, mix, n_seq, seq_len, rows);
+    conv_block(li, y, mix, p);
   cpu::add(x, x, mix, n_tokens * H, n_threads_);
 
   cpu::rmsnorm(y, x, lw.ffn_norm.data(), n_tokens, H, eps, n_threads_);
   if (lw.is_moe)
-    moe_block(lw, y, mix, n_tokens, rows.done);
+    moe_block(lw, y, mix, p);
   else
     dense_block(lw, y, mix, n_tokens);
   cpu::add(x, x, mix, n_tokens * H, n_threads_);
 }
 
-// out = out_proj(attention(rope(q_norm(q)), rope(k_norm(k)), v)), HF Lfm2MoeAttention. Prefill
-// also stores every position's k and v in the cache; decode writes its own there first and
-// attends over the cache.
-void CpuLayers::attention_block(size_t li, const float* y, float* out, int64_t n_seq, int64_t seq_len,
-                                const StepRows& rows) {
+// out = out_proj(attention(rope(q_norm(q)), rope(k_norm(k)), v)), HF Lfm2MoeAttention. A generation
+// step puts q, k and v side by side in rows [q | k | v] for the fused norm + RoPE + store, then
+// attends over each slot's pages (its own k and v stored first).
+void CpuLayers::attention_block(size_t li, const float* y, float* out, const Pass& p) {
   const LayerWeights& lw = w_.layers[li];
-  const int64_t n_tokens = n_seq * seq_len, H = cfg_.hidden_size, hd = cfg_.head_dim();
+  const int64_t n_tokens = p.n_tokens, H = cfg_.hidden_size, hd = cfg_.head_dim();
   const int64_t nh = cfg_.num_attention_heads, nkv = cfg_.num_key_value_heads;
   const float eps = float(cfg_.norm_eps);
   float* q = grow(q_, n_tokens * nh * hd);
   float* k = grow(k_, n_tokens * nkv * hd);
   float* v = grow(v_, n_tokens * nkv * hd);
   float* o = grow(o_, n_tokens * nh * hd);
-  const int64_t* pos = rows.kind == StepRows::kDecode ? rows.pos : positions(n_seq, seq_len);
   cpu::linear(q, y, lw.q_proj.data(), n_tokens, H, nh * hd, n_threads_);
   cpu::linear(k, y, lw.k_proj.data(), n_tokens, H, nkv * hd, n_threads_);
   cpu::linear(v, y, lw.v_proj.data(), n_tokens, H, nkv * hd, n_threads_);
-  cpu::rmsnorm(q, q, lw.q_layernorm.data(), n_tokens * nh, hd, eps, n_threads_);
-  cpu::rmsnorm(k, k, lw.k_layernorm.data(), n_tokens * nkv, hd, eps, n_threads_);
-  cpu::rope(q, q, pos, inv_freq_.data(), n_tokens, nh, hd, n_threads_);
-  cpu::rope(k, k, pos, inv_freq_.data(), n_tokens, nkv, hd, n_threads_);
   const float scale = float(std::pow(double(hd), -0.5));  // HF: head_dim**-0.5, applied in fp32
-  const int64_t max_len = state_.max_len;
-  if (rows.kind != StepRows::kPlain) {  // the cache store (cuda::kv_cache_store)
-    CpuDecodeState::Layer& st = state_.layers[li];
-    const int64_t kv = nkv * hd;
-    for (int64_t r = 0; r < n_tokens; ++r) {  // (sequence, position) of row r
-      const int64_t s = rows.first_seq + r / seq_len, p = rows.kind == StepRows::kDecode ? pos[r] : r % seq_len;
-      std::copy(k + r * kv, k + (r + 1) * kv, st.k.begin() + (s * max_len + p) * kv);
-      std::copy(v + r * kv, v + (r + 1) * kv, st.v.begin() + (s * max_len + p) * kv);
-    }
-  }
-  if (rows.kind == StepRows::kDecode) {
-    const CpuDecodeState::Layer& st = state_.layers[li];
-    float* scratch = grow(attn_scratch_, cpu::attention_scratch_floats(max_len, n_threads_));
-    cpu::attention_decode(o, q, st.k.data(), st.v.data(), rows.first_seq, n_seq, pos, max_len, nh, nkv, hd, scale,
-                          scratch, n_threads_);
+  if (!p.step) {
+    const int64_t* pos = positions(p.n_seq, p.seq_len);
+    cpu::rmsnorm(q, q, lw.q_layernorm.data(), n_tokens * nh, hd, eps, n_threads_);
+    cpu::rmsnorm(k, k, lw.k_layernorm.data(), n_tokens * nkv, hd, eps, n_threads_);
+    cpu::rope(q, q, pos, inv_freq_.data(), n_tokens, nh, hd, n_threads_);
+    cpu::rope(k, k, pos, inv_freq_.data(), n_tokens, nkv, hd, n_threads_);
+    float* scratch = grow(attn_scratch_, cpu::attention_scratch_floats(p.seq_len, n_threads_));
+    cpu::attention(o, q, k, v, p.n_seq, p.seq_len, nh, nkv, hd, scale, scratch, n_threads_);
   } else {
-    float* scratch = grow(attn_scratch_, cpu::attention_scratch_floats(seq_len, n_threads_));
-    cpu::attention(o, q, k, v, n_seq, seq_len, nh, nkv, hd, scale, scratch, n_threads_);
+    const int64_t width = (nh + 2 * nkv) * hd, kv = nkv * hd;
+    float* qkv = grow(qkv_, n_tokens * width);
+    for (int64_t r = 0; r < n_tokens; ++r) {
+      std::copy(q + r * nh * hd, q + (r + 1) * nh * hd, qkv + r * width);
+      std::copy(k + r * kv, k + (r + 1) * kv, qkv + r * width + nh * hd);
+      std::copy(v + r * kv, v + (r + 1) * kv, qkv + r * width + nh * hd + kv);
+    }
+    CpuDecodeState::Layer& st = state_.layers[li];
+    const StateShape& sh = state_.shape;
+    const StepLayout& step = *p.step;
+    cpu::qk_norm_rope_store(qkv, st.k.data(), st.v.data(), lw.q_layernorm.data(), lw.k_layernorm.data(),
+                            inv_freq_.data(), step.seqs.data(), step.n_seqs(), n_tokens, state_.table.data(),
+                            sh.max_pages, sh.page_size, nh, nkv, hd, eps, n_threads_);
+    float* scratch = grow(attn_scratch_, cpu::attention_paged_scratch_floats(sh.max_positions(), n_threads_));
+    cpu::attention_paged(o, qkv, st.k.data(), st.v.data(), step.seqs.data(), step.n_seqs(), state_.table.data(),
+                         sh.max_pages, sh.page_size, nh, nkv, hd, scale, scratch, n_threads_, width);
   }
   cpu::linear(out, o, lw.out_proj.data(), n_tokens, nh * hd, H, n_threads_);
 }
 
-// out = out_proj(C * conv(B * x)), HF Lfm2MoeShortConv. Prefill also keeps each sequence's last
-// conv inputs (at the end of its own prompt); decode convolves with them and shifts them.
-void CpuLayers::conv_block(size_t li, const float* y, float* out, int64_t n_seq, int64_t seq_len,
-                           const StepRows& rows) {
+// out = out_proj(C * conv(B * x)), HF Lfm2MoeShortConv. A generation step continues each entry
+// from its slot's conv state and leaves there the last inputs of its rows (short_conv_step).
+void CpuLayers::conv_block(size_t li, const float* y, float* out, const Pass& p) {
   const LayerWeights& lw = w_.layers[li];
-  const int64_t n_tokens = n_seq * seq_len, H = cfg_.hidden_size, L = cfg_.conv_L_cache;
+  const int64_t n_tokens = p.n_tokens, H = cfg_.hidden_size, L = cfg_.conv_L_cache;
   float* bcx = grow(q_, n_tokens * 3 * H);
   float* z = grow(o_, n_tokens * H);
   cpu::linear(bcx, y, lw.conv_in_proj.data(), n_tokens, H, 3 * H, n_threads_);
-  if (rows.kind == StepRows::kDecode) {
-    cpu::short_conv_decode(z, bcx, lw.conv.data(), state_.layers[li].conv.data() + rows.first_seq * (L - 1) * H,
-                           rows.pos, n_seq, H, L, n_threads_);
-  } else {
-    cpu::short_conv(z, bcx, lw.conv.data(), n_seq, seq_len, H, L, n_threads_);
-  }
-  if (rows.kind == StepRows::kPrefill)
-    for (int64_t s = 0; s < n_seq; ++s)
-      cpu::short_conv_state(state_.layers[li].conv.data() + (rows.first_seq + s) * (L - 1) * H,
-                            bcx + s * seq_len * 3 * H, state_.lengths[size_t(rows.first_seq + s)], H, L);
+  if (p.step)
+    cpu::short_conv_step(z, bcx, lw.conv.data(), state_.layers[li].conv.data(), p.step->seqs.data(),
+                         p.step->n_seqs(), p.step->ends.data(), H, L, n_threads_);
+  else
+    cpu::short_conv(z, bcx, lw.conv.data(), p.n_seq, p.seq_len, H, L, n_threads_);
   cpu::linear(out, z, lw.conv_out_proj.data(), n_tokens, H, H, n_threads_);
 }
 
@@ -132,9 +135,9 @@ void CpuLayers::dense_block(const LayerWeights& lw, const float* f, float* out, 
   cpu::linear(out, g, lw.w2.data(), n_tokens, I, H, n_threads_);
 }
 
-// out = routed experts of f, HF Lfm2MoeSparseMoeBlock; rows flagged in done (or none) get nothing.
-void CpuLayers::moe_block(const LayerWeights& lw, const float* f, float* out, int64_t n_tokens, const float* done) {
-  const int64_t H = cfg_.hidden_size, E = cfg_.num_experts, Im = cfg_.moe_intermediate_size;
+// out = routed experts of f, HF Lfm2MoeSparseMoeBlock; the decode rows flagged in p.done get nothing.
+void CpuLayers::moe_block(const LayerWeights& lw, const float* f, float* out, const Pass& p) {
+  const int64_t n_tokens = p.n_tokens, H = cfg_.hidden_size, E = cfg_.num_experts, Im = cfg_.moe_intermediate_size;
   const int64_t top_k = cfg_.num_experts_per_tok;
   float* logits = grow(q_, n_tokens * E);
   cpu::linear(logits, f, lw.gate.data(), n_tokens, H, E, n_threads_);
@@ -143,7 +146,7 @@ void CpuLayers::moe_block(const LayerWeights& lw, const float* f, float* out, in
   if (int64_t(picked_.size()) < n_tokens * top_k) picked_.resize(size_t(n_tokens * top_k));
   cpu::moe_router(rw.data(), picked_.data(), logits, lw.expert_bias.empty() ? nullptr : lw.expert_bias.data(),
                   n_tokens, E, top_k, cfg_.norm_topk_prob, float(cfg_.routed_scaling_factor), n_threads_);
-  if (done) cpu::moe_drop_rows(picked_.data(), done, n_tokens, top_k);
+  if (p.step && p.done) cpu::moe_drop_rows(picked_.data(), p.done, p.step->n_decode, top_k);
   const auto need = cpu::moe_experts_scratch(n_tokens, H, E, Im, top_k, n_threads_);
   float* fs = grow(moe_scratch_, need.floats);
   if (int64_t(moe_int_scratch_.size()) < need.ints) moe_int_scratch_.resize(size_t(need.ints));

@@ -11,6 +11,10 @@
 //   y = rmsnorm(x)
 //   dense: x += (silu(y W1^T) * y W3^T) W2^T
 //   MoE:   logits = y Wg^T; route; x += experts(y)
+// A generation step (run_step) reads and extends each entry's slot: the q/k norms, RoPE and the
+// store of k and v into the slot's pages in one op (qk_norm_rope_store), attention over the pages
+// (attention_paged), the conv continuing from the slot's conv state (short_conv_step). Every op here
+// works per row, so a row's bits depend on its sequence alone; they equal scoring's for a prompt.
 #pragma once
 
 #include <cstdint>
@@ -19,31 +23,34 @@
 #include "io/model_config.h"
 #include "model/cpu_decode_state.h"
 #include "model/layer_weights.h"
+#include "model/step_layout.h"
 
 namespace lfm2 {
 
 class CpuLayers {
  public:
-  // How the layers run: plainly (scoring), storing the sequences' state (prefill), or one token per
-  // sequence against it (decode, at positions pos; rows flagged in done are not routed to experts).
-  struct StepRows {
-    enum Kind { kPlain, kPrefill, kDecode } kind = kPlain;
-    int64_t first_seq = 0;
-    const int64_t* pos = nullptr;  // decode: each row's position
-    const float* done = nullptr;   // decode: the finished flags
-  };
-
   CpuLayers(const ModelConfig& cfg, const ModelWeights& w, CpuDecodeState& state, int n_threads);
 
-  // This stage's layers in place on x (n_seq * seq_len rows, sequence-major).
-  void run(float* x, int64_t n_seq, int64_t seq_len, const StepRows& rows);
+  // This stage's layers in place on x (n_seq * seq_len rows, sequence-major): scoring, no state.
+  void run(float* x, int64_t n_seq, int64_t seq_len);
+  // A generation step (step.rows rows): each entry reads and extends its slot's state (the KV pages
+  // of its positions, the conv state); the decode rows flagged in done (n_decode floats, or null)
+  // are not routed to the experts.
+  void run_step(float* x, const StepLayout& step, const float* done);
 
  private:
-  void layer_forward(size_t li, float* x, int64_t n_seq, int64_t seq_len, const StepRows& rows);
-  void attention_block(size_t li, const float* y, float* out, int64_t n_seq, int64_t seq_len, const StepRows& rows);
-  void conv_block(size_t li, const float* y, float* out, int64_t n_seq, int64_t seq_len, const StepRows& rows);
+  // What a pass carries: n_seq plain sequences of seq_len rows, or a generation step.
+  struct Pass {
+    int64_t n_tokens = 0, n_seq = 0, seq_len = 0;
+    const StepLayout* step = nullptr;
+    const float* done = nullptr;
+  };
+
+  void layer_forward(size_t li, float* x, const Pass& p);
+  void attention_block(size_t li, const float* y, float* out, const Pass& p);
+  void conv_block(size_t li, const float* y, float* out, const Pass& p);
   void dense_block(const LayerWeights& lw, const float* f, float* out, int64_t n_tokens);
-  void moe_block(const LayerWeights& lw, const float* f, float* out, int64_t n_tokens, const float* done);
+  void moe_block(const LayerWeights& lw, const float* f, float* out, const Pass& p);
   // Positions 0..seq_len-1 of every sequence, row-major (n_seq, seq_len).
   int64_t* positions(int64_t n_seq, int64_t seq_len);
 
@@ -53,7 +60,7 @@ class CpuLayers {
   int n_threads_;
   std::vector<float> inv_freq_;  // (hd/2)
   // Scratch, grown on demand and reused by every layer.
-  std::vector<float> y_, mix_, q_, k_, v_, o_, attn_scratch_, moe_scratch_;
+  std::vector<float> y_, mix_, q_, k_, v_, o_, qkv_, attn_scratch_, moe_scratch_;
   std::vector<int32_t> picked_, moe_int_scratch_;
   std::vector<int64_t> pos_;
 };

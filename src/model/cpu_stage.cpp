@@ -17,13 +17,13 @@
 #include "model/cpu_layers.h"
 #include "model/layer_weights.h"
 #include "model/stage_executor.h"
+#include "model/step_layout.h"
 
 namespace lfm2 {
 
 namespace {
 
 class CpuStage final : public StageExecutor {
-  using Rows = CpuLayers::StepRows;
 
  public:
   CpuStage(WeightReader& reader, const StageLayers& stage, int n_threads)
@@ -49,28 +49,29 @@ class CpuStage final : public StageExecutor {
   }
 
   void forward(void* x, int64_t n_seq, int64_t seq_len) override {
-    layers_.run(static_cast<float*>(x), n_seq, seq_len, Rows{});
+    layers_.run(static_cast<float*>(x), n_seq, seq_len);
   }
 
-  // ---- generation: the state lives in state_ (cpu_decode_state.h)
+  // ---- generation: the state lives in state_ (cpu_decode_state.h). Today's calls are steps of the
+  // batch API's internals with sequence i in slot i.
   int64_t state_bytes(int64_t n_seq, int64_t max_len) const override {
-    return CpuDecodeState::bytes(cfg_, w_.layers, w_.stage.is_last(), n_seq, max_len);
+    const StateShape s = old_state_shape(n_seq, max_len);
+    return s.n_pages * page_bytes(s.page_size) + s.n_slots * (slot_bytes() + s.max_pages * 4);
   }
 
   void alloc_state(int64_t n_seq, int64_t max_len, const int32_t* lengths, const SamplingParams& sampling) override {
-    state_.allocate(cfg_, w_.layers, n_seq, max_len, lengths, sampling);
+    state_.allocate_old(cfg_, w_.layers, w_.stage.is_last(), n_seq, max_len, lengths, sampling);
   }
 
   void prefill(void* x, int64_t first_seq, int64_t n_seq, int64_t seq_len) override {
-    state_.check(first_seq, n_seq, seq_len);
-    layers_.run(static_cast<float*>(x), n_seq, seq_len, Rows{Rows::kPrefill, first_seq, nullptr});
-    state_.restart(first_seq, n_seq);
+    state_.check_old(first_seq, n_seq, seq_len);
+    run_step(static_cast<float*>(x), StepLayout::prefill(first_seq, n_seq, seq_len, state_.lengths.data()), nullptr);
   }
 
   void decode(void* x, int64_t first_seq, int64_t n_seq, int64_t step) override {
     const std::vector<int64_t> pos = state_.decode_positions(first_seq, n_seq, step);
-    const float* done = decode_flags(x, n_seq, cfg_.hidden_size);
-    layers_.run(static_cast<float*>(x), n_seq, 1, Rows{Rows::kDecode, first_seq, pos.data(), done});
+    run_step(static_cast<float*>(x), StepLayout::decode(first_seq, n_seq, pos),
+             decode_flags(x, n_seq, cfg_.hidden_size));
   }
 
   int32_t* alloc_tokens(int64_t n) override {
@@ -86,19 +87,48 @@ class CpuStage final : public StageExecutor {
   void choose(const void* x, int64_t first_seq, int64_t n_seq, int64_t seq_len, int64_t step, int32_t* tokens,
               int32_t* host) override {
     LFM2_CHECK(w_.stage.is_last(), "cpu stage: choose() on a stage that is not last");
-    state_.check(first_seq, n_seq, seq_len);
-    std::vector<int32_t> last(static_cast<size_t>(n_seq));
-    for (int64_t i = 0; i < n_seq; ++i) last[size_t(i)] = seq_len == 1 ? 1 : state_.lengths[size_t(first_seq + i)];
-    std::vector<float> logits(static_cast<size_t>(n_seq * cfg_.vocab_size));
-    HeadOutputs out;
-    out.logits = logits.data();
-    head(x, n_seq, seq_len, last.data(), out);
-    std::vector<int64_t> seq(static_cast<size_t>(n_seq));
-    for (int64_t i = 0; i < n_seq; ++i) seq[size_t(i)] = first_seq + i;
-    cpu::choose_tokens(tokens, logits.data(), n_seq, cfg_.vocab_size, seq.data(), step, state_.sampling,
-                       state_.ended.data(), n_threads_);
-    if (host) std::copy(tokens, tokens + n_seq, host);
+    state_.check_old(first_seq, n_seq, seq_len);
+    const auto emits = step_emits(first_seq, n_seq, seq_len, step, state_.lengths.data(),
+                                  state_.sampling.first_sequence);
+    choose_rows(static_cast<const float*>(x), emits, nullptr, tokens, host);
   }
+
+  // ---- generation in batches (step_batch.h)
+  int64_t page_bytes(int64_t page_size) const override {
+    return CpuDecodeState::page_bytes(cfg_, w_.layers, page_size);
+  }
+  int64_t slot_bytes() const override { return CpuDecodeState::slot_bytes(cfg_, w_.layers, w_.stage.is_last()); }
+
+  void alloc_batch_state(const StateShape& shape, const SamplingParams& sampling) override {
+    state_.allocate(cfg_, w_.layers, w_.stage.is_last(), shape, sampling);
+  }
+
+  void map_pages(int64_t slot, int64_t first, const int32_t* pages, int64_t n) override {
+    state_.map_pages(slot, first, pages, n);
+  }
+
+  void embed_batch(const StepBatch& b, const int32_t* prompt_ids, const int32_t* fed, void* xv) override {
+    LFM2_CHECK(w_.stage.is_first(), "cpu stage: embed_batch() on a stage that is not first");
+    b.check(state_.shape.n_slots, state_.shape.max_positions());
+    float* x = static_cast<float*>(xv);
+    const int64_t nd = b.n_decode(), H = cfg_.hidden_size;
+    embed(fed, nd, 1, x);
+    embed(prompt_ids, b.rows() - nd, 1, x + nd * H);
+    cpu::finished_flags(decode_flags(x, b.rows(), H), fed, nd, state_.sampling.eos);
+  }
+
+  void forward_batch(void* xv, const StepBatch& b) override {
+    b.check(state_.shape.n_slots, state_.shape.max_positions());
+    run_step(static_cast<float*>(xv), StepLayout::of(b), decode_flags(xv, b.rows(), cfg_.hidden_size));
+  }
+
+  void choose_batch(const void* x, const StepBatch& b, const SeqSampling* params, int32_t* tokens,
+                    int32_t* host) override {
+    LFM2_CHECK(w_.stage.is_last(), "cpu stage: choose_batch() on a stage that is not last");
+    b.check(state_.shape.n_slots, state_.shape.max_positions());
+    choose_rows(static_cast<const float*>(x), step_emits(b), params, tokens, host);
+  }
+
   void* alloc_host(int64_t bytes) override {
     host_.push_back(std::make_unique<char[]>(size_t(std::max<int64_t>(bytes, 1))));
     return host_.back().get();
@@ -132,6 +162,44 @@ class CpuStage final : public StageExecutor {
   void synchronize() override {}
 
  private:
+  // A step's layers, its pages checked first; the last stage restarts the EOS state of new sequences.
+  void run_step(float* x, const StepLayout& step, const float* done) {
+    state_.check(step);
+    layers_.run_step(x, step, done);
+    if (w_.stage.is_last()) state_.restart(step.fresh);
+  }
+
+  // The token of each emitted row (its last position's logits), greedy or drawn by its sampling
+  // (params: one per row, or null for the state's defaults), keyed by (seed, seq, gen_step); a
+  // slot that has ended repeats its EOS id.
+  void choose_rows(const float* x, const std::vector<StepEmit>& emits, const SeqSampling* params, int32_t* tokens,
+                   int32_t* host) {
+    const int64_t n = int64_t(emits.size()), H = cfg_.hidden_size, V = cfg_.vocab_size;
+    std::vector<float> rows(static_cast<size_t>(n * H));
+    for (int64_t i = 0; i < n; ++i)
+      std::copy(x + emits[size_t(i)].row * H, x + (emits[size_t(i)].row + 1) * H, rows.begin() + i * H);
+    std::vector<float> logits(static_cast<size_t>(n * V));
+    HeadOutputs out;
+    out.logits = logits.data();
+    head(rows.data(), n, 1, nullptr, out);
+    parallel_for(n, n_threads_, [&](int64_t b, int64_t e, int) {
+      for (int64_t i = b; i < e; ++i) {
+        const StepEmit& em = emits[size_t(i)];
+        SamplingParams p = state_.sampling;
+        if (params) {
+          p.temperature = params[i].temperature;
+          p.top_k = params[i].top_k;
+          p.top_p = params[i].top_p;
+          p.seed = params[i].seed;
+        }
+        p.first_sequence = em.seq - em.slot;  // the draw is keyed by first_sequence + slot = seq
+        const int64_t slot = em.slot;
+        cpu::choose_tokens(tokens + i, logits.data() + i * V, 1, V, &slot, em.gen_step, p, state_.ended.data(), 1);
+      }
+    }, 1);
+    if (host) std::copy(tokens, tokens + n, host);
+  }
+
   static float* grow(std::vector<float>& v, int64_t n) {
     if (int64_t(v.size()) < n) v.resize(size_t(n));
     return v.data();

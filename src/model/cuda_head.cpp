@@ -65,16 +65,19 @@ void CudaHead<T>::copy_out(float* host, int64_t n, cudaStream_t compute, cudaStr
 
 template <typename T>
 void CudaHead<T>::last_rows(float* logits, T* y, const float* x, int64_t rows, int64_t seq_len,
-                            const int32_t* lengths, cudaStream_t stream) {
+                            const int32_t* lengths, cudaStream_t stream, bool decode) {
   cuda::rmsnorm_last(y, x, norm_, rows, seq_len, H_, eps_, stream, lengths);
-  cuda::linear_f32out(logits, y, matrix_, rows, H_, V_, stream, tf32_);
+  if (decode)
+    cuda::linear_f32out_decode(logits, y, matrix_, rows, H_, V_, stream, tf32_);
+  else
+    cuda::linear_f32out(logits, y, matrix_, rows, H_, V_, stream, tf32_);
 }
 
 template <typename T>
 float* CudaHead<T>::last_logits(T* y, const float* x, int64_t rows, int64_t seq_len, const int32_t* lengths,
                                 cudaStream_t stream) {
   float* logits = take_slot(stream);
-  last_rows(logits, y, x, rows, seq_len, lengths, stream);
+  last_rows(logits, y, x, rows, seq_len, lengths, stream, true);
   return logits;
 }
 
@@ -93,7 +96,7 @@ void CudaHead<T>::run(T* y, const float* x, int64_t n_seq, int64_t seq_len, cons
     if (lengths)  // each sequence's own last position (pinned host memory, read when the copy runs)
       CUDA_CHECK(cudaMemcpyAsync(lengths_, lengths + r0, size_t(rows) * sizeof(int32_t), cudaMemcpyHostToDevice,
                                  stream));
-    last_rows(logits, y, x + r0 * seq_len * H_, rows, seq_len, lengths ? lengths_ : nullptr, stream);
+    last_rows(logits, y, x + r0 * seq_len * H_, rows, seq_len, lengths ? lengths_ : nullptr, stream, false);
     cuda::argmax_margin(top_, margin_, logits, rows, V_, stream);
     if (out.next_token) to_host(out.next_token + r0, top_, rows * int64_t(sizeof(int32_t)));
     if (out.margin) to_host(out.margin + r0, margin_, rows * int64_t(sizeof(float)));

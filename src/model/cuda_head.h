@@ -35,7 +35,9 @@ class CudaHead {
   void run(T* y, const float* x, int64_t n_seq, int64_t seq_len, const int32_t* lengths, const HeadOutputs& out,
            cudaStream_t stream, cudaStream_t copy);
   // The next slot, filled with the logits (rows, V) of the last position of `rows` sequences of x
-  // (seq_len rows each): row lengths[s] - 1 (device), or seq_len - 1 where lengths is null.
+  // (seq_len rows each): row lengths[s] - 1 (device), or seq_len - 1 where lengths is null; with
+  // seq_len 0, row lengths[s] - 1 of x itself. Generation's token choice: the head's product by the
+  // decode path (linear_f32out_decode: a row's bits depend on the shape alone).
   float* last_logits(T* y, const float* x, int64_t rows, int64_t seq_len, const int32_t* lengths,
                      cudaStream_t stream);
 
@@ -48,7 +50,7 @@ class CudaHead {
   // Copies the current slot's first n floats to host memory on `copy`, after `compute` wrote them.
   void copy_out(float* host, int64_t n, cudaStream_t compute, cudaStream_t copy);
   void last_rows(float* logits, T* y, const float* x, int64_t rows, int64_t seq_len, const int32_t* lengths,
-                 cudaStream_t stream);
+                 cudaStream_t stream, bool decode);
 
   int64_t H_ = 0, V_ = 0;
   float eps_ = 0;

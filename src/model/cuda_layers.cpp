@@ -44,107 +44,151 @@ void CudaLayers<T>::release() {
 }
 
 template <typename T>
-void CudaLayers<T>::run(float* x, int64_t n_seq, int64_t seq_len, const StepRows& rows) {
-  for (size_t li = 0; li < w_.layers.size(); ++li) layer_forward(li, x, n_seq, seq_len, rows);
+void CudaLayers<T>::run(float* x, int64_t n_seq, int64_t seq_len) {
+  const Pass p{n_seq * seq_len, n_seq, seq_len, nullptr};
+  for (size_t li = 0; li < w_.layers.size(); ++li) layer_forward(li, x, p, false);
+}
+
+template <typename T>
+void CudaLayers<T>::run_step(float* x, const StepDevice& step) {
+  const Pass p{step.rows, 0, 0, &step};
+  bool normed = false;  // the decode rows' operator norm came with the MoE before
+  for (size_t li = 0; li < w_.layers.size(); ++li) normed = layer_forward(li, x, p, normed);
+}
+
+// Decode rows [0, nd) by the decode products (their bits depend on the shape alone), the rest by
+// the pinned ones.
+template <typename T>
+void CudaLayers<T>::product(Product kind, void* out, const T* in, const T* weight, int64_t n_in, int64_t n_out,
+                            const Pass& p) {
+  const int64_t nd = p.n_decode(), np = p.n_tokens - nd;
+  const int64_t out_elem = kind == Product::kOut ? int64_t(sizeof(T)) : 4;
+  char* rest = static_cast<char*>(out) + nd * n_out * out_elem;
+  switch (kind) {
+    case Product::kOut:
+      if (nd) cuda::linear_decode(static_cast<T*>(out), in, weight, nd, n_in, n_out, stream_, tf32_);
+      if (np) cuda::linear(reinterpret_cast<T*>(rest), in + nd * n_in, weight, np, n_in, n_out, stream_, tf32_);
+      break;
+    case Product::kF32Out:
+      if (nd) cuda::linear_f32out_decode(static_cast<float*>(out), in, weight, nd, n_in, n_out, stream_, tf32_);
+      if (np) cuda::linear_f32out(reinterpret_cast<float*>(rest), in + nd * n_in, weight, np, n_in, n_out, stream_, tf32_);
+      break;
+    case Product::kAddF32:
+      if (nd) cuda::linear_add_f32_decode(static_cast<float*>(out), in, weight, nd, n_in, n_out, stream_, tf32_);
+      if (np) cuda::linear_add_f32(reinterpret_cast<float*>(rest), in + nd * n_in, weight, np, n_in, n_out, stream_, tf32_);
+      break;
+  }
 }
 
 // x += mixer(operator_norm(x)); x += ffn(ffn_norm(x)): each block adds its output into x itself.
+// Returns whether the MoE also made the next layer's operator norm of the decode rows.
 template <typename T>
-void CudaLayers<T>::layer_forward(size_t li, float* x, int64_t n_seq, int64_t seq_len, const StepRows& rows) {
+bool CudaLayers<T>::layer_forward(size_t li, float* x, const Pass& p, bool decode_rows_normed) {
   const DeviceLayerWeights<T>& lw = w_.layers[li];
-  const int64_t n_tokens = n_seq * seq_len, H = cfg_.hidden_size;
+  const int64_t n_tokens = p.n_tokens, H = cfg_.hidden_size, skip = decode_rows_normed ? p.n_decode() : 0;
   const float eps = float(cfg_.norm_eps);
   T* y = y_;
-  cuda::rmsnorm(y, x, lw.operator_norm, n_tokens, H, eps, stream_);
+  cuda::rmsnorm(y + skip * H, x + skip * H, lw.operator_norm, n_tokens - skip, H, eps, stream_);
   if (lw.is_attention)
-    attention_block(li, y, x, n_seq, seq_len, rows);
+    attention_block(li, y, x, p);
   else
-    conv_block(li, y, x, n_seq, seq_len, rows);
+    conv_block(li, y, x, p);
 
   cuda::rmsnorm(y, x, lw.ffn_norm, n_tokens, H, eps, stream_);
-  if (lw.is_moe)
-    moe_block(lw, y, x, n_tokens, rows.done);
-  else
-    dense_block(lw, y, x, n_tokens);
+  if (lw.is_moe) return moe_block(li, y, x, p);
+  dense_block(lw, y, x, p);
+  return false;
 }
 
 // x += out_proj(attention(rope(q_norm(q)), rope(k_norm(k)), v)), HF Lfm2MoeAttention: q, k and v
-// from one product (qkv_proj), the norms and RoPE fused (qk_norm_rope). Prefill also stores every
-// position's k and v in the cache; decode writes its own there first and attends over the cache.
+// from one product (qkv_proj), the norms and RoPE fused (qk_norm_rope). A generation step stores
+// every row's k and v in its slot's pages with the norms and RoPE (qk_norm_rope_store), then its
+// decode rows attend by flash-decoding, its prompt chunks by the chunked prefill.
 template <typename T>
-void CudaLayers<T>::attention_block(size_t li, const T* y, float* x, int64_t n_seq, int64_t seq_len,
-                                    const StepRows& rows) {
+void CudaLayers<T>::attention_block(size_t li, const T* y, float* x, const Pass& p) {
   const DeviceLayerWeights<T>& lw = w_.layers[li];
-  const int64_t n_tokens = n_seq * seq_len, H = cfg_.hidden_size, hd = cfg_.head_dim();
+  const int64_t H = cfg_.hidden_size, hd = cfg_.head_dim();
   const int64_t nh = cfg_.num_attention_heads, nkv = cfg_.num_key_value_heads, width = (nh + 2 * nkv) * hd;
   const float eps = float(cfg_.norm_eps);
+  const float scale = float(std::pow(double(hd), -0.5));  // HF: head_dim**-0.5, applied in fp32
   T* qkv = big_;
   T* o = mid_;
-  cuda::linear(qkv, y, lw.qkv_proj, n_tokens, H, width, stream_, tf32_);
-  cuda::qk_norm_rope(qkv, lw.q_layernorm, lw.k_layernorm, w_.rope_inv_freq, n_seq, seq_len, nh, nkv, hd, eps, stream_,
-                     state_.lengths(), rows.first_seq, rows.step, rows.at);
-  const float scale = float(std::pow(double(hd), -0.5));  // HF: head_dim**-0.5, applied in fp32
-  if (rows.kind != StepRows::kPlain) {
-    const auto& st = state_.layer(li);
-    cuda::kv_cache_store(st.k, st.v, qkv, n_tokens, seq_len, nh, nkv, hd, state_.lengths(), rows.first_seq, rows.step,
-                         state_.max_len(), stream_, rows.at);
-  }
-  if (rows.kind == StepRows::kDecode) {
-    const auto& st = state_.layer(li);
-    cuda::attention_decode(o, qkv, st.k, st.v, n_tokens, nh, nkv, hd, scale, state_.lengths(), rows.first_seq,
-                           rows.step, state_.max_len(), stream_, rows.at);
+  product(Product::kOut, qkv, y, lw.qkv_proj, H, width, p);
+  if (!p.step) {
+    cuda::qk_norm_rope(qkv, lw.q_layernorm, lw.k_layernorm, w_.rope_inv_freq, p.n_seq, p.seq_len, nh, nkv, hd, eps,
+                       stream_);
+    cuda::attention(o, qkv, qkv + nh * hd, qkv + (nh + nkv) * hd, p.n_seq, p.seq_len, nh, nkv, hd, scale, stream_,
+                    width, width);
   } else {
-    cuda::attention(o, qkv, qkv + nh * hd, qkv + (nh + nkv) * hd, n_seq, seq_len, nh, nkv, hd, scale, stream_, width,
-                    width);
+    const StepDevice& s = *p.step;
+    const auto& st = state_.layer(li);
+    const StateShape& sh = state_.shape();
+    cuda::qk_norm_rope_store(qkv, st.k, st.v, lw.q_layernorm, lw.k_layernorm, w_.rope_inv_freq, s.seqs, s.n_seqs,
+                             s.rows, state_.table(), sh.max_pages, sh.page_size, nh, nkv, hd, eps, stream_);
+    if (s.n_decode)
+      cuda::attention_decode_paged(o, qkv, st.k, st.v, s.seqs, s.n_decode, state_.table(), sh.max_pages, sh.page_size,
+                                   nh, nkv, hd, scale, state_.attention_workspace(), stream_, width);
+    if (s.n_seqs > s.n_decode)
+      cuda::attention_prefill_paged(o, qkv, st.k, st.v, s.seqs + s.n_decode, s.n_seqs - s.n_decode,
+                                    s.max_prompt_rows, state_.table(), sh.max_pages, sh.page_size, nh, nkv, hd, scale,
+                                    stream_, width);
   }
-  cuda::linear_add_f32(x, o, lw.out_proj, n_tokens, nh * hd, H, stream_, tf32_);
+  product(Product::kAddF32, x, o, lw.out_proj, nh * hd, H, p);
 }
 
-// x += out_proj(C * conv(B * x)), HF Lfm2MoeShortConv. Prefill also keeps each sequence's last
-// conv inputs (at the end of its own prompt); decode convolves with them and shifts them.
+// x += out_proj(C * conv(B * x)), HF Lfm2MoeShortConv. A generation step continues each entry from
+// its slot's conv state and leaves there the last inputs of its rows (short_conv_step).
 template <typename T>
-void CudaLayers<T>::conv_block(size_t li, const T* y, float* x, int64_t n_seq, int64_t seq_len, const StepRows& rows) {
+void CudaLayers<T>::conv_block(size_t li, const T* y, float* x, const Pass& p) {
   const DeviceLayerWeights<T>& lw = w_.layers[li];
-  const int64_t n_tokens = n_seq * seq_len, H = cfg_.hidden_size, L = cfg_.conv_L_cache;
+  const int64_t H = cfg_.hidden_size, L = cfg_.conv_L_cache;
   T* bcx = big_;
   T* z = mid_;
-  cuda::linear(bcx, y, lw.conv_in_proj, n_tokens, H, 3 * H, stream_, tf32_);
-  if (rows.kind == StepRows::kDecode) {
-    cuda::short_conv_decode(z, bcx, lw.conv, state_.layer(li).conv, state_.lengths(), rows.first_seq, rows.step,
-                            rows.at, n_tokens, H, L, stream_);
+  product(Product::kOut, bcx, y, lw.conv_in_proj, H, 3 * H, p);
+  if (p.step) {
+    const StepDevice& s = *p.step;
+    const int64_t longest = std::max<int64_t>(s.max_prompt_rows, s.n_decode ? 1 : 0);
+    cuda::short_conv_step(z, bcx, lw.conv, state_.layer(li).conv, s.seqs, s.n_seqs, s.ends, s.rows, longest, H, L,
+                          stream_);
   } else {
-    cuda::short_conv(z, bcx, lw.conv, n_seq, seq_len, H, L, stream_);
+    cuda::short_conv(z, bcx, lw.conv, p.n_seq, p.seq_len, H, L, stream_);
   }
-  if (rows.kind == StepRows::kPrefill)
-    cuda::short_conv_state(state_.layer(li).conv, bcx, state_.lengths(), rows.first_seq, n_seq, seq_len, H, L,
-                           stream_);
-  cuda::linear_add_f32(x, z, lw.conv_out_proj, n_tokens, H, H, stream_, tf32_);
+  product(Product::kAddF32, x, z, lw.conv_out_proj, H, H, p);
 }
 
 // x += w2(silu(w1 f) * w3 f), HF Lfm2MoeMLP: w1 and w3 in one product (w13).
 template <typename T>
-void CudaLayers<T>::dense_block(const DeviceLayerWeights<T>& lw, const T* f, float* x, int64_t n_tokens) {
+void CudaLayers<T>::dense_block(const DeviceLayerWeights<T>& lw, const T* f, float* x, const Pass& p) {
   const int64_t H = cfg_.hidden_size, I = cfg_.intermediate_size;
   T* gate_up = big_;
   T* g = mid_;
-  cuda::linear(gate_up, f, lw.w13, n_tokens, H, 2 * I, stream_, tf32_);
-  cuda::swiglu(g, gate_up, n_tokens, I, stream_);
-  cuda::linear_add_f32(x, g, lw.w2, n_tokens, I, H, stream_, tf32_);
+  product(Product::kOut, gate_up, f, lw.w13, H, 2 * I, p);
+  cuda::swiglu(g, gate_up, p.n_tokens, I, stream_);
+  product(Product::kAddF32, x, g, lw.w2, I, H, p);
 }
 
-// x += routed experts of f, HF Lfm2MoeSparseMoeBlock; rows flagged in done (or none) get nothing.
+// x += routed experts of f, HF Lfm2MoeSparseMoeBlock. Decode rows: moe_decode (the rows flagged
+// finished get nothing; the next layer's operator norm into y where there is one); the other rows:
+// the router's product, moe_router and the CUTLASS experts.
 template <typename T>
-void CudaLayers<T>::moe_block(const DeviceLayerWeights<T>& lw, const T* f, float* x, int64_t n_tokens,
-                              const float* done) {
+bool CudaLayers<T>::moe_block(size_t li, const T* f, float* x, const Pass& p) {
+  const DeviceLayerWeights<T>& lw = w_.layers[li];
   const int64_t H = cfg_.hidden_size, E = cfg_.num_experts, Im = cfg_.moe_intermediate_size;
-  const int64_t top_k = cfg_.num_experts_per_tok;
-  float* logits = router_logits_;
-  cuda::linear_f32out(logits, f, lw.gate, n_tokens, H, E, stream_, tf32_);
-  cuda::moe_router(topk_w_, topk_ids_, logits, lw.expert_bias, n_tokens, E, top_k, cfg_.norm_topk_prob,
-                   float(cfg_.routed_scaling_factor), stream_);
-  if (done) cuda::moe_drop_rows(topk_ids_, done, n_tokens, top_k, stream_);
-  cuda::moe_experts(x, f, lw.experts_w13, lw.experts_w2, topk_ids_, topk_w_, n_tokens, H, E, Im, top_k, moe_scratch_,
-                    stream_);
+  const int64_t top_k = cfg_.num_experts_per_tok, nd = p.n_decode(), np = p.n_tokens - nd;
+  const float* next_norm = li + 1 < w_.layers.size() ? w_.layers[li + 1].operator_norm : nullptr;
+  if (nd) {
+    const cuda::MoeDims dims{H, E, Im, top_k, cfg_.norm_topk_prob, float(cfg_.routed_scaling_factor)};
+    cuda::moe_decode(x, y_, f, lw.gate, lw.expert_bias, lw.experts_w13, lw.experts_w2, p.step->done, next_norm,
+                     float(cfg_.norm_eps), nd, dims, state_.moe_scratch(), stream_);
+  }
+  if (np) {
+    cuda::linear_f32out(router_logits_, f + nd * H, lw.gate, np, H, E, stream_, tf32_);
+    cuda::moe_router(topk_w_, topk_ids_, router_logits_, lw.expert_bias, np, E, top_k, cfg_.norm_topk_prob,
+                     float(cfg_.routed_scaling_factor), stream_);
+    cuda::moe_experts(x + nd * H, f + nd * H, lw.experts_w13, lw.experts_w2, topk_ids_, topk_w_, np, H, E, Im, top_k,
+                      moe_scratch_, stream_);
+  }
+  return nd > 0 && next_norm;
 }
 
 template class CudaLayers<float>;

@@ -13,9 +13,14 @@
 // run() queues kernels only: no allocation, no host synchronisation, no host read of a device
 // value (the MoE's per-expert counts stay on the device), so it can be captured in a CUDA Graph.
 //
-// What kind of rows a pass carries chooses the kernels (StepRows::kind), never how many there are.
-// A step that mixes prefill chunks and decode rows (issues 20, 26) describes its rows per sequence
-// in StepRows and sends each kind through its own kernels inside the same blocks.
+// What kind of rows a pass carries chooses the kernels, never how many there are. A generation step
+// (run_step: decode rows first, then prompt chunks; issues 20, 26) sends each kind through its own
+// kernels inside the same blocks: decode rows through the decode products (linear*_decode), the
+// flash-decoding attention and moe_decode (router, experts and combine at few rows per expert,
+// the next layer's operator norm fused into the combine); prompt rows through the pinned products,
+// the chunked-prefill attention and the CUTLASS experts. Both store into and read their slots'
+// pages (qk_norm_rope_store) and conv state (short_conv_step). So a row's bits depend on its
+// sequence and its kind alone: not on the other rows, their number, the chunking or the pages.
 #pragma once
 
 #include <cstdint>
@@ -32,15 +37,6 @@ namespace lfm2 {
 template <typename T>
 class CudaLayers {
  public:
-  // How the layers run: plainly (scoring), storing the sequences' state (prefill, step 0), or one
-  // token per sequence against it (decode, step >= 1); positions as in ops.h's "decode rows".
-  struct StepRows {
-    enum Kind { kPlain, kPrefill, kDecode } kind = kPlain;
-    int64_t first_seq = 0, step = 0;
-    const float* done = nullptr;  // decode: the finished flags (device), rows not routed to experts
-    const int64_t* at = nullptr;  // decode in a graph: (first_seq, step) on the device
-  };
-
   CudaLayers(const ModelConfig& cfg, const DeviceWeights<T>& w, const DecodeState<T>& state, cudaStream_t stream,
              bool tf32)
       : cfg_(cfg), w_(w), state_(state), stream_(stream), tf32_(tf32) {}
@@ -55,15 +51,30 @@ class CudaLayers {
   int32_t* ids() const { return ids_; }  // (N): token ids for the embedding
   void release();
 
-  // This stage's layers in place on x (n_seq * seq_len rows, sequence-major).
-  void run(float* x, int64_t n_seq, int64_t seq_len, const StepRows& rows);
+  // This stage's layers in place on x (n_seq * seq_len rows, sequence-major): scoring, no state.
+  void run(float* x, int64_t n_seq, int64_t seq_len);
+  // A generation step (step.rows rows, its descriptors on the device): the decode rows (the first
+  // n_decode) through the decode kernels, the prompt rows through the prefill ones, each entry
+  // reading and extending its slot's state.
+  void run_step(float* x, const StepDevice& step);
 
  private:
-  void layer_forward(size_t li, float* x, int64_t n_seq, int64_t seq_len, const StepRows& rows);
-  void attention_block(size_t li, const T* y, float* x, int64_t n_seq, int64_t seq_len, const StepRows& rows);
-  void conv_block(size_t li, const T* y, float* x, int64_t n_seq, int64_t seq_len, const StepRows& rows);
-  void dense_block(const DeviceLayerWeights<T>& lw, const T* f, float* x, int64_t n_tokens);
-  void moe_block(const DeviceLayerWeights<T>& lw, const T* f, float* x, int64_t n_tokens, const float* done);
+  // What a pass carries: n_seq plain sequences of seq_len rows, or a generation step.
+  struct Pass {
+    int64_t n_tokens = 0, n_seq = 0, seq_len = 0;
+    const StepDevice* step = nullptr;
+    int64_t n_decode() const { return step ? step->n_decode : 0; }
+  };
+  // A product of the pass's rows: decode rows by the decode path, the others by the pinned one.
+  enum class Product { kOut, kF32Out, kAddF32 };
+  void product(Product kind, void* out, const T* in, const T* weight, int64_t n_in, int64_t n_out, const Pass& p);
+
+  bool layer_forward(size_t li, float* x, const Pass& p, bool decode_rows_normed);
+  void attention_block(size_t li, const T* y, float* x, const Pass& p);
+  void conv_block(size_t li, const T* y, float* x, const Pass& p);
+  void dense_block(const DeviceLayerWeights<T>& lw, const T* f, float* x, const Pass& p);
+  // Returns whether the decode rows' next operator norm was fused into the MoE (into y).
+  bool moe_block(size_t li, const T* f, float* x, const Pass& p);
 
   const ModelConfig& cfg_;
   const DeviceWeights<T>& w_;

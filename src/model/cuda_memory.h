@@ -5,8 +5,11 @@
 #include <cstdint>
 #include <string>
 
+#include <vector>
+
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
 
 #include "common/dtype.h"
 
@@ -43,6 +46,34 @@ class DeviceBlocks {
  private:
   int64_t total_ = 0;
   char* base_ = nullptr;
+};
+
+// Host-to-device copies of small descriptors in stream order (a step's PagedSeq array, block-table
+// entries) through pinned staging: a ring of chunks, each reused only once the copy out of it has
+// run (an event per chunk), so the host may queue many steps ahead without overwriting one whose
+// copy is still waiting in the stream.
+class StagingRing {
+ public:
+  static constexpr int kChunks = 64;
+
+  StagingRing() = default;
+  StagingRing(const StagingRing&) = delete;
+  StagingRing& operator=(const StagingRing&) = delete;
+  ~StagingRing() { release(); }
+
+  // Chunks of chunk_bytes each (the largest copy asked for); once, before the first copy.
+  void allocate(int64_t chunk_bytes, int device);
+  bool allocated() const { return base_ != nullptr; }
+  // Queues dst (device) = src[0, bytes) on `stream`; src is copied into a chunk first.
+  void copy(void* dst, const void* src, int64_t bytes, cudaStream_t stream);
+  void release();
+
+ private:
+  char* base_ = nullptr;  // pinned, kChunks * chunk_
+  int64_t chunk_ = 0;
+  std::vector<cudaEvent_t> done_;
+  std::vector<bool> used_;
+  int next_ = 0;
 };
 
 // The DType of a compute element type.

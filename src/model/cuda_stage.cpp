@@ -25,6 +25,7 @@
 #include "model/cuda_layers.h"
 #include "model/cuda_memory.h"
 #include "model/cuda_weights.h"
+#include "model/step_layout.h"
 
 namespace lfm2 {
 namespace {
@@ -51,8 +52,6 @@ struct DeviceStreams {
 
 template <typename T>
 class CudaStage final : public CudaStageExecutor {
-  using Rows = typename CudaLayers<T>::StepRows;
-
  public:
   CudaStage(WeightReader& reader, const StageLayers& stage, int device, bool tf32, bool graphs)
       : cfg_(reader.config()), stage_(stage), device_(device), tf32_(tf32), streams_(device),
@@ -60,7 +59,6 @@ class CudaStage final : public CudaStageExecutor {
         graphs_(graphs && !cuda_sync_check_enabled()) {
     if (!std::is_same<T, float>::value) check_sixteen_bit_shapes();
     CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&nonfinite_), sizeof(unsigned int)));
-    state_.init();
     cuda::cublas_prepare();
     weights_.upload(reader, stage_, device_);
     head_.init(cfg_, weights_, tf32_);
@@ -125,7 +123,7 @@ class CudaStage final : public CudaStageExecutor {
     CUDA_CHECK(cudaSetDevice(device_));
     float* x = static_cast<float*>(xv);
     graphs_.run({xv, n_seq, seq_len, CudaGraphs::Kind::kForward}, stream_,
-                [&] { layers_.run(x, n_seq, seq_len, Rows{}); });
+                [&] { layers_.run(x, n_seq, seq_len); });
   }
 
   void head(const void* xv, int64_t n_seq, int64_t seq_len, const int32_t* lengths, const HeadOutputs& out) override {
@@ -150,38 +148,28 @@ class CudaStage final : public CudaStageExecutor {
     return true;
   }
 
-  // ---- generation: the state lives in state_ (cuda_decode_state.h)
+  // ---- generation: the state lives in state_ (cuda_decode_state.h). Today's calls are steps of the
+  // batch API's internals with sequence i in slot i (old_state_shape).
   int64_t state_bytes(int64_t n_seq, int64_t max_len) const override {
-    return DecodeState<T>::bytes(cfg_, weights_.layers, n_seq, max_len);
+    return DecodeState<T>::bytes(cfg_, weights_.layers, old_state_shape(n_seq, max_len));
   }
 
   void alloc_state(int64_t n_seq, int64_t max_len, const int32_t* lengths, const SamplingParams& sampling) override {
     CUDA_CHECK(cudaSetDevice(device_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
     graphs_.forget(CudaGraphs::Kind::kDecode);  // they hold the addresses of the state they were captured with
-    state_.allocate(cfg_, weights_.layers, n_seq, max_len, lengths, sampling, device_);
-    if (stage_.is_last() && !sampling.greedy())  // sampling chooses on the host: a pinned copy of the logits
-      state_.set_host_logits(
-          static_cast<float*>(alloc_host(std::min(layers_.capacity(), n_seq) * cfg_.vocab_size * 4)));
-    CUDA_CHECK(cudaDeviceSynchronize());
+    state_.allocate_old(cfg_, weights_.layers, n_seq, max_len, lengths, sampling, device_);
+    host_logits_for(n_seq, !sampling.greedy());
   }
 
   void prefill(void* x, int64_t first_seq, int64_t n_seq, int64_t seq_len) override {
-    state_.check(first_seq, n_seq, seq_len);
-    check_capacity(n_seq * seq_len, "prefill");
-    CUDA_CHECK(cudaSetDevice(device_));
-    layers_.run(static_cast<float*>(x), n_seq, seq_len, Rows{Rows::kPrefill, first_seq, 0});
-    if (stage_.is_last()) state_.restart(first_seq, n_seq, stream_);
+    state_.check_old(first_seq, n_seq, seq_len);
+    run_step(static_cast<float*>(x), StepLayout::prefill(first_seq, n_seq, seq_len, state_.host_lengths()), nullptr);
   }
 
-  // One graph per buffer and microbatch size serves every microbatch and step: the kernels read
-  // (first_seq, step) from the device, written just before the replay.
   void decode(void* x, int64_t first_seq, int64_t n_seq, int64_t step) override {
-    state_.check_decode(first_seq, n_seq, step);
-    CUDA_CHECK(cudaSetDevice(device_));
-    Rows rows{Rows::kDecode, first_seq, step, decode_flags(x, n_seq, cfg_.hidden_size)};
-    if (graphs_.on()) rows.at = state_.set_step(first_seq, step, stream_);
-    graphs_.run({x, n_seq, 1, CudaGraphs::Kind::kDecode}, stream_,
-                [&] { layers_.run(static_cast<float*>(x), n_seq, 1, rows); });
+    const std::vector<int64_t> pos = state_.decode_positions(first_seq, n_seq, step);
+    run_step(static_cast<float*>(x), StepLayout::decode(first_seq, n_seq, pos), decode_flags(x, n_seq, cfg_.hidden_size));
   }
 
   int32_t* alloc_tokens(int64_t n) override {
@@ -199,25 +187,110 @@ class CudaStage final : public CudaStageExecutor {
     state_.finished_flags(decode_flags(x, n_seq, cfg_.hidden_size), tokens, n_seq, stream_);
   }
 
-  // The head's logits of each sequence's last position, kRows rows at a time, then the choice
-  // (cuda_decode_state.h: greedy on the device, sampling on the host).
-  void choose(const void* xv, int64_t first_seq, int64_t n_seq, int64_t seq_len, int64_t step, int32_t* tokens,
+  void choose(const void* x, int64_t first_seq, int64_t n_seq, int64_t seq_len, int64_t step, int32_t* tokens,
               int32_t* host) override {
     LFM2_CHECK(stage_.is_last(), "cuda stage: choose() on a stage that is not last");
-    state_.check(first_seq, n_seq, seq_len);
+    state_.check_old(first_seq, n_seq, seq_len);
+    choose_rows(static_cast<const float*>(x),
+                step_emits(first_seq, n_seq, seq_len, step, state_.host_lengths(), state_.sampling().first_sequence),
+                nullptr, tokens, host);
+  }
+
+  // ---- generation in batches (step_batch.h)
+  int64_t page_bytes(int64_t page_size) const override {
+    return DecodeState<T>::page_bytes(cfg_, weights_.layers, page_size);
+  }
+  int64_t slot_bytes() const override { return DecodeState<T>::slot_bytes(cfg_, weights_.layers); }
+
+  void alloc_batch_state(const StateShape& shape, const SamplingParams& sampling) override {
     CUDA_CHECK(cudaSetDevice(device_));
-    const float* x = static_cast<const float*>(xv);
-    const int64_t H = cfg_.hidden_size, V = cfg_.vocab_size, kRows = CudaHead<T>::kRows;
-    for (int64_t r0 = 0; r0 < n_seq; r0 += kRows) {
-      const int64_t rows = std::min(kRows, n_seq - r0);
-      const int32_t* lengths = seq_len > 1 ? state_.lengths() + first_seq + r0 : nullptr;  // prompts' last rows
-      const float* logits = head_.last_logits(layers_.y(), x + r0 * seq_len * H, rows, seq_len, lengths, stream_);
-      state_.choose_rows(tokens, host, logits, r0, rows, first_seq, V, head_.top(), head_.margin(), stream_);
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    graphs_.forget(CudaGraphs::Kind::kDecode);
+    state_.allocate(cfg_, weights_.layers, shape, sampling, device_);
+    host_logits_for(shape.n_slots, true);
+  }
+
+  void map_pages(int64_t slot, int64_t first, const int32_t* pages, int64_t n) override {
+    CUDA_CHECK(cudaSetDevice(device_));
+    state_.map_pages(slot, first, pages, n, stream_);
+  }
+
+  void embed_batch(const StepBatch& b, const int32_t* prompt_ids, const int32_t* fed, void* xv) override {
+    LFM2_CHECK(stage_.is_first(), "cuda stage: embed_batch() on a stage that is not first");
+    check_batch(b);
+    check_capacity(b.rows(), "embed_batch");
+    CUDA_CHECK(cudaSetDevice(device_));
+    float* x = static_cast<float*>(xv);
+    const int64_t nd = b.n_decode(), np = b.rows() - nd, H = cfg_.hidden_size, V = cfg_.vocab_size;
+    if (nd) cuda::embedding(x, fed, weights_.embed_tokens, nd, V, H, stream_);
+    if (np) {
+      CUDA_CHECK(cudaMemcpyAsync(layers_.ids(), prompt_ids, size_t(np) * 4, cudaMemcpyHostToDevice, stream_));
+      cuda::embedding(x + nd * H, layers_.ids(), weights_.embed_tokens, np, V, H, stream_);
     }
-    state_.choose_on_host(tokens, host, first_seq, n_seq, step, V, stream_);
+    state_.finished_flags(decode_flags(x, b.rows(), H), fed, nd, stream_);
+  }
+
+  void forward_batch(void* x, const StepBatch& b) override {
+    check_batch(b);
+    run_step(static_cast<float*>(x), StepLayout::of(b), decode_flags(x, b.rows(), cfg_.hidden_size));
+  }
+
+  void choose_batch(const void* x, const StepBatch& b, const SeqSampling* params, int32_t* tokens,
+                    int32_t* host) override {
+    LFM2_CHECK(stage_.is_last(), "cuda stage: choose_batch() on a stage that is not last");
+    check_batch(b);
+    choose_rows(static_cast<const float*>(x), step_emits(b), params, tokens, host);
   }
 
  private:
+  // A step's layers: its descriptors written in stream order, then the layers, a step of decode
+  // rows alone replayed from the graph of its (buffer, rows); the last stage restarts the EOS state
+  // of the slots that start a sequence.
+  void run_step(float* x, const StepLayout& step, const float* done) {
+    state_.check(step);
+    check_capacity(step.rows, "a generation step");
+    CUDA_CHECK(cudaSetDevice(device_));
+    const StepDevice dev = state_.upload(step, done, stream_);
+    if (step.n_decode == step.n_seqs())
+      graphs_.run({x, step.rows, 1, CudaGraphs::Kind::kDecode}, stream_, [&] { layers_.run_step(x, dev); });
+    else
+      layers_.run_step(x, dev);
+    if (stage_.is_last() && !step.fresh.empty()) state_.restart(step, stream_);
+  }
+
+  // The token of each emitted row, kRows rows of logits at a time (cuda_decode_state.h: greedy on
+  // the device, sampling on the host).
+  void choose_rows(const float* x, const std::vector<StepEmit>& emits, const SeqSampling* params, int32_t* tokens,
+                   int32_t* host) {
+    CUDA_CHECK(cudaSetDevice(device_));
+    const int64_t n = int64_t(emits.size()), V = cfg_.vocab_size, kRows = CudaHead<T>::kRows;
+    if (n == 0) return;
+    const int32_t* rows = state_.upload_emits(emits, stream_);
+    const bool greedy = state_.greedy(emits, params);
+    for (int64_t r0 = 0; r0 < n; r0 += kRows) {
+      const int64_t m = std::min(kRows, n - r0);
+      const float* logits = head_.last_logits(layers_.y(), x, m, 0, rows + r0, stream_);  // rows[i] - 1: its row
+      state_.choose_rows(tokens, host, logits, r0, m, greedy, V, head_.top(), head_.margin(), stream_);
+    }
+    if (!greedy) state_.choose_on_host(tokens, host, emits, params, V, stream_);
+  }
+
+  // Pinned logits for the host's sampling, one row per slot: on the last stage, where it may sample
+  // (today's calls: where the defaults do; the batch API: always, its parameters are per sequence).
+  void host_logits_for(int64_t rows, bool may_sample) {
+    if (!stage_.is_last() || !may_sample) return;
+    if (host_logit_rows_ < rows) {
+      host_logits_ = static_cast<float*>(alloc_host(rows * cfg_.vocab_size * 4));
+      host_logit_rows_ = rows;
+    }
+    state_.set_host_logits(host_logits_, host_logit_rows_);
+  }
+
+  void check_batch(const StepBatch& b) const {
+    LFM2_CHECK(state_.allocated(), "cuda stage: a batch step before alloc_batch_state()");
+    b.check(state_.shape().n_slots, state_.shape().max_positions());
+  }
+
   // bf16/fp16: the grouped GEMM (CUTLASS, TMA) needs Hopper and 16-byte rows; refuse up front
   // rather than at the first forward.
   void check_sixteen_bit_shapes() const {
@@ -250,6 +323,8 @@ class CudaStage final : public CudaStageExecutor {
   CudaHead<T> head_;       // last stage
   CudaGraphs graphs_;
   unsigned int* nonfinite_ = nullptr;  // count_nonfinite()'s device counter
+  float* host_logits_ = nullptr;       // sampling: pinned (host_logit_rows_, V)
+  int64_t host_logit_rows_ = 0;
   std::vector<void*> hidden_;          // alloc_hidden()
   std::vector<void*> token_bufs_;      // alloc_tokens()
   std::vector<void*> host_;            // alloc_host()

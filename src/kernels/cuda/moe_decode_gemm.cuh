@@ -14,8 +14,11 @@
 // A stage in shared memory: the kBM x 64 weight tile and the kTB x 64 token tile, 128-byte rows with
 // the 16-byte chunks XOR-swizzled by row (conflict-free ldmatrix and cp.async). 8 warps: warp
 // (rg = w % 4, th = w / 4) multiplies weight rows [32 rg, +32) (two m16 tiles: gate/up, the gate and
-// up rows of the same 16 j) by tokens [32 th, +32) (four n8 tiles, only those with live tokens),
-// mma.sync m16n8k16 with fp32 accumulators: swap-AB, the weights are the A operand.
+// up rows of the same 16 j) by the token n8 tiles th, th + 2, th + 4, th + 6 (only those with live
+// tokens: the two halves share the work of any token count), mma.sync m16n8k16 with fp32
+// accumulators: swap-AB, the weights are the A operand. Weight loads may carry an L2 evict-first
+// hint and token loads evict-last (Args::l2_hints), so the streamed weights do not push the tokens
+// (read once per unit) out of L2.
 //
 // Exactness: an output element (feature, token) is the sum over 64-k stages in ascending k, each
 // four mma steps of 16 k in order, from that feature's weight row and that token's row alone; which
@@ -24,7 +27,8 @@
 //
 // Programmatic dependent launch: gate/up waits for the router before reading offsets and lets its
 // dependent (down) launch once it has them; down reads offsets (finished two grids back), issues
-// its first weight stages, and only then waits for gate/up's act.
+// its first weight stages, and only then waits for gate/up's act; it lets the combine launch at
+// its end.
 #pragma once
 
 #include <cstdint>
@@ -62,22 +66,34 @@ struct Args {
   void* out;                 // gate/up: act (P, R) T; down: y (P, R) fp32
   int64_t K, R;              // k; output features (gate/up: I, down: H)
   int n_experts;
+  int l2_hints;              // 1: weights evict-first, tokens evict-last in L2; 0: no hints
 };
 
 __device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
 __device__ __forceinline__ void griddep_launch() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
 
-// 16 bytes global -> shared (zeros when !live; src must still be a valid address). Weights hint a
-// 256-byte L2 fetch: a row's next stage then comes from L2.
+// 16 bytes global -> shared (zeros when !live; src must still be a valid address) under an L2
+// cache policy. Weights hint a 256-byte L2 fetch: a row's next stage then comes from L2.
 template <bool kWeight>
-__device__ __forceinline__ void cp16(uint32_t dst, const void* src, bool live) {
+__device__ __forceinline__ void cp16(uint32_t dst, const void* src, bool live, uint64_t policy) {
   if constexpr (kWeight)
-    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-                 "r"(live ? 16 : 0)
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint.L2::256B [%0], [%1], 16, %2, %3;\n" ::"r"(dst),
+                 "l"(src), "r"(live ? 16 : 0), "l"(policy)
                  : "memory");
   else
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(live ? 16 : 0)
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(dst), "l"(src),
+                 "r"(live ? 16 : 0), "l"(policy)
                  : "memory");
+}
+// The L2 policies of the weight and the token loads.
+__device__ __forceinline__ void l2_policies(bool hints, uint64_t& w, uint64_t& x) {
+  if (hints) {
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(w));
+    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(x));
+  } else {
+    asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;\n" : "=l"(w));
+    x = w;
+  }
 }
 __device__ __forceinline__ void commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N>
@@ -118,6 +134,7 @@ struct Feeder {
   const T* w[4];   // weight rows (nullptr: past the end, zeros)
   const T* x[2];   // token rows (nullptr: no token, zeros)
   bool fill[2];    // whether the token row is written at all (rows of n8 tiles with live tokens)
+  uint64_t pol_w, pol_x;  // L2 policies
 
   __device__ __forceinline__ void set_unit(const Args& a, const Unit& un) {
     const T* we = static_cast<const T*>(a.w) + int64_t(un.e) * (kGateUp ? 2 : 1) * a.R * a.K;
@@ -156,7 +173,7 @@ struct Feeder {
     for (int i = 0; i < 4; ++i) {
       const int r = (threadIdx.x >> 3) + 32 * i;
       const bool live = kin && w[i] != nullptr;
-      cp16<true>(stage + swz(r, c), live ? static_cast<const void*>(w[i] + k) : a.w, live);
+      cp16<true>(stage + swz(r, c), live ? static_cast<const void*>(w[i] + k) : a.w, live, pol_w);
     }
   }
   __device__ __forceinline__ void load_x(const Args& a, uint32_t stage, int ks) const {
@@ -168,18 +185,18 @@ struct Feeder {
       if (!fill[i]) continue;
       const int n = (threadIdx.x >> 3) + 32 * i;
       const bool live = kin && x[i] != nullptr;
-      cp16<false>(stage + kTileW + swz(n, c), live ? static_cast<const void*>(x[i] + k) : a.x, live);
+      cp16<false>(stage + kTileW + swz(n, c), live ? static_cast<const void*>(x[i] + k) : a.x, live, pol_x);
     }
   }
 };
 
-// n8 tiles of this warp's token half that hold live tokens in pass `pass` of `un` (0..4).
+// The warp's n8 tiles (2 t + th, t < 4) that hold live tokens in pass `pass` of `un`: t < result.
 __device__ __forceinline__ int live_tiles(const Unit& un, int pass, int th) {
-  const int n = min(kTB, un.n_e - pass * kTB) - 32 * th;
-  return n <= 0 ? 0 : min(4, (n + 7) / 8);
+  const int tiles = (min(kTB, un.n_e - pass * kTB) + 7) / 8;
+  return max(0, min(4, (tiles - th + 1) / 2));
 }
 
-// acc[m][t] += W[rows 32 rg + 16 m, +16) . X[tokens 32 th + 8 t, +8) over the stage's 64 k, t < nt.
+// acc[m][t] += W[rows 32 rg + 16 m, +16) . X[tokens 8 (2 t + th), +8) over the stage's 64 k, t < nt.
 template <typename T>
 __device__ __forceinline__ void stage_mma(float (&acc)[2][4][4], uint32_t stage, int rg, int th, int nt) {
   const int lane = threadIdx.x & 31;
@@ -195,7 +212,8 @@ __device__ __forceinline__ void stage_mma(float (&acc)[2][4][4], uint32_t stage,
 #pragma unroll
     for (int np = 0; np < 2; ++np) {
       if (2 * np < nt) {
-        const int tok = 32 * th + 16 * np + (lane & 7) + 8 * (lane >> 4);
+        // lanes 0-15: tile 2 (2 np) + th, lanes 16-31: tile 2 (2 np + 1) + th
+        const int tok = 8 * (4 * np + th + 2 * (lane >> 4)) + (lane & 7);
         uint32_t r[4];
         ldsm_x4(r, stage + kTileW + swz(tok, 2 * kk + ((lane >> 3) & 1)));
         bf[2 * np][0] = r[0];
@@ -225,7 +243,7 @@ __device__ __forceinline__ void store_tile(const Args& a, float (&acc)[2][4][4],
     if (t < nt) {
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
-        const int slot = pass * kTB + 32 * th + 8 * t + gemv::acc_col(lane, c);
+        const int slot = pass * kTB + 8 * (2 * t + th) + gemv::acc_col(lane, c);
         if (slot >= un.n_e) continue;
         const int64_t row = un.begin + slot;
         if constexpr (kGateUp) {
@@ -290,6 +308,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_kernel(const Args a) {
   const int nk = int((a.K + kBK - 1) / kBK);
 
   Feeder<T, kGateUp> feed;
+  l2_policies(a.l2_hints != 0, feed.pol_w, feed.pol_x);
   Unit pun = unit_of(pu, tiles, s_touched, s_off);
   feed.set_unit(a, pun);
   feed.set_pass(a, pun, 0);
@@ -314,7 +333,6 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_kernel(const Args a) {
     pre = min(S - 1, nk);
     for (int s = 0; s < pre; ++s) feed.load_w(a, base + s * kStageBytes, s);
     griddep_wait();
-    griddep_launch();
   }
   for (int s = 0; s < S - 1; ++s) {
     if (pu < u_end) {
@@ -355,6 +373,8 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_kernel(const Args a) {
     }
   }
   wait_pending<0>();
+  // down lets the combine launch only now: blocks waiting beside it would take issue slots
+  if constexpr (!kGateUp) griddep_launch();
 }
 
 }  // namespace lfm2::cuda::moe_gemm

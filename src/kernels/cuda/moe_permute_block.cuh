@@ -29,11 +29,11 @@ __device__ __forceinline__ int chunk_rank(int e, int (*wcount)[kMaxE], int n_exp
   return r;
 }
 
-// The permutation in one block (decode: a few hundred pairs): counts by shared atomics (an
-// order-free sum), a warp scan of the counts, then the pairs in rounds of kChunk in pair order,
-// each placed at its expert's running base + its rank in the round (chunk_rank). Same outputs as
-// moe_permute's three launches. `experts` is read through L2 (__ldcg): the fused router's last
-// block reads what the other blocks of its grid wrote. wcount, base: shared memory.
+// The permutation in one block (decode: a few hundred pairs): counts by shared atomics, one per
+// (warp, expert) (an order-free sum), a warp scan of the counts, then the pairs in rounds of kChunk
+// in pair order, each placed at its expert's running base + its rank in the round (chunk_rank).
+// Same outputs as moe_permute's three launches. `experts` is read through L2 (__ldcg): the fused
+// router's last block reads what the other blocks of its grid wrote. wcount, base: shared memory.
 template <int kMaxE>
 __device__ __forceinline__ void permute_block(int32_t* offsets, int32_t* src_token, int32_t* dest_row,
                                               const int32_t* experts, int n_pairs, int n_experts, int top_k,
@@ -41,9 +41,11 @@ __device__ __forceinline__ void permute_block(int32_t* offsets, int32_t* src_tok
   __shared__ int total;
   for (int x = threadIdx.x; x < n_experts; x += kChunk) base[x] = 0;
   __syncthreads();
-  for (int i = threadIdx.x; i < n_pairs; i += kChunk) {
-    const int e = __ldcg(experts + i);
-    if (e >= 0) atomicAdd(&base[e], 1);
+  for (int r0 = 0; r0 < n_pairs; r0 += kChunk) {  // one shared atomic per (warp, expert)
+    const int i = r0 + int(threadIdx.x);
+    const int e = i < n_pairs ? __ldcg(experts + i) : -1;
+    const unsigned peers = __match_any_sync(0xffffffffu, e);
+    if (e >= 0 && (peers & ((1u << (threadIdx.x & 31)) - 1u)) == 0) atomicAdd(&base[e], __popc(peers));
   }
   __syncthreads();
   if (threadIdx.x < 32) {  // exclusive scan, 32 experts at a time

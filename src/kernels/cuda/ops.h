@@ -87,7 +87,7 @@ struct DecodeGemmPlan {
 DecodeGemmPlan decode_gemm_plan(int64_t n_in, int64_t n_out);
 struct DecodeGemmPath {
   enum Kind { kKernel, kLt } kind = kLt;
-  int64_t plan_rows = 64;  // kLt: the row count cuBLASLt's algorithm is picked at (4096: linear's)
+  int64_t plan_rows = 128;  // kLt: the row count cuBLASLt's algorithm is picked at (4096: linear's)
 };
 DecodeGemmPath decode_gemm_path(int64_t n_in, int64_t n_out);
 // Tuning and tests only: every later decode product takes *path (nullptr: the table's again).
@@ -134,6 +134,17 @@ template <typename T>
 void short_conv_decode(T* out, const T* bcx, const float* conv_w, float* state, const int32_t* lengths,
                        int64_t first_seq, int64_t step, const int64_t* at, int64_t n, int64_t hidden, int64_t L,
                        cudaStream_t stream);
+
+// short_conv_step (cpu::short_conv_step): the rows of a generation step, each sequence (seqs: device,
+// ordered by row, table_row = its slot) continuing from its slot's conv state (n_slots, L-1, hidden)
+// fp32, which then holds the inputs before first_pos + ends[s] (ends: device, or null for n_rows).
+// n_rows (the step's rows) and max_seq_rows (its longest entry) are the host's grid: a step of
+// single rows (decode) runs one kernel that convolves and shifts, others two (the rows, then the
+// states); both give every row the same bits. Slots distinct; L <= 16.
+template <typename T>
+void short_conv_step(T* out, const T* bcx, const float* conv_w, float* state, const PagedSeq* seqs, int64_t n_seqs,
+                     const int32_t* ends, int64_t n_rows, int64_t max_seq_rows, int64_t hidden, int64_t L,
+                     cudaStream_t stream);
 
 // --- swiglu.cu: out (n_rows, inter) = silu(gate) * up where gate_up rows are [gate (inter) | up (inter)]
 // (cpu::swiglu on each row's two halves: the layout of one GEMM over stacked [w1; w3]).
@@ -249,9 +260,10 @@ template <typename T>
 void moe_experts_decode(float* x, const T* in, const T* w13, const T* w2, const int32_t* experts, const float* weights,
                         int64_t n_tokens, int64_t hidden, int64_t n_experts, int64_t inter, int64_t top_k,
                         void* scratch, cudaStream_t stream);
-// Tuning only (cuda_bench_decode), speed only (the bits do not depend on them): the products'
-// variant (0: default; 1: the first decode kernels; 2, 3, 4: pipelined with 6 stages, 4 stages, 4
-// stages at two blocks per SM) and, for variant 1, 8 nt tokens per pass (0: by the mean rows).
+// Tuning only (cuda_bench_decode): the products' variant (0: default; 1: the first decode kernels,
+// other bits; 2-6 pipelined, the same bits: 6 stages, 8 stages, 4 stages at two blocks per SM, each
+// with L2 hints, then 6 stages and 4 stages at two blocks per SM without) and, for variant 1, 8 nt
+// tokens per pass (0: by the mean rows; speed only).
 void moe_experts_decode_force_variant(int variant);
 void moe_experts_decode_force_nt(int nt);
 
@@ -300,8 +312,12 @@ void attention_decode(T* out, const T* qkv, const T* k_cache, const T* v_cache, 
 // the same order: the top-1 for the logits, first_seq for seq_ids, eos for params.eos):
 // tokens[i] = top[i], or, once sequence first_seq + i has ended, the EOS id it produced; ended (one
 // per sequence, -1 = cpu::kNotEnded until then) set to the token when a token is an EOS id.
+// slots (device, n) or null: row i's sequence state is ended[slots[i]] instead (the batch API's slots;
+// the twin's seq_ids).
 void apply_eos(int32_t* tokens, const int32_t* top, int64_t n, int64_t first_seq, const int32_t* eos, int n_eos,
-               int32_t* ended, cudaStream_t stream);
+               int32_t* ended, cudaStream_t stream, const int32_t* slots = nullptr);
+// restart_ended (the CPU stage's restart): ended[slots[i]] = -1 (cpu::kNotEnded) for i < n; slots device.
+void restart_ended(int32_t* ended, const int32_t* slots, int64_t n, cudaStream_t stream);
 // finished_flags (cpu::finished_flags): flags[i] = 1 where tokens[i] is one of the n_eos EOS ids, else 0.
 void finished_flags(float* flags, const int32_t* tokens, int64_t n, const int32_t* eos, int n_eos,
                     cudaStream_t stream);

@@ -1,0 +1,223 @@
+// The CUDA executor's batch API of generation (model/step_batch.h) against the CPU executor's, and
+// its bit invariances, on lfm2-mini cut to 4 layers (conv + dense, attention + MoE, conv + MoE) and
+// lfm2-tiny: every row's hidden state after each step and every token, for today's calls and for
+// schedules that differ in chunking (1, 7, 64, whole), batching (decode rows alone or beside prompt
+// chunks), slots (reused) and pages (16, 64, 256, shuffled). fp32: tokens equal to the CPU's and rows
+// within 2e-5 (norm-relative); bf16 / fp16: rows within the stage tests' tolerances while the tokens
+// agree. Each dtype bit-identical across schedules and with CUDA Graphs on and off. Skips without a GPU.
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <vector>
+
+#include "batch_driver.h"
+#include "common/error.h"
+#include "cuda_test_util.h"
+#include "h5pack/presets.h"
+#include "h5pack/synth.h"
+#include "io/weight_file.h"
+#include "model/cuda_stage.h"
+#include "model/stage_executor.h"
+
+namespace lfm2 {
+namespace {
+
+using namespace test;
+
+std::string make_model(const std::string& preset, int n_layers, ModelConfig* cfg) {
+  *cfg = synth_preset(preset);
+  if (n_layers > 0) {
+    cfg->num_hidden_layers = n_layers;
+    cfg->layer_types.resize(size_t(n_layers));
+  }
+  cfg->validate("test config");
+  const std::string dir = std::string(LFM2_CUDA_TEST_WORK_DIR);
+  std::filesystem::create_directories(dir);
+  const std::string path = dir + "/batch_" + preset + "_" + std::to_string(n_layers) + ".h5";
+  SynthOptions opt;
+  opt.seed = 17;
+  opt.dtype = DType::F32;
+  opt.progress = false;
+  synth_weights(*cfg, path, opt);
+  return path;
+}
+
+std::vector<BatchSeqSpec> make_seqs(const ModelConfig& cfg, const std::vector<int>& lengths) {
+  std::vector<BatchSeqSpec> seqs;
+  CounterRng rng(21, 3);
+  uint64_t n = 0;
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    BatchSeqSpec s;
+    for (int t = 0; t < lengths[i]; ++t) s.prompt.push_back(int32_t(10 + rng.bits(n++) % uint64_t(cfg.vocab_size - 10)));
+    s.seq = int64_t(i);
+    s.sampling.temperature = 50.0f;  // the synthetic model's logits are steep
+    s.sampling.top_k = int32_t(10 + i);
+    s.sampling.seed = 3 + i;
+    seqs.push_back(s);
+  }
+  return seqs;
+}
+
+Access device_access() {
+  return {[](void* d, const void* s, size_t n) { CUDA_CHECK(cudaMemcpy(d, s, n, cudaMemcpyHostToDevice)); },
+          [](void* d, const void* s, size_t n) { CUDA_CHECK(cudaMemcpy(d, s, n, cudaMemcpyDeviceToHost)); }};
+}
+
+// The schedules of the CPU test (batch_api_test.cpp), and one of the decode steps alone.
+std::vector<std::pair<std::string, Schedule>> schedules() {
+  std::vector<std::pair<std::string, Schedule>> c(5);
+  c[0].first = "whole prompts";
+  c[1].first = "chunks of 7, two prompts a step, 3 slots, pages of 64";
+  c[1].second.chunk = 7, c[1].second.max_prompts = 2, c[1].second.n_slots = 3, c[1].second.page_size = 64;
+  c[2].first = "chunks of 1, one prompt a step, pages of 256";
+  c[2].second.chunk = 1, c[2].second.max_prompts = 1, c[2].second.page_size = 256, c[2].second.page_seed = 9;
+  c[3].first = "chunks of 64, decode steps apart, 2 decode rows a step";
+  c[3].second.chunk = 64, c[3].second.mix = false, c[3].second.max_decode = 2, c[3].second.page_seed = 4;
+  c[4].first = "one slot";
+  c[4].second.n_slots = 1, c[4].second.chunk = 16;
+  return c;
+}
+
+void expect_same(const Outcome& a, const Outcome& b, const std::string& what) {
+  EXPECT_EQ(a.tokens, b.tokens) << what;
+  ASSERT_EQ(a.rows.size(), b.rows.size()) << what;
+  int64_t differ = 0;
+  for (const auto& [key, row] : a.rows) {
+    auto it = b.rows.find(key);
+    ASSERT_NE(it, b.rows.end()) << what << ": no row of sequence " << key.first << " at " << key.second;
+    if (row != it->second && differ++ < 3)
+      ADD_FAILURE() << what << ": sequence " << key.first << " position " << key.second << " differs";
+  }
+  EXPECT_EQ(differ, 0) << what;
+}
+
+// Norm-relative error of the rows of got against ref, over the positions where every token before
+// agreed (later rows follow other tokens); and the share of agreeing tokens.
+struct Agreement {
+  double rel = 0;
+  int64_t rows = 0, tokens_same = 0, tokens = 0;
+};
+
+Agreement agreement(const Outcome& got, const Outcome& ref, const std::vector<BatchSeqSpec>& seqs) {
+  Agreement a;
+  double num = 0, den = 0;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    int64_t same = 0;
+    while (same < int64_t(ref.tokens[i].size()) && got.tokens[i][size_t(same)] == ref.tokens[i][size_t(same)]) ++same;
+    a.tokens_same += same;
+    a.tokens += int64_t(ref.tokens[i].size());
+    const int64_t upto = int64_t(seqs[i].prompt.size()) + same;  // positions fed only agreeing tokens
+    for (int64_t p = 0; p < upto && ref.rows.count({int64_t(i), p}); ++p) {
+      const auto& r = ref.rows.at({int64_t(i), p});
+      const auto& g = got.rows.at({int64_t(i), p});
+      for (size_t k = 0; k < r.size(); ++k) {
+        num += (double(g[k]) - r[k]) * (double(g[k]) - r[k]);
+        den += double(r[k]) * r[k];
+      }
+      ++a.rows;
+    }
+  }
+  a.rel = std::sqrt(num / den);
+  return a;
+}
+
+class CudaBatchApi : public CudaTest {};
+
+// The CUDA batch API against the CPU's on mixed schedules, greedy with an EOS id that occurs.
+TEST_F(CudaBatchApi, MatchesTheCpuExecutor) {
+  for (const char* preset : {"lfm2-mini", "lfm2-tiny"}) {
+    ModelConfig cfg;
+    const std::string path = make_model(preset, std::string(preset) == "lfm2-mini" ? 4 : 0, &cfg);
+    WeightReader reader(path);
+    const int L = int(cfg.num_hidden_layers);
+    const auto seqs = make_seqs(cfg, {45, 3, 70, 1, 20});
+    const int64_t K = 5, H = cfg.hidden_size;
+    SamplingParams sp;
+    {
+      auto cpu = make_cpu_stage(reader, {0, L, true, true}, 0);
+      sp.eos = {run_batches(*cpu, seqs, K, Schedule{}, sp, H, host_access()).tokens[0][1]};  // sequence 0 ends
+    }
+    Schedule s = schedules()[1].second;
+    auto cpu = make_cpu_stage(reader, {0, L, true, true}, 0);
+    const Outcome ref = run_batches(*cpu, seqs, K, s, sp, H, host_access());
+    EXPECT_EQ(ref.tokens[0][2], sp.eos[0]);  // repeats its EOS
+    struct Case {
+      DType dt;
+      double max_rel, min_tokens;
+    };
+    for (const Case c : {Case{DType::F32, 2e-5, 1.0}, Case{DType::BF16, 0.1, 0.6}, Case{DType::F16, 5e-2, 0.6}}) {
+      auto gpu = make_cuda_stage(reader, {0, L, true, true}, c.dt, 0);
+      const Outcome got = run_batches(*gpu, seqs, K, s, sp, H, device_access());
+      const Agreement a = agreement(got, ref, seqs);
+      std::printf("[cuda batch] %s %s: rows rel %.3g over %lld rows, tokens %lld/%lld as the CPU's\n", preset,
+                  dtype_name(c.dt), a.rel, (long long)a.rows, (long long)a.tokens_same, (long long)a.tokens);
+      EXPECT_LE(a.rel, c.max_rel) << preset << " " << dtype_name(c.dt);
+      EXPECT_GE(double(a.tokens_same), c.min_tokens * double(a.tokens)) << preset << " " << dtype_name(c.dt);
+    }
+  }
+}
+
+// Each dtype: today's calls, five schedules, CUDA Graphs on and off: the same bits everywhere.
+TEST_F(CudaBatchApi, BitIdenticalForAnyScheduleAndGraphs) {
+  ModelConfig cfg;
+  const std::string path = make_model("lfm2-mini", 4, &cfg);
+  WeightReader reader(path);
+  const auto seqs = make_seqs(cfg, {70, 5, 33, 1, 66});
+  const int64_t K = 4, H = cfg.hidden_size;
+  SamplingParams greedy;
+  for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
+    const Outcome old = run_old(*make_cuda_stage(reader, {0, 4, true, true}, dt, 0), seqs, K, greedy, H,
+                                device_access());
+    for (const auto& [name, s] : schedules())
+      for (bool graphs : {true, false}) {
+        auto st = make_cuda_stage(reader, {0, 4, true, true}, dt, 0, false, graphs);
+        expect_same(old, run_batches(*st, seqs, K, s, greedy, H, device_access()),
+                    cat(dtype_name(dt), ", ", name, graphs ? ", graphs" : ", no graphs"));
+      }
+  }
+}
+
+// Per-sequence sampling on the host, keyed by (seed, sequence, new token): the same tokens for any
+// schedule, and the CPU's where the logits agree (fp32).
+TEST_F(CudaBatchApi, SampledTokensAreKeyedBySequenceAndStep) {
+  ModelConfig cfg;
+  const std::string path = make_model("lfm2-tiny", 0, &cfg);
+  WeightReader reader(path);
+  const auto seqs = make_seqs(cfg, {9, 17, 4});
+  const int64_t K = 6, H = cfg.hidden_size;
+  const int L = int(cfg.num_hidden_layers);
+  SamplingParams sp;
+  Schedule a, b;
+  a.per_seq_sampling = b.per_seq_sampling = true;
+  b.n_slots = 1, b.chunk = 3, b.page_size = 32;
+  const Outcome ref = run_batches(*make_cpu_stage(reader, {0, L, true, true}, 0), seqs, K, a, sp, H, host_access());
+  const Outcome x = run_batches(*make_cuda_stage(reader, {0, L, true, true}, DType::F32, 0), seqs, K, a, sp, H,
+                                device_access());
+  const Outcome y = run_batches(*make_cuda_stage(reader, {0, L, true, true}, DType::F32, 0), seqs, K, b, sp, H,
+                                device_access());
+  EXPECT_EQ(x.tokens, ref.tokens);
+  expect_same(x, y, "sampled, two schedules");
+  for (const auto& t : x.tokens) EXPECT_NE(t, std::vector<int32_t>(t.size(), t[0])) << "no sampling seen";
+}
+
+// A state that does not fit is refused before anything is allocated, with the bytes named.
+TEST_F(CudaBatchApi, RefusesAStateThatDoesNotFit) {
+  ModelConfig cfg;
+  const std::string path = make_model("lfm2-tiny", 0, &cfg);
+  WeightReader reader(path);
+  auto st = make_cuda_stage(reader, {0, int(cfg.num_hidden_layers), true, true}, DType::BF16, 0);
+  size_t free_b = 0, total_b = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  const int64_t pages = int64_t(total_b) / st->page_bytes(256) + 1;
+  try {
+    st->alloc_batch_state({8, pages, 256, pages}, SamplingParams{});
+    ADD_FAILURE() << "a state larger than the device was allocated";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("MiB"), std::string::npos) << e.what();
+    std::printf("[cuda batch] refused: %s\n", e.what());
+  }
+  st->alloc_batch_state({8, 64, 16, 8}, SamplingParams{});  // and a small one still fits after
+}
+
+}  // namespace
+}  // namespace lfm2

@@ -1,0 +1,204 @@
+// The decode step of generation through the batch API (not a test): a model file on one GPU as one
+// stage, B sequences whose caches hold C positions (pages of 64, one run each; the cache's values do
+// not change the time), the step as the engine runs it (embed_batch of the fed tokens,
+// forward_batch replayed from its CUDA Graph, choose_batch greedy on the device), timed with
+// events over back-to-back steps, the host never waiting between them. Beside each time the memory
+// floor: every weight the step must read once (the dense and attention / conv products, the router,
+// the experts the B x top-k picks touch under uniform routing, the LM head, B embedding rows) plus
+// the KV cache read, at the device-to-device copy bandwidth measured in the same process. With
+// `layers`, also one layer of each kind as a stage of its own (their sum, times the model's count
+// of each kind, plus the embedding and head, estimates a model with more layers).
+//   cuda_bench_step MODEL.h5 [BxC,BxC,...] [steps] [layers]
+//   defaults: 32x1024,32x4096,32x8192,32x16384,256x64 20
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#include "common/cuda_check.h"
+#include "common/rng.h"
+#include "io/weight_file.h"
+#include "model/cuda_stage.h"
+
+using namespace lfm2;
+
+namespace {
+
+double g_copy_gbs = 0;  // GB/s, read + write bytes / time
+
+void bench_copy() {
+  const size_t n = size_t(1) << 31;
+  char *a = nullptr, *b = nullptr;
+  CUDA_CHECK(cudaMalloc(&a, n));
+  CUDA_CHECK(cudaMalloc(&b, n));
+  CUDA_CHECK(cudaMemset(a, 1, n));
+  cudaEvent_t e0, e1;
+  CUDA_CHECK(cudaEventCreate(&e0));
+  CUDA_CHECK(cudaEventCreate(&e1));
+  CUDA_CHECK(cudaMemcpy(b, a, n, cudaMemcpyDeviceToDevice));
+  std::vector<float> t;
+  for (int i = 0; i < 5; ++i) {
+    CUDA_CHECK(cudaEventRecord(e0));
+    CUDA_CHECK(cudaMemcpy(b, a, n, cudaMemcpyDeviceToDevice));
+    CUDA_CHECK(cudaEventRecord(e1));
+    CUDA_CHECK(cudaEventSynchronize(e1));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    t.push_back(ms);
+  }
+  std::sort(t.begin(), t.end());
+  g_copy_gbs = 2.0 * double(n) / t[2] * 1e-6;
+  std::printf("copy 2 GiB device to device: %.3f ms, %.0f GB/s (the floor's bandwidth)\n", t[2], g_copy_gbs);
+  cudaFree(a), cudaFree(b);
+}
+
+// Bytes a decode step of B rows must read in layers [l0, l1) (and the embedding rows / head where
+// the stage has them), compute dtype of 2 bytes; the KV cache of C positions per sequence.
+struct Floor {
+  double weights = 0, kv = 0;
+};
+
+Floor floor_bytes(const ModelConfig& c, int l0, int l1, bool first, bool last, int64_t B, int64_t C) {
+  const double H = double(c.hidden_size), hd = double(c.head_dim()), nh = double(c.num_attention_heads);
+  const double nkv = double(c.num_key_value_heads), E = double(c.num_experts), k = double(c.num_experts_per_tok);
+  const double touched = E * (1 - std::pow(1 - k / E, double(B)));  // expected distinct experts
+  Floor f;
+  for (int il = l0; il < l1; ++il) {
+    f.weights += c.is_attention(il) ? H * (nh + 2 * nkv) * hd + nh * hd * H : 4 * H * H;
+    f.weights += c.is_moe(il) ? E * H + touched * 3 * H * double(c.moe_intermediate_size)
+                              : 3 * H * double(c.intermediate_size);
+    if (c.is_attention(il)) f.kv += double(B) * double(C + 1) * 2 * nkv * hd;
+  }
+  if (first) f.weights += double(B) * H;
+  if (last) f.weights += double(c.vocab_size) * H;
+  f.weights *= 2;
+  f.kv *= 2;
+  return f;
+}
+
+struct Timing {
+  double median = 0, mean = 0, p99 = 0;
+};
+
+// `steps` decode steps of B sequences at positions C, C + 1, ... after 3 untimed ones (the graph's
+// capture among them).
+Timing time_steps(CudaStageExecutor& st, const StageLayers& r, int64_t hidden, int64_t B, int64_t C, int steps) {
+  const int64_t page = 64, max_pages = (C + steps + 8 + page - 1) / page;
+  st.alloc_batch_state({B, B * max_pages, page, max_pages}, SamplingParams{});
+  std::vector<int32_t> pages(static_cast<size_t>(max_pages));
+  for (int64_t s = 0; s < B; ++s) {
+    for (int64_t i = 0; i < max_pages; ++i) pages[size_t(i)] = int32_t(s * max_pages + i);
+    st.map_pages(s, 0, pages.data(), max_pages);
+  }
+  void* x = st.alloc_hidden(B + 1);  // rows, then the finished flags
+  int32_t* tokens = st.alloc_tokens(B);
+  std::vector<int32_t> ids(static_cast<size_t>(B));
+  for (int64_t s = 0; s < B; ++s) ids[size_t(s)] = int32_t(1000 + 7 * s);
+  CUDA_CHECK(cudaMemcpy(tokens, ids.data(), size_t(B) * 4, cudaMemcpyHostToDevice));
+  if (!r.is_first()) {  // a middle stage: random rows (they route to the experts as a model's would), none finished
+    std::vector<float> h(static_cast<size_t>((B + 1) * hidden), 0.0f);
+    CounterRng rng(5, 1);
+    for (int64_t i = 0; i < B * hidden; ++i) h[size_t(i)] = float(rng.symmetric(uint64_t(i)));
+    CUDA_CHECK(cudaMemcpy(x, h.data(), h.size() * 4, cudaMemcpyHostToDevice));
+  }
+  const int total = steps + 3;
+  std::vector<cudaEvent_t> ev(size_t(total + 1));
+  for (auto& e : ev) CUDA_CHECK(cudaEventCreate(&e));
+  StepBatch b;
+  b.seqs.resize(size_t(B));
+  for (int i = 0; i < total; ++i) {
+    for (int64_t s = 0; s < B; ++s)
+      b.seqs[size_t(s)] = BatchSeq{s, int32_t(s), int32_t(C + i), 1, r.is_last() ? i : -1, true};
+    st.record_event(ev[size_t(i)]);
+    if (r.is_first()) st.embed_batch(b, nullptr, tokens, x);
+    st.forward_batch(x, b);
+    if (r.is_last()) st.choose_batch(x, b, nullptr, tokens, nullptr);
+  }
+  st.record_event(ev[size_t(total)]);
+  CUDA_CHECK(cudaEventSynchronize(ev.back()));
+  std::vector<double> t;
+  for (int i = 3; i < total; ++i) {
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, ev[size_t(i)], ev[size_t(i + 1)]));
+    t.push_back(ms);
+  }
+  for (auto& e : ev) cudaEventDestroy(e);
+  Timing tm;
+  for (double v : t) tm.mean += v / double(t.size());
+  std::sort(t.begin(), t.end());
+  tm.median = t[t.size() / 2];
+  tm.p99 = t[std::min(t.size() - 1, size_t(double(t.size()) * 0.99))];
+  return tm;
+}
+
+std::vector<std::pair<int64_t, int64_t>> parse_cases(const std::string& s) {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    const size_t x = item.find('x');
+    out.emplace_back(std::stoll(item.substr(0, x)), std::stoll(item.substr(x + 1)));
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: cuda_bench_step MODEL.h5 [BxC,...] [steps] [layers]\n");
+    return 1;
+  }
+  try {
+    WeightReader reader(argv[1]);
+    const ModelConfig& c = reader.config();
+    const auto cases = parse_cases(argc > 2 ? argv[2] : "32x1024,32x4096,32x8192,32x16384,256x64");
+    const int steps = argc > 3 ? std::atoi(argv[3]) : 20;
+    const bool per_layer = argc > 4 && std::string(argv[4]) == "layers";
+    bench_copy();
+    const int L = int(c.num_hidden_layers);
+    std::printf("model %s: %d layers, bf16, one stage; ms per decode step (embed + layers + head + greedy choice)\n",
+                argv[1], L);
+    {
+      const StageLayers all = whole_model(L);
+      auto st = make_cuda_stage(reader, all, DType::BF16, 0);
+      for (auto [B, C] : cases) {
+        const Timing t = time_steps(*st, all, c.hidden_size, B, C, steps);
+        const Floor f = floor_bytes(c, 0, L, true, true, B, C);
+        const double floor_ms = (f.weights + f.kv) / g_copy_gbs * 1e-6;
+        std::printf("step B=%-4lld C=%-6lld %8.3f ms (mean %.3f, p99 %.3f)  %7.0f tok/s  floor %.3f ms "
+                    "(weights %.2f GB + KV %.2f GB)  %3.0f%% of floor\n",
+                    (long long)B, (long long)C, t.median, t.mean, t.p99, double(B) / t.median * 1e3, floor_ms,
+                    f.weights * 1e-9, f.kv * 1e-9, 100 * floor_ms / t.median);
+      }
+    }
+    if (!per_layer) return 0;
+    // one layer of each kind (its first occurrence) as a middle stage
+    std::vector<int> firsts;
+    std::vector<std::string> kinds;
+    for (int il = 0; il < L; ++il) {
+      const std::string k = std::string(c.is_attention(il) ? "attention" : "conv") + (c.is_moe(il) ? "+moe" : "+dense");
+      if (std::find(kinds.begin(), kinds.end(), k) == kinds.end()) kinds.push_back(k), firsts.push_back(il);
+    }
+    for (size_t i = 0; i < kinds.size(); ++i) {
+      const StageLayers r{1, 3, firsts[i], firsts[i] + 1};  // a middle stage
+      auto st = make_cuda_stage(reader, r, DType::BF16, 0);
+      for (auto [B, C] : cases) {
+        const Timing t = time_steps(*st, r, c.hidden_size, B, C, steps);
+        const Floor f = floor_bytes(c, r.layer_begin, r.layer_end, false, false, B, C);
+        const double floor_ms = (f.weights + f.kv) / g_copy_gbs * 1e-6;
+        std::printf("layer %-16s B=%-4lld C=%-6lld %8.4f ms  floor %.4f ms  %3.0f%% of floor\n", kinds[i].c_str(),
+                    (long long)B, (long long)C, t.median, floor_ms, 100 * floor_ms / t.median);
+      }
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "cuda_bench_step: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
