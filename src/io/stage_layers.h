@@ -7,6 +7,12 @@
 namespace lfm2 {
 
 struct StageLayers {
+  StageLayers() = default;
+  StageLayers(int stage_, int n_stages_, int begin, int end)
+      : stage(stage_), n_stages(n_stages_), layer_begin(begin), layer_end(end) {}
+  // The former {layer_begin, layer_end, is_first, is_last} would otherwise compile to another stage.
+  StageLayers(int, int, bool, bool) = delete;
+
   int stage = 0, n_stages = 1;
   int layer_begin = 0, layer_end = 0;  // [begin, end)
 

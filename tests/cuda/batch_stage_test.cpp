@@ -134,11 +134,11 @@ TEST_F(CudaBatchApi, MatchesTheCpuExecutor) {
     const int64_t K = 5, H = cfg.hidden_size;
     SamplingParams sp;
     {
-      auto cpu = make_cpu_stage(reader, {0, L, true, true}, 0);
+      auto cpu = make_cpu_stage(reader, whole_model(L), 0);
       sp.eos = {run_batches(*cpu, seqs, K, Schedule{}, sp, H, host_access()).tokens[0][1]};  // sequence 0 ends
     }
     Schedule s = schedules()[1].second;
-    auto cpu = make_cpu_stage(reader, {0, L, true, true}, 0);
+    auto cpu = make_cpu_stage(reader, whole_model(L), 0);
     const Outcome ref = run_batches(*cpu, seqs, K, s, sp, H, host_access());
     EXPECT_EQ(ref.tokens[0][2], sp.eos[0]);  // repeats its EOS
     struct Case {
@@ -146,7 +146,7 @@ TEST_F(CudaBatchApi, MatchesTheCpuExecutor) {
       double max_rel, min_tokens;
     };
     for (const Case c : {Case{DType::F32, 2e-5, 1.0}, Case{DType::BF16, 0.1, 0.6}, Case{DType::F16, 5e-2, 0.6}}) {
-      auto gpu = make_cuda_stage(reader, {0, L, true, true}, c.dt, 0);
+      auto gpu = make_cuda_stage(reader, whole_model(L), c.dt, 0);
       const Outcome got = run_batches(*gpu, seqs, K, s, sp, H, device_access());
       const Agreement a = agreement(got, ref, seqs);
       std::printf("[cuda batch] %s %s: rows rel %.3g over %lld rows, tokens %lld/%lld as the CPU's\n", preset,
@@ -166,11 +166,11 @@ TEST_F(CudaBatchApi, BitIdenticalForAnyScheduleAndGraphs) {
   const int64_t K = 4, H = cfg.hidden_size;
   SamplingParams greedy;
   for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
-    const Outcome old = run_old(*make_cuda_stage(reader, {0, 4, true, true}, dt, 0), seqs, K, greedy, H,
+    const Outcome old = run_old(*make_cuda_stage(reader, whole_model(4), dt, 0), seqs, K, greedy, H,
                                 device_access());
     for (const auto& [name, s] : schedules())
       for (bool graphs : {true, false}) {
-        auto st = make_cuda_stage(reader, {0, 4, true, true}, dt, 0, false, graphs);
+        auto st = make_cuda_stage(reader, whole_model(4), dt, 0, false, graphs);
         expect_same(old, run_batches(*st, seqs, K, s, greedy, H, device_access()),
                     cat(dtype_name(dt), ", ", name, graphs ? ", graphs" : ", no graphs"));
       }
@@ -190,10 +190,10 @@ TEST_F(CudaBatchApi, SampledTokensAreKeyedBySequenceAndStep) {
   Schedule a, b;
   a.per_seq_sampling = b.per_seq_sampling = true;
   b.n_slots = 1, b.chunk = 3, b.page_size = 32;
-  const Outcome ref = run_batches(*make_cpu_stage(reader, {0, L, true, true}, 0), seqs, K, a, sp, H, host_access());
-  const Outcome x = run_batches(*make_cuda_stage(reader, {0, L, true, true}, DType::F32, 0), seqs, K, a, sp, H,
+  const Outcome ref = run_batches(*make_cpu_stage(reader, whole_model(L), 0), seqs, K, a, sp, H, host_access());
+  const Outcome x = run_batches(*make_cuda_stage(reader, whole_model(L), DType::F32, 0), seqs, K, a, sp, H,
                                 device_access());
-  const Outcome y = run_batches(*make_cuda_stage(reader, {0, L, true, true}, DType::F32, 0), seqs, K, b, sp, H,
+  const Outcome y = run_batches(*make_cuda_stage(reader, whole_model(L), DType::F32, 0), seqs, K, b, sp, H,
                                 device_access());
   EXPECT_EQ(x.tokens, ref.tokens);
   expect_same(x, y, "sampled, two schedules");
@@ -205,7 +205,7 @@ TEST_F(CudaBatchApi, RefusesAStateThatDoesNotFit) {
   ModelConfig cfg;
   const std::string path = make_model("lfm2-tiny", 0, &cfg);
   WeightReader reader(path);
-  auto st = make_cuda_stage(reader, {0, int(cfg.num_hidden_layers), true, true}, DType::BF16, 0);
+  auto st = make_cuda_stage(reader, whole_model(int(cfg.num_hidden_layers)), DType::BF16, 0);
   size_t free_b = 0, total_b = 0;
   CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
   const int64_t pages = int64_t(total_b) / st->page_bytes(256) + 1;

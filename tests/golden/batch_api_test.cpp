@@ -61,7 +61,7 @@ class CpuBatchApi : public ::testing::Test {
     delete cfg_;
     delete path_;
   }
-  std::unique_ptr<StageExecutor> stage(WeightReader& r) { return make_cpu_stage(r, {0, 4, true, true}, 2); }
+  std::unique_ptr<StageExecutor> stage(WeightReader& r) { return make_cpu_stage(r, whole_model(4), 2); }
   static ModelConfig* cfg_;
   static std::string* path_;
 };
