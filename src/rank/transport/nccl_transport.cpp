@@ -14,9 +14,9 @@
 // Sends use the communicator of link rank -> rank+1, receives that of link rank-1 -> rank: on
 // different communicators (link parities), each with its own stream, a stage's send of m and its
 // receive of m+1 run side by side. The feedback link (last rank -> rank 0: generation's tokens) has
-// a third communicator and a stream of its own. On an NCCL error or a timeout the communicators are aborted
-// (ncclCommAbort: nothing of them can hang any more) and lfm2::Error is thrown; lfm2-rank then ends
-// the job with MPI_Abort.
+// a third communicator and a stream of its own (the communicators: nccl_comms.h). On an NCCL error
+// or a timeout the communicators are aborted (ncclCommAbort: nothing of them can hang any more) and
+// lfm2::Error is thrown; lfm2-rank then ends the job with MPI_Abort.
 #include <algorithm>
 #include <array>
 #include <cstdlib>
@@ -30,6 +30,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "rank/mpi/world.h"
+#include "rank/transport/nccl_comms.h"
 #include "rank/transport/nccl_transport.h"
 
 namespace lfm2 {
@@ -39,8 +40,6 @@ constexpr size_t kWarmupBytes = size_t(1) << 20;  // per direction
 // Creating a communicator takes seconds (topology discovery, connections): its deadline is --timeout
 // but never under this, so that a short --timeout meant for stalled peers does not fail a healthy init.
 constexpr double kMinInitTimeoutS = 60;
-constexpr int kLinkComms = 2;   // link r -> r+1 uses communicator r % 2
-constexpr int kFeedbackComm = 2;  // the link P-1 -> 0 (generation's tokens) uses its own
 // SMs an NCCL kernel may take (kNcclMaxCtas, nccl_transport.h). A transfer is posted ahead of its data
 // and its kernel waits on its SMs for the peer, beside the stage's layers, whose persistent GEMMs
 // leave those SMs free (reserve_sms); two CTAs still move a 33 MB microbatch in about a millisecond.
@@ -48,7 +47,7 @@ constexpr int kFeedbackComm = 2;  // the link P-1 -> 0 (generation's tokens) use
 class NcclTransportImpl final : public NcclTransport {
  public:
   NcclTransportImpl(const WorldConfig& world, CudaStageExecutor& exec, double timeout_s)
-      : world_(world), exec_(exec), device_(exec.device()) {
+      : world_(world), exec_(exec), device_(exec.device()), comms_(world, exec.device()) {
     timeout_s_ = timeout_s;
     CUDA_CHECK(cudaSetDevice(device_));
     for (cudaStream_t* s : {&send_stream_, &recv_stream_, &fb_stream_})
@@ -60,7 +59,7 @@ class NcclTransportImpl final : public NcclTransport {
 
   ~NcclTransportImpl() override {
     cudaSetDevice(device_);
-    finalize_comms();
+    comms_.finalize();
     for (cudaStream_t s : {send_stream_, recv_stream_, fb_stream_})
       if (s) cudaStreamSynchronize(s);
     for (auto& s : slots_)
@@ -84,61 +83,10 @@ class NcclTransportImpl final : public NcclTransport {
     setenv("NCCL_NVLS_ENABLE", "0", 0);
     CUDA_CHECK(cudaSetDevice(device_));
     if (world_.size == 1) return;  // P = 1 moves nothing
-    // The forward links' communicators (one for P = 2), then the feedback link's.
-    std::vector<int> wanted;
-    for (int c = 0; c < std::min(kLinkComms, world_.size - 1); ++c) wanted.push_back(c);
-    wanted.push_back(kFeedbackComm);
-    std::array<ncclUniqueId, kLinkComms + 1> ids{};
-    if (world_.is_first())
-      for (int c : wanted) NCCL_CHECK(ncclGetUniqueId(&ids[size_t(c)]));
-    MPI_Request req;
-    MPI_CHECK(MPI_Ibcast(ids.data(), int(sizeof ids), MPI_BYTE, 0, world_.comm, &req), "broadcasting the NCCL unique ids");
-    wait_mpi_request(&req, timeout_s_, "broadcasting the NCCL unique ids");
-
     const double init_s = std::max(timeout_s_, kMinInitTimeoutS);
-    for (int c : wanted) {
-      ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-      config.blocking = 0;  // init and every call return at once; we poll with a deadline instead
-      if (!std::getenv("NCCL_MAX_CTAS")) {
-        config.minCTAs = 1;
-        config.maxCTAs = kNcclMaxCtas;
-      }
-      ncclComm_t comm = nullptr;
-      const ncclResult_t rc = ncclCommInitRankConfig(&comm, world_.size, ids[size_t(c)], world_.rank, &config);
-      comms_[size_t(c)] = comm;
-      if (rc != ncclSuccess && rc != ncclInProgress)
-        fail(cat("nccl: creating communicator ", c, " of ", world_.size, " ranks on GPU ", device_,
-                 " failed: ", ncclGetErrorString(rc)));
-      settle(comm, cat("creating NCCL communicator ", c, " of ", world_.size, " ranks on GPU ", device_), init_s);
-    }
+    comms_.create(kNcclMaxCtas, timeout_s_, init_s);
 
-    // Warm-up: rank r sends to r+1 and receives from r-1 (different communicators, no deadlock).
-    char* send_buf = static_cast<char*>(warm_);
-    char* recv_buf = send_buf + kWarmupBytes;
-    if (!world_.is_last()) {
-      check_call(send_comm(), ncclSend(send_buf, kWarmupBytes, ncclUint8, world_.next(), send_comm(), send_stream_),
-                 "the warm-up send");
-      settle(send_comm(), "the warm-up send", init_s);
-    }
-    if (!world_.is_first()) {
-      check_call(recv_comm(), ncclRecv(recv_buf, kWarmupBytes, ncclUint8, world_.prev(), recv_comm(), recv_stream_),
-                 "the warm-up receive");
-      settle(recv_comm(), "the warm-up receive", init_s);
-    }
-    ncclComm_t fb = comms_[kFeedbackComm];
-    if (world_.is_last()) {
-      check_call(fb, ncclSend(send_buf, kWarmupBytes, ncclUint8, 0, fb, fb_stream_), "the warm-up feedback send");
-      settle(fb, "the warm-up feedback send", init_s);
-    }
-    if (world_.is_first()) {
-      check_call(fb, ncclRecv(recv_buf, kWarmupBytes, ncclUint8, world_.size - 1, fb, fb_stream_),
-                 "the warm-up feedback receive");
-      settle(fb, "the warm-up feedback receive", init_s);
-    }
-    if (!poll_until([&] { return stream_idle(send_stream_) && stream_idle(recv_stream_) && stream_idle(fb_stream_); },
-                    init_s))
-      fail(cat("timed out after ", init_s, " s in the warm-up exchange with the neighbouring ranks",
-               " (did a rank stop? see --timeout)"));
+    warm_up(init_s);
   }
 
   // Sends go to the next rank, or from the last rank to rank 0 (feedback); each link has its own
@@ -147,7 +95,7 @@ class NcclTransportImpl final : public NcclTransport {
     const bool feedback = peer != world_.next();
     LFM2_CHECK(!feedback || (world_.is_last() && peer == 0), "nccl transport: rank ", world_.rank,
                " sends to the next rank (or, the last, to rank 0), not to ", peer);
-    ncclComm_t comm = feedback ? comms_[kFeedbackComm] : send_comm();
+    ncclComm_t comm = feedback ? comms_.feedback() : comms_.send();
     return post(true, const_cast<void*>(buf), bytes, peer, tag, kNone, comm, feedback ? fb_stream_ : send_stream_);
   }
 
@@ -157,7 +105,7 @@ class NcclTransportImpl final : public NcclTransport {
     LFM2_CHECK(!feedback || (world_.is_first() && peer == world_.size - 1), "nccl transport: rank ", world_.rank,
                " receives from the previous rank (or, rank 0, from the last), not from ", peer);
     if (after != kNone) LFM2_CHECK(slot(after).is_send, "nccl transport: a receive follows a send, not a receive");
-    ncclComm_t comm = feedback ? comms_[kFeedbackComm] : recv_comm();
+    ncclComm_t comm = feedback ? comms_.feedback() : comms_.recv();
     return post(false, buf, bytes, peer, tag, after, comm, feedback ? fb_stream_ : recv_stream_);
   }
 
@@ -169,12 +117,12 @@ class NcclTransportImpl final : public NcclTransport {
 
   bool test(Handle h) override {
     Slot& s = slot(h);
-    check_async(cat(s.is_send ? "sending to " : "receiving from ", world_.rank_name(s.peer)));
+    comms_.check_async(cat(s.is_send ? "sending to " : "receiving from ", world_.rank_name(s.peer)));
     const cudaError_t e = cudaEventQuery(s.done);
     if (e == cudaErrorNotReady) return false;
     if (e != cudaSuccess) {
       cudaGetLastError();
-      fail(cat(s.is_send ? "sending to " : "receiving from ", world_.rank_name(s.peer), ": CUDA error ",
+      comms_.fail(cat(s.is_send ? "sending to " : "receiving from ", world_.rank_name(s.peer), ": CUDA error ",
                cudaGetErrorName(e), ": ", cudaGetErrorString(e)));
     }
     if (!s.is_send && !s.ordered) exec_.wait_event(s.done);  // the compute that reads the data follows it
@@ -190,7 +138,7 @@ class NcclTransportImpl final : public NcclTransport {
     if (poll_until([&] { return test(h); }, timeout_s_)) return;
     // A timeout, as over MPI: its kind sets the reporting rank's stagger (fatal.h), so that the
     // stalled rank's neighbours speak first.
-    abort_comms();
+    comms_.abort();
     if (is_send)
       LFM2_SEND_TIMEOUT("timed out after ", timeout_s_, " s waiting to send ", what, " to ", world_.rank_name(peer),
                         " (did it stop? see --timeout)");
@@ -208,11 +156,8 @@ class NcclTransportImpl final : public NcclTransport {
     bool is_send = false, used = false, ordered = false;
   };
 
-  ncclComm_t send_comm() const { return comms_[size_t(world_.rank % kLinkComms)]; }
-  ncclComm_t recv_comm() const { return comms_[size_t((world_.rank + kLinkComms - 1) % kLinkComms)]; }
-
   Handle take_slot(int peer, int tag, bool is_send) {
-    LFM2_CHECK(comms_[kFeedbackComm], "nccl: the transport is not connected");
+    LFM2_CHECK(comms_.created(), "nccl: the transport is not connected");
     size_t i = 0;
     while (i < slots_.size() && slots_[i].used) ++i;
     if (i == slots_.size()) {
@@ -249,8 +194,8 @@ class NcclTransportImpl final : public NcclTransport {
     const char* way = send ? " to " : " from ";
     const ncclResult_t rc = send ? ncclSend(buf, bytes, ncclUint8, peer, comm, stream)
                                  : ncclRecv(buf, bytes, ncclUint8, peer, comm, stream);
-    check_call(comm, rc, cat(op, " of ", bytes, " bytes", way, world_.rank_name(peer)));
-    settle(comm, cat(op, way, world_.rank_name(peer)));
+    comms_.check_call(comm, rc, cat(op, " of ", bytes, " bytes", way, world_.rank_name(peer)));
+    comms_.settle(comm, cat(op, way, world_.rank_name(peer)), timeout_s_);
     mark(s.t_end, stream);
     CUDA_CHECK(cudaEventRecord(s.done, stream));
     return h;
@@ -279,88 +224,46 @@ class NcclTransportImpl final : public NcclTransport {
                       double(b) / 1000.0, double(e) / 1000.0});
   }
 
-  static ncclResult_t state(ncclComm_t comm) {
-    ncclResult_t st = ncclSuccess;
-    const ncclResult_t rc = ncclCommGetAsyncError(comm, &st);
-    return rc == ncclSuccess ? st : rc;
+  // Warm-up: rank r sends to r+1 and receives from r-1 (different communicators, no deadlock), and
+  // the feedback link carries one message, so that the first real transfer pays no connection.
+  void warm_up(double init_s) {
+    char* send_buf = static_cast<char*>(warm_);
+    char* recv_buf = send_buf + kWarmupBytes;
+    if (!world_.is_last()) warm(true, send_buf, world_.next(), comms_.send(), send_stream_, "the warm-up send", init_s);
+    if (!world_.is_first())
+      warm(false, recv_buf, world_.prev(), comms_.recv(), recv_stream_, "the warm-up receive", init_s);
+    if (world_.is_last()) warm(true, send_buf, 0, comms_.feedback(), fb_stream_, "the warm-up feedback send", init_s);
+    if (world_.is_first())
+      warm(false, recv_buf, world_.size - 1, comms_.feedback(), fb_stream_, "the warm-up feedback receive", init_s);
+    if (!poll_until([&] { return stream_idle(send_stream_) && stream_idle(recv_stream_) && stream_idle(fb_stream_); },
+                    init_s))
+      comms_.fail(cat("timed out after ", init_s, " s in the warm-up exchange with the neighbouring ranks",
+                      " (did a rank stop? see --timeout)"));
   }
 
-  // An NCCL call's own return code: in progress is fine (settle() follows), anything else aborts.
-  void check_call(ncclComm_t comm, ncclResult_t rc, const std::string& what) {
-    if (rc != ncclSuccess && rc != ncclInProgress)
-      fail(cat("nccl: ", what, ": ", ncclGetErrorString(rc), " (", ncclGetLastError(comm), ")"));
-  }
-
-  void check_async(const std::string& what) {
-    for (ncclComm_t comm : comms_) {
-      if (!comm) continue;
-      const ncclResult_t st = state(comm);
-      if (st != ncclSuccess && st != ncclInProgress)
-        fail(cat("nccl: ", what, ": ", ncclGetErrorString(st), " (", ncclGetLastError(comm), ")"));
-    }
-  }
-
-  // A non-blocking communicator may still be working on the last call; wait (with the deadline)
-  // until it has taken it, as NCCL requires before the next call.
-  void settle(ncclComm_t comm, const std::string& what) { settle(comm, what, timeout_s_); }
-  void settle(ncclComm_t comm, const std::string& what, double timeout_s) {
-    bool failed = false;
-    const bool done = poll_until(
-        [&] {
-          const ncclResult_t st = state(comm);
-          failed = st != ncclSuccess && st != ncclInProgress;
-          return st != ncclInProgress;
-        },
-        timeout_s);
-    if (failed) check_async(what);
-    if (!done) fail(cat("timed out after ", timeout_s, " s in ", what, " (did a rank stop? see --timeout)"));
+  void warm(bool send, char* buf, int peer, ncclComm_t comm, cudaStream_t stream, const char* what, double init_s) {
+    const ncclResult_t rc = send ? ncclSend(buf, kWarmupBytes, ncclUint8, peer, comm, stream)
+                                 : ncclRecv(buf, kWarmupBytes, ncclUint8, peer, comm, stream);
+    comms_.check_call(comm, rc, what);
+    comms_.settle(comm, what, init_s);
   }
 
   bool stream_idle(cudaStream_t stream) {
-    check_async("the warm-up exchange");
+    comms_.check_async("the warm-up exchange");
     const cudaError_t e = cudaStreamQuery(stream);
     if (e == cudaErrorNotReady) return false;
     if (e != cudaSuccess) {
       cudaGetLastError();
-      fail(cat("the warm-up exchange: CUDA error ", cudaGetErrorName(e), ": ", cudaGetErrorString(e)));
+      comms_.fail(cat("the warm-up exchange: CUDA error ", cudaGetErrorName(e), ": ", cudaGetErrorString(e)));
     }
     return true;
-  }
-
-  // A clean end: every operation has completed. Finalize flushes NCCL's own work, then destroy;
-  // a communicator that does not finish cleanly is aborted.
-  void finalize_comms() {
-    for (ncclComm_t& comm : comms_) {
-      if (!comm) continue;
-      const ncclResult_t rc = ncclCommFinalize(comm);
-      const bool clean = (rc == ncclSuccess || rc == ncclInProgress) &&
-                         poll_until([&] { return state(comm) != ncclInProgress; }, 30) && state(comm) == ncclSuccess;
-      if (clean)
-        ncclCommDestroy(comm);
-      else
-        ncclCommAbort(comm);
-      comm = nullptr;
-    }
-  }
-
-  // Aborts the communicators (so that no NCCL kernel or proxy waits on a peer any more) and throws.
-  void abort_comms() {
-    for (ncclComm_t& comm : comms_) {
-      if (comm) ncclCommAbort(comm);
-      comm = nullptr;
-    }
-  }
-
-  [[noreturn]] void fail(const std::string& msg) {
-    abort_comms();
-    LFM2_FAIL(msg);
   }
 
   WorldConfig world_;
   CudaStageExecutor& exec_;
   int device_;
   cudaStream_t send_stream_ = nullptr, recv_stream_ = nullptr, fb_stream_ = nullptr;
-  std::array<ncclComm_t, kLinkComms + 1> comms_{};  // forward links by parity, then the feedback link
+  NcclComms comms_;
   bool connected_ = false, tracing_ = false;
   std::function<CUevent_st*()> timeline_;  // the run's GPU time zero (--trace)
   void* warm_ = nullptr;
