@@ -41,7 +41,7 @@ TokenInputs read_inputs(const std::string& path);
 TokenInputs read_inputs_header(const std::string& path);
 // Rows [begin, end) of input_ids, only their first `width` columns (an HDF5 hyperslab: nothing else
 // of the file is read), and their lengths (each at most `width`). Replicas
-// read their own block of sequences this way (src/rank/replicas.h).
+// read their own block of sequences this way (src/plan/replica_work.h).
 TokenInputs read_inputs_block(const std::string& path, int64_t begin, int64_t end, int64_t width);
 
 // Checks S <= max_positions.

@@ -13,7 +13,7 @@ namespace {
 
 using rope_dev::kMaxPairsPerLane;
 
-constexpr int kWarps = 4;
+constexpr int kWarps = 8;  // a decode step has few rows (a block each): its heads 8 at a time
 
 // The last sequence whose first row is <= row, or -1.
 __device__ __forceinline__ int find_seq(const PagedSeq* seqs, int n_seqs, int row) {

@@ -245,8 +245,9 @@ void short_conv_step(T* out, const T* bcx, const float* conv_w, float* state, co
   LFM2_CHECK(n_seqs < (int64_t(1) << 31), "short_conv_step: ", n_seqs, " sequences");
   if (n_seqs == 0 || n_rows == 0) return;
   if (max_seq_rows == 1) {
-    conv_step_rows_kernel<<<grid_for(n_seqs * hidden, 256 * 4), 256, 0, stream>>>(out, bcx, conv_w, state, seqs, ends,
-                                                                                  n_seqs, hidden, L);
+    // one (sequence, channel) a thread: a decode step's few rows fill the GPU only so
+    conv_step_rows_kernel<<<grid_for(n_seqs * hidden, 256), 256, 0, stream>>>(out, bcx, conv_w, state, seqs, ends,
+                                                                              n_seqs, hidden, L);
     CUDA_CHECK_LAUNCH("conv_step_rows_kernel");
     return;
   }
@@ -254,8 +255,8 @@ void short_conv_step(T* out, const T* bcx, const float* conv_w, float* state, co
                                                                             n_rows, hidden, L);
   CUDA_CHECK_LAUNCH("conv_step_kernel");
   if (L < 2) return;
-  conv_step_state_kernel<<<grid_for(n_seqs * hidden, 256 * 4), 256, 0, stream>>>(state, bcx, seqs, ends, n_seqs,
-                                                                                 hidden, L);
+  conv_step_state_kernel<<<grid_for(n_seqs * hidden, 256), 256, 0, stream>>>(state, bcx, seqs, ends, n_seqs, hidden,
+                                                                             L);
   CUDA_CHECK_LAUNCH("conv_step_state_kernel");
 }
 

@@ -36,11 +36,8 @@ typename DecodeState<T>::Offsets DecodeState<T>::plan(DeviceBlocks& blocks, cons
   o.table = blocks.reserve(n * s.max_pages * 4);
   o.ended = blocks.reserve(n * 4);
   o.eos = blocks.reserve(64 * 4);
-  o.seqs = blocks.reserve(n * int64_t(sizeof(PagedSeq)));
-  o.ends = blocks.reserve(n * 4);
-  o.fresh = blocks.reserve(n * 4);
-  o.emit_rows = blocks.reserve(n * 4);
-  o.emit_slots = blocks.reserve(n * 4);
+  o.step = blocks.reserve(n * kStepBytes);  // [PagedSeq][ends][fresh], one copy a step
+  o.emits = blocks.reserve(n * 8);          // [rows][slots]
   o.attn_ws = blocks.reserve(cuda::attention_decode_paged_workspace_bytes(n, cfg.num_attention_heads, cfg.head_dim(),
                                                                           s.max_positions()));
   o.moe_ws = any_moe ? blocks.reserve(cuda::moe_decode_scratch_bytes(n, moe_dims(cfg), int64_t(sizeof(T)))) : -1;
@@ -103,18 +100,19 @@ void DecodeState<T>::allocate(const ModelConfig& cfg, const std::vector<DeviceLa
   table_ = memory_.at<int32_t>(o.table);
   ended_ = memory_.at<int32_t>(o.ended);
   eos_ = memory_.at<int32_t>(o.eos);
-  seqs_ = memory_.at<PagedSeq>(o.seqs);
-  ends_ = memory_.at<int32_t>(o.ends);
-  fresh_ = memory_.at<int32_t>(o.fresh);
-  emit_rows_ = memory_.at<int32_t>(o.emit_rows);
-  emit_slots_ = memory_.at<int32_t>(o.emit_slots);
+  seqs_ = memory_.at<PagedSeq>(o.step);
+  ends_ = reinterpret_cast<int32_t*>(seqs_ + s.n_slots);
+  fresh_ = ends_ + s.n_slots;
+  emit_rows_ = memory_.at<int32_t>(o.emits);
+  emit_slots_ = emit_rows_ + s.n_slots;
   attn_ws_ = memory_.at<void>(o.attn_ws);
   moe_ws_ = memory_.at<void>(o.moe_ws);
   CUDA_CHECK(cudaMemset(table_, 0xff, size_t(s.n_slots * s.max_pages) * 4));  // -1: no page
   CUDA_CHECK(cudaMemset(ended_, 0xff, size_t(s.n_slots) * 4));                // -1: cpu::kNotEnded
   if (!sampling.eos.empty())
     CUDA_CHECK(cudaMemcpy(eos_, sampling.eos.data(), sampling.eos.size() * 4, cudaMemcpyHostToDevice));
-  staging_.allocate(std::max<int64_t>(s.n_slots * int64_t(sizeof(PagedSeq)), s.max_pages * 4), device);
+  staging_.allocate(std::max<int64_t>(s.n_slots * kStepBytes, s.max_pages * 4), device);
+  host_desc_.assign(size_t(s.n_slots * kStepBytes), 0);
   host_table_.assign(size_t(s.n_slots * s.max_pages), -1);
   host_ended_.assign(size_t(s.n_slots), cpu::kNotEnded);
   shape_ = s;
@@ -148,6 +146,7 @@ void DecodeState<T>::release() {
   host_table_.clear();
   host_ended_.clear();
   host_lengths_.clear();
+  host_desc_.clear();
   sampling_ = SamplingParams{};
   host_logits_ = nullptr;
   host_logit_rows_ = 0;
@@ -186,9 +185,12 @@ void DecodeState<T>::check(const StepLayout& step) const {
 template <typename T>
 StepDevice DecodeState<T>::upload(const StepLayout& step, const float* done, cudaStream_t stream) {
   const int64_t n = step.n_seqs();
-  staging_.copy(seqs_, step.seqs.data(), n * int64_t(sizeof(PagedSeq)), stream);
-  staging_.copy(ends_, step.ends.data(), n * 4, stream);
-  staging_.copy(fresh_, step.fresh.data(), int64_t(step.fresh.size()) * 4, stream);
+  const int64_t N = shape_.n_slots, n_fresh = int64_t(step.fresh.size());
+  char* h = host_desc_.data();
+  std::copy(step.seqs.begin(), step.seqs.end(), reinterpret_cast<PagedSeq*>(h));
+  std::copy(step.ends.begin(), step.ends.end(), reinterpret_cast<int32_t*>(h + N * 16));
+  std::copy(step.fresh.begin(), step.fresh.end(), reinterpret_cast<int32_t*>(h + N * 20));
+  staging_.copy(seqs_, h, n_fresh ? N * 20 + n_fresh * 4 : N * 16 + n * 4, stream);  // the used prefix
   return StepDevice{seqs_, ends_, n, step.n_decode, step.rows, step.max_prompt_rows, done};
 }
 
@@ -206,10 +208,10 @@ template <typename T>
 const int32_t* DecodeState<T>::upload_emits(const std::vector<StepEmit>& emits, cudaStream_t stream) {
   LFM2_CHECK(int64_t(emits.size()) <= shape_.n_slots, "cuda stage: ", emits.size(), " tokens to choose, ",
              shape_.n_slots, " slots");
-  std::vector<int32_t> rows, slots;
-  for (const StepEmit& e : emits) rows.push_back(int32_t(e.row + 1)), slots.push_back(e.slot);
-  staging_.copy(emit_rows_, rows.data(), int64_t(rows.size()) * 4, stream);
-  staging_.copy(emit_slots_, slots.data(), int64_t(slots.size()) * 4, stream);
+  const int64_t N = shape_.n_slots, n = int64_t(emits.size());
+  auto* h = reinterpret_cast<int32_t*>(host_desc_.data());
+  for (int64_t i = 0; i < n; ++i) h[i] = int32_t(emits[size_t(i)].row + 1), h[N + i] = emits[size_t(i)].slot;
+  staging_.copy(emit_rows_, h, (N + n) * 4, stream);  // [rows][slots], the used prefix
   return emit_rows_;
 }
 

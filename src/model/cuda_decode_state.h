@@ -112,9 +112,10 @@ class DecodeState {
  private:
   struct Offsets {
     std::vector<int64_t> k, v, conv;  // per layer, -1 where the layer has none
-    int64_t table = 0, ended = 0, eos = 0, seqs = 0, ends = 0, fresh = 0, emit_rows = 0, emit_slots = 0;
+    int64_t table = 0, ended = 0, eos = 0, step = 0, emits = 0;
     int64_t attn_ws = 0, moe_ws = 0;
   };
+  static constexpr int64_t kStepBytes = int64_t(sizeof(PagedSeq)) + 8;  // per slot: PagedSeq, end, fresh
   static Offsets plan(DeviceBlocks& blocks, const ModelConfig& cfg, const std::vector<DeviceLayerWeights<T>>& layers,
                       const StateShape& shape);
 
@@ -125,9 +126,11 @@ class DecodeState {
   int32_t* table_ = nullptr;   // (n_slots, max_pages)
   int32_t* ended_ = nullptr;   // (n_slots) the EOS id each produced, -1 before
   int32_t* eos_ = nullptr;     // the EOS ids (at most 64)
-  PagedSeq* seqs_ = nullptr;   // the step's entries (n_slots at most)
-  int32_t *ends_ = nullptr, *fresh_ = nullptr, *emit_rows_ = nullptr, *emit_slots_ = nullptr;
+  PagedSeq* seqs_ = nullptr;   // the step's entries (n_slots at most), then ends_ and fresh_ (n_slots each)
+  int32_t *ends_ = nullptr, *fresh_ = nullptr;
+  int32_t *emit_rows_ = nullptr, *emit_slots_ = nullptr;  // (n_slots) each, one block
   void *attn_ws_ = nullptr, *moe_ws_ = nullptr;
+  std::vector<char> host_desc_;      // a step's descriptors (or emits) laid out as on the device
   std::vector<int32_t> host_table_;
   std::vector<int32_t> host_ended_;  // sampling: the EOS ids the host keeps, per slot
   SamplingParams sampling_;

@@ -98,10 +98,11 @@ class StageExecutor {
   // [0, n_pages)), in stream order: the steps queued after it see them.
   virtual void map_pages(int64_t slot, int64_t first, const int32_t* pages, int64_t n);
   // First stage: x = the embedding of every row: a prompt entry's rows from prompt_ids (alloc_host
-  // memory: every prompt entry's n_rows ids, in entry order, range-checked), a decode entry's row
-  // from fed (alloc_tokens memory: one id per decode entry, in order); after the rows, one fp32
-  // finished flag per decode entry (decode_flags(x, b.rows(), hidden)'s first n_decode floats: 1
-  // where the fed token is an EOS id).
+  // memory: every prompt entry's n_rows ids, in entry order, range-checked; unchanged until the
+  // queued work is done; null without prompt entries), a decode entry's row from fed (alloc_tokens
+  // memory: one id per decode entry, in order; null without decode entries); after the rows, one
+  // fp32 finished flag per decode entry (decode_flags(x, b.rows(), hidden)'s first n_decode floats:
+  // 1 where the fed token is an EOS id). So x needs alloc_hidden(rows + ceil(n_decode / hidden)).
   virtual void embed_batch(const StepBatch& b, const int32_t* prompt_ids, const int32_t* fed, void* x);
   // This stage's layers on x (b.rows() rows, then the flags), reading and extending each entry's
   // slot: prompt entries store their positions' state, decode entries read it and append one.
@@ -110,7 +111,9 @@ class StageExecutor {
   // Last stage: the token of every emitting entry (gen_step >= 0) from its last row, in entry
   // order, into tokens (alloc_tokens memory) and host (alloc_host memory, readable after
   // synchronize(); or null): greedy or sampled by params (one per emitting entry, host memory; null:
-  // the defaults), keyed by (seed, seq, gen_step); after an EOS a slot repeats the EOS it produced.
+  // the defaults), keyed by (seed, seq, gen_step) with seq as given (SamplingParams::first_sequence
+  // is not added); after an EOS a slot repeats the EOS it produced. A step with a sampled entry
+  // waits for its logits on the host (GPU executors); a greedy one queues only.
   virtual void choose_batch(const void* x, const StepBatch& b, const SeqSampling* params, int32_t* tokens,
                             int32_t* host);
 

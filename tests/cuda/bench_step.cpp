@@ -7,18 +7,25 @@
 // the experts the B x top-k picks touch under uniform routing, the LM head, B embedding rows) plus
 // the KV cache read, at the device-to-device copy bandwidth measured in the same process. With
 // `layers`, also one layer of each kind as a stage of its own (their sum, times the model's count
-// of each kind, plus the embedding and head, estimates a model with more layers).
+// of each kind, plus the embedding and head, estimates a model with more layers). Then a trace of
+// one step of the first case (CUPTI's kernel records): its kernels, the time the GPU ran none of
+// them between the first's start and the last's end, the longest such gaps, and the step as
+// Chrome trace-event JSON into $OUT/step_trace.json (or ./step_trace.json). Three steps are
+// traced back to back and the second reported: the first waits on the host, as no step of a run does.
 //   cuda_bench_step MODEL.h5 [BxC,BxC,...] [steps] [layers]
 //   defaults: 32x1024,32x4096,32x8192,32x16384,256x64 20
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
+#include <stdexcept>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include <cuda_runtime.h>
+#include <cupti.h>
 
 #include "common/cuda_check.h"
 #include "common/rng.h"
@@ -81,13 +88,116 @@ Floor floor_bytes(const ModelConfig& c, int l0, int l1, bool first, bool last, i
   return f;
 }
 
+// CUPTI's kernel records (start, end in ns; name) of what ran while tracing was on.
+struct KernelRecord {
+  uint64_t start, end;
+  std::string name;
+};
+std::vector<KernelRecord> g_kernels;
+
+void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
+  *size = size_t(16) << 20;
+  *buffer = static_cast<uint8_t*>(std::aligned_alloc(8, *size));
+  *max_records = 0;
+}
+
+void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid) {
+  CUpti_Activity* rec = nullptr;
+  while (cuptiActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS)
+    if (rec->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) {
+      const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(rec);
+      g_kernels.push_back({k->start, k->end, k->name ? k->name : "?"});
+    }
+  std::free(buffer);
+}
+
+#define CUPTI_CHECK(x)                                                                       \
+  do {                                                                                       \
+    const CUptiResult r_ = (x);                                                              \
+    if (r_ != CUPTI_SUCCESS) throw std::runtime_error(std::string("CUPTI error at ") + #x);  \
+  } while (0)
+
+// The kernels of `run` (queued and finished inside it), in start order.
+template <typename Run>
+std::vector<KernelRecord> trace_kernels(Run&& run) {
+  g_kernels.clear();
+  CUPTI_CHECK(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed));
+  CUPTI_CHECK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
+  run();
+  CUDA_CHECK(cudaDeviceSynchronize());
+  CUPTI_CHECK(cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
+  CUPTI_CHECK(cuptiActivityFlushAll(1));
+  std::sort(g_kernels.begin(), g_kernels.end(), [](const KernelRecord& a, const KernelRecord& b) {
+    return a.start < b.start;
+  });
+  return g_kernels;
+}
+
+std::string short_name(const std::string& n) {
+  std::string s = n.substr(0, n.find('('));
+  if (s.size() > 60) s = s.substr(0, 60);
+  return s;
+}
+
+// The trace's summary: span, busy (the union of the kernels' intervals), gaps (span - busy), the
+// five longest gaps with the kernels around them; and the step as trace-event JSON.
+void report_trace(const std::vector<KernelRecord>& k, const std::string& json_path) {
+  if (k.empty()) return void(std::printf("trace: no kernel records\n"));
+  uint64_t busy = 0, reach = k[0].start;
+  struct Gap {
+    uint64_t ns;
+    size_t after;
+  };
+  std::vector<Gap> gaps;
+  for (size_t i = 0; i < k.size(); ++i) {
+    if (k[i].start > reach && i > 0) gaps.push_back({k[i].start - reach, i - 1});
+    const uint64_t from = std::max(k[i].start, reach);
+    if (k[i].end > from) busy += k[i].end - from;
+    reach = std::max(reach, k[i].end);
+  }
+  const uint64_t span = reach - k[0].start;
+  uint64_t gap_sum = 0;
+  for (const Gap& g : gaps) gap_sum += g.ns;
+  std::printf("trace: one step, %zu kernels over %.3f ms: busy %.3f ms, idle between kernels %.1f us in %zu gaps "
+              "(%.2f us each on average)\n",
+              k.size(), span * 1e-6, busy * 1e-6, gap_sum * 1e-3, gaps.size(),
+              gaps.empty() ? 0.0 : gap_sum * 1e-3 / double(gaps.size()));
+  std::sort(gaps.begin(), gaps.end(), [](const Gap& a, const Gap& b) { return a.ns > b.ns; });
+  for (size_t i = 0; i < std::min<size_t>(5, gaps.size()); ++i)
+    std::printf("trace:   gap %.2f us after %s, before %s\n", gaps[i].ns * 1e-3,
+                short_name(k[gaps[i].after].name).c_str(), short_name(k[gaps[i].after + 1].name).c_str());
+  std::map<std::string, std::pair<int, uint64_t>> by_name;
+  for (const KernelRecord& r : k) {
+    auto& e = by_name[short_name(r.name)];
+    ++e.first;
+    e.second += r.end - r.start;
+  }
+  std::vector<std::pair<uint64_t, std::string>> top;
+  for (const auto& [n, e] : by_name) top.push_back({e.second, n});
+  std::sort(top.rbegin(), top.rend());
+  for (size_t i = 0; i < std::min<size_t>(12, top.size()); ++i)
+    std::printf("trace:   %8.3f ms in %4d x %s\n", top[i].first * 1e-6, by_name[top[i].second].first,
+                top[i].second.c_str());
+  FILE* f = std::fopen(json_path.c_str(), "w");
+  if (!f) return;
+  std::fprintf(f, "{\"traceEvents\": [\n");
+  for (size_t i = 0; i < k.size(); ++i)
+    std::fprintf(f, "{\"name\": \"%s\", \"ph\": \"X\", \"pid\": 0, \"tid\": 0, \"ts\": %.3f, \"dur\": %.3f}%s\n",
+                 short_name(k[i].name).c_str(), (k[i].start - k[0].start) * 1e-3, (k[i].end - k[i].start) * 1e-3,
+                 i + 1 < k.size() ? "," : "");
+  std::fprintf(f, "], \"displayTimeUnit\": \"ms\"}\n");
+  std::fclose(f);
+  std::printf("trace: written to %s\n", json_path.c_str());
+}
+
 struct Timing {
   double median = 0, mean = 0, p99 = 0;
 };
 
 // `steps` decode steps of B sequences at positions C, C + 1, ... after 3 untimed ones (the graph's
 // capture among them).
-Timing time_steps(CudaStageExecutor& st, const StageLayers& r, int64_t hidden, int64_t B, int64_t C, int steps) {
+Timing time_steps(CudaStageExecutor& st, const StageLayers& r, int64_t hidden, int64_t B, int64_t C, int steps,
+                  const char* trace_json = nullptr) {
   const int64_t page = 64, max_pages = (C + steps + 8 + page - 1) / page;
   st.alloc_batch_state({B, B * max_pages, page, max_pages}, SamplingParams{});
   std::vector<int32_t> pages(static_cast<size_t>(max_pages));
@@ -128,6 +238,22 @@ Timing time_steps(CudaStageExecutor& st, const StageLayers& r, int64_t hidden, i
     t.push_back(ms);
   }
   for (auto& e : ev) cudaEventDestroy(e);
+  if (trace_json) {  // three more steps, traced; the middle one reported (the host ahead of the GPU, as in a run)
+    auto k = trace_kernels([&] {
+      for (int i = total; i < total + 3; ++i) {
+        for (int64_t s = 0; s < B; ++s)
+          b.seqs[size_t(s)] = BatchSeq{s, int32_t(s), int32_t(C + i), 1, r.is_last() ? i : -1, true};
+        if (r.is_first()) st.embed_batch(b, nullptr, tokens, x);
+        st.forward_batch(x, b);
+        if (r.is_last()) st.choose_batch(x, b, nullptr, tokens, nullptr);
+      }
+    });
+    std::vector<size_t> starts;  // each step begins with its embedding
+    for (size_t i = 0; i < k.size(); ++i)
+      if (k[i].name.find("embedding") != std::string::npos) starts.push_back(i);
+    if (starts.size() == 3) k = std::vector<KernelRecord>(k.begin() + long(starts[1]), k.begin() + long(starts[2]));
+    report_trace(k, trace_json);
+  }
   Timing tm;
   for (double v : t) tm.mean += v / double(t.size());
   std::sort(t.begin(), t.end());
@@ -167,8 +293,11 @@ int main(int argc, char** argv) {
     {
       const StageLayers all = whole_model(L);
       auto st = make_cuda_stage(reader, all, DType::BF16, 0);
+      const char* out_dir = std::getenv("OUT");
+      const std::string json = std::string(out_dir ? out_dir : ".") + "/step_trace.json";
       for (auto [B, C] : cases) {
-        const Timing t = time_steps(*st, all, c.hidden_size, B, C, steps);
+        const bool trace = B == cases[0].first && C == cases[0].second;
+        const Timing t = time_steps(*st, all, c.hidden_size, B, C, steps, trace ? json.c_str() : nullptr);
         const Floor f = floor_bytes(c, 0, L, true, true, B, C);
         const double floor_ms = (f.weights + f.kv) / g_copy_gbs * 1e-6;
         std::printf("step B=%-4lld C=%-6lld %8.3f ms (mean %.3f, p99 %.3f)  %7.0f tok/s  floor %.3f ms "

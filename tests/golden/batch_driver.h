@@ -54,122 +54,155 @@ inline Access host_access() {
 }
 
 // Generates K tokens for every sequence through the batch API of a single-stage executor.
-inline Outcome run_batches(StageExecutor& st, const std::vector<BatchSeqSpec>& seqs, int64_t K, const Schedule& sc,
-                           const SamplingParams& defaults, int64_t hidden, const Access& io) {
-  const int64_t N = int64_t(seqs.size());
-  int64_t longest = 0, total_pages = 0;
-  for (const auto& s : seqs) longest = std::max<int64_t>(longest, int64_t(s.prompt.size()) + K);
-  const int64_t max_pages = (longest + sc.page_size - 1) / sc.page_size;
-  total_pages = sc.n_slots * max_pages + sc.extra_pages;
-  StateShape shape{sc.n_slots, total_pages, sc.page_size, max_pages};
-  st.alloc_batch_state(shape, defaults);
-  std::vector<int32_t> free_pages(static_cast<size_t>(total_pages));
-  std::iota(free_pages.begin(), free_pages.end(), 0);
-  std::shuffle(free_pages.begin(), free_pages.end(), std::mt19937(sc.page_seed));
+class BatchRunner {
+ public:
+  BatchRunner(StageExecutor& st, const std::vector<BatchSeqSpec>& seqs, int64_t K, const Schedule& sc,
+              const SamplingParams& defaults, int64_t hidden, const Access& io)
+      : st_(st), seqs_(seqs), K_(K), sc_(sc), hidden_(hidden), io_(io), N_(int64_t(seqs.size())) {
+    int64_t longest = 0, max_rows = sc.n_slots;
+    for (const auto& s : seqs) longest = std::max<int64_t>(longest, int64_t(s.prompt.size()) + K);
+    for (const auto& s : seqs) max_rows += int64_t(s.prompt.size());
+    const int64_t max_pages = (longest + sc.page_size - 1) / sc.page_size;
+    const int64_t total_pages = sc.n_slots * max_pages + sc.extra_pages;
+    st.alloc_batch_state(StateShape{sc.n_slots, total_pages, sc.page_size, max_pages}, defaults);
+    free_pages_.resize(size_t(total_pages));
+    std::iota(free_pages_.begin(), free_pages_.end(), 0);
+    std::shuffle(free_pages_.begin(), free_pages_.end(), std::mt19937(sc.page_seed));
+    x_ = st.alloc_hidden(max_rows + (sc.n_slots + hidden - 1) / hidden + 1);
+    prompt_ids_ = static_cast<int32_t*>(st.alloc_host(max_rows * 4));
+    fed_ = st.alloc_tokens(sc.n_slots);
+    chosen_ = st.alloc_tokens(sc.n_slots);
+    host_tokens_ = static_cast<int32_t*>(st.alloc_host(sc.n_slots * 4));
+    out_.tokens.assign(size_t(N_), {});
+    done_prompt_.assign(size_t(N_), 0);
+    slot_of_.assign(size_t(N_), -1);
+    pages_of_.assign(size_t(N_), {});
+    slot_busy_.assign(size_t(sc.n_slots), false);
+  }
 
-  int64_t max_rows = 0;
-  for (const auto& s : seqs) max_rows += int64_t(s.prompt.size());
-  max_rows += sc.n_slots;
-  void* x = st.alloc_hidden(max_rows + (sc.n_slots + hidden - 1) / hidden + 1);
-  auto* prompt_ids = static_cast<int32_t*>(st.alloc_host(max_rows * 4));
-  int32_t* fed = st.alloc_tokens(sc.n_slots);
-  int32_t* chosen = st.alloc_tokens(sc.n_slots);
-  auto* host_tokens = static_cast<int32_t*>(st.alloc_host(sc.n_slots * 4));
-  std::vector<float> xh;
+  Outcome run() {
+    while (finished_ < N_) {
+      admit();
+      plan();
+      map_pages();
+      step();
+      ++out_.steps;
+    }
+    return out_;
+  }
 
-  Outcome out;
-  out.tokens.assign(size_t(N), {});
-  std::vector<int64_t> done_prompt(size_t(N), 0), slot_of(size_t(N), -1), pages_held(size_t(N), 0);
-  std::vector<std::vector<int32_t>> pages_of(static_cast<size_t>(N));
-  std::vector<bool> slot_busy(size_t(sc.n_slots), false);
-  int64_t next_admit = 0, finished = 0;
-  bool decode_turn = true;
-  while (finished < N) {
-    // admit sequences into free slots, in order
-    for (int64_t s = 0; s < sc.n_slots && next_admit < N; ++s)
-      if (!slot_busy[size_t(s)]) {
-        slot_busy[size_t(s)] = true;
-        slot_of[size_t(next_admit++)] = s;
-      }
+ private:
+  // Sequences into free slots, in order.
+  void admit() {
+    for (int64_t s = 0; s < sc_.n_slots && next_ < N_; ++s)
+      if (!slot_busy_[size_t(s)]) slot_busy_[size_t(s)] = true, slot_of_[size_t(next_++)] = s;
+  }
+
+  // The step's entries: decode rows of running sequences, then prompt chunks of the others.
+  void plan() {
     std::vector<int64_t> dec, pro;
-    for (int64_t i = 0; i < N; ++i) {
-      if (slot_of[size_t(i)] < 0 || int64_t(out.tokens[size_t(i)].size()) >= K) continue;
-      if (done_prompt[size_t(i)] == int64_t(seqs[size_t(i)].prompt.size())) {
-        if (int64_t(dec.size()) < sc.max_decode) dec.push_back(i);
-      } else if (int64_t(pro.size()) < sc.max_prompts) {
+    for (int64_t i = 0; i < N_; ++i) {
+      if (slot_of_[size_t(i)] < 0 || int64_t(out_.tokens[size_t(i)].size()) >= K_) continue;
+      if (done_prompt_[size_t(i)] == int64_t(seqs_[size_t(i)].prompt.size())) {
+        if (int64_t(dec.size()) < sc_.max_decode) dec.push_back(i);
+      } else if (int64_t(pro.size()) < sc_.max_prompts) {
         pro.push_back(i);
       }
     }
-    if (!sc.mix && !dec.empty() && !pro.empty()) (decode_turn ? pro : dec).clear();
-    decode_turn = !decode_turn;
-    StepBatch b;
-    std::vector<int32_t> fed_host, ids;
-    std::vector<int64_t> order;  // the sequence of each entry
+    if (!sc_.mix && !dec.empty() && !pro.empty()) (decode_turn_ ? pro : dec).clear();
+    decode_turn_ = !decode_turn_;
+    out_.mixed_steps += !dec.empty() && !pro.empty();
+    b_ = StepBatch{};
+    fed_host_.clear(), ids_.clear(), order_.clear();
     for (int64_t i : dec) {
-      BatchSeq e;
-      e.seq = seqs[size_t(i)].seq;
-      e.slot = int32_t(slot_of[size_t(i)]);
-      e.first_pos = int32_t(seqs[size_t(i)].prompt.size() + out.tokens[size_t(i)].size() - 1);
-      e.n_rows = 1;
-      e.gen_step = int32_t(out.tokens[size_t(i)].size());
-      e.decode = true;
-      b.seqs.push_back(e);
-      fed_host.push_back(out.tokens[size_t(i)].back());
-      order.push_back(i);
+      const auto& t = out_.tokens[size_t(i)];
+      b_.seqs.push_back(BatchSeq{seqs_[size_t(i)].seq, int32_t(slot_of_[size_t(i)]),
+                                 int32_t(seqs_[size_t(i)].prompt.size() + t.size() - 1), 1, int32_t(t.size()), true});
+      fed_host_.push_back(t.back());
+      order_.push_back(i);
     }
     for (int64_t i : pro) {
-      const auto& p = seqs[size_t(i)].prompt;
-      BatchSeq e;
-      e.seq = seqs[size_t(i)].seq;
-      e.slot = int32_t(slot_of[size_t(i)]);
-      e.first_pos = int32_t(done_prompt[size_t(i)]);
-      e.n_rows = int32_t(std::min<int64_t>(sc.chunk, int64_t(p.size()) - e.first_pos));
-      e.gen_step = e.first_pos + e.n_rows == int32_t(p.size()) ? 0 : -1;
-      b.seqs.push_back(e);
-      ids.insert(ids.end(), p.begin() + e.first_pos, p.begin() + e.first_pos + e.n_rows);
-      order.push_back(i);
+      const auto& p = seqs_[size_t(i)].prompt;
+      const int32_t first = int32_t(done_prompt_[size_t(i)]);
+      const int32_t n = int32_t(std::min<int64_t>(sc_.chunk, int64_t(p.size()) - first));
+      b_.seqs.push_back(BatchSeq{seqs_[size_t(i)].seq, int32_t(slot_of_[size_t(i)]), first, n,
+                                 first + n == int32_t(p.size()) ? 0 : -1, false});
+      ids_.insert(ids_.end(), p.begin() + first, p.begin() + first + n);
+      order_.push_back(i);
     }
-    // pages for every position the step writes
-    for (size_t j = 0; j < b.seqs.size(); ++j) {
-      const int64_t i = order[j], need = (b.seqs[j].first_pos + b.seqs[j].n_rows + sc.page_size - 1) / sc.page_size;
-      for (int64_t lp = pages_held[size_t(i)]; lp < need; ++lp) {
-        const int32_t page = free_pages.back();
-        free_pages.pop_back();
-        pages_of[size_t(i)].push_back(page);
-        st.map_pages(b.seqs[j].slot, lp, &page, 1);
-      }
-      pages_held[size_t(i)] = std::max(pages_held[size_t(i)], need);
-    }
-    std::copy(ids.begin(), ids.end(), prompt_ids);
-    if (!fed_host.empty()) io.to_exec(fed, fed_host.data(), fed_host.size() * 4);
-    st.embed_batch(b, prompt_ids, fed, x);
-    st.forward_batch(x, b);
-    std::vector<SeqSampling> params;
-    for (size_t j = 0; j < b.seqs.size(); ++j)
-      if (b.seqs[j].gen_step >= 0) params.push_back(seqs[size_t(order[j])].sampling);
-    st.choose_batch(x, b, sc.per_seq_sampling ? params.data() : nullptr, chosen, host_tokens);
-    st.synchronize();
-    xh.resize(size_t(b.rows() * hidden));
-    io.from_exec(xh.data(), x, xh.size() * 4);
-    int64_t row = 0, emit = 0;
-    for (size_t j = 0; j < b.seqs.size(); ++j) {
-      const BatchSeq& e = b.seqs[j];
-      const int64_t i = order[j];
-      for (int64_t r = 0; r < e.n_rows; ++r, ++row)
-        out.rows[{i, e.first_pos + r}] = std::vector<float>(xh.begin() + row * hidden, xh.begin() + (row + 1) * hidden);
-      if (!e.decode) done_prompt[size_t(i)] += e.n_rows;
-      if (e.gen_step >= 0) out.tokens[size_t(i)].push_back(host_tokens[emit++]);
-      if (int64_t(out.tokens[size_t(i)].size()) == K) {  // retire: its slot and pages go back
-        slot_busy[size_t(slot_of[size_t(i)])] = false;
-        slot_of[size_t(i)] = -2;
-        for (int32_t p : pages_of[size_t(i)]) free_pages.insert(free_pages.begin(), p);
-        ++finished;
-      }
-    }
-    ++out.steps;
-    out.mixed_steps += !dec.empty() && !pro.empty();
   }
-  return out;
+
+  // Pages for every position the step writes, from the free list.
+  void map_pages() {
+    for (size_t j = 0; j < b_.seqs.size(); ++j) {
+      auto& held = pages_of_[size_t(order_[j])];
+      const int64_t need = (b_.seqs[j].first_pos + b_.seqs[j].n_rows + sc_.page_size - 1) / sc_.page_size;
+      for (int64_t lp = int64_t(held.size()); lp < need; ++lp) {
+        const int32_t page = free_pages_.back();
+        free_pages_.pop_back();
+        held.push_back(page);
+        st_.map_pages(b_.seqs[j].slot, lp, &page, 1);
+      }
+    }
+  }
+
+  // Embed, layers, choice; then the rows and tokens recorded, finished sequences retired.
+  void step() {
+    std::copy(ids_.begin(), ids_.end(), prompt_ids_);
+    if (!fed_host_.empty()) io_.to_exec(fed_, fed_host_.data(), fed_host_.size() * 4);
+    st_.embed_batch(b_, prompt_ids_, fed_, x_);
+    st_.forward_batch(x_, b_);
+    std::vector<SeqSampling> params;
+    for (size_t j = 0; j < b_.seqs.size(); ++j)
+      if (b_.seqs[j].gen_step >= 0) params.push_back(seqs_[size_t(order_[j])].sampling);
+    st_.choose_batch(x_, b_, sc_.per_seq_sampling ? params.data() : nullptr, chosen_, host_tokens_);
+    st_.synchronize();
+    std::vector<float> xh(static_cast<size_t>(b_.rows() * hidden_));
+    io_.from_exec(xh.data(), x_, xh.size() * 4);
+    int64_t row = 0, emit = 0;
+    for (size_t j = 0; j < b_.seqs.size(); ++j) {
+      const BatchSeq& e = b_.seqs[j];
+      const int64_t i = order_[j];
+      for (int64_t r = 0; r < e.n_rows; ++r, ++row)
+        out_.rows[{i, e.first_pos + r}] =
+            std::vector<float>(xh.begin() + row * hidden_, xh.begin() + (row + 1) * hidden_);
+      if (!e.decode) done_prompt_[size_t(i)] += e.n_rows;
+      if (e.gen_step >= 0) out_.tokens[size_t(i)].push_back(host_tokens_[emit++]);
+      if (int64_t(out_.tokens[size_t(i)].size()) == K_) retire(i);
+    }
+  }
+
+  // Its slot and pages go back (the pages to the front of the free list: other places next time).
+  void retire(int64_t i) {
+    slot_busy_[size_t(slot_of_[size_t(i)])] = false;
+    slot_of_[size_t(i)] = -2;
+    for (int32_t p : pages_of_[size_t(i)]) free_pages_.insert(free_pages_.begin(), p);
+    ++finished_;
+  }
+
+  StageExecutor& st_;
+  const std::vector<BatchSeqSpec>& seqs_;
+  int64_t K_;
+  Schedule sc_;
+  int64_t hidden_;
+  Access io_;
+  int64_t N_, next_ = 0, finished_ = 0;
+  bool decode_turn_ = true;
+  void* x_ = nullptr;
+  int32_t *prompt_ids_ = nullptr, *fed_ = nullptr, *chosen_ = nullptr, *host_tokens_ = nullptr;
+  std::vector<int32_t> free_pages_;
+  std::vector<int64_t> done_prompt_, slot_of_;
+  std::vector<std::vector<int32_t>> pages_of_;
+  std::vector<bool> slot_busy_;
+  StepBatch b_;
+  std::vector<int32_t> fed_host_, ids_;
+  std::vector<int64_t> order_;  // the sequence of each entry
+  Outcome out_;
+};
+
+inline Outcome run_batches(StageExecutor& st, const std::vector<BatchSeqSpec>& seqs, int64_t K, const Schedule& sc,
+                           const SamplingParams& defaults, int64_t hidden, const Access& io) {
+  return BatchRunner(st, seqs, K, sc, defaults, hidden, io).run();
 }
 
 // Today's calls on the same sequences: one microbatch of all, prompts padded to the longest,

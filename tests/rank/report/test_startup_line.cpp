@@ -1,4 +1,4 @@
-// The start-up line of the run report (src/rank/startup_report.h) on made-up but realistic figures:
+// The start-up line of the run report (src/rank/report/startup_line.h) on made-up but realistic figures:
 // four ranks on two hosts reading the tiny stages, one GPU rank reading the full model's stage.
 #include <gtest/gtest.h>
 
