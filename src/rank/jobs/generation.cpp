@@ -20,7 +20,7 @@ namespace {
 
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
-// Every replica's tokens, in input order, on the job's last rank (replica_results.h).
+// Every replica's tokens, in input order, on the job's last rank (report/result_gather.h).
 GenerateResult gather_tokens(const RankSetup& s, const GenerateJob& job) {
   GenerateResult mine;
   if (s.pipe.is_last()) job.take_results(&mine);

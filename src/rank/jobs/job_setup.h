@@ -1,4 +1,4 @@
-// The jobs of lfm2-rank over one start-up (run.cpp): scoring (the next token of every prompt) and
+// The jobs of lfm2-rank over one start-up (startup/phases.h): scoring (the next token of every prompt) and
 // generation (--max-new-tokens). Start-up builds everything a job needs and agrees on it across
 // ranks (RankSetup); a job then runs the pipeline, reports, validates and writes its output, and
 // says how it ended. Nothing here depends on the backend.

@@ -28,7 +28,7 @@ std::string smallest_margin(const std::vector<float>& margin) {
   return cat("; smallest top-1 margin ", margin[at], " (sequence ", at, ")");
 }
 
-// Every replica's results, in input order, on the job's last rank (replica_results.h).
+// Every replica's results, in input order, on the job's last rank (report/result_gather.h).
 PipelineResult gather_scores(const RankSetup& s, const ScoreJob& job) {
   PipelineResult mine;
   if (s.pipe.is_last()) job.take_results(&mine);

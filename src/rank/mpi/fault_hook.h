@@ -5,7 +5,7 @@
 //   loading    before loading its stage's weights
 //   agreement  before the ready agreement that ends start-up
 //   output     before the results are reported and written (after the exchange)
-//   <m>        after finishing microbatch m (Pipeline::set_kill_after, set up in run.cpp)
+//   <m>        after finishing microbatch m (Pipeline::set_kill_after, set up in startup/load_phase.cpp)
 // Tests only (tests/rank, tests/faults); unset it does nothing.
 #pragma once
 

@@ -29,7 +29,7 @@ Replicas::Replicas(const WorldConfig& world, int n_stages) : world_(world) {
     hosts_.emplace_back(f.host, strnlen(f.host, sizeof f.host));
   }
   layout_ = group_ranks(nodes, n_stages);
-  // The job's last rank writes the output from every replica's last stage (replica_results.h).
+  // The job's last rank writes the output from every replica's last stage (report/result_gather.h).
   LFM2_CHECK(layout_.stage_of.back() == n_stages - 1, "replicas: rank ", world.size - 1, " is no last stage");
   world_.replica = layout_.replica_of[size_t(world.rank)];
   world_.n_replicas = layout_.n_replicas;

@@ -1,4 +1,4 @@
-// The MPI side of replicas (replicas.h): every rank learns every rank's node, the ranks are grouped
+// The MPI side of replicas (replica_layout.h): every rank learns every rank's node, the ranks are grouped
 // into replicas, and MPI_COMM_WORLD is split into one communicator per replica (MPI_Comm_split,
 // ranks in stage order). A replica's pipeline, its MPI transport and the NCCL communicators of its
 // CUDA transport (whose unique ids travel on it) live on that communicator, so none spans two

@@ -1,6 +1,6 @@
 // Watchdog: bounds the waits of lfm2-rank that cannot poll a deadline themselves.
 //
-// Every wait for another rank inside the run polls against --timeout (transport.h). A few blocking
+// Every wait for another rank inside the run polls against --timeout (world.h's poll_until). A few blocking
 // MPI calls cannot: MPI_Init_thread (a rank that never starts leaves the others in its exchange of
 // addresses), the node-local communicator's split, and MPI_Finalize (a rank that stopped after the
 // exit agreement). Around each of them main() arms this watchdog; a thread that sleeps until the

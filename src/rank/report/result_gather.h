@@ -1,5 +1,5 @@
 // The results of every replica, in input order, on the rank that writes them: the job's last rank
-// (the last stage of its replica, replicas.h), which validates them and writes the output once.
+// (the last stage of its replica, mpi/replica_layout.h), which validates them and writes the output once.
 //
 // Each replica's last stage holds the rows of its block of sequences, in a few fields (next
 // tokens, margins, logits; generated tokens and their counts). ResultGather moves every field of

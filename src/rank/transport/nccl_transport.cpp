@@ -136,7 +136,7 @@ class NcclTransportImpl final : public NcclTransport {
     const int peer = s.peer;
     const bool is_send = s.is_send;
     if (poll_until([&] { return test(h); }, timeout_s_)) return;
-    // A timeout, as over MPI: its kind sets the reporting rank's stagger (fatal.h), so that the
+    // A timeout, as over MPI: its kind sets the reporting rank's stagger (mpi/fatal.h), so that the
     // stalled rank's neighbours speak first.
     comms_.abort();
     if (is_send)
