@@ -38,6 +38,7 @@ std::string item_label(const StepPlan& plan) {
     case StepPlan::Kind::kScore: return cat("s", plan.micro);
     case StepPlan::Kind::kPrefill: return cat("p", plan.micro);
     case StepPlan::Kind::kDecode: return cat("d", plan.seqs.empty() ? 0 : plan.seqs[0].gen_step, ".", plan.micro);
+    case StepPlan::Kind::kMixed: return cat("m", plan.item);
   }
   return "?";
 }

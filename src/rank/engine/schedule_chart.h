@@ -34,7 +34,7 @@ ScheduleTimeline simulate_schedule(const std::vector<StepPlan>& plans, int n_sta
 std::vector<std::string> chart_lines(const ScheduleTimeline& timeline, const std::vector<StepPlan>& plans);
 
 // A cell's label: "s3" (scoring, microbatch 3), "p1" (the prefill of microbatch 1), "d2.1" (decode
-// step 2 of microbatch 1).
+// step 2 of microbatch 1), "m7" (item 7, prompt chunks and decode rows).
 std::string item_label(const StepPlan& plan);
 
 // The GPipe bubble fraction (P-1)/(M+P-1).

@@ -6,39 +6,25 @@
 namespace lfm2 {
 namespace {
 
-// An item as today's executors take it: sequences [first, first + n), each `width` rows.
+// A scored item as the executor takes it: sequences [first, first + n), each `width` rows.
 struct Block {
-  int64_t first = 0, n = 0, width = 0, step = 0;
+  int64_t first = 0, n = 0, width = 0;
 };
 
 Block block_of(const StepPlan& plan) {
   LFM2_CHECK(!plan.seqs.empty(), "step plan: ", plan.name(), " carries no sequence");
   const SeqRows& s0 = plan.seqs[0];
-  Block b{s0.seq, plan.n_seqs(), s0.n_rows, s0.gen_step};
+  Block b{s0.seq, plan.n_seqs(), s0.n_rows};
   for (int64_t k = 0; k < b.n; ++k) {
     const SeqRows& s = plan.seqs[size_t(k)];
-    LFM2_CHECK(s.seq == b.first + k && s.slot == s.seq && s.n_rows == b.width && s.gen_step == b.step,
-               "step plan: ", plan.name(), ": the executors take one block of consecutive sequences of one width");
+    LFM2_CHECK(s.seq == b.first + k && s.n_rows == b.width && s.first_pos == 0, "step plan: ", plan.name(),
+               ": scoring takes one block of consecutive sequences of one width");
   }
   return b;
 }
 
-void input(const StepPlan& plan, const Block& b, void* x, StageExecutor& exec, const StepMemory& mem) {
-  if (plan.kind == StepPlan::Kind::kDecode)
-    exec.embed_tokens(feedback_tokens(mem, plan.feedback_slot), b.n, x);
-  else
-    exec.embed(mem.ids + b.first * mem.width, b.n, b.width, x);
-}
-
-void layers(const StepPlan& plan, const Block& b, void* x, StageExecutor& exec) {
-  switch (plan.kind) {
-    case StepPlan::Kind::kScore: return exec.forward(x, b.n, b.width);
-    case StepPlan::Kind::kPrefill: return exec.prefill(x, b.first, b.n, b.width);
-    case StepPlan::Kind::kDecode: return exec.decode(x, b.first, b.n, b.step);
-  }
-}
-
-void head(const Block& b, void* x, StageExecutor& exec, const StepMemory& mem) {
+void head(const StepPlan& plan, void* x, StageExecutor& exec, const StepMemory& mem) {
+  const Block b = block_of(plan);
   const int64_t V = mem.vocab;
   HeadOutputs out;
   out.next_token = mem.head.next_token + b.first;
@@ -48,21 +34,100 @@ void head(const Block& b, void* x, StageExecutor& exec, const StepMemory& mem) {
   exec.head(x, b.n, b.width, mem.lengths ? mem.lengths + b.first : nullptr, out);
 }
 
-void choose(const StepPlan& plan, const Block& b, void* x, StageExecutor& exec, const StepMemory& mem) {
+// Static schedules: the prompt entries' ids, one run of the packed prompts (the schedulers keep an
+// item's chunks consecutive there).
+const int32_t* packed_rows(const StepPlan& plan, const StepMemory& mem) {
+  const int32_t* start = nullptr;
+  int64_t next = -1;
+  for (const SeqRows& s : plan.seqs) {
+    if (s.decode) continue;
+    LFM2_CHECK(s.seq >= 0 && size_t(s.seq) < mem.prompt_start.size(), "step plan: ", plan.name(), ": sequence ",
+               s.seq, " has no prompt here");
+    const int64_t at = mem.prompt_start[size_t(s.seq)] + s.first_pos;
+    LFM2_CHECK(next < 0 || at == next, "step plan: ", plan.name(), ": its prompt chunks are not consecutive");
+    if (!start) start = mem.packed_ids + at;
+    next = at + s.n_rows;
+  }
+  return start;
+}
+
+void embed(const StepPlan& plan, void* x, StageExecutor& exec, const StepMemory& mem) {
+  if (!plan.generation()) {
+    const Block b = block_of(plan);
+    return exec.embed(mem.ids + b.first * mem.width, b.n, b.width, x);
+  }
+  const StepBatch b = batch_of(plan, mem.seq_base);
+  if (plan.feedback_slot >= 0 || (plan.n_decode() == 0 && mem.packed_ids)) {
+    const int32_t* fed = plan.feedback_slot >= 0 ? feedback_tokens(mem, plan.feedback_slot) : nullptr;
+    return exec.embed_batch(b, packed_rows(plan, mem), fed, x);
+  }
+  LFM2_CHECK(mem.staging, "step plan: ", plan.name(), ": no staging for its host inputs");
+  LFM2_CHECK(int64_t(plan.fed.size()) == plan.n_decode(), "step plan: ", plan.name(), ": ", plan.fed.size(),
+             " fed tokens for ", plan.n_decode(), " decode entries");
+  const StagedInput in = mem.staging->stage(plan);
+  exec.embed_batch(b, in.prompt_ids, in.fed, x);
+}
+
+// The plan's page grants, a run of consecutive entries of one slot per call.
+void map_grants(const StepPlan& plan, StageExecutor& exec) {
+  std::vector<int32_t> pages;
+  for (size_t i = 0; i < plan.grants.size();) {
+    const PageGrant& g = plan.grants[i];
+    pages.clear();
+    size_t j = i;
+    while (j < plan.grants.size() && plan.grants[j].slot == g.slot &&
+           plan.grants[j].index == g.index + int32_t(j - i))
+      pages.push_back(plan.grants[j++].page);
+    exec.map_pages(g.slot, g.index, pages.data(), int64_t(pages.size()));
+    i = j;
+  }
+}
+
+void layers(const StepPlan& plan, void* x, StageExecutor& exec, const StepMemory& mem) {
+  if (!plan.generation()) {
+    const Block b = block_of(plan);
+    return exec.forward(x, b.n, b.width);
+  }
+  map_grants(plan, exec);
+  exec.forward_batch(x, batch_of(plan, mem.seq_base));
+}
+
+void choose(const StepPlan& plan, void* x, StageExecutor& exec, const StepMemory& mem) {
   int32_t* tokens = plan.feeds_slot >= 0 ? feedback_tokens(mem, plan.feeds_slot) : mem.spare_tokens;
-  int32_t* host = mem.host_tokens + b.step * mem.n_seq + b.first;
-  exec.choose(x, b.first, b.n, plan.kind == StepPlan::Kind::kPrefill ? b.width : 1, b.step, tokens, host);
-  if (mem.stream_tokens > 0 && b.first == 0) {
-    exec.synchronize();
-    log_info(cat("stream: sequence 0, token ", b.step + 1, "/", mem.stream_tokens, ": ", host[0]));
+  int32_t* host = plan.emit_offset >= 0 ? mem.host_emits + plan.emit_offset : mem.report_tokens;
+  LFM2_CHECK(plan.sampling.empty() || int64_t(plan.sampling.size()) == plan.n_emit(), "step plan: ", plan.name(),
+             ": ", plan.sampling.size(), " samplings for ", plan.n_emit(), " emitting entries");
+  exec.choose_batch(x, batch_of(plan, mem.seq_base), plan.sampling.empty() ? nullptr : plan.sampling.data(), tokens,
+                    host);
+  if (mem.stream_tokens <= 0 || !host) return;
+  int64_t e = 0;
+  for (const SeqRows& s : plan.seqs) {
+    if (s.gen_step < 0) continue;
+    if (s.seq + mem.seq_base == 0) {
+      exec.synchronize();
+      log_info(cat("stream: sequence 0, token ", s.gen_step + 1, "/", mem.stream_tokens, ": ", host[e]));
+    }
+    ++e;
   }
 }
 
 }  // namespace
 
+StepBatch batch_of(const StepPlan& plan, int64_t seq_base) {
+  StepBatch b;
+  b.seqs.reserve(plan.seqs.size());
+  for (const SeqRows& s : plan.seqs)
+    b.seqs.push_back({s.seq + seq_base, s.slot, s.first_pos, s.n_rows, s.gen_step, s.decode});
+  return b;
+}
+
 size_t item_bytes(const StepPlan& plan, int64_t hidden, DType act_dtype) {
-  if (plan.kind == StepPlan::Kind::kDecode) return size_t(decode_buffer_floats(plan.n_seqs(), hidden)) * sizeof(float);
+  if (plan.generation()) return size_t(plan.rows() * hidden + plan.n_decode()) * sizeof(float);
   return size_t(plan.rows() * hidden) * dtype_size(act_dtype);
+}
+
+int64_t item_tokens(const StepPlan& plan, int64_t hidden) {
+  return plan.rows() + (plan.n_decode() + hidden - 1) / hidden;
 }
 
 const char* step_name(StageOp op, StepPlan::Kind kind) {
@@ -76,13 +141,12 @@ const char* step_name(StageOp op, StepPlan::Kind kind) {
 }
 
 void run_step(StageOp op, const StepPlan& plan, void* x, StageExecutor& exec, const StepMemory& mem) {
-  const Block b = block_of(plan);
   switch (op) {
-    case StageOp::kInput: return input(plan, b, x, exec, mem);
-    case StageOp::kLayers: return layers(plan, b, x, exec);
+    case StageOp::kInput: return embed(plan, x, exec, mem);
+    case StageOp::kLayers: return layers(plan, x, exec, mem);
     case StageOp::kOutput:
-      if (plan.kind == StepPlan::Kind::kScore) return head(b, x, exec, mem);
-      return choose(plan, b, x, exec, mem);
+      if (!plan.generation()) return head(plan, x, exec, mem);
+      return choose(plan, x, exec, mem);
     default: LFM2_FAIL("run_step: ", op_name(op), " is no compute step");
   }
 }
@@ -93,6 +157,6 @@ int32_t* feedback_tokens(const StepMemory& mem, int slot) {
   return mem.token_slots[size_t(slot)];
 }
 
-size_t feedback_bytes(const StepPlan& plan) { return size_t(plan.n_seqs()) * sizeof(int32_t); }
+size_t feedback_bytes(const StepPlan& plan) { return size_t(plan.n_emit()) * sizeof(int32_t); }
 
 }  // namespace lfm2

@@ -1,16 +1,16 @@
 // A stage's compute for one item: a plan's input, layers and output as calls of the stage's
 // executor (model/stage_executor.h), chosen by the plan's kind alone.
 //
-//   kind      input (first stage)         layers             output (last stage)
-//   kScore    embed(prompts)              forward            head: top-1, margin, logits
-//   kPrefill  embed(prompts)              prefill (stores    choose the first token
-//                                         the state)
-//   kDecode   embed_tokens(fed-back       decode (one row    choose the next token
-//             tokens) + finished flags    per sequence)
+//   kind        input (first stage)          layers                     output (last stage)
+//   kScore      embed(prompts)               forward                    head: top-1, margin, logits
+//   generation  embed_batch(prompt rows,     map_pages(the plan's       choose_batch: a token per
+//   (prefill,   fed tokens) + finished       grants), forward_batch     emitting entry
+//   decode,     flags                        (reads and extends each
+//   mixed)                                   entry's slot)
 //
 // Besides the hidden states a step reads and writes the job's memory on this stage (StepMemory:
-// memory the executor allocated for it). Today's executors take an item's sequences as one
-// contiguous block of equal width; a plan that is not is refused.
+// memory the executor allocated for it). A scored item is one contiguous block of sequences of one
+// width; a generation item is any batch step (model/step_batch.h).
 #pragma once
 
 #include <cstddef>
@@ -19,30 +19,53 @@
 
 #include "common/dtype.h"
 #include "model/stage_executor.h"
+#include "model/step_batch.h"
 #include "rank/engine/stage_program.h"
 #include "rank/engine/step_plan.h"
 
 namespace lfm2 {
 
+// First stage, continuous batching: an item's host inputs staged where the executor reads them.
+struct StagedInput {
+  const int32_t* prompt_ids = nullptr;  // alloc_host memory: the prompt entries' ids, in entry order
+  const int32_t* fed = nullptr;         // alloc_tokens memory: the decode entries' tokens (plan.fed)
+};
+class InputStaging {
+ public:
+  virtual ~InputStaging() = default;
+  // Queues the item's ids into memory that stays unchanged until its queued work is done.
+  virtual StagedInput stage(const StepPlan& plan) = 0;
+};
+
 // The job's memory on this stage (host memory from the executor's alloc_host, token buffers from
 // its alloc_tokens); what a stage does not use stays null.
 struct StepMemory {
-  const int32_t* ids = nullptr;      // (N, width) first stage: the prompts, for kScore and kPrefill items
+  // ---- scoring
+  const int32_t* ids = nullptr;      // (N, width) first stage: the prompts
   int64_t width = 0;                 // the prompts' width (padded)
-  HeadOutputs head;                  // last stage, scoring: next_token, margin (N), logits (N, V),
-                                     // all_logits (N, width, V)
-  const int32_t* lengths = nullptr;  // (N) last stage, scoring: the head reads lengths[s] - 1 (null: width - 1)
+  HeadOutputs head;                  // last stage: next_token, margin (N), logits (N, V), all_logits (N, width, V)
+  const int32_t* lengths = nullptr;  // (N) last stage: the head reads lengths[s] - 1 (null: width - 1)
   int64_t vocab = 0;
-  std::vector<int32_t*> token_slots;  // generation, first and last stage: per feedback slot, its tokens
-  int32_t* spare_tokens = nullptr;    // last stage: the tokens of items that feed nobody
-  int32_t* host_tokens = nullptr;     // last stage: every chosen token (steps, N), step-major
-  int64_t n_seq = 0;                  // N
-  int64_t stream_tokens = 0;          // > 0: print sequence 0's tokens as chosen ("token t/K", one host wait each)
+  // ---- generation
+  int64_t seq_base = 0;                // added to a plan's seq for the executor (sampling's key)
+  const int32_t* packed_ids = nullptr;  // first stage, static schedules: every prompt unpadded, in order
+  std::vector<int64_t> prompt_start;   // (N) where each prompt starts in packed_ids
+  InputStaging* staging = nullptr;     // first stage, continuous batching: plans with host-fed tokens
+  std::vector<int32_t*> token_slots;   // first and last stage: per feedback slot, its tokens
+  int32_t* spare_tokens = nullptr;     // last stage: the tokens of items that feed nobody
+  int32_t* host_emits = nullptr;       // last stage, static schedules: the run's tokens (emit_offset)
+  int32_t* report_tokens = nullptr;    // last stage, reporting items: their tokens on the host
+  int64_t stream_tokens = 0;           // > 0: print sequence 0's tokens as chosen ("token t/K", one host wait each)
 };
 
-// Bytes of hidden states an item carries between stages: its rows, and after a decode item's rows
-// its finished flags (model/stage_executor.h's decode_buffer_floats).
+// The executor's view of a generation item (seq_base added to each sequence).
+StepBatch batch_of(const StepPlan& plan, int64_t seq_base);
+
+// Bytes of hidden states an item carries between stages: its rows, and after a generation item's
+// rows the finished flags of its decode entries (model/stage_executor.h's decode_flags).
 size_t item_bytes(const StepPlan& plan, int64_t hidden, DType act_dtype);
+// Tokens of hidden-state buffer an item needs (alloc_hidden).
+int64_t item_tokens(const StepPlan& plan, int64_t hidden);
 
 // The name of a compute step in busy spans and traces: "embed", "forward" / "layers", "head" / "choose".
 const char* step_name(StageOp op, StepPlan::Kind kind);

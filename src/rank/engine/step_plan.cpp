@@ -1,12 +1,14 @@
 #include "rank/engine/step_plan.h"
 
+#include <cstring>
+
 #include "common/error.h"
 
 namespace lfm2 {
 namespace {
 
-constexpr uint32_t kMagic = 0x31504c53;  // "SLP1": the format of to_bytes
-constexpr size_t kHeaderBytes = 44, kSeqBytes = 32;
+constexpr uint32_t kMagic = 0x32504c53;  // "SLP2": the format of to_bytes
+constexpr size_t kHeaderBytes = 68, kSeqBytes = 32, kGrantBytes = 12, kFedBytes = 4, kSamplingBytes = 20;
 
 // Fixed-width integers, least significant byte first, whatever the host's byte order.
 template <typename T>
@@ -23,16 +25,36 @@ T take(const uint8_t*& p) {
   return T(u);
 }
 
+void put_float(std::vector<uint8_t>& out, float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  put<uint32_t>(out, u);
+}
+
+float take_float(const uint8_t*& p) {
+  const uint32_t u = take<uint32_t>(p);
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
 }  // namespace
 
 bool SeqRows::operator==(const SeqRows& o) const {
   return seq == o.seq && slot == o.slot && first_pos == o.first_pos && n_rows == o.n_rows &&
-         n_tokens == o.n_tokens && gen_step == o.gen_step;
+         n_tokens == o.n_tokens && gen_step == o.gen_step && decode == o.decode;
 }
 
 bool StepPlan::operator==(const StepPlan& o) const {
-  return item == o.item && kind == o.kind && micro == o.micro && seqs == o.seqs &&
-         feedback_from == o.feedback_from && feedback_slot == o.feedback_slot && feeds_slot == o.feeds_slot;
+  auto same_sampling = [](const SeqSampling& a, const SeqSampling& b) {
+    return a.temperature == b.temperature && a.top_k == b.top_k && a.top_p == b.top_p && a.seed == b.seed;
+  };
+  if (sampling.size() != o.sampling.size()) return false;
+  for (size_t i = 0; i < sampling.size(); ++i)
+    if (!same_sampling(sampling[i], o.sampling[i])) return false;
+  return item == o.item && kind == o.kind && micro == o.micro && seqs == o.seqs && grants == o.grants &&
+         feedback_from == o.feedback_from && feedback_slot == o.feedback_slot && feeds_slot == o.feeds_slot &&
+         fed == o.fed && emit_offset == o.emit_offset && reports == o.reports;
 }
 
 int64_t StepPlan::rows() const {
@@ -41,18 +63,39 @@ int64_t StepPlan::rows() const {
   return n;
 }
 
+int64_t StepPlan::n_decode() const {
+  int64_t n = 0;
+  while (n < n_seqs() && seqs[size_t(n)].decode) ++n;
+  return n;
+}
+
+int64_t StepPlan::n_emit() const {
+  int64_t n = 0;
+  for (const SeqRows& s : seqs) n += s.gen_step >= 0 ? 1 : 0;
+  return n;
+}
+
+StepPlan::Kind generation_kind(const std::vector<SeqRows>& seqs) {
+  bool decode = false, prompt = false;
+  for (const SeqRows& s : seqs) (s.decode ? decode : prompt) = true;
+  return decode && prompt ? StepPlan::Kind::kMixed : decode ? StepPlan::Kind::kDecode : StepPlan::Kind::kPrefill;
+}
+
 std::string StepPlan::name() const {
+  if (micro < 0) return cat("item ", item);
   switch (kind) {
     case Kind::kScore: return cat("microbatch ", micro);
     case Kind::kPrefill: return cat("the prefill of microbatch ", micro);
     case Kind::kDecode: return cat("step ", seqs.empty() ? 0 : seqs[0].gen_step, " of microbatch ", micro);
+    case Kind::kMixed: return cat("item ", item, " (microbatch ", micro, ")");
   }
   return cat("item ", item);
 }
 
 std::vector<uint8_t> to_bytes(const StepPlan& plan) {
   std::vector<uint8_t> out;
-  out.reserve(kHeaderBytes + kSeqBytes * plan.seqs.size());
+  out.reserve(kHeaderBytes + kSeqBytes * plan.seqs.size() + kGrantBytes * plan.grants.size() +
+              kFedBytes * plan.fed.size() + kSamplingBytes * plan.sampling.size());
   put<uint32_t>(out, kMagic);
   put<int64_t>(out, plan.item);
   put<int32_t>(out, int32_t(plan.kind));
@@ -60,14 +103,32 @@ std::vector<uint8_t> to_bytes(const StepPlan& plan) {
   put<int64_t>(out, plan.feedback_from);
   put<int32_t>(out, plan.feedback_slot);
   put<int32_t>(out, plan.feeds_slot);
+  put<int64_t>(out, plan.emit_offset);
+  put<int32_t>(out, plan.reports ? 1 : 0);
   put<uint32_t>(out, uint32_t(plan.seqs.size()));
+  put<uint32_t>(out, uint32_t(plan.grants.size()));
+  put<uint32_t>(out, uint32_t(plan.fed.size()));
+  put<uint32_t>(out, uint32_t(plan.sampling.size()));
   for (const SeqRows& s : plan.seqs) {
     put<int64_t>(out, s.seq);
-    put<int64_t>(out, s.slot);
+    put<int32_t>(out, s.slot);
     put<int32_t>(out, s.first_pos);
     put<int32_t>(out, s.n_rows);
     put<int32_t>(out, s.n_tokens);
     put<int32_t>(out, s.gen_step);
+    put<int32_t>(out, s.decode ? 1 : 0);
+  }
+  for (const PageGrant& g : plan.grants) {
+    put<int32_t>(out, g.slot);
+    put<int32_t>(out, g.index);
+    put<int32_t>(out, g.page);
+  }
+  for (int32_t t : plan.fed) put<int32_t>(out, t);
+  for (const SeqSampling& s : plan.sampling) {
+    put_float(out, s.temperature);
+    put<int32_t>(out, s.top_k);
+    put_float(out, s.top_p);
+    put<uint64_t>(out, s.seed);
   }
   return out;
 }
@@ -79,22 +140,44 @@ StepPlan plan_from_bytes(const uint8_t* bytes, size_t n) {
   StepPlan plan;
   plan.item = take<int64_t>(p);
   const int32_t kind = take<int32_t>(p);
-  LFM2_CHECK(kind >= 0 && kind <= int32_t(StepPlan::Kind::kDecode), "step plan: unknown kind ", kind);
+  LFM2_CHECK(kind >= 0 && kind <= int32_t(StepPlan::Kind::kMixed), "step plan: unknown kind ", kind);
   plan.kind = StepPlan::Kind(kind);
   plan.micro = take<int64_t>(p);
   plan.feedback_from = take<int64_t>(p);
   plan.feedback_slot = take<int32_t>(p);
   plan.feeds_slot = take<int32_t>(p);
-  const size_t n_seqs = take<uint32_t>(p);
-  LFM2_CHECK(n == kHeaderBytes + kSeqBytes * n_seqs, "step plan: ", n, " bytes for ", n_seqs, " sequences");
+  plan.emit_offset = take<int64_t>(p);
+  plan.reports = take<int32_t>(p) != 0;
+  const size_t n_seqs = take<uint32_t>(p), n_grants = take<uint32_t>(p), n_fed = take<uint32_t>(p),
+               n_sampling = take<uint32_t>(p);
+  const size_t want = kHeaderBytes + kSeqBytes * n_seqs + kGrantBytes * n_grants + kFedBytes * n_fed +
+                      kSamplingBytes * n_sampling;
+  LFM2_CHECK(n == want, "step plan: ", n, " bytes for ", n_seqs, " sequences, ", n_grants, " pages, ", n_fed,
+             " fed tokens and ", n_sampling, " samplings (", want, " bytes)");
   plan.seqs.resize(n_seqs);
   for (SeqRows& s : plan.seqs) {
     s.seq = take<int64_t>(p);
-    s.slot = take<int64_t>(p);
+    s.slot = take<int32_t>(p);
     s.first_pos = take<int32_t>(p);
     s.n_rows = take<int32_t>(p);
     s.n_tokens = take<int32_t>(p);
     s.gen_step = take<int32_t>(p);
+    s.decode = take<int32_t>(p) != 0;
+  }
+  plan.grants.resize(n_grants);
+  for (PageGrant& g : plan.grants) {
+    g.slot = take<int32_t>(p);
+    g.index = take<int32_t>(p);
+    g.page = take<int32_t>(p);
+  }
+  plan.fed.resize(n_fed);
+  for (int32_t& t : plan.fed) t = take<int32_t>(p);
+  plan.sampling.resize(n_sampling);
+  for (SeqSampling& s : plan.sampling) {
+    s.temperature = take_float(p);
+    s.top_k = take<int32_t>(p);
+    s.top_p = take_float(p);
+    s.seed = take<uint64_t>(p);
   }
   return plan;
 }

@@ -1,59 +1,93 @@
 // The step plan: what one item of a run carries through every stage, as plain data.
 //
-// An item is one microbatch-step: its sequences' rows enter the first stage together, cross every
+// An item is one step of the pipeline: its rows enter the first stage together, cross every
 // stage's layers and leave the last stage as results (scoring's top-1 and logits) or chosen tokens
-// (generation). A pure scheduler (jobs/schedulers.h) decides, item by item, which sequences an item
-// carries, which of their positions, and what feedback it waits for; the engine only interprets the
-// plans (stage_program.h), and a schedule's timeline can be drawn from them alone
-// (schedule_chart.h). A plan serialises to a small flat buffer (to_bytes), so that a scheduler on
-// the first stage can send it along with the hidden states; today's static schedules are replayed
-// on every rank from the inputs' shape that start-up agreed on.
+// (generation). A pure scheduler (jobs/schedulers.h, jobs/batch_scheduler.h) decides, item by item,
+// which sequences an item carries, which of their positions, in which state slots, which KV pages
+// they are granted, and what feedback it waits for; the engine only interprets the plans
+// (stage_program.h), and a schedule's timeline can be drawn from them alone (schedule_chart.h). A
+// plan serialises to a small flat buffer (to_bytes): static schedules are replayed on every rank
+// from what start-up agreed on; the continuous-batching scheduler on the first stage sends each
+// plan along with the hidden states (plan_link.h).
 //
-// Rows: an item's buffer holds its sequences one after the other, each n_rows rows; a prompt is
-// padded to the item's width (its n_tokens rows first, padding after), a decode step is one row.
+// Rows: scoring holds each prompt padded to the item's width (its n_tokens rows first, padding
+// after). Generation is the executor's batch step (model/step_batch.h): decode entries first (one
+// row each, its token fed back), then prompt chunks (n_rows rows from first_pos, no padding).
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "model/step_batch.h"
+
 namespace lfm2 {
 
 // One sequence's rows in an item, in row order.
 struct SeqRows {
-  int64_t seq = 0;        // the job's sequence (this replica's index, input order): keys sampling, results
-  int64_t slot = 0;       // its state slot on every stage (KV cache / conv state row)
+  int64_t seq = 0;        // the job's sequence (input order; static schedules: the replica's index):
+                          // keys sampling, results
+  int32_t slot = 0;       // its state slot on every stage (KV block-table row, conv state row)
   int32_t first_pos = 0;  // the position of its first row
-  int32_t n_rows = 0;     // rows in the item: a prompt padded to the item's width, or one decode row
-  int32_t n_tokens = 0;   // of them, its own tokens (the rest is padding); the last one is read
-  int32_t gen_step = -1;  // generation: which new token the last stage chooses from it (0: the
-                          // first, after the prompt); -1: scoring (the head reads it)
+  int32_t n_rows = 0;     // rows in the item: a scored prompt padded to the item's width, a prompt
+                          // chunk, or one decode row
+  int32_t n_tokens = 0;   // of them, its own tokens (scoring: the rest is padding; generation: n_rows)
+  int32_t gen_step = -1;  // generation: the new token the last stage chooses from its last row (0: the
+                          // first, after the prompt); -1: none (scoring: the head reads it)
+  bool decode = false;    // generation: a decode row (its token fed back), else prompt rows
 
   bool operator==(const SeqRows& o) const;
 };
 
+// A KV page given to a slot: block-table entry (slot, index) = page, mapped on every stage before
+// the item's layers (StageExecutor::map_pages).
+struct PageGrant {
+  int32_t slot = 0;
+  int32_t index = 0;  // the slot's logical page (positions index * page_size ..)
+  int32_t page = 0;   // the pool's physical page
+
+  bool operator==(const PageGrant& o) const { return slot == o.slot && index == o.index && page == o.page; }
+};
+
 struct StepPlan {
-  // kScore: the forward pass and the head (top-1, logits); kPrefill: the forward pass storing each
-  // sequence's state, then the first token; kDecode: one row per sequence, reading and extending
-  // its state, then the next token.
-  enum class Kind : int32_t { kScore = 0, kPrefill = 1, kDecode = 2 };
+  // kScore: the forward pass and the head (top-1, logits). Generation, by what the item carries:
+  // kPrefill (prompt rows only), kDecode (decode rows only), kMixed (both). Each runs the same
+  // batch step; the kind only names it.
+  enum class Kind : int32_t { kScore = 0, kPrefill = 1, kDecode = 2, kMixed = 3 };
 
   int64_t item = 0;            // order in the run
   Kind kind = Kind::kScore;
-  int64_t micro = 0;           // the microbatch (a fixed group of sequences): names the item
+  int64_t micro = 0;           // the microbatch (static schedules: a fixed group of sequences)
   std::vector<SeqRows> seqs;   // in row order
-  int64_t feedback_from = -1;  // the item whose chosen tokens this item's decode rows embed (-1: none)
-  int32_t feedback_slot = -1;  // the slot they wait in (one per microbatch)
+  std::vector<PageGrant> grants;  // pages mapped before this item's layers, in order
+  // The tokens its decode entries embed: fed back from the last stage's tokens of item
+  // feedback_from through feedback slot feedback_slot (the device; -1: none), or, without one,
+  // `fed` (one per decode entry, from the first stage's host: the continuous scheduler knows them).
+  int64_t feedback_from = -1;
+  int32_t feedback_slot = -1;
   int32_t feeds_slot = -1;     // the slot this item's chosen tokens go to for a later item (-1: none)
+  std::vector<int32_t> fed;
+  // Per emitting entry, in entry order, its own sampling (empty: the job's defaults).
+  std::vector<SeqSampling> sampling;
+  int64_t emit_offset = -1;    // static generation: where its tokens go among the run's (-1: none)
+  bool reports = false;        // the last stage sends its chosen tokens to the first stage's host
 
   int64_t rows() const;
   int64_t n_seqs() const { return int64_t(seqs.size()); }
-  // "microbatch 3", "the prefill of microbatch 1", "step 2 of microbatch 0": how errors name it.
+  int64_t n_decode() const;    // the leading decode entries
+  int64_t n_emit() const;      // entries with gen_step >= 0
+  bool generation() const { return kind != Kind::kScore; }
+  // "microbatch 3", "the prefill of microbatch 1", "step 2 of microbatch 0", "item 9": how errors
+  // name it.
   std::string name() const;
   bool operator==(const StepPlan& o) const;
 };
 
-// The plan as a flat little-endian buffer: a 44-byte header and 32 bytes per sequence.
+// The kind of a generation item from its entries.
+StepPlan::Kind generation_kind(const std::vector<SeqRows>& seqs);
+
+// The plan as a flat little-endian buffer: a 68-byte header, then 32 bytes per sequence, 12 per
+// page grant, 4 per fed token and 20 per sampling entry.
 std::vector<uint8_t> to_bytes(const StepPlan& plan);
 // The plan back from to_bytes(); throws on a buffer of the wrong size or kind.
 StepPlan plan_from_bytes(const uint8_t* bytes, size_t n);

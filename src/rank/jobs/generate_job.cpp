@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "common/error.h"
+#include "model/step_layout.h"
 #include "rank/jobs/schedulers.h"
 
 namespace lfm2 {
@@ -14,6 +15,8 @@ int64_t GenerateShape::micro_size(int64_t g) const { return std::min(microbatch,
 // room per sequence cover it when the prompts are one token long.
 int64_t GenerateShape::max_item_tokens() const { return std::min(microbatch, n_seq) * std::max<int64_t>(seq_len, 2); }
 
+StateShape GenerateShape::state() const { return old_state_shape(n_seq, max_len()); }
+
 GenerateJob::GenerateJob(const WorldConfig& world, StageExecutor& exec, const GenerateShape& shape,
                          const SamplingParams& sampling)
     : world_(world), exec_(exec), shape_(shape), eos_(sampling.eos) {
@@ -21,27 +24,35 @@ GenerateJob::GenerateJob(const WorldConfig& world, StageExecutor& exec, const Ge
   LFM2_CHECK(N > 0 && S > 0 && shape_.microbatch > 0 && K > 0, "generation: empty batch");
   LFM2_CHECK(exec_.act_dtype() == DType::F32, "generation: hidden states must be fp32 (the decode flags are)");
   if (shape_.lengths.empty()) shape_.lengths.assign(size_t(N), int32_t(S));
-  exec_.alloc_state(N, shape_.max_len(), shape_.lengths.data(), sampling);
-  if (world_.is_first()) ids_ = static_cast<int32_t*>(exec_.alloc_host(N * S * int64_t(sizeof(int32_t))));
+  exec_.alloc_batch_state(shape_.state(), sampling);
+  memory_.prompt_start.resize(size_t(N));
+  int64_t total = 0;
+  for (int64_t s = 0; s < N; ++s) {
+    memory_.prompt_start[size_t(s)] = total;
+    total += shape_.lengths[size_t(s)];
+  }
+  if (world_.is_first()) ids_ = static_cast<int32_t*>(exec_.alloc_host(total * int64_t(sizeof(int32_t))));
   if (world_.is_first() || world_.is_last())
     for (int64_t g = 0; g < shape_.n_micro(); ++g) tokens_.push_back(exec_.alloc_tokens(shape_.micro_size(g)));
   if (world_.is_last()) {
     last_tokens_ = exec_.alloc_tokens(std::min(shape_.microbatch, N));
     host_tokens_ = static_cast<int32_t*>(exec_.alloc_host(K * N * int64_t(sizeof(int32_t))));
   }
-  memory_.ids = ids_;
-  memory_.width = S;
+  memory_.seq_base = sampling.first_sequence;
+  memory_.packed_ids = ids_;
   memory_.token_slots = tokens_;
   memory_.spare_tokens = last_tokens_;
-  memory_.host_tokens = host_tokens_;
-  memory_.n_seq = N;
+  memory_.host_emits = host_tokens_;
   set_steps(K);
 }
 
+// The prompts (N, S), right-padded, packed without their padding.
 void GenerateJob::set_ids(const int32_t* ids) {
   if (!world_.is_first()) return;
   LFM2_CHECK(ids, "generation: the first stage needs the prompts");
-  std::memcpy(ids_, ids, size_t(shape_.n_seq * shape_.seq_len) * sizeof(int32_t));
+  for (int64_t s = 0; s < shape_.n_seq; ++s)
+    std::memcpy(ids_ + memory_.prompt_start[size_t(s)], ids + s * shape_.seq_len,
+                size_t(shape_.lengths[size_t(s)]) * sizeof(int32_t));
 }
 
 void GenerateJob::set_steps(int64_t steps) {
@@ -49,7 +60,8 @@ void GenerateJob::set_steps(int64_t steps) {
              shape_.max_new_tokens);
   if (steps == steps_ && !schedule_.empty()) return;
   steps_ = steps;
-  schedule_ = generation_schedule(shape_.n_seq, shape_.seq_len, shape_.microbatch, shape_.lengths, steps_);
+  schedule_ = generation_schedule(shape_.n_seq, shape_.seq_len, shape_.microbatch, shape_.lengths, steps_,
+                                  shape_.state());
 }
 
 void GenerateJob::take_results(GenerateResult* result) const {
@@ -59,12 +71,15 @@ void GenerateJob::take_results(GenerateResult* result) const {
   result->n_new = K;
   result->generated.assign(size_t(N * K), 0);
   result->n_generated.assign(size_t(N), int32_t(K));
+  for (const StepPlan& p : schedule_) {
+    int64_t e = p.emit_offset;
+    for (const SeqRows& r : p.seqs)
+      if (r.gen_step >= 0) result->generated[size_t(r.seq * K + r.gen_step)] = host_tokens_[e++];
+  }
   for (int64_t s = 0; s < N; ++s)
-    for (int64_t t = K - 1; t >= 0; --t) {
-      const int32_t tok = host_tokens_[t * N + s];
-      result->generated[size_t(s * K + t)] = tok;
-      if (std::find(eos_.begin(), eos_.end(), tok) != eos_.end()) result->n_generated[size_t(s)] = int32_t(t + 1);
-    }
+    for (int64_t t = K - 1; t >= 0; --t)
+      if (std::find(eos_.begin(), eos_.end(), result->generated[size_t(s * K + t)]) != eos_.end())
+        result->n_generated[size_t(s)] = int32_t(t + 1);
 }
 
 }  // namespace lfm2

@@ -1,10 +1,11 @@
-// The generation job on one stage (SPEC §3 "Generation"): prompts in, new tokens out. Its schedule
-// (schedulers.h: (step, microbatch) items, step-major, each decode step embedding the tokens the
-// last stage chose in the step before), and its memory on this stage: the prompts on the first, a
-// token slot per microbatch on the first and last (the feedback), every chosen token on the last.
-// The executor holds each sequence's state (KV cache, conv state). Token choice (greedy or sampled,
-// SamplingParams) is keyed by (seed, sequence, step), so the tokens do not depend on P or the
-// microbatch size. The job's flow over the whole job is generation.cpp (run_generation).
+// The generation job on one stage (SPEC §3 "Generation") with a static schedule: prompts in, new
+// tokens out. Its schedule (schedulers.h: (step, microbatch) items, step-major, each decode step
+// embedding the tokens the last stage chose in the step before), and its memory on this stage: the
+// prompts packed on the first, a token slot per microbatch on the first and last (the feedback),
+// every chosen token on the last. The executor holds each sequence's state (the batch API's slots
+// and KV pages: sequence s in slot s, its pages granted by its prefill). Token choice (greedy or
+// sampled, SamplingParams) is keyed by (seed, sequence, step), so the tokens do not depend on P or
+// the microbatch size. The job's flow over the whole job is generation.cpp (run_generation).
 #pragma once
 
 #include <cstdint>
@@ -28,6 +29,7 @@ struct GenerateShape {
   int64_t n_micro() const { return n_microbatches(n_seq, microbatch); }
   int64_t micro_size(int64_t g) const;
   int64_t max_len() const { return seq_len + max_new_tokens - 1; }  // cache positions per sequence
+  StateShape state() const;                                          // slots and pages for all N
   int64_t max_item_tokens() const;
 };
 
@@ -61,10 +63,10 @@ class GenerateJob {
   GenerateShape shape_;
   std::vector<int32_t> eos_;
   int64_t steps_ = 1;
-  int32_t* ids_ = nullptr;           // (N, S) first stage, alloc_host memory
+  int32_t* ids_ = nullptr;           // first stage: the prompts unpadded, one after the other (alloc_host)
   std::vector<int32_t*> tokens_;     // per microbatch: its last chosen tokens (first and last stage)
   int32_t* last_tokens_ = nullptr;   // the last step's tokens (fed back to nobody)
-  int32_t* host_tokens_ = nullptr;   // (K, N) last stage, alloc_host memory, step-major
+  int32_t* host_tokens_ = nullptr;   // (N * K) last stage, alloc_host memory: each item's tokens (emit_offset)
   std::vector<StepPlan> schedule_;
   StepMemory memory_;
 };

@@ -1,21 +1,25 @@
-// The jobs' schedulers: pure functions from a replica's block of sequences to the step plans of a
-// run (engine/step_plan.h), one per item, in the order every stage runs them. No threads, no MPI:
-// every rank of a pipeline computes the same schedule from what start-up agreed on.
+// The jobs' static schedulers: pure functions from a replica's block of sequences to the step plans
+// of a run (engine/step_plan.h), one per item, in the order every stage runs them. No threads, no
+// MPI: every rank of a pipeline computes the same schedule from what start-up agreed on. (The
+// continuous-batching scheduler decides item by item on the first stage: batch_scheduler.h.)
 //
 // Scoring: one item per microbatch of `microbatch` sequences (the last may hold fewer), each prompt
 // padded to the block's width; the last stage's head reads each prompt's own last token.
 //
 // Generation (static): G microbatches and `steps` items each, step-major: item t * G + g is step t
-// of microbatch g. Step 0 is the prefill of the microbatch's prompts (each stage stores their KV
-// cache and conv state) and chooses each sequence's first token; step t >= 1 embeds the tokens of
-// step t - 1 (fed back from the last stage through the microbatch's slot) and decodes one position.
-// With G >= P the microbatches keep every stage busy: while stage r runs microbatch g's step t,
-// stage r+1 runs g-1's.
+// of microbatch g. Sequence s lives in slot s on pages s * m .. s * m + m - 1 (m = the state's
+// max_pages), granted by its prefill. Step 0 is the prefill of the microbatch's prompts (each
+// prompt unpadded from position 0: each stage stores its KV cache and conv state) and chooses each
+// sequence's first token; step t >= 1 embeds the tokens of step t - 1 (fed back from the last
+// stage through the microbatch's slot) and decodes one position. With G >= P the microbatches keep
+// every stage busy: while stage r runs microbatch g's step t, stage r+1 runs g-1's. The tokens of
+// the run go to the last stage's host in item order (emit_offset).
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
+#include "model/step_batch.h"
 #include "rank/engine/step_plan.h"
 
 namespace lfm2 {
@@ -24,6 +28,11 @@ namespace lfm2 {
 std::vector<StepPlan> score_schedule(int64_t n_seq, int64_t width, int64_t microbatch,
                                      const std::vector<int32_t>& lengths);
 
+// state: the slots and pages (n_slots >= n_seq, max_positions >= width + steps - 1).
+std::vector<StepPlan> generation_schedule(int64_t n_seq, int64_t width, int64_t microbatch,
+                                          const std::vector<int32_t>& lengths, int64_t steps,
+                                          const StateShape& state);
+// The state today's generation allocates for it (model/step_layout.h's old_state_shape).
 std::vector<StepPlan> generation_schedule(int64_t n_seq, int64_t width, int64_t microbatch,
                                           const std::vector<int32_t>& lengths, int64_t steps);
 

@@ -37,7 +37,6 @@ ScoreJob::ScoreJob(const WorldConfig& world, StageExecutor& exec, const Pipeline
   memory_.head = {next_token_, margin_, logits_, all_logits_};
   memory_.lengths = lengths_;
   memory_.vocab = V;
-  memory_.n_seq = N;
 }
 
 void ScoreJob::set_ids(const int32_t* ids) {

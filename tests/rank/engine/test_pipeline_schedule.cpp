@@ -381,19 +381,21 @@ class FeedbackStage final : public StageExecutor {
     return host_.back().data();
   }
   int32_t* alloc_tokens(int64_t n) override { return static_cast<int32_t*>(alloc_host(n * int64_t(sizeof(int32_t)))); }
-  void alloc_state(int64_t, int64_t, const int32_t*, const SamplingParams&) override {}
-  void embed(const int32_t* ids, int64_t, int64_t, void* x) override { *static_cast<float*>(x) = float(ids[0]); }
-  void embed_tokens(const int32_t* tokens, int64_t n, void* x) override {
-    *static_cast<float*>(x) = float(tokens[0]);
-    decode_flags(x, n, kHidden)[0] = 0;
+  void alloc_batch_state(const StateShape&, const SamplingParams&) override {}
+  void map_pages(int64_t, int64_t, const int32_t*, int64_t) override {}
+  void embed(const int32_t*, int64_t, int64_t, void*) override { ADD_FAILURE() << "generation runs batch steps"; }
+  void embed_batch(const StepBatch& b, const int32_t* prompt_ids, const int32_t* fed, void* x) override {
+    EXPECT_EQ(b.seqs.size(), 1u);
+    const bool decode = b.n_decode() == 1;
+    *static_cast<float*>(x) = float(decode ? fed[0] : prompt_ids[0]);
+    if (decode) decode_flags(x, b.rows(), kHidden)[0] = 0;
   }
-  void forward(void*, int64_t, int64_t) override { ADD_FAILURE() << "generation runs prefill and decode"; }
-  void prefill(void* x, int64_t, int64_t, int64_t) override { layers(x); }
-  void decode(void* x, int64_t, int64_t, int64_t) override { layers(x); }
+  void forward(void*, int64_t, int64_t) override { ADD_FAILURE() << "generation runs batch steps"; }
+  void forward_batch(void* x, const StepBatch&) override { layers(x); }
   void head(const void*, int64_t, int64_t, const int32_t*, const HeadOutputs&) override {
     ADD_FAILURE() << "generation chooses tokens";
   }
-  void choose(const void* x, int64_t, int64_t, int64_t, int64_t, int32_t* tokens, int32_t* host) override {
+  void choose_batch(const void* x, const StepBatch&, const SeqSampling*, int32_t* tokens, int32_t* host) override {
     const float v = *static_cast<const float*>(x);
     tokens[0] = int32_t(2 * v);
     host[0] = int32_t(v);

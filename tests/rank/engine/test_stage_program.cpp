@@ -17,7 +17,7 @@ StepPlan plan(StepPlan::Kind kind, int64_t item, int64_t micro, int64_t feedback
   p.item = item;
   p.kind = kind;
   p.micro = micro;
-  p.seqs = {{micro, micro, 0, 1, 1, gen_step}};
+  p.seqs = {{micro, int32_t(micro), 0, 1, 1, gen_step, kind == StepPlan::Kind::kDecode}};
   p.feedback_from = feedback_from;
   p.feedback_slot = feedback_from >= 0 ? int32_t(micro) : -1;
   p.feeds_slot = feeds_slot;

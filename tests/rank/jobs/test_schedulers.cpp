@@ -56,8 +56,10 @@ TEST(ScoreSchedule, RaggedPromptsArePaddedToTheWidthAndReadAtTheirOwnLastToken) 
 TEST(GenerationSchedule, StepMajorPrefillThenDecodeFedBackThroughTheMicrobatchSlot) {
   const int64_t N = 5, mb = 2, K = 3, G = 3;  // microbatches of 2, 2, 1
   const std::vector<int32_t> lengths = {4, 2, 3, 1, 4};
-  const auto plans = generation_schedule(N, 4, mb, lengths, K);
+  const StateShape state{N, 3 * N, 16, 3};
+  const auto plans = generation_schedule(N, 4, mb, lengths, K, state);
   ASSERT_EQ(int64_t(plans.size()), G * K);
+  int64_t emitted = 0;
   for (int64_t i = 0; i < G * K; ++i) {
     const StepPlan& p = plans[size_t(i)];
     const int64_t t = i / G, g = i % G;
@@ -68,18 +70,35 @@ TEST(GenerationSchedule, StepMajorPrefillThenDecodeFedBackThroughTheMicrobatchSl
     EXPECT_EQ(p.feedback_slot, t == 0 ? -1 : g);
     EXPECT_EQ(p.feeds_slot, t + 1 < K ? g : -1) << "the last step feeds nobody";
     EXPECT_EQ(p.n_seqs(), g < 2 ? 2 : 1);
+    EXPECT_EQ(p.emit_offset, emitted) << "the run's tokens, item after item";
+    emitted += p.n_emit();
     for (const SeqRows& s : p.seqs) {
+      const int32_t len = lengths[size_t(s.seq)];
+      EXPECT_EQ(s.slot, s.seq);
       EXPECT_EQ(s.gen_step, t);
-      EXPECT_EQ(s.n_rows, t == 0 ? 4 : 1);
-      EXPECT_EQ(s.n_tokens, t == 0 ? lengths[size_t(s.seq)] : 1);
-      // A decode row sits at the position after the tokens before it: the prompt, then t - 1 new ones.
-      EXPECT_EQ(s.first_pos, t == 0 ? 0 : lengths[size_t(s.seq)] + t - 1);
+      EXPECT_EQ(s.decode, t > 0);
+      // A prompt is its own tokens, unpadded; a decode row sits at the position after the tokens
+      // before it: the prompt, then t - 1 new ones.
+      EXPECT_EQ(s.n_rows, t == 0 ? len : 1);
+      EXPECT_EQ(s.n_tokens, s.n_rows);
+      EXPECT_EQ(s.first_pos, t == 0 ? 0 : len + t - 1);
+    }
+    // The prefill grants each of its slots every page it will use: slot s on pages 3s .. 3s + 2.
+    EXPECT_EQ(p.grants.size(), t == 0 ? 3 * p.seqs.size() : 0u);
+    for (size_t k = 0; k < p.grants.size(); ++k) {
+      const PageGrant& pg = p.grants[k];
+      EXPECT_EQ(pg.slot, p.seqs[k / 3].slot);
+      EXPECT_EQ(pg.index, int32_t(k % 3));
+      EXPECT_EQ(pg.page, 3 * pg.slot + pg.index);
     }
   }
+  EXPECT_EQ(emitted, N * K);
   EXPECT_EQ(plans[0].name(), "the prefill of microbatch 0");
+  EXPECT_EQ(plans[0].rows(), 4 + 2);
   EXPECT_EQ(plans[size_t(2 * G + 1)].name(), "step 2 of microbatch 1");
   EXPECT_EQ(plans[size_t(2 * G + 1)].rows(), 2);
-  EXPECT_THROW(generation_schedule(N, 4, mb, lengths, 0), Error);
+  EXPECT_THROW(generation_schedule(N, 4, mb, lengths, 0, state), Error);
+  EXPECT_THROW(generation_schedule(N, 4, mb, lengths, K, StateShape{N, 3 * N, 16, 0}), Error) << "no room";
 }
 
 TEST(GenerationSchedule, OneStepIsThePrefillAloneFeedingNobody) {
@@ -89,6 +108,7 @@ TEST(GenerationSchedule, OneStepIsThePrefillAloneFeedingNobody) {
     EXPECT_EQ(p.kind, Kind::kPrefill);
     EXPECT_EQ(p.feeds_slot, -1);
     EXPECT_EQ(p.seqs[0].n_tokens, 3);
+    EXPECT_EQ(p.emit_offset, p.item * 2);
   }
 }
 
