@@ -100,7 +100,9 @@ class StageExecutor {
   // First stage: x = the embedding of every row: a prompt entry's rows from prompt_ids (alloc_host
   // memory: every prompt entry's n_rows ids, in entry order, range-checked; unchanged until the
   // queued work is done; null without prompt entries), a decode entry's row from fed (alloc_tokens
-  // memory: one id per decode entry, in order; null without decode entries); after the rows, one
+  // memory, or alloc_host memory that device kernels read through unified addressing, unchanged
+  // until the queued work is done: one id per decode entry, in order; null without decode
+  // entries); after the rows, one
   // fp32 finished flag per decode entry (decode_flags(x, b.rows(), hidden)'s first n_decode floats:
   // 1 where the fed token is an EOS id). So x needs alloc_hidden(rows + ceil(n_decode / hidden)).
   virtual void embed_batch(const StepBatch& b, const int32_t* prompt_ids, const int32_t* fed, void* x);

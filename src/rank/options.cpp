@@ -77,6 +77,36 @@ void add_run_options(CLI::App& app, RankOptions& opt, Spelled& x) {
                "go on past NaN / Inf in the hidden states or logits, with a warning (for debugging)");
 }
 
+// Continuous batching: the scheduler, its limits and the pool of KV pages.
+void add_batching_options(CLI::App& app, RankOptions& opt, CLI::Option* gen) {
+  app.add_option("--scheduler", opt.scheduler,
+                 "generation: continuous (prompts stream through a pool of KV pages, each sequence retires at its "
+                 "end) or static (every sequence's state at once, fixed microbatches)")
+      ->capture_default_str()
+      ->needs(gen)
+      ->check(cli::one_of({"continuous", "static"}));
+  app.add_option("--max-seqs", opt.max_seqs, "continuous: sequences running at once (state slots)")
+      ->capture_default_str()
+      ->needs(gen)
+      ->check(cli::whole(1, int64_t(1) << 20));
+  app.add_option("--max-batched-tokens", opt.max_batched_tokens,
+                 "continuous: rows per step, decode rows first, then prompt chunks (default: 8192)")
+      ->needs(gen)
+      ->check(cli::whole(1, int64_t(1) << 24));
+  app.add_option("--page-size", opt.page_size,
+                 "continuous: positions per KV page, a power of two >= 16 (default: 16, 64 or 256 as sequences grow)")
+      ->needs(gen)
+      ->check(cli::whole(16, int64_t(1) << 16));
+  app.add_option("--kv-pages", opt.kv_pages, "continuous: KV pages in the pool (default: from --gpu-memory on a GPU)")
+      ->needs(gen)
+      ->check(cli::whole(1, int64_t(1) << 31));
+  app.add_option("--gpu-memory", opt.gpu_memory,
+                 "continuous: the fraction of each GPU's memory the job may fill (weights, buffers, the pool)")
+      ->capture_default_str()
+      ->needs(gen)
+      ->check(number_check("in (0, 1]", [](double v) { return v > 0 && v <= 1; }));
+}
+
 // --max-new-tokens and how the tokens are chosen.
 void add_generation_options(CLI::App& app, RankOptions& opt) {
   auto* gen = app.add_option("--max-new-tokens", opt.max_new_tokens,
@@ -95,6 +125,7 @@ void add_generation_options(CLI::App& app, RankOptions& opt) {
       ->needs(gen);
   app.add_option("--eos", opt.eos, "end-of-sequence token id (repeatable): a sequence stops after it")->needs(gen);
   app.add_flag("--stream", opt.stream, "print sequence 0's tokens as they are generated")->needs(gen);
+  add_batching_options(app, opt, gen);
 }
 
 // How the run is watched, replayed and loaded: --trace, --cuda-graphs, --verify-weights.

@@ -38,6 +38,13 @@ struct RankOptions {
   uint64_t seed = 0;
   std::vector<int64_t> eos;  // end-of-sequence ids
   bool stream = false;       // print sequence 0's tokens as they come
+  // Continuous batching (jobs/batch_scheduler.h).
+  std::string scheduler = "continuous";  // continuous | static
+  int64_t max_seqs = 256;                // sequences running at once
+  int64_t max_batched_tokens = 0;        // rows per step; 0: 8192
+  int64_t page_size = 0;                 // positions per KV page; 0: by the longest sequence
+  int64_t kv_pages = 0;                  // pages in the pool; 0: from gpu_memory (GPU) or enough (CPU)
+  double gpu_memory = 0.9;               // the fraction of a GPU the job may fill
   bool cuda_graphs = true;   // CUDA: replay each stage's layers from a captured CUDA Graph
   bool use_default = false;  // no model/inputs given: run the shipped default under data/default
 };

@@ -27,7 +27,9 @@ int exchange(Startup& s) {
     std::vector<StartupFacts> startup;
     for (const RankFacts& f : all) startup.push_back({f.started_us, f.load_us, f.bytes_read});
     const int64_t first_micro_us = wall_now_us();  // rank 0's first microbatch enters the pipeline next
-    const JobOutcome out = s.score ? run_scoring(j, *s.score) : run_generation(j, *s.generate);
+    const JobOutcome out = s.score        ? run_scoring(j, *s.score)
+                           : s.continuous ? run_continuous(j, *s.continuous)
+                                          : run_generation(j, *s.generate);
     deliver_report(world, out.lines, opt.timeout_s);
     if (world.is_first()) log_info(startup_line(world, startup, first_micro_us));
     const int code =

@@ -37,37 +37,40 @@ double StageInterpreter::now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-StageInterpreter::StageInterpreter(StageParts& parts, const std::vector<StepPlan>& plans, const StepMemory& memory)
+StageInterpreter::StageInterpreter(StageParts& parts, PlanFeed& feed, const StepMemory& memory)
     : p_(parts),
       transport_(*parts.transport),
       exec_(*parts.exec),
       single_stage_(parts.world.size == 1),
-      plans_(plans),
+      feed_(feed),
       memory_(memory),
-      M_(int64_t(plans.size())),
       B_(int(parts.buffers.size())),
       first_(parts.world.is_first()),
       last_(parts.world.is_last()),
       recv_h_(size_t(B_), Transport::kNone),
-      send_h_(size_t(B_), Transport::kNone) {
-  for (int64_t i = 0; i < M_; ++i)
-    LFM2_CHECK(plans_[size_t(i)].item == i, "pipeline: plan ", i, " is item ", plans_[size_t(i)].item);
-}
+      send_h_(size_t(B_), Transport::kNone) {}
 
 StageTiming StageInterpreter::run(std::vector<TraceSpan>* trace) {
   origin_ = now_s();
   start();
-  for (int64_t i = 0; i < M_; ++i) {
+  for (int64_t i = 0;; ++i) {
+    const double t_plan = now_s();
+    const StepPlan* plan = feed_.next(i);
+    if (!plan) break;
+    if (now_s() - t_plan > 1e-4) host_span("wait plan", i, t_plan);
+    LFM2_CHECK(plan->item == i, "pipeline: plan ", i, " is item ", plan->item);
     const double t_queue = now_s();
     {
       NvtxRange range("queue item");
-      const QueueGuard guard(p_.queue_guard.get(), plans_[size_t(i)], transport_.timeout_s());
-      for (StageOp op : item_program(plans_[size_t(i)], first_, last_)) execute(op, i);
+      const QueueGuard guard(p_.queue_guard.get(), *plan, transport_.timeout_s());
+      for (StageOp op : item_program(*plan, first_, last_, feed_.travels())) execute(op, i);
     }
     queued(i, t_queue);
+    feed_.release_before(i - B_ - 1);
     if (i == p_.kill_after) std::raise(p_.kill_signal);
   }
   finish();
+  feed_.finish();
   StageTiming t;
   t.wall_s = now_s() - (t_first_ < 0 ? origin_ : t_first_);
   t.busy_s = busy_s();
@@ -82,8 +85,9 @@ StageTiming StageInterpreter::run(std::vector<TraceSpan>* trace) {
 }
 
 void StageInterpreter::execute(StageOp op, int64_t i) {
-  const StepPlan& plan = plans_[size_t(i)];
+  const StepPlan& plan = plan_of(i);
   switch (op) {
+    case StageOp::kSendPlan: return feed_.forward(i);
     case StageOp::kFreeBuffer: return free_buffer(i);
     case StageOp::kRecvFeedback: return recv_feedback(i);
     case StageOp::kRecv: return recv(i);
@@ -98,12 +102,24 @@ void StageInterpreter::execute(StageOp op, int64_t i) {
     case StageOp::kFreeFeedbackSlot: return free_feedback_slot(i);
     case StageOp::kSendFeedback: return send_feedback(i);
     case StageOp::kSend: return send(i);
+    case StageOp::kReport: return report(i);
     case StageOp::kRelease: return release_done();
   }
 }
 
-size_t StageInterpreter::bytes_of(int64_t i) const {
-  const size_t b = item_bytes(plans_[size_t(i)], p_.hidden, exec_.act_dtype());
+const StepPlan& StageInterpreter::plan_of(int64_t i) const {
+  const StepPlan* p = feed_.held(i);
+  LFM2_CHECK(p, "pipeline: the plan of item ", i, " is not held");
+  return *p;
+}
+
+std::string StageInterpreter::name_of(int64_t i) const {
+  const StepPlan* p = feed_.held(i);
+  return p ? p->name() : cat("item ", i);
+}
+
+size_t StageInterpreter::bytes_of(const StepPlan& plan, int64_t i) const {
+  const size_t b = item_bytes(plan, p_.hidden, exec_.act_dtype());
   LFM2_CHECK(b <= p_.buffer_bytes, "pipeline: item ", i, " of ", b, " bytes, buffers of ", p_.buffer_bytes);
   return b;
 }
@@ -118,9 +134,9 @@ void StageInterpreter::free_buffer(int64_t i) {
 // First stage: the feedback item i embeds (the last stage's chosen tokens of an earlier item),
 // received into its slot, whose last reader (an earlier input) has been queued.
 void StageInterpreter::recv_feedback(int64_t i) {
-  const StepPlan& plan = plans_[size_t(i)];
+  const StepPlan& plan = plan_of(i);
   const int64_t src = plan.feedback_from;
-  const Handle h = transport_.irecv(feedback_tokens(memory_, plan.feedback_slot), feedback_bytes(plans_[size_t(src)]),
+  const Handle h = transport_.irecv(feedback_tokens(memory_, plan.feedback_slot), feedback_bytes(plan_of(src)),
                                     p_.world.size - 1, tag_of(src), Transport::kNone);
   pending_.push_back({h, src, Kind::kFeedbackRecv, false, now_s()});
   after(h, "wait feedback", src);
@@ -142,8 +158,9 @@ void StageInterpreter::recv(int64_t i) {
 // next steps can release, and any CUDA call that waits for the whole device (loading a kernel's
 // module on first use does) would then wait forever.
 void StageInterpreter::post_ahead(int64_t i) {
-  while (next_recv_ < std::min(M_, i + B_)) {
-    if (plans_[size_t(next_recv_)].feedback_from >= i) return;
+  while (next_recv_ < i + B_) {
+    const StepPlan* plan = feed_.ahead(next_recv_);
+    if (!plan || plan->feedback_from >= i) return;
     if (!may_post_ahead(send_h_[size_t(buffer_of(next_recv_))])) return;
     post_recv(next_recv_++);
   }
@@ -151,18 +168,21 @@ void StageInterpreter::post_ahead(int64_t i) {
 
 // Starts receiving item j into buffer j % B, whose last reader (item j - B) has been queued.
 void StageInterpreter::post_recv(int64_t j) {
+  const StepPlan* plan = feed_.held(j);
+  if (!plan) plan = feed_.ahead(j);
+  LFM2_CHECK(plan, "pipeline: no plan for item ", j, " to receive");
   const int b = buffer_of(j);
   const Handle last_send = send_h_[size_t(b)];
   send_h_[size_t(b)] = Transport::kNone;
   const Handle after_send = receive_after(last_send, j - B_);
-  const Handle h = transport_.irecv(p_.buffers[size_t(b)], bytes_of(j), p_.world.prev(), tag_of(j), after_send);
+  const Handle h = transport_.irecv(p_.buffers[size_t(b)], bytes_of(*plan, j), p_.world.prev(), tag_of(j), after_send);
   recv_h_[size_t(b)] = h;
   pending_.push_back({h, j, Kind::kRecv, false, now_s()});
 }
 
 // Last stage: the slot's last send must be done before the output rewrites it.
 void StageInterpreter::free_feedback_slot(int64_t i) {
-  const auto it = fb_send_h_.find(plans_[size_t(i)].feeds_slot);
+  const auto it = fb_send_h_.find(plan_of(i).feeds_slot);
   if (it == fb_send_h_.end()) return;
   const Handle h = it->second;
   fb_send_h_.erase(it);
@@ -170,7 +190,7 @@ void StageInterpreter::free_feedback_slot(int64_t i) {
 }
 
 void StageInterpreter::send_feedback(int64_t i) {
-  const StepPlan& plan = plans_[size_t(i)];
+  const StepPlan& plan = plan_of(i);
   const Handle h = transport_.isend(feedback_tokens(memory_, plan.feeds_slot), feedback_bytes(plan), 0, tag_of(i));
   fb_send_h_[plan.feeds_slot] = h;
   pending_.push_back({h, i, Kind::kFeedbackSend, false, now_s()});
@@ -178,9 +198,20 @@ void StageInterpreter::send_feedback(int64_t i) {
 
 void StageInterpreter::send(int64_t i) {
   const int b = buffer_of(i);
-  const Handle h = transport_.isend(p_.buffers[size_t(b)], bytes_of(i), p_.world.next(), tag_of(i));
+  const Handle h = transport_.isend(p_.buffers[size_t(b)], bytes_of(plan_of(i), i), p_.world.next(), tag_of(i));
   send_h_[size_t(b)] = h;
   pending_.push_back({h, i, Kind::kSend, false, now_s()});
+}
+
+// Last stage: the item's chosen tokens on this host, to the feed (the first stage's scheduler).
+// A device stage waits here for its queued work: the scheduler cannot plan these sequences'
+// next rows without their tokens.
+void StageInterpreter::report(int64_t i) {
+  const StepPlan& plan = plan_of(i);
+  const double t0 = now_s();
+  if (exec_.on_device()) exec_.synchronize();
+  host_span("wait tokens", i, t0);
+  feed_.chosen(i, memory_.report_tokens, plan.n_emit());
 }
 
 // Releases the transfers at the front of the queue that have completed (a test, never a wait).
@@ -200,7 +231,7 @@ void StageInterpreter::finish() {
   while (!pending_.empty()) {
     const Pending q = pending_.front();
     const double t0 = now_s();
-    transport_.wait(q.h, plans_[size_t(q.item)].name());
+    transport_.wait(q.h, name_of(q.item));
     host_span(q.is_send() ? "wait send" : "wait recv", q.item, t0);
     forget(q);
     pending_.erase(pending_.begin());
@@ -213,7 +244,7 @@ void StageInterpreter::finish() {
 void StageInterpreter::wait_pending(Handle h, const char* name, int64_t item) {
   const auto it = find(h);
   const double t0 = now_s();
-  transport_.wait(h, plans_[size_t(it->item)].name());
+  transport_.wait(h, name_of(it->item));
   host_span(name, item, t0);
   forget(*it);
   pending_.erase(it);

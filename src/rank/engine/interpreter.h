@@ -1,7 +1,8 @@
 // The interpreters of a stage's program (stage_program.h): one run of a schedule on this stage.
 //
-// StageInterpreter holds what both paths share: the items in order, each instruction's transport
-// calls, and the transfers in flight (per buffer its receive and the last send out of it, per
+// StageInterpreter holds what both paths share: the items in order, as its plan feed gives them
+// (plan_feed.h: a static schedule, or plans decided item by item on the first stage), each
+// instruction's transport calls, and the transfers in flight (per buffer its receive and the last send out of it, per
 // feedback slot its last send, every pending one in the order posted). What differs is in the two
 // interpreters:
 //
@@ -24,6 +25,7 @@
 
 #include "model/stage_executor.h"
 #include "rank/engine/busy_timer.h"
+#include "rank/engine/plan_feed.h"
 #include "rank/engine/stage_program.h"
 #include "rank/engine/stage_steps.h"
 #include "rank/engine/step_plan.h"
@@ -59,7 +61,7 @@ struct StageParts {
 
 class StageInterpreter {
  public:
-  StageInterpreter(StageParts& parts, const std::vector<StepPlan>& plans, const StepMemory& memory);
+  StageInterpreter(StageParts& parts, PlanFeed& feed, const StepMemory& memory);
   virtual ~StageInterpreter() = default;
 
   // Runs every item of the schedule on this stage. Transport errors and timeouts throw. With
@@ -120,16 +122,18 @@ class StageInterpreter {
   void free_feedback_slot(int64_t i);
   void send_feedback(int64_t i);
   void send(int64_t i);
+  void report(int64_t i);
   void release_done();
   void finish();
   void forget(const Pending& q);
   std::vector<Pending>::iterator find(Handle h);
   int buffer_of(int64_t i) const { return int(i % B_); }
-  size_t bytes_of(int64_t i) const;
+  size_t bytes_of(const StepPlan& plan, int64_t i) const;
+  const StepPlan& plan_of(int64_t i) const;  // a plan the feed still holds
+  std::string name_of(int64_t i) const;      // how waits name item i
 
-  const std::vector<StepPlan>& plans_;
+  PlanFeed& feed_;
   const StepMemory& memory_;
-  const int64_t M_;
   const int B_;
   const bool first_, last_;
   std::vector<Handle> recv_h_, send_h_;  // per buffer: its pending receive / the last send out of it
@@ -156,8 +160,8 @@ class HostInterpreter final : public StageInterpreter {
 
 class DeviceInterpreter final : public StageInterpreter {
  public:
-  DeviceInterpreter(StageParts& parts, const std::vector<StepPlan>& plans, const StepMemory& memory)
-      : StageInterpreter(parts, plans, memory), timer_(*parts.timer) {}
+  DeviceInterpreter(StageParts& parts, PlanFeed& feed, const StepMemory& memory)
+      : StageInterpreter(parts, feed, memory), timer_(*parts.timer) {}
 
  private:
   void start() override { timer_.reset(); }

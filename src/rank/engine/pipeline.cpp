@@ -26,8 +26,15 @@ void Pipeline::set_tracing(bool on) {
 }
 
 StageTiming Pipeline::run(const std::vector<StepPlan>& schedule, const StepMemory& memory) {
-  if (parts_.exec->on_device() && parts_.timer) return DeviceInterpreter(parts_, schedule, memory).run(&trace_);
-  return HostInterpreter(parts_, schedule, memory).run(&trace_);
+  for (size_t i = 0; i < schedule.size(); ++i)
+    LFM2_CHECK(schedule[i].item == int64_t(i), "pipeline: plan ", i, " is item ", schedule[i].item);
+  StaticFeed feed(schedule);
+  return run(feed, memory);
+}
+
+StageTiming Pipeline::run(PlanFeed& feed, const StepMemory& memory) {
+  if (parts_.exec->on_device() && parts_.timer) return DeviceInterpreter(parts_, feed, memory).run(&trace_);
+  return HostInterpreter(parts_, feed, memory).run(&trace_);
 }
 
 }  // namespace lfm2

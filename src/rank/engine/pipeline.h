@@ -21,6 +21,7 @@
 #include "model/stage_executor.h"
 #include "rank/engine/busy_timer.h"
 #include "rank/engine/interpreter.h"
+#include "rank/engine/plan_feed.h"
 #include "rank/engine/stage_steps.h"
 #include "rank/engine/step_plan.h"
 #include "rank/mpi/world.h"
@@ -39,6 +40,8 @@ class Pipeline {
   // Runs every item of the schedule once on this stage, reading and writing the job's memory on
   // this stage. Every rank of the pipeline runs the same schedule. Transport errors and timeouts throw.
   StageTiming run(const std::vector<StepPlan>& schedule, const StepMemory& memory);
+  // The same with plans from a feed (plan_feed.h): decided item by item, or travelling.
+  StageTiming run(PlanFeed& feed, const StepMemory& memory);
 
   // Test hook: this rank raises `signal` (SIGKILL: dies; SIGSTOP: stalls) after finishing item `i`
   // (-1: never).

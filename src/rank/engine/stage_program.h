@@ -6,7 +6,9 @@
 //   first stage:  free buffer, recv feedback (generation's decode items), input, layers, send
 //   other stages: recv, post ahead, layers, send
 //   last stage:   ... layers, free feedback slot, output, send feedback (items that feed a later one)
-// and every item ends with `release`. With one stage: input, layers, output, release.
+// and every item ends with `release`. With one stage: input, layers, output, release. Where plans
+// travel (continuous batching), every stage but the last begins an item with `send plan`, and the
+// last stage reports a reporting item's tokens to the first stage's host after its output.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +20,7 @@
 namespace lfm2 {
 
 enum class StageOp : uint8_t {
+  kSendPlan,          // the item's plan to the next stage (plans that travel), before anything is queued
   kFreeBuffer,        // first stage: the last send out of the item's buffer must be done before it is rewritten
   kRecvFeedback,      // first stage: receive the tokens this item embeds from the last stage
   kRecv,              // the item's hidden states from the previous stage (receives posted up to it)
@@ -28,6 +31,7 @@ enum class StageOp : uint8_t {
   kOutput,            // last stage: the head, or the choice of tokens
   kSendFeedback,      // last stage: the chosen tokens to the first stage
   kSend,              // the buffer to the next stage
+  kReport,            // last stage: the item's chosen tokens, once on this host, to the first stage's scheduler
   kRelease,           // release the transfers that completed (a test, never a wait)
 };
 
@@ -35,7 +39,8 @@ enum class StageOp : uint8_t {
 const char* op_name(StageOp op);
 
 // The instructions of one item on a stage that is the pipeline's first and/or last.
-std::vector<StageOp> item_program(const StepPlan& plan, bool first_stage, bool last_stage);
+// travels: the plans travel with the hidden states (plan_feed.h).
+std::vector<StageOp> item_program(const StepPlan& plan, bool first_stage, bool last_stage, bool travels = false);
 
 // "recv, post ahead, layers, send, release": a program as text (tests, debugging).
 std::string program_text(const std::vector<StageOp>& program);

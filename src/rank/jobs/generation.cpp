@@ -20,18 +20,26 @@ namespace {
 
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
+}  // namespace
+
 // Every replica's tokens, in input order, on the job's last rank (report/result_gather.h).
-GenerateResult gather_tokens(const RankSetup& s, const GenerateJob& job) {
-  GenerateResult mine;
-  if (s.pipe.is_last()) job.take_results(&mine);
+GenerateResult gather_generated(const RankSetup& s, const GenerateResult& mine, int64_t n_new) {
   if (s.layout.n_replicas == 1) return mine;
   GenerateResult all;
-  all.n_new = job.shape().max_new_tokens;
+  all.n_new = n_new;
   ResultGather g(s.world, s.layout, s.blocks());
   g.add(mine.generated, all.n_new, &all.generated);
   g.add(mine.n_generated, 1, &all.n_generated);
   g.run(s.opt.timeout_s);
   return all;
+}
+
+namespace {
+
+GenerateResult gather_tokens(const RankSetup& s, const GenerateJob& job) {
+  GenerateResult mine;
+  if (s.pipe.is_last()) job.take_results(&mine);
+  return gather_generated(s, mine, job.shape().max_new_tokens);
 }
 
 // The decode steps after a sequence's EOS skip the experts (StageExecutor::decode): how many.
@@ -114,6 +122,8 @@ std::vector<std::string> benchmark(RankSetup& s, GenerateJob& job) {
   return lines;
 }
 
+}  // namespace
+
 // The last rank's part: sequence 0's tokens, how many sequences ended early, validation against
 // --answers, --output (next_token is each sequence's first new token).
 JobOutcome generation_outcome(const RankSetup& s, const GenerateResult& result) {
@@ -154,8 +164,6 @@ JobOutcome generation_outcome(const RankSetup& s, const GenerateResult& result) 
   }
   return out;
 }
-
-}  // namespace
 
 JobOutcome run_generation(RankSetup& s, GenerateJob& job) {
   const RankOptions& opt = s.opt;

@@ -12,11 +12,13 @@
 
 #include "common/dtype.h"
 #include "io/model_config.h"
+#include "io/seq_params.h"
 #include "io/token_files.h"
 #include "model/stage_executor.h"
 #include "plan/layer_partition.h"
 #include "plan/replica_work.h"
 #include "rank/engine/pipeline.h"
+#include "rank/jobs/continuous_job.h"
 #include "rank/jobs/generate_job.h"
 #include "rank/jobs/score_job.h"
 #include "rank/mpi/replica_layout.h"
@@ -42,6 +44,12 @@ struct RankSetup {
   TokenInputs inputs;    // a replica's first stage: its block
   TokenAnswers answers;  // the job's last rank, with --answers: all of them
   Pipeline* pipeline = nullptr;
+  // Generation with the continuous scheduler (--scheduler continuous).
+  bool continuous = false;
+  std::vector<SeqSettings> settings;  // a replica's first stage: its block's sequences' parameters
+  bool per_sequence_sampling = false;  // some sequence samples other than the flags say
+  int64_t max_new_tokens = 0;          // the most new tokens any sequence asks for (K of the outputs)
+  int64_t longest = 0;                 // the most positions any sequence needs (prompt + new - 1)
 
   const ReplicaWork& mine() const { return work[size_t(pipe.replica)]; }
   std::vector<SeqBlock> blocks() const;
@@ -57,6 +65,12 @@ struct JobOutcome {
 
 JobOutcome run_scoring(RankSetup& s, ScoreJob& job);
 JobOutcome run_generation(RankSetup& s, GenerateJob& job);
+JobOutcome run_continuous(RankSetup& s, ContinuousJob& job);
+
+// Generation's results: every replica's tokens (mine: a replica's last stage's block), in input
+// order, on the job's last rank; and what that rank reports, validates and writes of them.
+GenerateResult gather_generated(const RankSetup& s, const GenerateResult& mine, int64_t n_new);
+JobOutcome generation_outcome(const RankSetup& s, const GenerateResult& result);
 
 // One plain run of a job's schedule on every rank (a traced run starts together, so that the ranks'
 // timelines line up); rank 0 gets the run report's lines (steps: items per microbatch).

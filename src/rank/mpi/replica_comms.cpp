@@ -38,8 +38,13 @@ Replicas::Replicas(const WorldConfig& world, int n_stages) : world_(world) {
   MPI_CHECK(MPI_Comm_split(world.comm, world_.replica, stage, &comm_), "the replicas' communicators");
   // A new communicator inherits the error handler, but say it: errors must come back as codes.
   MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+  // The pipeline's host link (plans forward, chosen tokens back: engine/plan_link.h) on a twin of
+  // it, so that its messages never match a transport's.
+  MPI_CHECK(MPI_Comm_dup(comm_, &link_), "the replicas' host links");
+  MPI_Comm_set_errhandler(link_, MPI_ERRORS_RETURN);
   pipe_ = world_;
   pipe_.comm = comm_;
+  pipe_.link = link_;
   MPI_CHECK(MPI_Comm_rank(comm_, &pipe_.rank), "the replica's rank");
   MPI_CHECK(MPI_Comm_size(comm_, &pipe_.size), "the replica's size");
   LFM2_CHECK(pipe_.rank == stage && pipe_.size == n_stages, "replica ", world_.replica, ": rank ", pipe_.rank, " of ",
@@ -50,6 +55,7 @@ Replicas::Replicas(const WorldConfig& world, int n_stages) : world_(world) {
 Replicas::~Replicas() {
   int finalized = 0;
   MPI_Finalized(&finalized);
+  if (!finalized && link_ != MPI_COMM_NULL) MPI_Comm_free(&link_);
   if (!finalized && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
 }
 

@@ -36,7 +36,7 @@ class Replicas {
   ReplicaLayout layout_;
   WorldConfig world_, pipe_;
   std::vector<std::string> hosts_;
-  MPI_Comm comm_ = MPI_COMM_NULL;
+  MPI_Comm comm_ = MPI_COMM_NULL, link_ = MPI_COMM_NULL;
 };
 
 }  // namespace lfm2

@@ -31,6 +31,7 @@ struct WorldConfig {
   std::string host;                    // processor name
   std::vector<std::string> hosts;      // every rank's processor name, by MPI_COMM_WORLD rank
   MPI_Comm comm = MPI_COMM_WORLD;      // MPI_COMM_WORLD, or a replica's pipeline (not owned)
+  MPI_Comm link = MPI_COMM_NULL;       // a pipeline's host link: a twin of comm (engine/plan_link.h)
   int replica = 0, n_replicas = 1;     // this rank's replica (replicas.h)
   std::vector<int> world_ranks;        // rank in comm -> rank in MPI_COMM_WORLD (empty: the same)
 

@@ -68,6 +68,8 @@ void check_generation(const RankOptions& opt, const ModelConfig& cfg, int64_t se
              " positions, past the model's max_position_embeddings ", cfg.max_position_embeddings);
   for (int64_t e : opt.eos)
     LFM2_CHECK(e >= 0 && e < cfg.vocab_size, "--eos ", e, " is outside the vocabulary [0, ", cfg.vocab_size, ")");
+  LFM2_CHECK(opt.page_size == 0 || (opt.page_size & (opt.page_size - 1)) == 0, "--page-size ", opt.page_size,
+             " is not a power of two");
 }
 
 void check_state_fits(const StageExecutor& exec, const GenerateShape& shape, bool on_gpu) {

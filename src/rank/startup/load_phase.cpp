@@ -1,6 +1,7 @@
 // Phase B and B' (phases.h): the layers of each stage, one GPU per rank, this rank's stage, its
 // transport and the job's buffers, all allocated before the ready agreement; then, with NCCL, the
 // communicators.
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -69,6 +70,21 @@ void note_stage(Startup& s, const StageLayers& stage) {
   f.local_rank = s.job.world.local_rank;
 }
 
+// Continuous batching's shape before its pool is sized: --max-seqs slots (at most the block's
+// sequences), --max-batched-tokens rows a step, pages of --page-size positions (by default 16, 64
+// or 256 as the longest sequence grows), as many as the longest sequence needs in its block table.
+ContinuousShape continuous_shape(const RankSetup& j, int64_t n_seq) {
+  const RankOptions& opt = j.opt;
+  ContinuousShape c;
+  c.hidden = j.cfg.hidden_size;
+  c.max_batched_tokens = opt.max_batched_tokens > 0 ? opt.max_batched_tokens : 8192;
+  c.per_sequence_sampling = j.per_sequence_sampling;
+  c.state.n_slots = std::min(opt.max_seqs, n_seq);
+  c.state.page_size = opt.page_size > 0 ? opt.page_size : j.longest >= 4096 ? 256 : j.longest >= 256 ? 64 : 16;
+  c.state.max_pages = (j.longest + c.state.page_size - 1) / c.state.page_size;
+  return c;
+}
+
 // The job of this replica's block on this stage: the NaN checks around the executor (each
 // microbatch's hidden states and logits as they are made), the pipeline's buffers, the job's memory.
 void make_job(Startup& s, const StageLayers& stage) {
@@ -82,7 +98,10 @@ void make_job(Startup& s, const StageLayers& stage) {
   const std::vector<int32_t> lengths =
       s.lengths.empty() ? std::vector<int32_t>()
                         : std::vector<int32_t>(s.lengths.begin() + w.seqs.begin, s.lengths.begin() + w.seqs.end);
-  if (opt.max_new_tokens > 0) {
+  if (j.continuous) {
+    s.continuous_shape = continuous_shape(j, w.seqs.size());
+    s.pipeline = std::make_unique<Pipeline>(j.pipe, *s.checked, transport, H, s.continuous_shape.max_item_tokens());
+  } else if (opt.max_new_tokens > 0) {
     const GenerateShape shape{w.seqs.size(), w.width, w.microbatch, H, opt.max_new_tokens, lengths};
     check_state_fits(*s.checked, shape, j.use_cuda);
     s.pipeline = std::make_unique<Pipeline>(j.pipe, *s.checked, transport, H, shape.max_item_tokens());
@@ -100,6 +119,23 @@ void make_job(Startup& s, const StageLayers& stage) {
   s.pipeline->set_tracing(!opt.trace.empty());
   if (s.backend.timer) s.pipeline->set_busy_timer(s.backend.timer.get());
   install_kill_hook(*s.pipeline, j.world.rank);
+}
+
+// The pages this rank's pool could hold: --kv-pages; on the CPU enough for every slot at the
+// longest sequence; on a GPU what --gpu-memory leaves after the weights and buffers (less a
+// margin for the state's workspaces), at most that many.
+int64_t pool_capacity(Startup& s) {
+  const RankOptions& opt = s.job.opt;
+  const StateShape& st = s.continuous_shape.state;
+  const int64_t enough = st.n_slots * st.max_pages;
+  if (opt.kv_pages > 0) return opt.kv_pages;
+  if (!s.job.use_cuda) return enough;
+  const GpuMemory g = gpu_memory(s.backend);
+  const int64_t budget = g.free_bytes - int64_t((1 - opt.gpu_memory) * double(g.total_bytes));
+  const int64_t margin = std::max<int64_t>(int64_t(256) << 20, budget / 20);
+  const int64_t room = budget - margin - st.n_slots * (s.checked->slot_bytes() + st.max_pages * 4);
+  const int64_t page = s.checked->page_bytes(st.page_size);
+  return std::min(enough, std::max<int64_t>(0, room / std::max<int64_t>(page, 1)));
 }
 
 // This rank's stage, transport and job; the last rank's answers.
@@ -127,6 +163,30 @@ void load(Startup& s) {
   s.facts.gpu_weight_bytes = g.weight_bytes;
   s.facts.gpu_free = g.free_bytes;
   s.facts.gpu_total = g.total_bytes;
+  if (j.continuous) s.pool_pages = pool_capacity(s);
+}
+
+// Continuous batching: every stage's pool holds the pages the smallest can (all stages and
+// replicas alike), at least the longest sequence's; then each allocates its state.
+bool size_pool(Startup& s) {
+  RankSetup& j = s.job;
+  const RankOptions& opt = j.opt;
+  const auto agreed = allreduce_max(j.world, {-s.pool_pages}, opt.timeout_s, "the pool of KV pages");
+  ContinuousShape& c = s.continuous_shape;
+  c.state.n_pages = -agreed[0];
+  bool ok = startup_step(
+      [&] {
+        LFM2_CHECK(c.state.n_pages >= c.state.max_pages, "the pool of KV pages holds ", c.state.n_pages, " pages of ",
+                   c.state.page_size, " positions (", c.state.n_pages * c.state.page_size,
+                   "), the longest sequence needs ", j.longest, " (a prompt longer than the pool can ever hold; "
+                   "more --gpu-memory or --kv-pages, or more stages)");
+      },
+      j.world.is_first());
+  if (ok)
+    ok = startup_step([&] {
+      s.continuous = std::make_unique<ContinuousJob>(j.pipe, *s.checked, c, sampling_params(opt, 0), opt.timeout_s);
+    });
+  return all_ready(j.world, ok, opt.timeout_s, "the state agreement");
 }
 
 }  // namespace
@@ -145,7 +205,8 @@ bool load_stage(Startup& s) {
   if (j.use_cuda) ok = gather_gpus(s, ok);
   if (ok) ok = startup_step([&] { load(s); });
   fault_point(j.world.rank, "agreement");
-  return all_ready(j.world, ok, opt.timeout_s, "the ready agreement");
+  if (!all_ready(j.world, ok, opt.timeout_s, "the ready agreement")) return false;
+  return !j.continuous || size_pool(s);
 }
 
 bool connect_stages(Startup& s) {

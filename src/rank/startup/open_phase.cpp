@@ -1,8 +1,10 @@
 // Phase A and the replicas' work (phases.h): the options and files every rank opens, the inputs'
 // shape and each replica's block of them.
+#include <algorithm>
 #include <climits>
 
 #include "common/error.h"
+#include "io/seq_params.h"
 #include "io/token_files.h"
 #include "rank/mpi/fatal.h"
 #include "rank/mpi/world.h"
@@ -104,6 +106,43 @@ bool open_files(Startup& s) {
          startup_step([&] { s.lengths = broadcast_ints(world, s.lengths, s.job.n_seq, opt.timeout_s); });
 }
 
+// Generation: the block's per-sequence parameters (io/seq_params.h), each checked and resolved
+// against the flags; the static scheduler takes none.
+void read_settings(RankSetup& j) {
+  const RankOptions& opt = j.opt;
+  const ReplicaWork& w = j.mine();
+  const SeqParamsBlock b = read_seq_params(opt.inputs, w.seqs.begin, w.seqs.end);
+  LFM2_CHECK(j.continuous || !b.any(), opt.inputs, ": per-sequence parameters (max_new_tokens, temperature, ...) "
+             "need --scheduler continuous");
+  j.per_sequence_sampling = b.own_sampling();
+  const SeqSettings flags{int32_t(opt.max_new_tokens), float(opt.temperature), int32_t(opt.top_k), float(opt.top_p),
+                          opt.seed};
+  j.settings.clear();
+  for (int64_t i = 0; i < b.n; ++i) {
+    const SeqSettings st = b.resolve(i, flags, opt.inputs);
+    const int64_t positions = int64_t(j.inputs.length(i)) + st.max_new_tokens - 1;
+    // (the flag's own reach is checked with the plan, check_generation)
+    LFM2_CHECK(st.max_new_tokens == flags.max_new_tokens || positions <= j.cfg.max_position_embeddings, opt.inputs,
+               ": sequence ", w.seqs.begin + i, ": ",
+               j.inputs.length(i), " prompt tokens + ", st.max_new_tokens, " new need ", positions,
+               " positions, past the model's max_position_embeddings ", j.cfg.max_position_embeddings);
+    j.max_new_tokens = std::max<int64_t>(j.max_new_tokens, st.max_new_tokens);
+    j.longest = std::max(j.longest, positions);
+    j.settings.push_back(st);
+  }
+}
+
+// Every rank learns the most new tokens and positions any sequence needs, and whether any samples
+// by its own parameters.
+bool agree_settings(RankSetup& j) {
+  const auto all = allreduce_max(j.world, {j.max_new_tokens, j.longest, j.per_sequence_sampling ? 1 : 0},
+                                 j.opt.timeout_s, "the per-sequence parameters");
+  j.max_new_tokens = all[0];
+  j.longest = all[1];
+  j.per_sequence_sampling = all[2] != 0;
+  return true;
+}
+
 bool split_work(Startup& s) {
   RankSetup& j = s.job;
   const RankOptions& opt = j.opt;
@@ -114,10 +153,12 @@ bool split_work(Startup& s) {
                            j.seq_len, s.lengths, opt.all_logits, opt.microbatch, P, j.use_cuda);
       },
       j.world.is_first());
+  j.continuous = opt.max_new_tokens > 0 && opt.scheduler == "continuous";
   if (ok && j.pipe.is_first()) ok = startup_step([&] { j.inputs = read_block(opt.inputs, j.mine(), j.cfg); });
+  if (ok && j.pipe.is_first() && opt.max_new_tokens > 0) ok = startup_step([&] { read_settings(j); });
   if (!all_ready(j.world, ok, opt.timeout_s, "the inputs agreement")) return false;
   j.microbatch = j.mine().microbatch;
-  return true;
+  return opt.max_new_tokens <= 0 || agree_settings(j);
 }
 
 }  // namespace lfm2

@@ -6,7 +6,9 @@
 //   split_work      one block of sequences per replica (plan/replica_work.h); each replica's first
 //                   stage reads and checks its own block; all agree
 //   load_stage      (B) the layers of each stage, one GPU per rank, this rank's stage and transport
-//                   (backend.h), the last rank's answers, the job's buffers; all agree again
+//                   (backend.h), the last rank's answers, the job's buffers; all agree again;
+//                   continuous batching: every stage's pool of KV pages, the smallest any stage can
+//                   hold, then the state allocated; agreed once more
 //   connect_stages  (B') with NCCL, each replica's communicators and their warm-up; agreed once more
 //
 // Every agreement is over the whole job (one replica's error stops all of them); the pipeline, its
@@ -48,7 +50,10 @@ struct Startup {
   std::unique_ptr<StageExecutor> checked;  // the NaN checks around the backend's executor
   std::unique_ptr<Pipeline> pipeline;
   std::unique_ptr<ScoreJob> score;        // the job: scoring,
-  std::unique_ptr<GenerateJob> generate;  // or generation (--max-new-tokens)
+  std::unique_ptr<GenerateJob> generate;  // or generation (--max-new-tokens): static,
+  std::unique_ptr<ContinuousJob> continuous;  // or continuous (its shape until the pool is agreed)
+  ContinuousShape continuous_shape;
+  int64_t pool_pages = 0;                 // the pages this rank could hold
 };
 
 bool open_files(Startup& s);

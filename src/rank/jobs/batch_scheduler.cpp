@@ -1,0 +1,224 @@
+#include "rank/jobs/batch_scheduler.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "common/error.h"
+
+namespace lfm2 {
+namespace {
+
+int64_t pages_for(int64_t positions, int64_t page_size) { return (positions + page_size - 1) / page_size; }
+
+}  // namespace
+
+BatchScheduler::BatchScheduler(const SchedulerConfig& config) : cfg_(config) {
+  LFM2_CHECK(cfg_.max_seqs >= 1 && cfg_.max_batched_tokens >= 1 && cfg_.n_pages >= 1 && cfg_.page_size >= 1 &&
+                 cfg_.max_pages >= 1 && cfg_.max_in_flight >= 1,
+             "scheduler: max_seqs ", cfg_.max_seqs, ", max_batched_tokens ", cfg_.max_batched_tokens, ", ",
+             cfg_.n_pages, " pages of ", cfg_.page_size, " (", cfg_.max_pages, " a sequence), ", cfg_.max_in_flight,
+             " items in flight");
+  LFM2_CHECK(cfg_.n_pages <= INT32_MAX && cfg_.max_seqs <= INT32_MAX, "scheduler: too many pages or slots");
+  if (cfg_.max_item_seqs <= 0) cfg_.max_item_seqs = (cfg_.max_seqs + cfg_.max_in_flight - 1) / cfg_.max_in_flight;
+  // Lowest first: a pop from the back takes the lowest.
+  for (int64_t p = cfg_.n_pages - 1; p >= 0; --p) free_pages_.push_back(int32_t(p));
+  for (int64_t s = cfg_.max_seqs - 1; s >= 0; --s) free_slots_.push_back(int32_t(s));
+}
+
+void BatchScheduler::add(const SeqRequest& r, double now_s) {
+  const int64_t positions = int64_t(r.prompt_len) + r.max_new_tokens - 1;
+  LFM2_CHECK(r.prompt_len >= 1, "sequence ", r.seq, ": an empty prompt");
+  LFM2_CHECK(r.max_new_tokens >= 1, "sequence ", r.seq, ": max_new_tokens ", r.max_new_tokens, " (at least 1)");
+  LFM2_CHECK(positions <= cfg_.max_pages * cfg_.page_size, "sequence ", r.seq, ": ", r.prompt_len,
+             " prompt tokens + ", r.max_new_tokens, " new need ", positions, " positions, a sequence may hold ",
+             cfg_.max_pages * cfg_.page_size);
+  LFM2_CHECK(pages_for(positions, cfg_.page_size) <= cfg_.n_pages, "sequence ", r.seq, ": ", r.prompt_len,
+             " prompt tokens + ", r.max_new_tokens, " new need ", pages_for(positions, cfg_.page_size),
+             " KV pages, the pool holds ", cfg_.n_pages, " (a prompt longer than the pool can ever hold)");
+  Seq s;
+  s.req = r;
+  s.added_s = now_s;
+  const int64_t key = next_key_++;
+  seqs_.emplace(key, std::move(s));
+  waiting_.push_back(key);
+}
+
+bool BatchScheduler::plan(int64_t item, StepPlan* out) {
+  LFM2_CHECK(may_plan(), "scheduler: ", flight_.size(), " items already in flight");
+  StepPlan p;
+  p.item = item;
+  p.micro = -1;
+  p.reports = true;
+  int64_t budget = cfg_.max_batched_tokens;
+  budget -= decode_rows(p, budget);
+  prompt_chunks(p, budget);
+  if (p.seqs.empty()) return false;
+  p.kind = generation_kind(p.seqs);
+  flight_[item] = std::move(building_);
+  building_.clear();
+  ++stats_.items;
+  stats_.slot_items += int64_t(running_.size());
+  *out = std::move(p);
+  return true;
+}
+
+// Decode rows of the running sequences past their prompt that are not in flight, oldest first.
+int64_t BatchScheduler::decode_rows(StepPlan& p, int64_t budget) {
+  int64_t used = 0;
+  for (size_t i = 0; i < running_.size() && used < budget && room(p); ++i) {
+    const int64_t key = running_[i];
+    Seq& s = seqs_.at(key);
+    if (s.in_flight || s.computed < s.req.prompt_len) continue;
+    if (!grow(s, int64_t(s.computed) + 1, p, true)) continue;
+    const int32_t fed_index = s.computed - s.req.prompt_len;
+    LFM2_CHECK(fed_index < int32_t(s.generated.size()), "scheduler: sequence ", s.req.seq, " has no token to feed");
+    const bool emits = fed_index + 1 == int32_t(s.generated.size());
+    p.seqs.push_back({s.req.seq, s.slot, s.computed, 1, 1, emits ? fed_index + 1 : -1, true});
+    p.fed.push_back(s.generated[size_t(fed_index)]);
+    if (emits && cfg_.per_sequence_sampling) p.sampling.push_back(s.req.sampling);
+    s.in_flight = true;
+    building_.push_back({key, 1, emits});
+    ++used;
+    ++(emits ? stats_.decode_rows : stats_.forced_rows);
+  }
+  return used;
+}
+
+// Prompt chunks: the running sequences' unfinished prompts (oldest first), then new admissions.
+int64_t BatchScheduler::prompt_chunks(StepPlan& p, int64_t budget) {
+  const int64_t start = budget;
+  for (size_t i = 0; i < running_.size() && budget > 0 && room(p); ++i) {
+    Seq& s = seqs_.at(running_[i]);
+    if (s.in_flight || s.computed >= s.req.prompt_len) continue;
+    int32_t n = int32_t(std::min<int64_t>(s.req.prompt_len - s.computed, budget));
+    if (!grow(s, int64_t(s.computed) + n, p, true)) {
+      // As many rows as its pages cover.
+      n = int32_t(std::min<int64_t>(n, int64_t(s.pages.size()) * cfg_.page_size - s.computed));
+      if (n <= 0) continue;
+    }
+    add_prompt_entry(p, running_[i], n);
+    budget -= n;
+  }
+  while (budget > 0 && room(p) && admit_one(p, budget)) {
+  }
+  return start - budget;
+}
+
+// Admits the next waiting sequence with its first chunk, when a slot and the chunk's pages are free
+// (an admission never preempts).
+bool BatchScheduler::admit_one(StepPlan& p, int64_t& budget) {
+  if (waiting_.empty() || free_slots_.empty()) return false;
+  const int64_t key = waiting_.front();
+  Seq& s = seqs_.at(key);
+  const int32_t n = int32_t(std::min<int64_t>(s.req.prompt_len, budget));
+  if (pages_for(n, cfg_.page_size) > int64_t(free_pages_.size())) return false;
+  waiting_.pop_front();
+  s.slot = free_slots_.back();
+  free_slots_.pop_back();
+  s.admitted = next_admission_++;
+  s.computed = 0;
+  running_.push_back(key);
+  grow(s, n, p, false);
+  add_prompt_entry(p, key, n);
+  budget -= n;
+  return true;
+}
+
+void BatchScheduler::add_prompt_entry(StepPlan& p, int64_t key, int32_t n) {
+  Seq& s = seqs_.at(key);
+  const bool emits = s.computed + n == s.req.prompt_len && s.generated.empty();
+  p.seqs.push_back({s.req.seq, s.slot, s.computed, n, n, emits ? 0 : -1, false});
+  if (emits && cfg_.per_sequence_sampling) p.sampling.push_back(s.req.sampling);
+  s.in_flight = true;
+  building_.push_back({key, n, emits});
+  stats_.prompt_rows += n;
+}
+
+// Gives s the pages that cover `positions`, granted in p; when the pool is short, preempts the
+// youngest running sequences not in flight (may_preempt). False if the pages cannot be had now.
+bool BatchScheduler::grow(Seq& s, int64_t positions, StepPlan& p, bool may_preempt) {
+  const int64_t need = pages_for(positions, cfg_.page_size) - int64_t(s.pages.size());
+  if (need <= 0) return true;
+  while (int64_t(free_pages_.size()) < need)
+    if (!may_preempt || !preempt_youngest(s)) return false;
+  for (int64_t k = 0; k < need; ++k) {
+    const int32_t page = free_pages_.back();
+    free_pages_.pop_back();
+    p.grants.push_back({s.slot, int32_t(s.pages.size()), page});
+    s.pages.push_back(page);
+  }
+  return true;
+}
+
+// The youngest running sequence younger than `keep` that is not in flight (nor planned in the item
+// being built) loses its pages and slot and goes back to the front of the queue. (Never an older
+// one: the oldest running sequence always makes progress.)
+bool BatchScheduler::preempt_youngest(const Seq& keep) {
+  for (size_t i = running_.size(); i-- > 0;) {
+    Seq& v = seqs_.at(running_[i]);
+    if (v.admitted <= keep.admitted) return false;
+    if (v.in_flight) continue;
+    for (int32_t pg : v.pages) free_pages_.push_back(pg);
+    v.pages.clear();
+    free_slots_.push_back(v.slot);
+    v.slot = -1;
+    v.computed = 0;
+    ++v.preemptions;
+    ++stats_.preemptions;
+    waiting_.push_front(running_[i]);
+    running_.erase(running_.begin() + int64_t(i));
+    return true;
+  }
+  return false;
+}
+
+void BatchScheduler::complete(int64_t item, const int32_t* tokens, int64_t n, double now_s) {
+  const auto it = flight_.find(item);
+  LFM2_CHECK(it != flight_.end(), "scheduler: item ", item, " is not in flight");
+  int64_t t = 0;
+  for (const Entry& e : it->second) {
+    Seq& s = seqs_.at(e.id);
+    s.in_flight = false;
+    s.computed += e.rows;
+    if (!e.emits) continue;
+    LFM2_CHECK(t < n, "scheduler: item ", item, " came back with ", n, " tokens, fewer than it emits");
+    s.generated.push_back(tokens[t++]);
+    if (s.first_token_s < 0) s.first_token_s = now_s;
+  }
+  LFM2_CHECK(t == n, "scheduler: item ", item, " came back with ", n, " tokens, it emits ", t);
+  std::vector<int64_t> ended;
+  for (const Entry& e : it->second) {
+    const Seq& s = seqs_.at(e.id);
+    const bool eos = !s.generated.empty() &&
+                     std::find(cfg_.eos.begin(), cfg_.eos.end(), s.generated.back()) != cfg_.eos.end();
+    if (e.emits && (eos || int32_t(s.generated.size()) >= s.req.max_new_tokens)) ended.push_back(e.id);
+  }
+  flight_.erase(it);
+  for (int64_t id : ended) retire(id, now_s);
+}
+
+void BatchScheduler::retire(int64_t id, double now_s) {
+  Seq& s = seqs_.at(id);
+  FinishedSeq f;
+  f.seq = s.req.seq;
+  f.tokens = std::move(s.generated);
+  f.ended_at_eos = std::find(cfg_.eos.begin(), cfg_.eos.end(), f.tokens.back()) != cfg_.eos.end();
+  f.added_s = s.added_s;
+  f.first_token_s = s.first_token_s;
+  f.finished_s = now_s;
+  f.prompt_len = s.req.prompt_len;
+  f.preemptions = s.preemptions;
+  finished_.push_back(std::move(f));
+  for (int32_t pg : s.pages) free_pages_.push_back(pg);
+  free_slots_.push_back(s.slot);
+  running_.erase(std::find(running_.begin(), running_.end(), id));
+  seqs_.erase(id);
+}
+
+std::vector<FinishedSeq> BatchScheduler::take_finished() {
+  std::vector<FinishedSeq> f;
+  f.swap(finished_);
+  return f;
+}
+
+}  // namespace lfm2

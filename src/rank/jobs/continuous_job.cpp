@@ -1,0 +1,175 @@
+#include "rank/jobs/continuous_job.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "common/error.h"
+
+namespace lfm2 {
+namespace {
+
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+// Plans kept for the interpreter's references back (its buffers, waits that name an item).
+constexpr int64_t kKeepBehind = 8;
+
+}  // namespace
+
+int64_t ContinuousShape::max_item_tokens() const {
+  return max_batched_tokens + (state.n_slots + hidden - 1) / std::max<int64_t>(hidden, 1);
+}
+
+SchedulerFeed::SchedulerFeed(const SchedulerConfig& config, PlanLink* link, const Staging& staging,
+                             PromptSource& source, Sink sink)
+    : sched_(config), link_(link), source_(source), sink_(std::move(sink)), staging_(staging) {
+  LFM2_CHECK(int64_t(staging_.ids.size()) == config.max_in_flight + 1 && staging_.fed.size() == staging_.ids.size(),
+             "scheduler: ", staging_.ids.size(), " staging buffers for ", config.max_in_flight, " items in flight");
+}
+
+// Keeps the queue about two slots' worth ahead of the running sequences (the prompts are read as
+// they are needed, not all at once).
+void SchedulerFeed::top_up() {
+  const int64_t want = 2 * sched_.config().max_seqs + 16;
+  SeqRequest r;
+  std::vector<int32_t> ids;
+  while (!source_done_ && sched_.n_waiting() < want) {
+    if (!source_.next(&r, &ids)) {
+      source_done_ = true;
+      break;
+    }
+    LFM2_CHECK(int64_t(ids.size()) == r.prompt_len, "sequence ", r.seq, ": ", ids.size(), " ids for a prompt of ",
+               r.prompt_len);
+    sched_.add(r, now_s());
+    prompts_[r.seq] = std::move(ids);
+    ++added_;
+  }
+}
+
+void SchedulerFeed::complete(int64_t item, const int32_t* tokens, int64_t n) {
+  sched_.complete(item, tokens, n, now_s());
+  for (FinishedSeq& f : sched_.take_finished()) {
+    prompts_.erase(f.seq);
+    sink_(std::move(f));
+  }
+}
+
+// The tokens of items in flight that came back on the link (all that arrived; at least one when
+// `wait`).
+void SchedulerFeed::take_reports(bool wait) {
+  int64_t item = 0;
+  std::vector<int32_t> tokens;
+  while (link_ && link_->recv_tokens(&item, &tokens, wait)) {
+    complete(item, tokens.data(), int64_t(tokens.size()));
+    wait = false;
+  }
+}
+
+const StepPlan* SchedulerFeed::next(int64_t i) {
+  for (;;) {
+    top_up();
+    take_reports(false);
+    StepPlan p;
+    if (sched_.may_plan() && sched_.plan(i, &p)) {
+      LFM2_CHECK(i == base_ + int64_t(window_.size()), "scheduler: item ", i, " out of order");
+      window_.push_back(std::move(p));
+      return &window_.back();
+    }
+    if (sched_.n_in_flight() > 0) {
+      LFM2_CHECK(link_, "scheduler: item ", sched_.oldest_in_flight(), " never reported its tokens");
+      take_reports(true);
+      continue;
+    }
+    if (sched_.done() && source_done_) {
+      if (link_ && !end_sent_) link_->send_end();
+      end_sent_ = true;
+      return nullptr;
+    }
+    LFM2_FAIL("scheduler: nothing can run (", sched_.n_waiting(), " waiting, ", sched_.n_running(), " running, ",
+              sched_.pages_in_use(), " pages in use)");
+  }
+}
+
+const StepPlan* SchedulerFeed::held(int64_t i) const {
+  return i >= base_ && i < base_ + int64_t(window_.size()) ? &window_[size_t(i - base_)] : nullptr;
+}
+
+void SchedulerFeed::release_before(int64_t i) {
+  while (base_ < i - kKeepBehind && !window_.empty()) {
+    window_.pop_front();
+    ++base_;
+  }
+}
+
+void SchedulerFeed::forward(int64_t i) {
+  const StepPlan* p = held(i);
+  LFM2_CHECK(p && link_, "scheduler: no plan of item ", i, " to send");
+  link_->send_plan(*p);
+}
+
+void SchedulerFeed::chosen(int64_t i, const int32_t* tokens, int64_t n) { complete(i, tokens, n); }
+
+void SchedulerFeed::finish() {
+  if (link_) link_->flush();
+}
+
+// The item's prompt rows (entry order) and fed tokens into ring buffer item % (P + 1).
+StagedInput SchedulerFeed::stage(const StepPlan& plan) {
+  const size_t k = size_t(plan.item % int64_t(staging_.ids.size()));
+  int32_t* ids = staging_.ids[k];
+  int64_t at = 0;
+  for (const SeqRows& s : plan.seqs) {
+    if (s.decode) continue;
+    const auto it = prompts_.find(s.seq);
+    LFM2_CHECK(it != prompts_.end() && s.first_pos + s.n_rows <= int64_t(it->second.size()), "scheduler: ",
+               plan.name(), ": no prompt rows for sequence ", s.seq);
+    LFM2_CHECK(at + s.n_rows <= sched_.config().max_batched_tokens, "scheduler: ", plan.name(), " over its budget");
+    std::memcpy(ids + at, it->second.data() + s.first_pos, size_t(s.n_rows) * 4);
+    at += s.n_rows;
+  }
+  std::copy(plan.fed.begin(), plan.fed.end(), staging_.fed[k]);
+  return {at ? ids : nullptr, plan.fed.empty() ? nullptr : staging_.fed[k]};
+}
+
+ContinuousJob::ContinuousJob(const WorldConfig& pipe, StageExecutor& exec, const ContinuousShape& shape,
+                             const SamplingParams& sampling, double timeout_s)
+    : pipe_(pipe), exec_(exec), shape_(shape), sampling_(sampling) {
+  LFM2_CHECK(exec_.act_dtype() == DType::F32, "generation: hidden states must be fp32 (the decode flags are)");
+  exec_.alloc_batch_state(shape_.state, sampling_);
+  if (pipe_.size > 1) link_ = std::make_unique<PlanLink>(pipe_, timeout_s);
+  if (pipe_.is_first())
+    for (int k = 0; k <= pipe_.size; ++k) {
+      staging_.ids.push_back(static_cast<int32_t*>(exec_.alloc_host(shape_.max_batched_tokens * 4)));
+      staging_.fed.push_back(static_cast<int32_t*>(exec_.alloc_host(shape_.state.n_slots * 4)));
+    }
+  if (pipe_.is_last()) {
+    memory_.spare_tokens = exec_.alloc_tokens(shape_.state.n_slots);
+    memory_.report_tokens = static_cast<int32_t*>(exec_.alloc_host(shape_.state.n_slots * 4));
+  }
+}
+
+void ContinuousJob::prepare(PromptSource* source, SchedulerFeed::Sink sink) {
+  memory_.staging = nullptr;
+  sched_feed_ = nullptr;
+  feed_.reset();
+  if (!pipe_.is_first()) {
+    feed_ = std::make_unique<LinkFeed>(*link_, pipe_.is_last());
+    return;
+  }
+  LFM2_CHECK(source, "generation: the first stage needs its prompts");
+  SchedulerConfig c;
+  c.max_seqs = shape_.state.n_slots;
+  c.max_batched_tokens = shape_.max_batched_tokens;
+  c.n_pages = shape_.state.n_pages;
+  c.page_size = shape_.state.page_size;
+  c.max_pages = shape_.state.max_pages;
+  c.max_in_flight = pipe_.size;
+  c.eos = sampling_.eos;
+  c.per_sequence_sampling = shape_.per_sequence_sampling;
+  auto feed = std::make_unique<SchedulerFeed>(c, link_.get(), staging_, *source, std::move(sink));
+  sched_feed_ = feed.get();
+  memory_.staging = feed.get();
+  feed_ = std::move(feed);
+}
+
+}  // namespace lfm2
