@@ -58,7 +58,7 @@ std::vector<SeqBlock> split_sequences(const std::vector<int64_t>& costs, int n_b
 
 std::vector<ReplicaWork> plan_work(const std::vector<SeqBlock>& blocks, int64_t seq_len,
                                    const std::vector<int32_t>& lengths, bool full_width, int64_t microbatch,
-                                   int n_stages, bool gpu) {
+                                   int n_stages, bool gpu, bool generation) {
   std::vector<ReplicaWork> work;
   for (const SeqBlock& b : blocks) {
     ReplicaWork w;
@@ -66,8 +66,9 @@ std::vector<ReplicaWork> plan_work(const std::vector<SeqBlock>& blocks, int64_t 
     w.width = full_width || lengths.empty() ? seq_len : 0;
     for (int64_t i = b.begin; i < b.end && w.width < seq_len; ++i)
       w.width = std::max<int64_t>(w.width, lengths[size_t(i)]);
-    w.microbatch =
-        microbatch > 0 ? std::min(microbatch, b.size()) : default_microbatch(b.size(), w.width, n_stages, gpu);
+    w.microbatch = microbatch > 0 ? std::min(microbatch, b.size())
+                   : generation   ? default_generation_microbatch(b.size(), n_stages)
+                                  : default_microbatch(b.size(), w.width, n_stages, gpu);
     work.push_back(w);
   }
   return work;

@@ -41,10 +41,10 @@ struct ReplicaWork {
 };
 
 // Every replica's work: `microbatch` (--microbatch; 0: the default for the replica's own block,
-// microbatch.h) applies per replica. full_width keeps every block at seq_len (--all-logits writes
-// every position).
+// microbatch.h: scoring's, or generation's) applies per replica. full_width keeps every block at
+// seq_len (--all-logits writes every position).
 std::vector<ReplicaWork> plan_work(const std::vector<SeqBlock>& blocks, int64_t seq_len,
                                    const std::vector<int32_t>& lengths, bool full_width, int64_t microbatch,
-                                   int n_stages, bool gpu);
+                                   int n_stages, bool gpu, bool generation = false);
 
 }  // namespace lfm2

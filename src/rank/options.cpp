@@ -100,6 +100,11 @@ void add_batching_options(CLI::App& app, RankOptions& opt, CLI::Option* gen) {
   app.add_option("--kv-pages", opt.kv_pages, "continuous: KV pages in the pool (default: from --gpu-memory on a GPU)")
       ->needs(gen)
       ->check(cli::whole(1, int64_t(1) << 31));
+  app.add_option("--prefill-chunk", opt.prefill_chunk,
+                 "static: prompt rows a prefill step holds at most (0: whole prompts; continuous: "
+                 "--max-batched-tokens)")
+      ->needs(gen)
+      ->check(cli::whole(0, int64_t(1) << 24));
   app.add_option("--gpu-memory", opt.gpu_memory,
                  "continuous: the fraction of each GPU's memory the job may fill (weights, buffers, the pool)")
       ->capture_default_str()

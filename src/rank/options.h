@@ -45,6 +45,7 @@ struct RankOptions {
   int64_t page_size = 0;                 // positions per KV page; 0: by the longest sequence
   int64_t kv_pages = 0;                  // pages in the pool; 0: from gpu_memory (GPU) or enough (CPU)
   double gpu_memory = 0.9;               // the fraction of a GPU the job may fill
+  int64_t prefill_chunk = 0;             // static: prompt rows a prefill item holds at most (0: whole)
   bool cuda_graphs = true;   // CUDA: replay each stage's layers from a captured CUDA Graph
   bool use_default = false;  // no model/inputs given: run the shipped default under data/default
 };

@@ -71,6 +71,11 @@ TEST(PlanWork, WidthIsTheBlocksLongestPrompt) {
   EXPECT_EQ(plan_work({{0, 16}}, 9, {}, false, 0, 2, false)[0].microbatch, 2);
   // --microbatch larger than a block is the block.
   EXPECT_EQ(plan_work({{0, 3}}, 9, {}, false, 100, 1, false)[0].microbatch, 3);
+  // Generation: P groups holding every sequence, on either backend.
+  EXPECT_EQ(plan_work({{0, 32}}, 8192, {}, false, 0, 1, true, true)[0].microbatch, 32);
+  EXPECT_EQ(plan_work({{0, 256}}, 32, {}, false, 0, 4, true, true)[0].microbatch, 64);
+  EXPECT_EQ(plan_work({{0, 7}}, 9, {}, false, 0, 2, false, true)[0].microbatch, 4);
+  EXPECT_EQ(plan_work({{0, 7}}, 9, {}, false, 3, 2, false, true)[0].microbatch, 3);
 }
 
 }  // namespace

@@ -34,21 +34,11 @@ void head(const StepPlan& plan, void* x, StageExecutor& exec, const StepMemory& 
   exec.head(x, b.n, b.width, mem.lengths ? mem.lengths + b.first : nullptr, out);
 }
 
-// Static schedules: the prompt entries' ids, one run of the packed prompts (the schedulers keep an
-// item's chunks consecutive there).
+// Static schedules: the prompt entries' ids, laid out item after item when the job started.
 const int32_t* packed_rows(const StepPlan& plan, const StepMemory& mem) {
-  const int32_t* start = nullptr;
-  int64_t next = -1;
-  for (const SeqRows& s : plan.seqs) {
-    if (s.decode) continue;
-    LFM2_CHECK(s.seq >= 0 && size_t(s.seq) < mem.prompt_start.size(), "step plan: ", plan.name(), ": sequence ",
-               s.seq, " has no prompt here");
-    const int64_t at = mem.prompt_start[size_t(s.seq)] + s.first_pos;
-    LFM2_CHECK(next < 0 || at == next, "step plan: ", plan.name(), ": its prompt chunks are not consecutive");
-    if (!start) start = mem.packed_ids + at;
-    next = at + s.n_rows;
-  }
-  return start;
+  if (plan.rows() == plan.n_decode()) return nullptr;
+  LFM2_CHECK(plan.ids_offset >= 0, "step plan: ", plan.name(), ": its prompt rows have no ids");
+  return mem.packed_ids + plan.ids_offset;
 }
 
 void embed(const StepPlan& plan, void* x, StageExecutor& exec, const StepMemory& mem) {

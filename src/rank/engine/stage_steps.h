@@ -48,8 +48,8 @@ struct StepMemory {
   int64_t vocab = 0;
   // ---- generation
   int64_t seq_base = 0;                // added to a plan's seq for the executor (sampling's key)
-  const int32_t* packed_ids = nullptr;  // first stage, static schedules: every prompt unpadded, in order
-  std::vector<int64_t> prompt_start;   // (N) where each prompt starts in packed_ids
+  const int32_t* packed_ids = nullptr;  // first stage, static schedules: every item's prompt rows'
+                                       // ids, item after item (ids_offset)
   InputStaging* staging = nullptr;     // first stage, continuous batching: plans with host-fed tokens
   std::vector<int32_t*> token_slots;   // first and last stage: per feedback slot, its tokens
   int32_t* spare_tokens = nullptr;     // last stage: the tokens of items that feed nobody

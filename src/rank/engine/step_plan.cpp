@@ -8,7 +8,7 @@ namespace lfm2 {
 namespace {
 
 constexpr uint32_t kMagic = 0x32504c53;  // "SLP2": the format of to_bytes
-constexpr size_t kHeaderBytes = 68, kSeqBytes = 32, kGrantBytes = 12, kFedBytes = 4, kSamplingBytes = 20;
+constexpr size_t kHeaderBytes = 76, kSeqBytes = 32, kGrantBytes = 12, kFedBytes = 4, kSamplingBytes = 20;
 
 // Fixed-width integers, least significant byte first, whatever the host's byte order.
 template <typename T>
@@ -54,7 +54,7 @@ bool StepPlan::operator==(const StepPlan& o) const {
     if (!same_sampling(sampling[i], o.sampling[i])) return false;
   return item == o.item && kind == o.kind && micro == o.micro && seqs == o.seqs && grants == o.grants &&
          feedback_from == o.feedback_from && feedback_slot == o.feedback_slot && feeds_slot == o.feeds_slot &&
-         fed == o.fed && emit_offset == o.emit_offset && reports == o.reports;
+         fed == o.fed && emit_offset == o.emit_offset && ids_offset == o.ids_offset && reports == o.reports;
 }
 
 int64_t StepPlan::rows() const {
@@ -104,6 +104,7 @@ std::vector<uint8_t> to_bytes(const StepPlan& plan) {
   put<int32_t>(out, plan.feedback_slot);
   put<int32_t>(out, plan.feeds_slot);
   put<int64_t>(out, plan.emit_offset);
+  put<int64_t>(out, plan.ids_offset);
   put<int32_t>(out, plan.reports ? 1 : 0);
   put<uint32_t>(out, uint32_t(plan.seqs.size()));
   put<uint32_t>(out, uint32_t(plan.grants.size()));
@@ -147,6 +148,7 @@ StepPlan plan_from_bytes(const uint8_t* bytes, size_t n) {
   plan.feedback_slot = take<int32_t>(p);
   plan.feeds_slot = take<int32_t>(p);
   plan.emit_offset = take<int64_t>(p);
+  plan.ids_offset = take<int64_t>(p);
   plan.reports = take<int32_t>(p) != 0;
   const size_t n_seqs = take<uint32_t>(p), n_grants = take<uint32_t>(p), n_fed = take<uint32_t>(p),
                n_sampling = take<uint32_t>(p);

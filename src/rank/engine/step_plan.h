@@ -70,6 +70,7 @@ struct StepPlan {
   // Per emitting entry, in entry order, its own sampling (empty: the job's defaults).
   std::vector<SeqSampling> sampling;
   int64_t emit_offset = -1;    // static generation: where its tokens go among the run's (-1: none)
+  int64_t ids_offset = -1;     // static generation: where its prompt rows' ids start among the run's
   bool reports = false;        // the last stage sends its chosen tokens to the first stage's host
 
   int64_t rows() const;
@@ -86,7 +87,7 @@ struct StepPlan {
 // The kind of a generation item from its entries.
 StepPlan::Kind generation_kind(const std::vector<SeqRows>& seqs);
 
-// The plan as a flat little-endian buffer: a 68-byte header, then 32 bytes per sequence, 12 per
+// The plan as a flat little-endian buffer: a 76-byte header, then 32 bytes per sequence, 12 per
 // page grant, 4 per fed token and 20 per sampling entry.
 std::vector<uint8_t> to_bytes(const StepPlan& plan);
 // The plan back from to_bytes(); throws on a buffer of the wrong size or kind.

@@ -12,8 +12,13 @@ namespace lfm2 {
 int64_t GenerateShape::micro_size(int64_t g) const { return std::min(microbatch, n_seq - g * microbatch); }
 
 // A decode item is a row per sequence plus the finished flags (decode_buffer_floats): two rows'
-// room per sequence cover it when the prompts are one token long.
-int64_t GenerateShape::max_item_tokens() const { return std::min(microbatch, n_seq) * std::max<int64_t>(seq_len, 2); }
+// room per sequence cover it when the prompts are one token long. Prefill chunks: at most the chunk,
+// or the item of every prompt's last row.
+int64_t GenerateShape::max_item_tokens() const {
+  const int64_t mb = std::min(microbatch, n_seq);
+  const int64_t prefill = prefill_chunk > 0 ? std::min(std::max(prefill_chunk, mb), mb * seq_len) : mb * seq_len;
+  return std::max(prefill, 2 * mb);
+}
 
 StateShape GenerateShape::state() const { return old_state_shape(n_seq, max_len()); }
 
@@ -25,12 +30,8 @@ GenerateJob::GenerateJob(const WorldConfig& world, StageExecutor& exec, const Ge
   LFM2_CHECK(exec_.act_dtype() == DType::F32, "generation: hidden states must be fp32 (the decode flags are)");
   if (shape_.lengths.empty()) shape_.lengths.assign(size_t(N), int32_t(S));
   exec_.alloc_batch_state(shape_.state(), sampling);
-  memory_.prompt_start.resize(size_t(N));
   int64_t total = 0;
-  for (int64_t s = 0; s < N; ++s) {
-    memory_.prompt_start[size_t(s)] = total;
-    total += shape_.lengths[size_t(s)];
-  }
+  for (int32_t n : shape_.lengths) total += n;
   if (world_.is_first()) ids_ = static_cast<int32_t*>(exec_.alloc_host(total * int64_t(sizeof(int32_t))));
   if (world_.is_first() || world_.is_last())
     for (int64_t g = 0; g < shape_.n_micro(); ++g) tokens_.push_back(exec_.alloc_tokens(shape_.micro_size(g)));
@@ -46,13 +47,19 @@ GenerateJob::GenerateJob(const WorldConfig& world, StageExecutor& exec, const Ge
   set_steps(K);
 }
 
-// The prompts (N, S), right-padded, packed without their padding.
+// The prompts (N, S), right-padded: each item's prompt rows, item after item (every schedule of
+// this job has the same prefill items).
 void GenerateJob::set_ids(const int32_t* ids) {
   if (!world_.is_first()) return;
   LFM2_CHECK(ids, "generation: the first stage needs the prompts");
-  for (int64_t s = 0; s < shape_.n_seq; ++s)
-    std::memcpy(ids_ + memory_.prompt_start[size_t(s)], ids + s * shape_.seq_len,
-                size_t(shape_.lengths[size_t(s)]) * sizeof(int32_t));
+  for (const StepPlan& p : schedule_) {
+    int64_t at = p.ids_offset;
+    for (const SeqRows& r : p.seqs) {
+      if (r.decode) continue;
+      std::memcpy(ids_ + at, ids + r.seq * shape_.seq_len + r.first_pos, size_t(r.n_rows) * sizeof(int32_t));
+      at += r.n_rows;
+    }
+  }
 }
 
 void GenerateJob::set_steps(int64_t steps) {
@@ -61,7 +68,7 @@ void GenerateJob::set_steps(int64_t steps) {
   if (steps == steps_ && !schedule_.empty()) return;
   steps_ = steps;
   schedule_ = generation_schedule(shape_.n_seq, shape_.seq_len, shape_.microbatch, shape_.lengths, steps_,
-                                  shape_.state());
+                                  shape_.state(), shape_.prefill_chunk);
 }
 
 void GenerateJob::take_results(GenerateResult* result) const {

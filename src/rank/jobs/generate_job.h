@@ -25,6 +25,7 @@ struct GenerateShape {
   int64_t hidden = 0;
   int64_t max_new_tokens = 1;      // K
   std::vector<int32_t> lengths;    // (N) prompt lengths (empty: all S)
+  int64_t prefill_chunk = 0;       // rows a prefill item holds at most (0: whole prompts)
 
   int64_t n_micro() const { return n_microbatches(n_seq, microbatch); }
   int64_t micro_size(int64_t g) const;

@@ -102,7 +102,13 @@ void make_job(Startup& s, const StageLayers& stage) {
     s.continuous_shape = continuous_shape(j, w.seqs.size());
     s.pipeline = std::make_unique<Pipeline>(j.pipe, *s.checked, transport, H, s.continuous_shape.max_item_tokens());
   } else if (opt.max_new_tokens > 0) {
-    const GenerateShape shape{w.seqs.size(), w.width, w.microbatch, H, opt.max_new_tokens, lengths};
+    // Prefill in chunks of at most 16384 rows unless told (the scoring microbatch's cap): a group's
+    // prompts need not fit one step's buffers.
+    constexpr int64_t kDefaultChunk = 16384;
+    const int64_t chunk = opt.prefill_chunk > 0                                    ? opt.prefill_chunk
+                          : std::min(w.microbatch, w.seqs.size()) * w.width > kDefaultChunk ? kDefaultChunk
+                                                                                            : 0;
+    const GenerateShape shape{w.seqs.size(), w.width, w.microbatch, H, opt.max_new_tokens, lengths, chunk};
     check_state_fits(*s.checked, shape, j.use_cuda);
     s.pipeline = std::make_unique<Pipeline>(j.pipe, *s.checked, transport, H, shape.max_item_tokens());
     s.generate = std::make_unique<GenerateJob>(j.pipe, *s.checked, shape, sampling_params(opt, w.seqs.begin));

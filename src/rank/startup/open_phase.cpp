@@ -150,7 +150,8 @@ bool split_work(Startup& s) {
   bool ok = startup_step(
       [&] {
         j.work = plan_work(split_sequences(sequence_costs(j.n_seq, j.seq_len, s.lengths, opt.max_new_tokens), R),
-                           j.seq_len, s.lengths, opt.all_logits, opt.microbatch, P, j.use_cuda);
+                           j.seq_len, s.lengths, opt.all_logits, opt.microbatch, P, j.use_cuda,
+                           opt.max_new_tokens > 0);
       },
       j.world.is_first());
   j.continuous = opt.max_new_tokens > 0 && opt.scheduler == "continuous";

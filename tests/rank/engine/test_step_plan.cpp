@@ -21,6 +21,7 @@ StepPlan decode_plan() {
   p.feedback_slot = 1;
   p.feeds_slot = 1;
   p.emit_offset = 11;
+  p.ids_offset = 1LL << 33;
   return p;
 }
 
@@ -77,7 +78,7 @@ TEST(StepPlan, MakesTheExecutorsBatchWithTheSequencesOffset) {
 TEST(StepPlan, TravelsAsASmallFlatBuffer) {
   for (const StepPlan& p : {decode_plan(), mixed_plan()}) {
     const std::vector<uint8_t> bytes = to_bytes(p);
-    EXPECT_EQ(bytes.size(), 68u + 32u * 3u + 12u * p.grants.size() + 4u * p.fed.size() + 20u * p.sampling.size());
+    EXPECT_EQ(bytes.size(), 76u + 32u * 3u + 12u * p.grants.size() + 4u * p.fed.size() + 20u * p.sampling.size());
     EXPECT_EQ(bytes[4], uint8_t(p.item));  // the item, least significant byte first
     const StepPlan back = plan_from_bytes(bytes.data(), bytes.size());
     EXPECT_TRUE(back == p);
@@ -89,7 +90,7 @@ TEST(StepPlan, TravelsAsASmallFlatBuffer) {
   EXPECT_EQ(decode_plan().seqs[2].slot, 1 << 30);
   StepPlan empty;
   const std::vector<uint8_t> e = to_bytes(empty);
-  EXPECT_EQ(e.size(), 68u);
+  EXPECT_EQ(e.size(), 76u);
   EXPECT_TRUE(plan_from_bytes(e.data(), e.size()) == empty);
 }
 

@@ -101,6 +101,46 @@ TEST(GenerationSchedule, StepMajorPrefillThenDecodeFedBackThroughTheMicrobatchSl
   EXPECT_THROW(generation_schedule(N, 4, mb, lengths, K, StateShape{N, 3 * N, 16, 0}), Error) << "no room";
 }
 
+// Prefill in chunks: every prompt row but the last in items of at most C rows (pieces of prompts
+// at their positions), then one item of the last rows, which chooses every first token; the decode
+// steps feed back from it; the prompt rows' ids run item after item.
+TEST(GenerationSchedule, PrefillChunksThenTheLastRowsWhichFeedTheDecodeSteps) {
+  const int64_t N = 5, mb = 3, K = 3, C = 4;  // microbatches of 3 and 2
+  const std::vector<int32_t> lengths = {6, 1, 4, 5, 2};
+  const StateShape state{N, N, 16, 1};
+  const auto plans = generation_schedule(N, 6, mb, lengths, K, state, C);
+  // Microbatch 0: body rows 5 + 0 + 3 = 8 -> items of 4 and 4, then the last rows; microbatch 1:
+  // 4 + 1 = 5 -> 4 and 1, then the last rows; then 2 decode steps of 2 microbatches.
+  ASSERT_EQ(plans.size(), 3u + 3u + 4u);
+  std::vector<int64_t> ids_end(1, 0), rows_of(N, 0);
+  for (size_t i = 0; i < plans.size(); ++i) {
+    const StepPlan& p = plans[i];
+    EXPECT_EQ(p.item, int64_t(i));
+    EXPECT_LE(p.rows(), std::max<int64_t>(C, mb));
+    if (p.kind == Kind::kPrefill) {
+      EXPECT_EQ(p.ids_offset, ids_end.back()) << "item " << i << ": ids item after item";
+      ids_end.push_back(p.ids_offset + p.rows());
+      for (const SeqRows& r : p.seqs) {
+        EXPECT_EQ(r.first_pos, rows_of[size_t(r.seq)]) << "item " << i << ": its rows in order";
+        rows_of[size_t(r.seq)] += r.n_rows;
+        EXPECT_EQ(r.gen_step, r.first_pos + r.n_rows == lengths[size_t(r.seq)] ? 0 : -1);
+      }
+    } else {
+      EXPECT_EQ(p.ids_offset, -1);
+    }
+  }
+  for (int64_t s = 0; s < N; ++s) EXPECT_EQ(rows_of[size_t(s)], lengths[size_t(s)]);
+  EXPECT_EQ(plans[0].grants.size(), 3u) << "the microbatch's first item grants its pages";
+  EXPECT_EQ(plans[2].n_emit(), 3);
+  EXPECT_EQ(plans[2].feeds_slot, 0);
+  EXPECT_EQ(plans[0].feeds_slot, -1);
+  EXPECT_EQ(plans[6].feedback_from, 2) << "step 1 of microbatch 0 embeds the last rows' tokens";
+  EXPECT_EQ(plans[7].feedback_from, 5);
+  EXPECT_EQ(plans[8].feedback_from, 6);
+  EXPECT_EQ(plans[9].feedback_from, 7);
+  EXPECT_EQ(plans[9].emit_offset, N * K - 2);
+}
+
 TEST(GenerationSchedule, OneStepIsThePrefillAloneFeedingNobody) {
   const auto plans = generation_schedule(4, 3, 2, {}, 1);
   ASSERT_EQ(plans.size(), 2u);
