@@ -73,6 +73,31 @@ SeqSettings SeqParamsBlock::resolve(int64_t i, const SeqSettings& flags, const s
   return s;
 }
 
+namespace {
+
+template <typename T>
+void write_one(hid_t file, const std::string& path, const char* name, hid_t type, const std::vector<T>& v) {
+  if (v.empty()) return;
+  const hsize_t dims[1] = {hsize_t(v.size())};
+  H5Handle space(H5Screate_simple(1, dims, nullptr));
+  H5Handle d(H5Dcreate2(file, name, type, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+  H5_CHECK(d.get(), path, ": creating ", name);
+  H5_CHECK(H5Dwrite(d.get(), type, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()), path, ": writing ", name);
+}
+
+}  // namespace
+
+void write_seq_params(const std::string& path, const SeqParamsBlock& b) {
+  h5_quiet();
+  H5Handle f(H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT));
+  H5_CHECK(f.get(), path, ": cannot open for writing");
+  write_one(f.get(), path, "max_new_tokens", H5T_NATIVE_INT32, b.max_new_tokens);
+  write_one(f.get(), path, "temperature", H5T_NATIVE_FLOAT, b.temperature);
+  write_one(f.get(), path, "top_p", H5T_NATIVE_FLOAT, b.top_p);
+  write_one(f.get(), path, "top_k", H5T_NATIVE_INT32, b.top_k);
+  write_one(f.get(), path, "seed", H5T_NATIVE_INT64, b.seed);
+}
+
 SeqParamsBlock read_seq_params(const std::string& path, int64_t begin, int64_t end) {
   h5_quiet();
   H5Handle f(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));

@@ -41,4 +41,8 @@ struct SeqParamsBlock {
 
 SeqParamsBlock read_seq_params(const std::string& path, int64_t begin, int64_t end);
 
+// Adds the block's datasets (those it has, of length b.n = every sequence) to an existing inputs
+// file (tests and tools).
+void write_seq_params(const std::string& path, const SeqParamsBlock& b);
+
 }  // namespace lfm2

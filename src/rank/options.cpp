@@ -105,6 +105,14 @@ void add_batching_options(CLI::App& app, RankOptions& opt, CLI::Option* gen) {
                  "--max-batched-tokens)")
       ->needs(gen)
       ->check(cli::whole(0, int64_t(1) << 24));
+  app.add_flag("--resume", opt.resume,
+               "continuous: go on from the journal of a killed or failed job with the same --output (its finished "
+               "sequences are neither run again nor lost)")
+      ->needs(gen);
+  app.add_option("--metrics", opt.metrics,
+                 "continuous: write the run's metrics here as JSON (throughput; time to first token and per output "
+                 "token per sequence, p50/p90/p99; slot occupancy; preemptions)")
+      ->needs(gen);
   app.add_option("--gpu-memory", opt.gpu_memory,
                  "continuous: the fraction of each GPU's memory the job may fill (weights, buffers, the pool)")
       ->capture_default_str()

@@ -46,6 +46,8 @@ struct RankOptions {
   int64_t kv_pages = 0;                  // pages in the pool; 0: from gpu_memory (GPU) or enough (CPU)
   double gpu_memory = 0.9;               // the fraction of a GPU the job may fill
   int64_t prefill_chunk = 0;             // static: prompt rows a prefill item holds at most (0: whole)
+  bool resume = false;                   // continuous: go on from --output's journal
+  std::string metrics;                   // continuous: write the run's metrics here (JSON)
   bool cuda_graphs = true;   // CUDA: replay each stage's layers from a captured CUDA Graph
   bool use_default = false;  // no model/inputs given: run the shipped default under data/default
 };

@@ -80,6 +80,7 @@ int64_t BatchScheduler::decode_rows(StepPlan& p, int64_t budget) {
     building_.push_back({key, 1, emits});
     ++used;
     ++(emits ? stats_.decode_rows : stats_.forced_rows);
+    stats_.kv_positions += s.computed;
   }
   return used;
 }
@@ -202,6 +203,7 @@ void BatchScheduler::retire(int64_t id, double now_s) {
   FinishedSeq f;
   f.seq = s.req.seq;
   f.tokens = std::move(s.generated);
+  f.n_tokens = int32_t(f.tokens.size());
   f.ended_at_eos = std::find(cfg_.eos.begin(), cfg_.eos.end(), f.tokens.back()) != cfg_.eos.end();
   f.added_s = s.added_s;
   f.first_token_s = s.first_token_s;

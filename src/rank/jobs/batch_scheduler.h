@@ -57,12 +57,14 @@ struct FinishedSeq {
   double added_s = 0, first_token_s = 0, finished_s = 0;
   int32_t prompt_len = 0;
   int32_t preemptions = 0;
+  int32_t n_tokens = 0;  // tokens.size() (kept where the tokens are moved out)
 };
 
 struct SchedulerStats {
   int64_t preemptions = 0;
   int64_t items = 0, decode_rows = 0, prompt_rows = 0, forced_rows = 0;
   int64_t slot_items = 0;  // sum over items of the sequences running (slot occupancy)
+  int64_t kv_positions = 0;  // cached positions the decode rows read (the memory floor's KV bytes)
 };
 
 class BatchScheduler {

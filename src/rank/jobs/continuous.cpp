@@ -1,14 +1,19 @@
-// Generation with continuous batching (continuous_job.h) over the whole job: each replica's first
-// stage streams its block's prompts through the scheduler; the finished sequences go to the
-// replica's last stage and from there, as every job's results do, to the job's last rank, which
-// validates and writes them (generation.cpp's outcome).
+// Generation with continuous batching (continuous_job.h) over the whole job: every replica's first
+// stage pulls sequences from the job's queue on rank 0 (job_hub.h), reads their prompts as it gets
+// them (queue_source.h) and streams them through its scheduler; finished sequences go to rank 0,
+// which journals them, shows the progress and at the end validates and writes the output
+// (result_writer.h, generation.cpp's outcome) and the metrics (metrics.h).
 #include <algorithm>
 #include <chrono>
 #include <map>
 
 #include "common/error.h"
 #include "common/log.h"
+#include "rank/jobs/job_hub.h"
 #include "rank/jobs/job_setup.h"
+#include "rank/jobs/metrics.h"
+#include "rank/jobs/queue_source.h"
+#include "rank/jobs/result_writer.h"
 #include "rank/mpi/fatal.h"
 #include "rank/mpi/fault_hook.h"
 #include "rank/report/run_report.h"
@@ -17,105 +22,124 @@
 namespace lfm2 {
 namespace {
 
-constexpr int kResultTag = 2;  // on the pipeline's host link (plan_link.h uses 1)
-
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
-// A replica's block of prompts in input order, with each sequence's own parameters.
-class BlockSource final : public PromptSource {
- public:
-  explicit BlockSource(const RankSetup& s) : s_(s) {}
-  bool next(SeqRequest* r, std::vector<int32_t>* ids) override {
-    const TokenInputs& in = s_.inputs;
-    if (i_ >= in.n_seq) return false;
-    const SeqSettings& st = s_.settings[size_t(i_)];
-    r->seq = s_.mine().seqs.begin + i_;
-    r->prompt_len = in.length(i_);
-    r->max_new_tokens = st.max_new_tokens;
-    r->sampling = {st.temperature, st.top_k, st.top_p, st.seed};
-    ids->assign(in.ids.begin() + i_ * in.seq_len, in.ids.begin() + i_ * in.seq_len + r->prompt_len);
-    ++i_;
-    return true;
-  }
-
- private:
-  const RankSetup& s_;
-  int64_t i_ = 0;
-};
-
-// The block's finished sequences as the outputs hold them: (N, K) tokens, after a sequence's last
-// its EOS repeated (as the static schedule's slots repeat it), or -1 where it stopped at its own
-// max_new_tokens below K.
-GenerateResult block_result(const std::map<int64_t, FinishedSeq>& done, int64_t begin, int64_t n, int64_t K) {
-  GenerateResult r;
-  r.n_new = K;
-  r.generated.assign(size_t(n * K), -1);
-  r.n_generated.assign(size_t(n), 0);
-  for (int64_t i = 0; i < n; ++i) {
-    const auto it = done.find(begin + i);
-    LFM2_CHECK(it != done.end(), "generation: sequence ", begin + i, " never finished");
-    const FinishedSeq& f = it->second;
-    const int64_t m = int64_t(f.tokens.size());
-    for (int64_t t = 0; t < K; ++t)
-      r.generated[size_t(i * K + t)] = t < m ? f.tokens[size_t(t)] : f.ended_at_eos ? f.tokens.back() : -1;
-    r.n_generated[size_t(i)] = int32_t(m);
-  }
-  return r;
+// What a resumed job must match: the model, the inputs, and every flag that changes a token.
+nlohmann::json job_identity(const RankSetup& s) {
+  const RankOptions& opt = s.opt;
+  return {{"format", "lfm2-rank-journal-1"}, {"model", s.model_fingerprint}, {"inputs", s.inputs_fingerprint},
+          {"sequences", s.n_seq},           {"max_new_tokens", opt.max_new_tokens},
+          {"temperature", opt.temperature}, {"top_k", opt.top_k},
+          {"top_p", opt.top_p},             {"seed", int64_t(opt.seed)},
+          {"eos", opt.eos},                 {"dtype", dtype_name(s.dtype)},
+          {"device", s.use_cuda ? "cuda" : "cpu"}, {"tf32", s.use_cuda && opt.tf32}};
 }
 
-// The first stage's results to the replica's last stage (which takes part in the gather).
-GenerateResult to_last_stage(const RankSetup& s, GenerateResult mine) {
-  const WorldConfig& pipe = s.pipe;
-  if (pipe.size == 1 || !(pipe.is_first() || pipe.is_last())) return mine;
-  const int64_t n = s.mine().seqs.size(), K = s.max_new_tokens;
-  if (pipe.is_last()) {
-    mine.n_new = K;
-    mine.generated.resize(size_t(n * K));
-    mine.n_generated.resize(size_t(n));
-  }
-  MPI_Request reqs[2];
-  const int peer = pipe.is_first() ? pipe.size - 1 : 0;
-  void* bufs[2] = {mine.generated.data(), mine.n_generated.data()};
-  const int counts[2] = {int(n * K), int(n)};
-  for (int k = 0; k < 2; ++k) {
-    if (pipe.is_first())
-      MPI_CHECK(MPI_Isend(bufs[k], counts[k], MPI_INT32_T, peer, kResultTag, pipe.link, &reqs[k]), "sending results");
-    else
-      MPI_CHECK(MPI_Irecv(bufs[k], counts[k], MPI_INT32_T, peer, kResultTag, pipe.link, &reqs[k]), "receiving results");
-  }
-  for (MPI_Request& r : reqs) wait_mpi_request(&r, s.opt.timeout_s, "the results of the first stage");
-  return mine;
+}  // namespace
+
+std::unique_ptr<ResultWriter> make_result_writer(const RankSetup& s, bool journal) {
+  WriterOptions w;
+  w.n_seq = s.n_seq;
+  w.max_new_tokens = s.max_new_tokens;
+  if (journal) w.output = s.opt.output;
+  w.identity = job_identity(s);
+  w.meta = run_metadata(s);
+  w.meta["max_new_tokens"] = s.max_new_tokens;
+  w.resume = journal && s.opt.resume;
+  return std::make_unique<ResultWriter>(w);
 }
 
-struct RunStats {
-  std::map<int64_t, FinishedSeq> done;
-  SchedulerStats sched;
+namespace {
+
+struct RunResult {
   double wall_s = 0;
   StageTiming timing;
+  SchedulerStats sched;  // this replica's first stage
+  int64_t n_pages = 0;
 };
 
-// One run of the whole block, between two barriers (rank 0's wall time covers every rank's work).
-RunStats run_block(RankSetup& s, ContinuousJob& job) {
-  RunStats r;
-  BlockSource source(s);
-  job.prepare(s.pipe.is_first() ? &source : nullptr,
-              [&](FinishedSeq&& f) { r.done.emplace(f.seq, std::move(f)); });
-  barrier(s.world, s.opt.timeout_s, "a barrier between generation runs");
+// One run of the job, between two barriers (rank 0's wall time covers every rank's work). Rank 0
+// serves the queue and takes every replica's results into `writer`.
+RunResult run_queue(RankSetup& s, ContinuousJob& job, ResultWriter* writer) {
+  const RankOptions& opt = s.opt;
+  const ContinuousShape& shape = job.shape();
+  std::unique_ptr<JobHub> hub;
+  std::unique_ptr<QueueSource> source;
+  if (s.world.is_first()) {
+    std::vector<int64_t> pending;
+    for (int64_t q = 0; q < s.n_seq; ++q)
+      if (!writer->done()[size_t(q)]) pending.push_back(q);
+    hub = std::make_unique<HubServer>(s.world, s.layout, std::move(pending),
+                                      [writer](FinishedSeq&& f, int r) { writer->add(std::move(f), r); }, opt.timeout_s);
+  } else if (s.pipe.is_first()) {
+    hub = std::make_unique<HubClient>(s.world, opt.timeout_s);
+  }
+  if (hub)
+    source = std::make_unique<QueueSource>(*hub, opt.inputs, s.lengths, s.seq_len, s.settings, s.cfg.vocab_size,
+                                           s.cfg.max_position_embeddings,
+                                           std::max<int64_t>(16, shape.state.n_slots / 4));
+  barrier(s.world, opt.timeout_s, "a barrier between generation runs");
   const double t0 = now_s();
+  if (writer) writer->start();
+  // Times relative to the run's start, which the barrier lines up across replicas.
+  job.prepare(source.get(),
+              [&](FinishedSeq&& f) {
+                f.added_s -= t0, f.first_token_s -= t0, f.finished_s -= t0;
+                hub->finished(std::move(f));
+              },
+              [&] {
+                hub->serve();
+                if (writer && job.scheduler_feed())
+                  writer->tick(job.scheduler_feed()->scheduler().pages_in_use(), shape.state.n_pages);
+              });
+  RunResult r;
   r.timing = s.pipeline->run(job.feed(), job.memory());
-  barrier(s.world, s.opt.timeout_s, "a barrier between generation runs");
-  r.wall_s = now_s() - t0;
   if (job.scheduler_feed()) r.sched = job.scheduler_feed()->scheduler().stats();
+  if (hub) hub->replica_done();
+  if (writer) writer->finish_run();
+  barrier(s.world, opt.timeout_s, "a barrier between generation runs");
+  r.wall_s = now_s() - t0;
+  r.n_pages = shape.state.n_pages;
   return r;
 }
 
-// "continuous: 41 items (...)": what the scheduler did, on rank 0 (its replica's).
+// "continuous: 41 steps (...)": what replica 0's scheduler did.
 std::string scheduler_line(const SchedulerStats& st, const ContinuousShape& shape) {
-  const double occupancy = st.items ? double(st.slot_items) / double(st.items * shape.state.n_slots) : 0;
   return cat("continuous: ", st.items, " steps: ", st.decode_rows, " decode rows, ", st.prompt_rows,
              " prompt rows, ", st.forced_rows, " recomputed decode rows; ", st.preemptions, " preemptions; ",
-             "slot occupancy ", fixed(100 * occupancy, 1), "% of ", shape.state.n_slots, " slots; pool ",
-             shape.state.n_pages, " pages of ", shape.state.page_size);
+             "slot occupancy ", fixed(100 * slot_occupancy(st, shape.state.n_slots), 1), "% of ", shape.state.n_slots,
+             " slots; pool ", shape.state.n_pages, " pages of ", shape.state.page_size);
+}
+
+// Replica 0's stages for the memory floor, on rank 0 (every rank takes part).
+std::vector<FloorStage> floor_stages(const RankSetup& s, const ContinuousJob& job, StageExecutor& exec) {
+  const int W = s.world.size;
+  std::vector<int64_t> mine(size_t(3 * W), 0);
+  const int64_t ps = job.shape().state.page_size;
+  mine[size_t(3 * s.world.rank)] = s.stage_weight_bytes;
+  mine[size_t(3 * s.world.rank + 1)] = exec.page_bytes(ps);
+  mine[size_t(3 * s.world.rank + 2)] = int64_t(s.copy_bandwidth / 1e6);  // MB/s
+  const std::vector<int64_t> all = allreduce_max(s.world, mine, s.opt.timeout_s, "the memory floor's figures");
+  std::vector<FloorStage> f;
+  for (int rank : s.layout.ranks[0])
+    f.push_back({double(all[size_t(3 * rank)]), double(all[size_t(3 * rank + 1)]) / double(ps),
+                 double(all[size_t(3 * rank + 2)]) * 1e6});
+  return f;
+}
+
+// Rank 0's lines of a run: the pipeline's busy and bubble, the scheduler, the benchmark's figures.
+std::vector<std::string> run_lines(const RankSetup& s, const RunResult& r, const ContinuousShape& shape,
+                                   const ResultWriter* w, double timed_s, const std::vector<FloorStage>& floor) {
+  const auto timing = gather_timing(s.world, s.layout, r.timing, s.opt.timeout_s);
+  if (!s.world.is_first()) return {};
+  std::vector<std::string> lines = replica_pipeline_report(timing, s.layout, s.work, s.stages, 1);
+  lines.push_back(scheduler_line(r.sched, shape));
+  if (s.opt.benchmark) {
+    RunMetrics m = run_metrics(w->finished(), r.sched, shape.state.n_slots, timed_s);
+    m.floor_s = memory_floor_s(floor, r.sched);
+    for (const std::string& l : benchmark_lines(m, s.n_seq, s.layout.n_replicas)) lines.push_back(l);
+  }
+  return lines;
 }
 
 }  // namespace
@@ -125,28 +149,21 @@ JobOutcome run_continuous(RankSetup& s, ContinuousJob& job) {
   job.set_stream(opt.stream && s.pipe.is_last() && s.pipe.replica == 0);
   const int runs = opt.benchmark ? opt.warmup + opt.repeat : 1;
   if (!opt.trace.empty()) barrier(s.world, opt.timeout_s, "the trace's start");
-  RunStats last;
+  std::unique_ptr<ResultWriter> own;  // a benchmark's runs: each its own, none journaled
+  ResultWriter* writer = s.results;
+  RunResult last;
   double timed_s = 0;
   for (int k = 0; k < runs; ++k) {
-    last = run_block(s, job);
-    if (k >= runs - (opt.benchmark ? opt.repeat : 1)) timed_s += last.wall_s;
-  }
-  const int64_t N = s.n_seq;
-  int64_t generated = 0;
-  for (const auto& kv : last.done) generated += int64_t(kv.second.tokens.size());
-  const auto timing = gather_timing(s.world, s.layout, last.timing, opt.timeout_s);
-  std::vector<std::string> lines;
-  if (s.world.is_first()) {
-    lines = replica_pipeline_report(timing, s.layout, s.work, s.stages, 1);
-    lines.push_back(scheduler_line(last.sched, job.shape()));
-    if (opt.benchmark) {
-      const double wall = timed_s / opt.repeat;
-      lines.push_back(cat("benchmark: continuous generation of ", s.mine().seqs.size(), " sequences (", generated,
-                          " new tokens on replica 0): ", fixed(wall, 4), " s, ", fixed(double(generated) / wall, 1),
-                          " tokens/s"));
+    if (s.world.is_first() && opt.benchmark) {
+      own = make_result_writer(s, false);
+      writer = own.get();
     }
-    for (const auto& l : lines) log_info(l);
+    last = run_queue(s, job, writer);
+    if (k >= runs - (opt.benchmark ? opt.repeat : 1)) timed_s += last.wall_s / (opt.benchmark ? opt.repeat : 1);
   }
+  const std::vector<FloorStage> floor = opt.benchmark ? floor_stages(s, job, s.pipeline->executor()) : std::vector<FloorStage>();
+  const std::vector<std::string> lines = run_lines(s, last, job.shape(), writer, timed_s, floor);
+  for (const auto& l : lines) log_info(l);
   if (!opt.trace.empty()) {
     nlohmann::json meta = trace_meta(s, "generation", last.sched.items);
     meta["new_tokens"] = s.max_new_tokens;
@@ -154,14 +171,18 @@ JobOutcome run_continuous(RankSetup& s, ContinuousJob& job) {
     deliver_job_trace(s, meta);
   }
   fault_point(s.world.rank, "output");
-  GenerateResult mine;
-  if (s.pipe.is_first()) mine = block_result(last.done, s.mine().seqs.begin, s.mine().seqs.size(), s.max_new_tokens);
-  mine = to_last_stage(s, std::move(mine));
-  const GenerateResult all = gather_generated(s, s.pipe.is_last() ? mine : GenerateResult{}, s.max_new_tokens);
-  JobOutcome out = s.world.is_last() ? generation_outcome(s, all) : JobOutcome{};
+  JobOutcome out;
+  if (!s.world.is_first()) return out;
+  if (!opt.metrics.empty())
+    write_metrics(opt.metrics, run_metrics(writer->finished(), last.sched, job.shape().state.n_slots, last.wall_s));
+  out = generation_outcome(s, writer->result());
+  if (!opt.output.empty() && out.code == kExitOk && !opt.benchmark) writer->remove_partial();
+  for (const auto& l : out.lines) log_info(l);
+  out.lines.clear();
   if (!opt.benchmark)
-    out.done = cat("done: ", N, " sequences, up to ", s.max_new_tokens, " new tokens each, in ", fixed(last.wall_s, 3),
-                   " s (replica 0: ", generated, " tokens, ", fixed(double(generated) / last.wall_s, 1), " tokens/s)");
+    out.done = cat("done: ", s.n_seq, " sequences (", writer->n_done() - writer->n_resumed(), " run now), ",
+                   writer->new_tokens(), " new tokens in ", fixed(last.wall_s, 3), " s (",
+                   fixed(double(writer->new_tokens()) / last.wall_s, 1), " tokens/s)");
   return out;
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "common/error.h"
 
@@ -21,8 +22,10 @@ int64_t ContinuousShape::max_item_tokens() const {
 }
 
 SchedulerFeed::SchedulerFeed(const SchedulerConfig& config, PlanLink* link, const Staging& staging,
-                             PromptSource& source, Sink sink)
-    : sched_(config), link_(link), source_(source), sink_(std::move(sink)), staging_(staging) {
+                             PromptSource& source, Sink sink, Idle idle, double timeout_s)
+    : sched_(config), link_(link), source_(source), sink_(std::move(sink)), idle_(std::move(idle)),
+      timeout_s_(timeout_s), staging_(staging) {
+  if (!idle_) idle_ = [] {};
   LFM2_CHECK(int64_t(staging_.ids.size()) == config.max_in_flight + 1 && staging_.fed.size() == staging_.ids.size(),
              "scheduler: ", staging_.ids.size(), " staging buffers for ", config.max_in_flight, " items in flight");
 }
@@ -34,7 +37,9 @@ void SchedulerFeed::top_up() {
   SeqRequest r;
   std::vector<int32_t> ids;
   while (!source_done_ && sched_.n_waiting() < want) {
-    if (!source_.next(&r, &ids)) {
+    const PromptSource::Next got = source_.next(&r, &ids);
+    if (got == PromptSource::Next::kLater) break;
+    if (got == PromptSource::Next::kEnd) {
       source_done_ = true;
       break;
     }
@@ -57,16 +62,28 @@ void SchedulerFeed::complete(int64_t item, const int32_t* tokens, int64_t n) {
 // The tokens of items in flight that came back on the link (all that arrived; at least one when
 // `wait`).
 void SchedulerFeed::take_reports(bool wait) {
+  if (!link_) return;
   int64_t item = 0;
   std::vector<int32_t> tokens;
-  while (link_ && link_->recv_tokens(&item, &tokens, wait)) {
+  bool got = false;
+  auto arrived = [&] {
+    if (link_->recv_tokens(&item, &tokens, false)) return true;
+    idle_();
+    return false;
+  };
+  while ((got = wait ? poll_until(arrived, timeout_s_) : link_->recv_tokens(&item, &tokens, false))) {
     complete(item, tokens.data(), int64_t(tokens.size()));
     wait = false;
   }
+  if (wait && !got)
+    LFM2_TIMEOUT("timed out after ", timeout_s_, " s waiting for the tokens of item ", sched_.oldest_in_flight(),
+                 " from the last stage (did it stop? see --timeout)");
 }
 
 const StepPlan* SchedulerFeed::next(int64_t i) {
+  double waited_from = -1;
   for (;;) {
+    idle_();
     top_up();
     take_reports(false);
     StepPlan p;
@@ -84,6 +101,13 @@ const StepPlan* SchedulerFeed::next(int64_t i) {
       if (link_ && !end_sent_) link_->send_end();
       end_sent_ = true;
       return nullptr;
+    }
+    if (!source_done_ && sched_.done()) {  // the prompts asked for are on their way
+      if (waited_from < 0) waited_from = now_s();
+      if (now_s() - waited_from > timeout_s_)
+        LFM2_TIMEOUT("timed out after ", timeout_s_, " s waiting for prompts from rank 0 (see --timeout)");
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+      continue;
     }
     LFM2_FAIL("scheduler: nothing can run (", sched_.n_waiting(), " waiting, ", sched_.n_running(), " running, ",
               sched_.pages_in_use(), " pages in use)");
@@ -133,7 +157,7 @@ StagedInput SchedulerFeed::stage(const StepPlan& plan) {
 
 ContinuousJob::ContinuousJob(const WorldConfig& pipe, StageExecutor& exec, const ContinuousShape& shape,
                              const SamplingParams& sampling, double timeout_s)
-    : pipe_(pipe), exec_(exec), shape_(shape), sampling_(sampling) {
+    : pipe_(pipe), exec_(exec), shape_(shape), sampling_(sampling), timeout_s_(timeout_s) {
   LFM2_CHECK(exec_.act_dtype() == DType::F32, "generation: hidden states must be fp32 (the decode flags are)");
   exec_.alloc_batch_state(shape_.state, sampling_);
   if (pipe_.size > 1) link_ = std::make_unique<PlanLink>(pipe_, timeout_s);
@@ -148,7 +172,7 @@ ContinuousJob::ContinuousJob(const WorldConfig& pipe, StageExecutor& exec, const
   }
 }
 
-void ContinuousJob::prepare(PromptSource* source, SchedulerFeed::Sink sink) {
+void ContinuousJob::prepare(PromptSource* source, SchedulerFeed::Sink sink, SchedulerFeed::Idle idle) {
   memory_.staging = nullptr;
   sched_feed_ = nullptr;
   feed_.reset();
@@ -166,7 +190,8 @@ void ContinuousJob::prepare(PromptSource* source, SchedulerFeed::Sink sink) {
   c.max_in_flight = pipe_.size;
   c.eos = sampling_.eos;
   c.per_sequence_sampling = shape_.per_sequence_sampling;
-  auto feed = std::make_unique<SchedulerFeed>(c, link_.get(), staging_, *source, std::move(sink));
+  auto feed = std::make_unique<SchedulerFeed>(c, link_.get(), staging_, *source, std::move(sink), std::move(idle),
+                                              timeout_s_);
   sched_feed_ = feed.get();
   memory_.staging = feed.get();
   feed_ = std::move(feed);

@@ -38,9 +38,11 @@ struct ContinuousShape {
 // The prompts in the order they are to run, handed out one at a time.
 class PromptSource {
  public:
+  enum class Next { kGot, kLater, kEnd };
   virtual ~PromptSource() = default;
-  // The next prompt and its ids (prompt_len of them); false when there are no more.
-  virtual bool next(SeqRequest* request, std::vector<int32_t>* ids) = 0;
+  // The next prompt and its ids (prompt_len of them) (kGot); kLater when more may come but none is
+  // here yet (asked for), kEnd when there are no more.
+  virtual Next next(SeqRequest* request, std::vector<int32_t>* ids) = 0;
 };
 
 // The first stage's plans: the scheduler's decisions (plan_feed.h), and the staging of each item's
@@ -48,14 +50,16 @@ class PromptSource {
 class SchedulerFeed final : public PlanFeed, public InputStaging {
  public:
   using Sink = std::function<void(FinishedSeq&&)>;
+  using Idle = std::function<void()>;
   // Pinned host memory for the staging ring: max_in_flight + 1 buffers of max_batched_tokens ids
   // and as many of max_seqs tokens.
   struct Staging {
     std::vector<int32_t*> ids, fed;
   };
   // link: null with one stage.
+  // idle: called while the feed waits (for tokens, for prompts), and at every item.
   SchedulerFeed(const SchedulerConfig& config, PlanLink* link, const Staging& staging, PromptSource& source,
-                Sink sink);
+                Sink sink, Idle idle, double timeout_s);
 
   const StepPlan* next(int64_t i) override;
   const StepPlan* ahead(int64_t j) override { return held(j); }
@@ -79,6 +83,8 @@ class SchedulerFeed final : public PlanFeed, public InputStaging {
   PlanLink* link_;
   PromptSource& source_;
   Sink sink_;
+  Idle idle_;
+  double timeout_s_;
   bool source_done_ = false;
   int64_t added_ = 0;
   std::map<int64_t, std::vector<int32_t>> prompts_;  // the ids of every queued or running sequence
@@ -99,7 +105,7 @@ class ContinuousJob {
 
   // Before each run, on every stage: a fresh feed; the first stage's takes its prompts from
   // `source` and hands finished sequences to `sink` (other stages: null, empty).
-  void prepare(PromptSource* source, SchedulerFeed::Sink sink);
+  void prepare(PromptSource* source, SchedulerFeed::Sink sink, SchedulerFeed::Idle idle = {});
   void set_stream(bool on) { memory_.stream_tokens = on ? 1 : 0; }
 
   PlanFeed& feed() { return *feed_; }
@@ -107,12 +113,14 @@ class ContinuousJob {
   const ContinuousShape& shape() const { return shape_; }
   // First stage, after a run: the scheduler's counters.
   const SchedulerFeed* scheduler_feed() const { return sched_feed_; }
+  double timeout_s() const { return timeout_s_; }
 
  private:
   WorldConfig pipe_;
   StageExecutor& exec_;
   ContinuousShape shape_;
   SamplingParams sampling_;
+  double timeout_s_;
   std::unique_ptr<PlanLink> link_;
   std::unique_ptr<PlanFeed> feed_;
   SchedulerFeed* sched_feed_ = nullptr;

@@ -74,18 +74,20 @@ std::vector<double> gather_busy(const WorldConfig& world, double mine, double ti
   return all;
 }
 
-// --benchmark: warm-up, then `repeat` times the whole generation and the prefill alone (its first
-// token: the time to first token); decode is the difference. Rank 0 prints the lines.
+// --benchmark: warm-up, then `repeat` times the prefill alone (its first token: the time to first
+// token) and the whole generation; decode is the difference. Rank 0 prints the lines; --trace
+// shows the last whole generation, decode included.
 std::vector<std::string> benchmark(RankSetup& s, GenerateJob& job) {
   const RankOptions& opt = s.opt;
   const int64_t N = s.n_seq, K = job.shape().max_new_tokens;
   for (int i = 0; i < opt.warmup; ++i) timed_run(s, job);
   Timed full, first;
   for (int i = 0; i < opt.repeat; ++i) {
-    job.set_steps(K);
-    const Timed a = timed_run(s, job);
+    // The prefill alone first, so that the last run (what --trace shows) is the whole generation.
     job.set_steps(1);
     const Timed b = timed_run(s, job);
+    job.set_steps(K);
+    const Timed a = timed_run(s, job);
     full.wall_s += a.wall_s / opt.repeat;
     full.busy_s += a.busy_s / opt.repeat;
     first.wall_s += b.wall_s / opt.repeat;
@@ -104,7 +106,9 @@ std::vector<std::string> benchmark(RankSetup& s, GenerateJob& job) {
                       " tokens/s"));
   lines.push_back(cat("benchmark: time to first token (prefill of all prompts) ", fixed(first.wall_s, 4), " s; decode ",
                       fixed(decode_s, 4), " s for ", N * (K - 1), " tokens: ",
-                      fixed(decode_s > 0 ? double(N * (K - 1)) / decode_s : 0, 1), " tokens/s"));
+                      fixed(decode_s > 0 ? double(N * (K - 1)) / decode_s : 0, 1), " tokens/s; time between tokens ",
+                      fixed(K > 1 ? 1000 * decode_s / double(K - 1) : 0, 3), " ms (mean; the continuous scheduler's "
+                      "benchmark gives p50 / p99 and the memory floor)"));
   std::string busy = "benchmark: busy per stage during decode";
   double sum = 0;
   for (int r = 0; r < s.world.size; ++r) {

@@ -20,6 +20,7 @@
 #include "rank/engine/pipeline.h"
 #include "rank/jobs/continuous_job.h"
 #include "rank/jobs/generate_job.h"
+#include "rank/jobs/result_writer.h"
 #include "rank/jobs/score_job.h"
 #include "rank/mpi/replica_layout.h"
 #include "rank/mpi/world.h"
@@ -46,7 +47,13 @@ struct RankSetup {
   Pipeline* pipeline = nullptr;
   // Generation with the continuous scheduler (--scheduler continuous).
   bool continuous = false;
-  std::vector<SeqSettings> settings;  // a replica's first stage: its block's sequences' parameters
+  std::vector<SeqSettings> settings;  // a replica's first stage: every sequence's parameters
+  std::vector<int32_t> lengths;       // every prompt's length (empty: all seq_len)
+  std::string inputs_fingerprint;     // rank 0: io/input_scan.h
+  std::string model_fingerprint;      // rank 0
+  ResultWriter* results = nullptr;     // rank 0: where every replica's finished sequences go
+  double copy_bandwidth = 0;           // --benchmark on a GPU: this rank's, bytes/s (the memory floor)
+  int64_t stage_weight_bytes = 0;      // this stage's weights, as its executor holds them
   bool per_sequence_sampling = false;  // some sequence samples other than the flags say
   int64_t max_new_tokens = 0;          // the most new tokens any sequence asks for (K of the outputs)
   int64_t longest = 0;                 // the most positions any sequence needs (prompt + new - 1)
@@ -66,6 +73,9 @@ struct JobOutcome {
 JobOutcome run_scoring(RankSetup& s, ScoreJob& job);
 JobOutcome run_generation(RankSetup& s, GenerateJob& job);
 JobOutcome run_continuous(RankSetup& s, ContinuousJob& job);
+// Rank 0, continuous generation: where the finished sequences go, journaled with --output (resumed
+// with --resume, refusing another job's journal in one line); made at start-up.
+std::unique_ptr<ResultWriter> make_result_writer(const RankSetup& s, bool journal);
 
 // Generation's results: every replica's tokens (mine: a replica's last stage's block), in input
 // order, on the job's last rank; and what that rank reports, validates and writes of them.

@@ -112,6 +112,16 @@ Backend make_backend(const RankOptions& opt, const WorldConfig& pipe, const Stag
   return b;
 }
 
+double device_copy_bandwidth(const Backend& backend) {
+#ifdef LFM2_HAVE_CUDA
+  auto* cuda = dynamic_cast<CudaStageExecutor*>(backend.exec.get());
+  return cuda ? copy_bandwidth(cuda->device()) : 0;
+#else
+  (void)backend;
+  return 0;
+#endif
+}
+
 GpuMemory gpu_memory(const Backend& backend) {
   GpuMemory m;
 #ifdef LFM2_HAVE_CUDA

@@ -52,4 +52,7 @@ struct GpuMemory {
 };
 GpuMemory gpu_memory(const Backend& backend);
 
+// The GPU's copy bandwidth, bytes/s (gpu_info.h); 0 on the CPU.
+double device_copy_bandwidth(const Backend& backend);
+
 }  // namespace lfm2

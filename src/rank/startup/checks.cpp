@@ -70,6 +70,11 @@ void check_generation(const RankOptions& opt, const ModelConfig& cfg, int64_t se
     LFM2_CHECK(e >= 0 && e < cfg.vocab_size, "--eos ", e, " is outside the vocabulary [0, ", cfg.vocab_size, ")");
   LFM2_CHECK(opt.page_size == 0 || (opt.page_size & (opt.page_size - 1)) == 0, "--page-size ", opt.page_size,
              " is not a power of two");
+  const bool continuous = opt.scheduler == "continuous";
+  LFM2_CHECK(!opt.resume || (continuous && !opt.output.empty()), "--resume goes on from an --output's journal: ",
+             continuous ? "give --output" : "it needs --scheduler continuous");
+  LFM2_CHECK(opt.metrics.empty() || continuous, "--metrics needs --scheduler continuous");
+  LFM2_CHECK(!opt.resume || !opt.benchmark, "--resume does not go with --benchmark");
 }
 
 void check_state_fits(const StageExecutor& exec, const GenerateShape& shape, bool on_gpu) {

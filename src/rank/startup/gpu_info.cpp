@@ -26,6 +26,35 @@ std::string GpuInfo::uuid_string() const {
   return buf;
 }
 
+double copy_bandwidth(int device, int64_t bytes) {
+  CUDA_CHECK(cudaSetDevice(device));
+  void *a = nullptr, *b = nullptr;
+  if (cudaMalloc(&a, size_t(bytes)) != cudaSuccess || cudaMalloc(&b, size_t(bytes)) != cudaSuccess) {
+    cudaGetLastError();
+    if (a) cudaFree(a);
+    return 0;  // no room: no floor
+  }
+  cudaEvent_t e0, e1;
+  CUDA_CHECK(cudaEventCreate(&e0));
+  CUDA_CHECK(cudaEventCreate(&e1));
+  CUDA_CHECK(cudaMemcpy(b, a, size_t(bytes), cudaMemcpyDeviceToDevice));  // warm-up
+  float best = 1e30f;
+  for (int k = 0; k < 5; ++k) {
+    CUDA_CHECK(cudaEventRecord(e0));
+    CUDA_CHECK(cudaMemcpyAsync(b, a, size_t(bytes), cudaMemcpyDeviceToDevice));
+    CUDA_CHECK(cudaEventRecord(e1));
+    CUDA_CHECK(cudaEventSynchronize(e1));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    best = ms < best ? ms : best;
+  }
+  CUDA_CHECK(cudaEventDestroy(e0));
+  CUDA_CHECK(cudaEventDestroy(e1));
+  CUDA_CHECK(cudaFree(a));
+  CUDA_CHECK(cudaFree(b));
+  return best > 0 ? 2.0 * double(bytes) / (double(best) * 1e-3) : 0;
+}
+
 GpuInfo gpu_info(int device) {
   GpuInfo g;
   g.device = device;

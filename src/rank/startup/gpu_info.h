@@ -21,4 +21,8 @@ struct GpuInfo {
 // Properties and current free memory of `device` (makes it this thread's current device).
 GpuInfo gpu_info(int device);
 
+// The device's copy bandwidth in bytes/s: device-to-device copies of `bytes` (read + written, the
+// best of five), the rate generation's memory floor is measured against (--benchmark).
+double copy_bandwidth(int device, int64_t bytes = int64_t(256) << 20);
+
 }  // namespace lfm2

@@ -159,7 +159,8 @@ void load(Startup& s) {
   log_info(cat("read ", mib(s.facts.bytes_read), " of weights (layers ", stage.layer_begin, "-", stage.layer_end - 1,
                ") from ", s.weight_path, " in ", s.backend.load_us / 1000, " ms",
                opt.verify_weights ? "" : " (digests not checked: --verify-weights off)"));
-  if (j.world.is_last() && !opt.answers.empty()) {
+  // The rank that writes the output reads the answers: the job's last (continuous: its first).
+  if ((j.continuous ? j.world.is_first() : j.world.is_last()) && !opt.answers.empty()) {
     j.answers = read_answers(opt.answers);
     check_answers(j.answers, j.n_seq, j.cfg.vocab_size, opt.answers);
   }
@@ -170,6 +171,8 @@ void load(Startup& s) {
   s.facts.gpu_free = g.free_bytes;
   s.facts.gpu_total = g.total_bytes;
   if (j.continuous) s.pool_pages = pool_capacity(s);
+  j.stage_weight_bytes = s.backend.exec->weight_bytes();
+  if (opt.benchmark && j.use_cuda) j.copy_bandwidth = device_copy_bandwidth(s.backend);
 }
 
 // Continuous batching: every stage's pool holds the pages the smallest can (all stages and
@@ -191,6 +194,12 @@ bool size_pool(Startup& s) {
   if (ok)
     ok = startup_step([&] {
       s.continuous = std::make_unique<ContinuousJob>(j.pipe, *s.checked, c, sampling_params(opt, 0), opt.timeout_s);
+    });
+  // The journal of --output (or the one --resume goes on from, if it is this job's).
+  if (ok && j.world.is_first() && !opt.benchmark)
+    ok = startup_step([&] {
+      s.results = make_result_writer(j, !opt.output.empty());
+      j.results = s.results.get();
     });
   return all_ready(j.world, ok, opt.timeout_s, "the state agreement");
 }

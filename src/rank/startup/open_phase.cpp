@@ -4,6 +4,8 @@
 #include <climits>
 
 #include "common/error.h"
+#include "common/xxhash64.h"
+#include "io/input_scan.h"
 #include "io/seq_params.h"
 #include "io/token_files.h"
 #include "rank/mpi/fatal.h"
@@ -42,6 +44,7 @@ bool open_weights(Startup& s) {
     s.weights = std::make_unique<WeightReader>(s.weight_path);
     s.weights->set_verify(opt.verify_weights);
     s.job.cfg = s.weights->config();
+    s.job.model_fingerprint = s.weights->identity() ? hex64(s.weights->identity()->fingerprint) : "";
   });
   if (ok && s.job.world.is_first())
     ok = startup_step([&] {
@@ -106,12 +109,13 @@ bool open_files(Startup& s) {
          startup_step([&] { s.lengths = broadcast_ints(world, s.lengths, s.job.n_seq, opt.timeout_s); });
 }
 
-// Generation: the block's per-sequence parameters (io/seq_params.h), each checked and resolved
-// against the flags; the static scheduler takes none.
-void read_settings(RankSetup& j) {
+// Generation: the per-sequence parameters (io/seq_params.h) of every sequence (continuous: the
+// replicas pull from one queue) or of the block, each checked and resolved against the flags; the
+// static scheduler takes none.
+void read_settings(RankSetup& j, const std::vector<int32_t>& lengths) {
   const RankOptions& opt = j.opt;
-  const ReplicaWork& w = j.mine();
-  const SeqParamsBlock b = read_seq_params(opt.inputs, w.seqs.begin, w.seqs.end);
+  const SeqBlock w = j.continuous ? SeqBlock{0, j.n_seq} : j.mine().seqs;
+  const SeqParamsBlock b = read_seq_params(opt.inputs, w.begin, w.end);
   LFM2_CHECK(j.continuous || !b.any(), opt.inputs, ": per-sequence parameters (max_new_tokens, temperature, ...) "
              "need --scheduler continuous");
   j.per_sequence_sampling = b.own_sampling();
@@ -120,11 +124,11 @@ void read_settings(RankSetup& j) {
   j.settings.clear();
   for (int64_t i = 0; i < b.n; ++i) {
     const SeqSettings st = b.resolve(i, flags, opt.inputs);
-    const int64_t positions = int64_t(j.inputs.length(i)) + st.max_new_tokens - 1;
+    const int64_t len = lengths.empty() ? j.seq_len : lengths[size_t(w.begin + i)];
+    const int64_t positions = len + st.max_new_tokens - 1;
     // (the flag's own reach is checked with the plan, check_generation)
     LFM2_CHECK(st.max_new_tokens == flags.max_new_tokens || positions <= j.cfg.max_position_embeddings, opt.inputs,
-               ": sequence ", w.seqs.begin + i, ": ",
-               j.inputs.length(i), " prompt tokens + ", st.max_new_tokens, " new need ", positions,
+               ": sequence ", w.begin + i, ": ", len, " prompt tokens + ", st.max_new_tokens, " new need ", positions,
                " positions, past the model's max_position_embeddings ", j.cfg.max_position_embeddings);
     j.max_new_tokens = std::max<int64_t>(j.max_new_tokens, st.max_new_tokens);
     j.longest = std::max(j.longest, positions);
@@ -155,10 +159,17 @@ bool split_work(Startup& s) {
       },
       j.world.is_first());
   j.continuous = opt.max_new_tokens > 0 && opt.scheduler == "continuous";
-  if (ok && j.pipe.is_first()) ok = startup_step([&] { j.inputs = read_block(opt.inputs, j.mine(), j.cfg); });
-  if (ok && j.pipe.is_first() && opt.max_new_tokens > 0) ok = startup_step([&] { read_settings(j); });
+  // Continuous: the replicas read prompts as the queue hands them out; rank 0 scans them all now.
+  if (ok && j.pipe.is_first() && !j.continuous)
+    ok = startup_step([&] { j.inputs = read_block(opt.inputs, j.mine(), j.cfg); });
+  if (ok && j.continuous && j.world.is_first())
+    ok = startup_step([&] {
+      j.inputs_fingerprint = scan_inputs(opt.inputs, j.cfg.vocab_size, j.cfg.max_position_embeddings);
+    });
+  if (ok && j.pipe.is_first() && opt.max_new_tokens > 0) ok = startup_step([&] { read_settings(j, s.lengths); });
   if (!all_ready(j.world, ok, opt.timeout_s, "the inputs agreement")) return false;
   j.microbatch = j.mine().microbatch;
+  j.lengths = s.lengths;
   return opt.max_new_tokens <= 0 || agree_settings(j);
 }
 

@@ -44,7 +44,10 @@ void check_run_outputs(const RankOptions& opt, const WorldConfig& world, int n_s
   inputs.push_back({"--answers file", opt.answers});
   std::vector<NamedPath> outputs;
   if (world.is_first() && !opt.trace.empty()) outputs.push_back({"--trace", opt.trace});
-  if (world.is_last() && !opt.output.empty()) outputs.push_back({"--output", opt.output});
+  // Continuous generation writes on rank 0 (jobs/result_writer.h), everything else on the last rank.
+  const bool continuous = opt.max_new_tokens > 0 && opt.scheduler == "continuous";
+  if ((continuous ? world.is_first() : world.is_last()) && !opt.output.empty())
+    outputs.push_back({"--output", opt.output});
   for (const NamedPath& out : outputs) {
     check_output_is_no_input(out, inputs);
     const bool trace = out.what == "--trace";

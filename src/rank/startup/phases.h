@@ -54,6 +54,7 @@ struct Startup {
   std::unique_ptr<ContinuousJob> continuous;  // or continuous (its shape until the pool is agreed)
   ContinuousShape continuous_shape;
   int64_t pool_pages = 0;                 // the pages this rank could hold
+  std::unique_ptr<ResultWriter> results;  // rank 0: continuous generation's results (and journal)
 };
 
 bool open_files(Startup& s);
