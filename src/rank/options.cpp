@@ -71,7 +71,7 @@ void add_generation_options(CLI::App& app, RankOptions& opt) {
                   ->check(cli::whole(1, int64_t(1) << 30));
   app.add_option("--temperature", opt.temperature, "sampling temperature (0: greedy)")
       ->needs(gen)
-      ->check(cli::real("a number >= 0", [](double v) { return v >= 0; }));
+      ->check(cli::real("a number in [0, 1e6]", [](double v) { return v >= 0 && v <= 1e6; }));
   app.add_option("--top-k", opt.top_k, "sample among the k most likely tokens (0: all)")
       ->needs(gen)
       ->check(cli::whole(0, int64_t(1) << 30));
