@@ -47,7 +47,8 @@ inline CLI::Validator seconds(double hi) {
         const char* s = text.c_str();
         char* end = nullptr;
         const double v = std::strtod(s, &end);
-        if (end == s || *end != '\0') return "'" + text + "' is not a number";
+        if (end == s || *end != '\0' || text.find_first_of(" \txXpP") != std::string::npos)
+          return "'" + text + "' is not a number";
         if (!std::isfinite(v)) return "'" + text + "' is not a finite number of seconds";
         if (v <= 0) return text + " is not a positive number of seconds";
         if (v > hi) return text + " is more than " + std::to_string(int64_t(hi)) + " seconds";
@@ -84,7 +85,9 @@ inline CLI::Validator real(const std::string& must_be, std::function<bool(double
         const char* s = text.c_str();
         char* end = nullptr;
         const double v = std::strtod(s, &end);
-        if (end == s || *end != '\0' || text.find_first_of(" \t") == 0) return "'" + text + "' is not a number";
+        // Decimal notation only (strtod would also read "0x10" and "infinity").
+        if (end == s || *end != '\0' || text.find_first_of(" \txXpP") != std::string::npos)
+          return "'" + text + "' is not a number";
         if (!std::isfinite(v)) return "'" + text + "' is not a finite number";
         return ok(v) ? std::string() : text + " is not " + must_be;
       },

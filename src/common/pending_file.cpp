@@ -1,6 +1,7 @@
 #include "common/pending_file.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -147,6 +148,25 @@ void PendingFile::commit() {
   committed_ = true;
   untrack(slot_);
   slot_ = -1;
+}
+
+void write_whole_file(const std::string& path, const std::string& bytes) {
+  PendingFile file(path);
+  const int fd = ::open(file.tmp_path().c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  LFM2_CHECK(fd >= 0, path, ": cannot create ", file.tmp_path(), ": ", std::strerror(errno));
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = errno;
+      ::close(fd);
+      LFM2_FAIL(path, ": writing failed after ", done, " of ", bytes.size(), " bytes: ", std::strerror(err));
+    }
+    done += size_t(n);
+  }
+  LFM2_CHECK(::close(fd) == 0, path, ": closing failed: ", std::strerror(errno));  // NFS reports here
+  file.commit();
 }
 
 void remove_pending_files_on_signals() {

@@ -36,6 +36,10 @@ class PendingFile {
 // "<path>.tmp.<host>.<pid>" for this process.
 std::string pending_tmp_path(const std::string& path);
 
+// Writes `bytes` to `path` whole or not at all (a PendingFile, then the rename); a failed call throws
+// lfm2::Error "<path>: <what failed>: <strerror(errno)>" (a full disk: "No space left on device").
+void write_whole_file(const std::string& path, const std::string& bytes);
+
 // Removes the temporary files of `path` left by dead processes of this host; returns their names
 // (each is also logged).
 std::vector<std::string> remove_stale_temporaries(const std::string& path);

@@ -182,21 +182,7 @@ class CpuStage final : public StageExecutor {
     HeadOutputs out;
     out.logits = logits.data();
     head(rows.data(), n, 1, nullptr, out);
-    parallel_for(n, n_threads_, [&](int64_t b, int64_t e, int) {
-      for (int64_t i = b; i < e; ++i) {
-        const StepEmit& em = emits[size_t(i)];
-        SamplingParams p = state_.sampling;
-        if (params) {
-          p.temperature = params[i].temperature;
-          p.top_k = params[i].top_k;
-          p.top_p = params[i].top_p;
-          p.seed = params[i].seed;
-        }
-        p.first_sequence = em.seq - em.slot;  // the draw is keyed by first_sequence + slot = seq
-        const int64_t slot = em.slot;
-        cpu::choose_tokens(tokens + i, logits.data() + i * V, 1, V, &slot, em.gen_step, p, state_.ended.data(), 1);
-      }
-    }, 1);
+    choose_emitted(tokens, logits.data(), V, emits, state_.sampling, params, state_.ended.data(), n_threads_);
     if (host) std::copy(tokens, tokens + n, host);
   }
 

@@ -246,20 +246,7 @@ void DecodeState<T>::choose_on_host(int32_t* tokens, int32_t* host, const std::v
   CUDA_CHECK(cudaStreamSynchronize(stream));
   const int64_t n = int64_t(emits.size());
   std::vector<int32_t> chosen(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) {
-    const StepEmit& em = emits[size_t(i)];
-    SamplingParams p = sampling_;
-    if (params) {
-      p.temperature = params[i].temperature;
-      p.top_k = params[i].top_k;
-      p.top_p = params[i].top_p;
-      p.seed = params[i].seed;
-    }
-    p.first_sequence = em.seq - em.slot;  // the draw is keyed by first_sequence + slot = seq
-    const int64_t slot = em.slot;
-    cpu::choose_tokens(&chosen[size_t(i)], host_logits_ + i * vocab, 1, vocab, &slot, em.gen_step, p,
-                       host_ended_.data(), 1);
-  }
+  choose_emitted(chosen.data(), host_logits_, vocab, emits, sampling_, params, host_ended_.data(), 4);
   if (host) std::copy(chosen.begin(), chosen.end(), host);
   CUDA_CHECK(cudaMemcpy(tokens, chosen.data(), size_t(n) * 4, cudaMemcpyHostToDevice));
   CUDA_CHECK(cudaMemcpy(ended_, host_ended_.data(), host_ended_.size() * 4, cudaMemcpyHostToDevice));

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "common/parallel.h"
+
 namespace lfm2 {
 
 int64_t StepLayout::end_positions() const {
@@ -76,6 +78,25 @@ std::vector<StepEmit> step_emits(int64_t first_seq, int64_t n_seq, int64_t seq_l
     e.push_back(StepEmit{i * seq_len + last, int32_t(s), first_sequence + s, step});
   }
   return e;
+}
+
+void choose_emitted(int32_t* tokens, const float* logits, int64_t vocab, const std::vector<StepEmit>& emits,
+                    const SamplingParams& defaults, const SeqSampling* params, int32_t* ended, int n_threads) {
+  parallel_for(int64_t(emits.size()), n_threads, [&](int64_t b, int64_t e, int) {
+    for (int64_t i = b; i < e; ++i) {
+      const StepEmit& em = emits[size_t(i)];
+      SamplingParams p = defaults;
+      if (params) {
+        p.temperature = params[i].temperature;
+        p.top_k = params[i].top_k;
+        p.top_p = params[i].top_p;
+        p.seed = params[i].seed;
+      }
+      p.first_sequence = em.seq - em.slot;  // the draw is keyed by first_sequence + slot = seq
+      const int64_t slot = em.slot;
+      cpu::choose_tokens(tokens + i, logits + i * vocab, 1, vocab, &slot, em.gen_step, p, ended, 1);
+    }
+  }, 1);
 }
 
 }  // namespace lfm2

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/paged_kv.h"
+#include "kernels/sample.h"
 #include "model/step_batch.h"
 
 namespace lfm2 {
@@ -54,5 +55,12 @@ std::vector<StepEmit> step_emits(const StepBatch& b);
 // a prefill, its one row after a decode step); seq keyed from first_sequence (SamplingParams).
 std::vector<StepEmit> step_emits(int64_t first_seq, int64_t n_seq, int64_t seq_len, int64_t step,
                                  const int32_t* lengths, int64_t first_sequence);
+
+// The host's token choice for emitting rows (both backends; the GPU's sampling path): tokens[i] from
+// logits row i (emits.size() rows of vocab), sampled by params[i] where given (else the defaults'
+// temperature, top-k, top-p and seed), keyed by (seed, emits[i].seq, gen_step), the EOS rule on
+// ended[emits[i].slot] (cpu::choose_tokens).
+void choose_emitted(int32_t* tokens, const float* logits, int64_t vocab, const std::vector<StepEmit>& emits,
+                    const SamplingParams& defaults, const SeqSampling* params, int32_t* ended, int n_threads);
 
 }  // namespace lfm2

@@ -13,23 +13,6 @@
 namespace lfm2 {
 namespace {
 
-// A CLI11 check that reads the value as a number and says plainly what it must be.
-CLI::Validator number_check(const std::string& must_be, std::function<bool(double)> ok) {
-  return CLI::Validator(
-      [must_be, ok](std::string& v) {
-        size_t used = 0;
-        double x = 0;
-        try {
-          x = std::stod(v, &used);
-        } catch (const std::exception&) {
-          used = 0;
-        }
-        if (used == 0 || used != v.size()) return "not a number: " + v;
-        return ok(x) ? std::string() : "must be " + must_be + ", got " + v;
-      },
-      must_be);
-}
-
 // Options whose text becomes a RankOptions field after parsing.
 struct Spelled {
   bool fp16 = false;
@@ -38,10 +21,13 @@ struct Spelled {
 
 // What runs and how: files, the split, the backend, benchmark, limits.
 void add_run_options(CLI::App& app, RankOptions& opt, Spelled& x) {
-  app.add_option("--model", opt.model, "weight file (h5pack), or a per-stage pattern such as 'stage-%d.h5'");
-  app.add_option("--inputs", opt.inputs, "HDF5 file with input_ids int32 [N, S]");
-  app.add_option("--answers", opt.answers, "HDF5 file with next_token [N] (and logits [N, V]) to validate against");
-  app.add_option("--output", opt.output, "write next_token, logits (and all_logits) here, atomically");
+  app.add_option("--model", opt.model, "weight file (h5pack), or a per-stage pattern such as 'stage-%d.h5'")
+      ->check(cli::path());
+  app.add_option("--inputs", opt.inputs, "HDF5 file with input_ids int32 [N, S]")->check(cli::path());
+  app.add_option("--answers", opt.answers, "HDF5 file with next_token [N] (and logits [N, V]) to validate against")
+      ->check(cli::path());
+  app.add_option("--output", opt.output, "write next_token, logits (and all_logits) here, atomically")
+      ->check(cli::path());
   app.add_option("--microbatch", opt.microbatch, "sequences per microbatch (default: about 4 microbatches per rank)")
       ->check(cli::whole(1, INT64_MAX));
   app.add_option("--pipeline", opt.pipeline,
@@ -66,7 +52,8 @@ void add_run_options(CLI::App& app, RankOptions& opt, Spelled& x) {
       ->capture_default_str()
       ->needs(bench)
       ->check(cli::whole(0, 1000000));
-  app.add_option("--layers", opt.layers, "layers per rank, e.g. 6,6,6,6 (default: balanced by cost)");
+  app.add_option("--layers", opt.layers, "layers per rank, e.g. 6,6,6,6 (default: balanced by cost)")
+      ->check(cli::whole_list(1, 1 << 20));
   app.add_option("--threads", opt.threads, "CPU threads per rank (default: the node's cores / ranks on the node)")
       ->check(cli::whole(0, kMaxThreads));
   app.add_option("--timeout", opt.timeout_s,
@@ -127,16 +114,19 @@ void add_generation_options(CLI::App& app, RankOptions& opt) {
                   ->check(cli::whole(1, int64_t(1) << 30));
   app.add_option("--temperature", opt.temperature, "sampling temperature (0: greedy)")
       ->needs(gen)
-      ->check(number_check("a finite number >= 0", [](double v) { return std::isfinite(v) && v >= 0; }));
+      ->check(cli::real("a number in [0, 1e6]", [](double v) { return v >= 0 && v <= 1e6; }));
   app.add_option("--top-k", opt.top_k, "sample among the k most likely tokens (0: all)")
       ->needs(gen)
       ->check(cli::whole(0, int64_t(1) << 30));
   app.add_option("--top-p", opt.top_p, "then among the smallest set whose probability reaches p, in (0, 1]")
       ->needs(gen)
-      ->check(number_check("in (0, 1]", [](double v) { return v > 0 && v <= 1; }));
+      ->check(cli::real("in (0, 1]", [](double v) { return v > 0 && v <= 1; }));
   app.add_option("--seed", opt.seed, "sampling seed (the same seed gives the same tokens for any P and microbatch)")
-      ->needs(gen);
-  app.add_option("--eos", opt.eos, "end-of-sequence token id (repeatable): a sequence stops after it")->needs(gen);
+      ->needs(gen)
+      ->check(cli::unsigned64());
+  app.add_option("--eos", opt.eos, "end-of-sequence token id (repeatable): a sequence stops after it")
+      ->needs(gen)
+      ->check(cli::whole(0, INT32_MAX));
   app.add_flag("--stream", opt.stream, "print sequence 0's tokens as they are generated")->needs(gen);
   add_batching_options(app, opt, gen);
 }
@@ -145,7 +135,8 @@ void add_generation_options(CLI::App& app, RankOptions& opt) {
 void add_detail_options(CLI::App& app, RankOptions& opt, Spelled& x) {
   app.add_option("--trace", opt.trace,
                  "write a timeline of the run (every rank's compute, transfers and waits) as Chrome "
-                 "trace-event JSON (Perfetto, chrome://tracing, tools/trace_gantt.py)");
+                 "trace-event JSON (Perfetto, chrome://tracing, tools/trace_gantt.py)")
+      ->check(cli::path());
   app.add_option("--cuda-graphs", x.graphs, "CUDA: replay each stage's layers from a CUDA Graph captured once per shape")
       ->capture_default_str()
       ->check(cli::one_of({"on", "off"}));

@@ -34,9 +34,10 @@ TEST(ShortConvStep, ChunksAndDecodeRowsGetShortConvsBits) {
         cpu::short_conv_step(o.data(), bcx.data() + p * 3 * H, w.data(), state.data(), &sq, 1, nullptr, H, L, 2);
         std::copy(o.begin(), o.end(), out.begin() + p * H);
         p += n;
-        if (p == S)
+        if (p == S) {
           EXPECT_EQ(std::vector<float>(state.begin() + slot * (L - 1) * H, state.begin() + (slot + 1) * (L - 1) * H),
                     want_state) << "state after the prompt, chunks of " << chunk;
+        }
       }
       EXPECT_EQ(out, whole) << "H " << H << " L " << L << ", chunks of " << chunk;
     }

@@ -180,15 +180,17 @@ JobOutcome run_generation(RankSetup& s, GenerateJob& job) {
   const double run_s = now_s() - t0;
   if (s.world.is_first())
     for (const auto& l : lines) log_info(l);
+  int trace_code = kExitOk;
   if (!opt.trace.empty()) {
     nlohmann::json meta = trace_meta(s, "generation", job.shape().n_micro());
     meta["new_tokens"] = K;
-    deliver_job_trace(s, meta);
+    trace_code = deliver_job_trace(s, meta);
   }
 
   fault_point(s.world.rank, "output");
   const GenerateResult result = gather_tokens(s, job);
   JobOutcome out = s.world.is_last() ? generation_outcome(s, result) : JobOutcome{};
+  out.code = std::max(out.code, trace_code);
   if (!opt.benchmark)
     out.done = cat("done: ", N, " sequences x ", K, " new tokens in ", fixed(run_s, 3), " s (",
                    fixed(double(N * K) / run_s, 1), " tokens/s)");

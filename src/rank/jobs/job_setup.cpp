@@ -39,8 +39,8 @@ nlohmann::json trace_meta(const RankSetup& s, const char* job, int64_t n_micro) 
           {"sequences", s.n_seq}, {"seq_len", s.seq_len},      {"dtype", s.opt.dtype}};
 }
 
-void deliver_job_trace(const RankSetup& s, const nlohmann::json& meta) {
-  deliver_trace(s.world, *s.pipeline, s.stages, s.opt.trace, meta, s.opt.timeout_s);
+int deliver_job_trace(const RankSetup& s, const nlohmann::json& meta) {
+  return deliver_trace(s.world, *s.pipeline, s.stages, s.opt.trace, meta, s.opt.timeout_s);
 }
 
 nlohmann::json run_metadata(const RankSetup& s) {

@@ -90,9 +90,10 @@ std::vector<std::string> run_once(RankSetup& s, const std::vector<StepPlan>& sch
 // The output file's run metadata common to both jobs.
 nlohmann::json run_metadata(const RankSetup& s);
 
-// The trace's metadata common to both jobs ("job": its name), and the trace itself, written by rank 0.
+// The trace's metadata common to both jobs ("job": its name), and the trace itself, written by rank 0
+// (its exit code: kExitError on rank 0 when the write failed, said in one line; else kExitOk).
 nlohmann::json trace_meta(const RankSetup& s, const char* job, int64_t n_micro);
-void deliver_job_trace(const RankSetup& s, const nlohmann::json& meta);
+int deliver_job_trace(const RankSetup& s, const nlohmann::json& meta);
 
 // Writes --output (the last rank). A write that fails (a full disk) is this rank's error alone:
 // it is logged and the job ends together with exit 1 (`out.code`); no half-written file is left.

@@ -145,11 +145,13 @@ JobOutcome run_scoring(RankSetup& s, ScoreJob& job) {
   }
   const double run_s = now_s() - t0;
   for (const auto& l : lines) log_info(l);
-  if (!opt.trace.empty()) deliver_job_trace(s, trace_meta(s, "scoring", job.shape().n_micro()));
+  const int trace_code =
+      opt.trace.empty() ? kExitOk : deliver_job_trace(s, trace_meta(s, "scoring", job.shape().n_micro()));
 
   fault_point(s.world.rank, "output");
   const PipelineResult result = gather_scores(s, job);
   JobOutcome out = s.world.is_last() ? score_outcome(s, result) : JobOutcome{};
+  out.code = std::max(out.code, trace_code);
   if (!opt.benchmark)
     out.done = cat("done: ", N, " sequences x ", S, " tokens in ", fixed(run_s, 3), " s (", fixed(double(N) / run_s, 1),
                    " samples/s)");

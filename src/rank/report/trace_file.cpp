@@ -1,12 +1,12 @@
 #include "rank/report/trace_file.h"
 
 #include <cstdio>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
 #include "common/log.h"
 #include "common/pending_file.h"
+#include "rank/mpi/fatal.h"
 #include "rank/report/run_report.h"
 
 namespace lfm2 {
@@ -51,27 +51,20 @@ std::string trace_events_json(int rank, const std::string& label, const std::vec
 
 void write_trace_file(const std::string& path, const std::vector<std::string>& rank_events,
                       const std::string& meta_json) {
-  PendingFile file(path);
-  {
-    std::ofstream out(file.tmp_path(), std::ios::binary | std::ios::trunc);
-    LFM2_CHECK(out.good(), path, ": cannot write the trace");
-    out << "{\"displayTimeUnit\": \"ms\", \"otherData\": " << (meta_json.empty() ? "{}" : meta_json)
-        << ",\n\"traceEvents\": [\n";
-    bool first = true;
-    for (const std::string& events : rank_events) {
-      if (events.empty()) continue;
-      out << (first ? "" : ",\n") << events;
-      first = false;
-    }
-    out << "\n]}\n";
-    out.flush();
-    LFM2_CHECK(out.good(), path, ": writing the trace failed");
+  std::string text = "{\"displayTimeUnit\": \"ms\", \"otherData\": " + (meta_json.empty() ? "{}" : meta_json) +
+                     ",\n\"traceEvents\": [\n";
+  bool first = true;
+  for (const std::string& events : rank_events) {
+    if (events.empty()) continue;
+    text += (first ? "" : ",\n") + events;
+    first = false;
   }
-  file.commit();
+  text += "\n]}\n";
+  write_whole_file(path, text);
 }
 
 // Every rank's trace events to rank 0, which writes the file (whole or not at all).
-void deliver_trace(const WorldConfig& world, const Pipeline& pipeline, const std::vector<StageLayers>& stages,
+int deliver_trace(const WorldConfig& world, const Pipeline& pipeline, const std::vector<StageLayers>& stages,
                    const std::string& path, const nlohmann::json& meta, double timeout_s) {
   const WorldConfig& pipe = pipeline.world();  // this rank's stage of its replica
   const StageLayers& p = stages[size_t(pipe.rank)];
@@ -81,14 +74,20 @@ void deliver_trace(const WorldConfig& world, const Pipeline& pipeline, const std
                                 world.size > 1 ? cat(" on ", world.host) : std::string());
   const std::vector<std::string> all = gather_strings(world, trace_events_json(world.rank, label, pipeline.trace()),
                                                       timeout_s, "gathering the trace");
-  if (!world.is_first()) return;
+  if (!world.is_first()) return kExitOk;
   nlohmann::json m = meta;
   m["tool"] = "lfm2-rank";
   m["ranks"] = world.size;
   m["created"] = utc_now();
-  write_trace_file(path, all, m.dump());
+  try {
+    write_trace_file(path, all, m.dump());
+  } catch (const std::exception& e) {
+    log_error(cat("--trace ", e.what()));
+    return kExitError;
+  }
   log_info(cat("trace: wrote ", path, " (", pipeline.trace().size(), " spans on rank 0; open it in Perfetto or ",
                "draw it with tools/trace_gantt.py)"));
+  return kExitOk;
 }
 
 }  // namespace lfm2

@@ -32,8 +32,10 @@ void write_trace_file(const std::string& path, const std::vector<std::string>& r
 
 // Every rank's trace events to rank 0, which writes `path` (whole or not at all) with `meta` (the
 // job's shape) as its otherData (each rank of the job, `world`, calls it; with replicas each
-// process is labelled with its replica and stage).
-void deliver_trace(const WorldConfig& world, const Pipeline& pipeline, const std::vector<StageLayers>& stages,
+// process is labelled with its replica and stage). A write that fails (a full disk) is rank 0's error
+// alone: it is logged with its cause and returned as exit 1, for the job to end together, as a
+// failed --output does; the other ranks return 0.
+int deliver_trace(const WorldConfig& world, const Pipeline& pipeline, const std::vector<StageLayers>& stages,
                    const std::string& path, const nlohmann::json& meta, double timeout_s);
 
 }  // namespace lfm2

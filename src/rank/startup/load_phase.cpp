@@ -163,6 +163,10 @@ void load(Startup& s) {
   if ((j.continuous ? j.world.is_first() : j.world.is_last()) && !opt.answers.empty()) {
     j.answers = read_answers(opt.answers);
     check_answers(j.answers, j.n_seq, j.cfg.vocab_size, opt.answers);
+    // Generated tokens are compared position by position: another width would validate a prefix.
+    LFM2_CHECK(opt.max_new_tokens <= 0 || j.answers.generated.empty() || j.answers.n_new == opt.max_new_tokens,
+               opt.answers, ": its generated tokens are ", j.answers.n_new, " per sequence, this run makes ",
+               opt.max_new_tokens, " (--max-new-tokens)");
   }
   make_job(s, stage);
   const GpuMemory g = gpu_memory(s.backend);  // free memory after every allocation
