@@ -7,15 +7,17 @@ distributions, clipped to a range, seeded: the same arguments give the same file
     python3 tools/make_workload.py --out uniform.h5 --n 20000 --seed 0 --uniform
     python3 tools/make_workload.py --out small.h5 --n 400 --vocab 256 --prompt 4:96:16 --new 1:48:8
 
---prompt and --new are MIN:MAX:MEDIAN (defaults 16:4096:400 and 1:1024:160, sigma 1.0 in log space);
+--prompt and --new are MIN:MAX:MEDIAN (defaults 16:4096:128 and 1:1024:64, sigma 1.0 in log space:
+means about 210 and 105, tails to the limits);
 --uniform gives every sequence the workload's mean prompt length and mean max_new_tokens (the same
 draws, so the same N and, up to rounding, the same total tokens): the uniform batch the long-tailed
 one is compared with. Ids are uniform in [--first-id, --vocab).
 
 The file is lfm2-rank's inputs format (docs/text.md, "The inputs file"): input_ids int32 (N, S)
 right-padded with 0 (chunked by 64 rows and compressed: a job reads it in blocks), lengths int32 (N),
-max_new_tokens int32 (N); temperature, top_p, top_k, seed stay the run's flags (-1). It prints the
-workload's totals and quantiles. Needs numpy and h5py.
+max_new_tokens int32 (N); temperature, top_p, top_k, seed stay the run's flags (-1). --no-params
+leaves the per-sequence datasets out (a fixed shape for --scheduler static: --prompt 8192:8192:8192
+--new 2048:2048:2048 --n 32). It prints the workload's totals and quantiles. Needs numpy and h5py.
 """
 import argparse
 import sys
@@ -53,10 +55,11 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--vocab", type=int, default=65536, help="ids are below this (LFM2: 65536)")
     ap.add_argument("--first-id", type=int, default=14, help="the lowest id (LFM2's special tokens are 0-13)")
-    ap.add_argument("--prompt", default="16:4096:400", help="prompt lengths MIN:MAX:MEDIAN")
-    ap.add_argument("--new", default="1:1024:160", help="max_new_tokens MIN:MAX:MEDIAN")
+    ap.add_argument("--prompt", default="16:4096:128", help="prompt lengths MIN:MAX:MEDIAN")
+    ap.add_argument("--new", default="1:1024:64", help="max_new_tokens MIN:MAX:MEDIAN")
     ap.add_argument("--sigma", type=float, default=1.0, help="the spread in log space (larger: longer tails)")
     ap.add_argument("--uniform", action="store_true", help="every sequence at the workload's means")
+    ap.add_argument("--no-params", action="store_true", help="no per-sequence datasets (the flags decide)")
     args = ap.parse_args(argv)
     np, h5py = need(TOOL, "numpy"), need(TOOL, "h5py")
     if args.n < 1:
@@ -82,14 +85,16 @@ def main(argv=None):
                 block[i - b, :lengths[i]] = rng.integers(args.first_id, args.vocab, size=lengths[i], dtype=np.int32)
             ids[b:e] = block
         f.create_dataset("lengths", data=lengths.astype(np.int32))
-        f.create_dataset("max_new_tokens", data=new.astype(np.int32))
-        for name, dtype in (("temperature", np.float32), ("top_p", np.float32), ("top_k", np.int32),
-                            ("seed", np.int64)):
-            f.create_dataset(name, data=np.full(args.n, -1, dtype=dtype))
+        if not args.no_params:
+            f.create_dataset("max_new_tokens", data=new.astype(np.int32))
+            for name, dtype in (("temperature", np.float32), ("top_p", np.float32), ("top_k", np.int32),
+                                ("seed", np.int64)):
+                f.create_dataset(name, data=np.full(args.n, -1, dtype=dtype))
         f.attrs["format"] = "lfm2-rank-inputs"
         f.attrs["per_sequence_default"] = -1
         f.attrs["workload"] = (f"make_workload.py --n {args.n} --seed {args.seed} --vocab {args.vocab} --prompt "
-                               f"{args.prompt} --new {args.new} --sigma {args.sigma}" + (" --uniform" if args.uniform else ""))
+                               f"{args.prompt} --new {args.new} --sigma {args.sigma}" + (" --uniform" if args.uniform else "")
+                               + (" --no-params" if args.no_params else ""))
     print(f"{args.out}: {args.n} sequences, width {width}; prompt tokens {int(lengths.sum())} "
           f"({quantile_text(np, lengths)}); max_new_tokens {int(new.sum())} ({quantile_text(np, new)})")
     return 0

@@ -91,9 +91,9 @@ ResultJournal ResultJournal::resume(const std::string& path, nlohmann::json* ide
   records->clear();
   JournalRecord r;
   while (parse(bytes, &at, &r)) records->push_back(r);
-  // Cut a torn tail, so that appends follow the last whole record.
-  LFM2_CHECK(::ftruncate(::fileno(f), off_t(at)) == 0 && std::fseek(f, long(at), SEEK_SET) == 0, path,
-             ": cannot cut the journal's torn tail: ", std::strerror(errno));
+  // Cut a torn tail, so that appends follow the last whole record (a whole journal stays as it is).
+  LFM2_CHECK((at == bytes.size() || ::ftruncate(::fileno(f), off_t(at)) == 0) && std::fseek(f, long(at), SEEK_SET) == 0,
+             path, ": cannot cut the journal's torn tail: ", std::strerror(errno));
   return ResultJournal(path, f, int64_t(records->size()));
 }
 

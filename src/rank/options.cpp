@@ -99,12 +99,13 @@ void add_batching_options(CLI::App& app, RankOptions& opt, CLI::Option* gen) {
   app.add_option("--metrics", opt.metrics,
                  "continuous: write the run's metrics here as JSON (throughput; time to first token and per output "
                  "token per sequence, p50/p90/p99; slot occupancy; preemptions)")
-      ->needs(gen);
+      ->needs(gen)
+      ->check(cli::path());
   app.add_option("--gpu-memory", opt.gpu_memory,
                  "continuous: the fraction of each GPU's memory the job may fill (weights, buffers, the pool)")
       ->capture_default_str()
       ->needs(gen)
-      ->check(number_check("in (0, 1]", [](double v) { return v > 0 && v <= 1; }));
+      ->check(cli::real("in (0, 1]", [](double v) { return v > 0 && v <= 1; }));
 }
 
 // --max-new-tokens and how the tokens are chosen.

@@ -20,6 +20,7 @@
 
 #include "common/error.h"
 #include "io/h5_util.h"
+#include "io/seq_params.h"
 #include "io/token_files.h"
 #include "io/weight_file.h"
 #include "io_test_util.h"
@@ -105,6 +106,25 @@ void inputs(const std::string& out, int64_t n, int64_t s, int64_t vocab, bool as
   H5_CHECK(H5Dwrite(d.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, f.data()), out);
 }
 
+// A copy of inputs `in` with one per-sequence dataset (io/seq_params.h): -1 (the flag's) everywhere
+// but `value` at row `row`.
+void param(const std::string& in_path, const std::string& out, const std::string& name, const std::string& value,
+           int64_t row) {
+  const TokenInputs in = read_inputs(in_path);
+  write_inputs(out, in);
+  SeqParamsBlock p;
+  p.n = in.n_seq;
+  LFM2_CHECK(row >= 0 && row < in.n_seq, "param: row ", row, " of ", in.n_seq);
+  const size_t n = size_t(in.n_seq), r = size_t(row);
+  if (name == "max_new_tokens") (p.max_new_tokens.assign(n, -1), p.max_new_tokens[r] = int32_t(std::stoll(value)));
+  else if (name == "top_k") (p.top_k.assign(n, -1), p.top_k[r] = int32_t(std::stoll(value)));
+  else if (name == "temperature") (p.temperature.assign(n, -1), p.temperature[r] = std::stof(value));
+  else if (name == "top_p") (p.top_p.assign(n, -1), p.top_p[r] = std::stof(value));
+  else if (name == "seed") (p.seed.assign(n, -1), p.seed[r] = std::stoll(value));
+  else LFM2_FAIL("param: no per-sequence parameter '", name, "'");
+  write_seq_params(out, p);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -132,6 +152,12 @@ int main(int argc, char** argv) {
   auto* dr = app.add_subcommand("drop", "");
   dr->add_option("file", a)->required();
   dr->add_option("dataset", b)->required();
+  auto* pa = app.add_subcommand("param", "");
+  pa->add_option("in", a)->required();
+  pa->add_option("out", b)->required();
+  pa->add_option("name", c)->required();
+  pa->add_option("value", d)->required();
+  pa->add_option("row", n)->required();
   auto* in = app.add_subcommand("inputs", "");
   in->add_option("out", a)->required();
   in->add_option("n", n)->required();
@@ -149,6 +175,7 @@ int main(int argc, char** argv) {
     if (*at) set_attr(a, b, c);
     if (*dr) drop(a, b);
     if (*in) inputs(a, n, s, v, c == "float");
+    if (*pa) param(a, b, c, d, n);
     if (*ck) test::write_checkpoint(a, test::small_config(), test::CheckpointOptions{});
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fault_files: error: %s\n", e.what());

@@ -30,10 +30,10 @@ SchedulerFeed::SchedulerFeed(const SchedulerConfig& config, PlanLink* link, cons
              "scheduler: ", staging_.ids.size(), " staging buffers for ", config.max_in_flight, " items in flight");
 }
 
-// Keeps the queue about two slots' worth ahead of the running sequences (the prompts are read as
-// they are needed, not all at once).
+// Keeps a slot's worth of prompts queued beside the running sequences (read as they are needed, not
+// all at once; few enough that replicas pulling from one queue end together).
 void SchedulerFeed::top_up() {
-  const int64_t want = 2 * sched_.config().max_seqs + 16;
+  const int64_t want = sched_.config().max_seqs + 16;
   SeqRequest r;
   std::vector<int32_t> ids;
   while (!source_done_ && sched_.n_waiting() < want) {
