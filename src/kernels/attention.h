@@ -18,14 +18,4 @@ void attention(float* out, const float* q, const float* k, const float* v, int64
                int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale, float* scratch,
                int n_threads = 1);
 
-// One query per sequence against its KV cache (generation's decode step): row i is sequence
-// first_seq + i at position positions[i]; it sees cache positions 0..positions[i] of that sequence
-// (its own k and v already written there). The same loops as attention(), so a token decoded this
-// way gets the bits a prefill of the longer sequence gives it.
-// out, q (n, n_heads * head_dim); k_cache, v_cache (n_seq_all, max_len, n_kv_heads * head_dim);
-// scratch of attention_scratch_floats(max_len, n_threads) floats.
-void attention_decode(float* out, const float* q, const float* k_cache, const float* v_cache, int64_t first_seq,
-                      int64_t n, const int64_t* positions, int64_t max_len, int64_t n_heads, int64_t n_kv_heads,
-                      int64_t head_dim, float scale, float* scratch, int n_threads = 1);
-
 }  // namespace lfm2::cpu

@@ -12,7 +12,8 @@ namespace lfm2::cpu {
 namespace {
 
 // One query row against keys and values 0..t (rows kv_stride apart): scores, softmax, weighted sum.
-// Scoring and decoding both go through here, so a decoded token gets the bits of a prefill.
+// attention_paged_cpu.cpp's attend_paged() runs the same loops over pages, so a generated token gets
+// the bits of a prefill.
 void attend(float* o, const float* qr, const float* k, const float* v, int64_t kv_stride, int64_t t,
             int64_t head_dim, float scale, float* p) {
   float mx = -INFINITY;
@@ -54,25 +55,6 @@ void attention(float* out, const float* q, const float* k, const float* v, int64
       attend(out + (row0 + t) * q_stride + h * head_dim, q + (row0 + t) * q_stride + h * head_dim,
              k + row0 * kv_stride + kvh * head_dim, v + row0 * kv_stride + kvh * head_dim, kv_stride, t, head_dim,
              scale, p);
-    }
-  }, 4);
-}
-
-void attention_decode(float* out, const float* q, const float* k_cache, const float* v_cache, int64_t first_seq,
-                      int64_t n, const int64_t* positions, int64_t max_len, int64_t n_heads, int64_t n_kv_heads,
-                      int64_t head_dim, float scale, float* scratch, int n_threads) {
-  LFM2_CHECK(n_kv_heads > 0 && n_heads % n_kv_heads == 0, "attention: ", n_heads, " heads not a multiple of ",
-             n_kv_heads, " kv heads");
-  const int64_t group = n_heads / n_kv_heads;
-  const int64_t q_stride = n_heads * head_dim, kv_stride = n_kv_heads * head_dim;
-  parallel_for(n * n_heads, n_threads, [&](int64_t b, int64_t e, int worker) {
-    float* p = scratch + int64_t(worker) * max_len;
-    for (int64_t item = b; item < e; ++item) {
-      const int64_t i = item / n_heads, h = item % n_heads, t = positions[i], kvh = h / group;
-      LFM2_CHECK(t >= 0 && t < max_len, "attention_decode: position ", t, " outside the cache of ", max_len);
-      const int64_t cache0 = (first_seq + i) * max_len * kv_stride + kvh * head_dim;
-      attend(out + i * q_stride + h * head_dim, q + i * q_stride + h * head_dim, k_cache + cache0, v_cache + cache0,
-             kv_stride, t, head_dim, scale, p);
     }
   }, 4);
 }

@@ -2,9 +2,9 @@
 // sequence (position first_pos + i) sees cache positions 0 .. first_pos + i of that sequence
 // (causal; the step's own k and v already stored there). One twin for both GPU ops,
 // cuda::attention_decode_paged (one row per sequence) and cuda::attention_prefill_paged (chunks).
-// The same loops as cpu::attention and cpu::attention_decode (scores, max, exp, sum, weighted sum,
-// in that order, fp32), so a row gets their bits whatever the page placement, the page size, the
-// chunking of its prompt or the other rows of the step.
+// The same loops as cpu::attention (scores, max, exp, sum, weighted sum, in that order, fp32), so a
+// row gets its bits whatever the page placement, the page size, the chunking of its prompt or the
+// other rows of the step.
 #pragma once
 
 #include <cstdint>

@@ -10,7 +10,7 @@
 // store copies from, so a store writes whole rows; the attention kernels read 16-byte pieces of
 // head_dim (a 64-dim bf16 head is one 128-byte line) and schedule the KV heads of one position
 // range side by side, so the lines of a row are fetched together. A contiguous cache
-// (n_seq, max_len, n_kv_heads * head_dim), as decode.cu's, is this pool with sequence s on pages
+// (n_seq, max_len, n_kv_heads * head_dim) is this pool with sequence s on pages
 // s * m .. s * m + m - 1 (m = max_len / page_size): a table of one run of consecutive pages.
 //
 // block_table int32 [n_table_rows, max_pages] on the device: fixed width, so one CUDA Graph per batch

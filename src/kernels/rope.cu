@@ -17,14 +17,11 @@ constexpr int kWarps = 4;
 template <typename T>
 __global__ void __launch_bounds__(kWarps * 32)
     qk_norm_rope_kernel(T* qkv, const float* q_norm, const float* k_norm, const float* inv_freq, int64_t seq_len,
-                        int n_heads, int n_kv_heads, int head_dim, float eps, const int32_t* lengths,
-                        int64_t first_seq, int64_t step, const int64_t* at) {
-  if (at) first_seq = at[0], step = at[1];
+                        int n_heads, int n_kv_heads, int head_dim, float eps) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t row = blockIdx.x;
   const int heads = n_heads + n_kv_heads;  // the normed, rotated ones; v follows untouched
-  // Scoring and prefill: position row % seq_len; a decode step: each sequence's own position.
-  const double pos = step == 0 ? double(row % seq_len) : double(int64_t(lengths[first_seq + row]) + step - 1);
+  const double pos = double(row % seq_len);
   float cs[kMaxPairsPerLane], sn[kMaxPairsPerLane];
   rope_dev::angles(cs, sn, pos, inv_freq, head_dim / 2, lane);
   T* base = qkv + row * int64_t(heads + n_kv_heads) * head_dim;
@@ -38,22 +35,20 @@ __global__ void __launch_bounds__(kWarps * 32)
 template <typename T>
 void qk_norm_rope(T* qkv, const float* q_norm, const float* k_norm, const float* inv_freq, int64_t n_seq,
                   int64_t seq_len, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float eps,
-                  cudaStream_t stream, const int32_t* lengths, int64_t first_seq, int64_t step, const int64_t* at) {
-  LFM2_CHECK(step == 0 || (lengths && seq_len == 1), "qk_norm_rope: a decode step needs the lengths, one row each");
+                  cudaStream_t stream) {
   LFM2_CHECK(head_dim % 2 == 0 && head_dim <= 64 * kMaxPairsPerLane, "qk_norm_rope: head_dim ", head_dim,
              " must be even and <= ", 64 * kMaxPairsPerLane);
   const int64_t n_rows = n_seq * seq_len;
   if (n_rows == 0) return;
   LFM2_CHECK(n_rows < (int64_t(1) << 31), "qk_norm_rope: ", n_rows, " rows in one launch");
   qk_norm_rope_kernel<<<unsigned(n_rows), kWarps * 32, 0, stream>>>(
-      qkv, q_norm, k_norm, inv_freq, seq_len, int(n_heads), int(n_kv_heads), int(head_dim), eps, lengths, first_seq,
-      step, at);
+      qkv, q_norm, k_norm, inv_freq, seq_len, int(n_heads), int(n_kv_heads), int(head_dim), eps);
   CUDA_CHECK_LAUNCH("qk_norm_rope_kernel");
 }
 
 #define INST(T)                                                                                             \
   template void qk_norm_rope<T>(T*, const float*, const float*, const float*, int64_t, int64_t, int64_t, int64_t, \
-                                int64_t, float, cudaStream_t, const int32_t*, int64_t, int64_t, const int64_t*);
+                                int64_t, float, cudaStream_t);
 LFM2_FOR_EACH_T(INST)
 #undef INST
 

@@ -1,8 +1,6 @@
 // The short-conv mixer on the GPU: one thread per (token, 8 or 4 channels: 16-byte loads) computes
-// C * sum_j w[c, j] * (B * x)[t - (L-1) + j, c], taps in order j = 0..L-1 as on the CPU. Generation's
-// two conv kernels follow (the CPU twins: cpu::short_conv_state, cpu::short_conv_decode): the state
-// taken at the end of each prompt, and one token per sequence against it; then the batch API's
-// (cpu::short_conv_step): a step's rows, each continuing from its slot's state.
+// C * sum_j w[c, j] * (B * x)[t - (L-1) + j, c], taps in order j = 0..L-1 as on the CPU. Then
+// generation's (cpu::short_conv_step): a step's rows, each continuing from its slot's state.
 #include "common/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/ops.h"
@@ -48,44 +46,6 @@ __global__ void short_conv_kernel(T* out, const T* bcx, const float* conv_w, int
     else
 #pragma unroll
       for (int v = 0; v < V; ++v) out[row * hidden + c0 + v] = o[v];
-  }
-}
-
-// state (n_seq_all, L-1, hidden) of sequences first_seq.. from their prefill rows: u = B * x at the
-// last L-1 positions of each prompt (0 before its start).
-template <typename T>
-__global__ void conv_state_kernel(float* state, const T* bcx, const int32_t* lengths, int64_t first_seq, int64_t n_seq,
-                                  int64_t seq_len, int64_t hidden, int64_t L) {
-  const int64_t n = n_seq * (L - 1) * hidden;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t c = i % hidden, j = (i / hidden) % (L - 1), s = i / (hidden * (L - 1));
-    const int64_t t = int64_t(lengths[first_seq + s]) - (L - 1) + j;
-    const T* src = bcx + (s * seq_len + t) * 3 * hidden;
-    state[((first_seq + s) * (L - 1) + j) * hidden + c] = t < 0 ? 0.f : to_f32(src[c]) * to_f32(src[2 * hidden + c]);
-  }
-}
-
-// One token per sequence against its conv state, then the state shifted to take the new u.
-template <typename T>
-__global__ void conv_decode_kernel(T* out, const T* bcx, const float* conv_w, float* state, const int32_t* lengths,
-                                   int64_t first_seq, int64_t step, const int64_t* at, int64_t n, int64_t hidden,
-                                   int64_t L) {
-  if (at) first_seq = at[0], step = at[1];
-  const int64_t total = n * hidden;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t row = i / hidden, c = i - row * hidden;
-    const int64_t t = int64_t(lengths[first_seq + row]) + step - 1;
-    const T* r = bcx + row * 3 * hidden;
-    float* st = state + (first_seq + row) * (L - 1) * hidden + c;
-    const float u = to_f32(r[c]) * to_f32(r[2 * hidden + c]);
-    float z = 0.f;
-    for (int64_t j = 0; j < L; ++j) {
-      if (t - (L - 1) + j < 0) continue;
-      z += conv_w[c * L + j] * (j < L - 1 ? st[j * hidden] : u);
-    }
-    out[row * hidden + c] = from_f32<T>(to_f32(r[hidden + c]) * z);
-    for (int64_t j = 0; j + 1 < L - 1; ++j) st[j * hidden] = st[(j + 1) * hidden];
-    if (L > 1) st[(L - 2) * hidden] = u;
   }
 }
 
@@ -218,26 +178,6 @@ void short_conv(T* out, const T* bcx, const float* conv_w, int64_t n_seq, int64_
 }
 
 template <typename T>
-void short_conv_state(float* state, const T* bcx, const int32_t* lengths, int64_t first_seq, int64_t n_seq,
-                      int64_t seq_len, int64_t hidden, int64_t L, cudaStream_t stream) {
-  if (n_seq == 0 || L < 2) return;
-  conv_state_kernel<<<grid_for(n_seq * (L - 1) * hidden, 256 * 4), 256, 0, stream>>>(state, bcx, lengths, first_seq,
-                                                                                      n_seq, seq_len, hidden, L);
-  CUDA_CHECK_LAUNCH("conv_state_kernel");
-}
-
-template <typename T>
-void short_conv_decode(T* out, const T* bcx, const float* conv_w, float* state, const int32_t* lengths,
-                       int64_t first_seq, int64_t step, const int64_t* at, int64_t n, int64_t hidden, int64_t L,
-                       cudaStream_t stream) {
-  LFM2_CHECK(step >= 1, "short_conv_decode: step ", step);
-  if (n == 0) return;
-  conv_decode_kernel<<<grid_for(n * hidden, 256 * 4), 256, 0, stream>>>(out, bcx, conv_w, state, lengths, first_seq,
-                                                                       step, at, n, hidden, L);
-  CUDA_CHECK_LAUNCH("conv_decode_kernel");
-}
-
-template <typename T>
 void short_conv_step(T* out, const T* bcx, const float* conv_w, float* state, const PagedSeq* seqs, int64_t n_seqs,
                      const int32_t* ends, int64_t n_rows, int64_t max_seq_rows, int64_t hidden, int64_t L,
                      cudaStream_t stream) {
@@ -262,10 +202,6 @@ void short_conv_step(T* out, const T* bcx, const float* conv_w, float* state, co
 
 #define INST(T)                                                                                                     \
   template void short_conv<T>(T*, const T*, const float*, int64_t, int64_t, int64_t, int64_t, cudaStream_t);        \
-  template void short_conv_state<T>(float*, const T*, const int32_t*, int64_t, int64_t, int64_t, int64_t, int64_t, \
-                                    cudaStream_t);                                                                  \
-  template void short_conv_decode<T>(T*, const T*, const float*, float*, const int32_t*, int64_t, int64_t,         \
-                                     const int64_t*, int64_t, int64_t, int64_t, cudaStream_t);                    \
   template void short_conv_step<T>(T*, const T*, const float*, float*, const PagedSeq*, int64_t, const int32_t*,   \
                                    int64_t, int64_t, int64_t, int64_t, cudaStream_t);
 LFM2_FOR_EACH_T(INST)

@@ -17,25 +17,13 @@ namespace lfm2::cpu {
 void short_conv(float* out, const float* bcx, const float* conv_w, int64_t n_seq, int64_t seq_len, int64_t hidden,
                 int64_t L, int n_threads = 1);
 
-// The conv state of a sequence after `length` tokens: u = B * x of its last L-1 positions,
-// state (L-1, hidden), oldest first; positions before the sequence start hold 0 (never read).
-// bcx rows of that sequence (seq_len of them, the prompt being the first `length`).
-void short_conv_state(float* state, const float* bcx, int64_t length, int64_t hidden, int64_t L);
-
-// One token per sequence (generation's decode step): out (n, hidden) from bcx (n, 3 * hidden) and
-// each sequence's state (n, L-1, hidden), which is then shifted to take the new u; row i is at
-// position positions[i] (taps before the sequence start are skipped, as short_conv does, so a
-// decoded token gets the bits a prefill gives it).
-void short_conv_decode(float* out, const float* bcx, const float* conv_w, float* state, const int64_t* positions,
-                       int64_t n, int64_t hidden, int64_t L, int n_threads = 1);
-
 // The rows of a generation step (model/step_batch.h), each sequence continuing from the conv state of
 // its slot: sequence i (seqs[i], paged_kv.h's PagedSeq with table_row = its slot) has rows
 // row .. row + n_rows - 1 at positions first_pos ..; taps before first_pos come from the slot's
 // state (u of positions first_pos - (L-1) .. first_pos - 1, oldest first; not read where they fall
 // before position 0), so a prompt in chunks of any size, or a decode row, gets short_conv's bits.
 // Afterwards each slot's state holds u of the L-1 positions before first_pos + ends[i] (ends null:
-// n_rows; a padded prompt's own length, as short_conv_state). out (n_rows_all, hidden), bcx
+// n_rows; a padded prompt's own length). out (n_rows_all, hidden), bcx
 // (n_rows_all, 3 * hidden); state (n_slots, L-1, hidden); rows of no sequence are left alone.
 void short_conv_step(float* out, const float* bcx, const float* conv_w, float* state, const PagedSeq* seqs,
                      int64_t n_seqs, const int32_t* ends, int64_t hidden, int64_t L, int n_threads = 1);

@@ -31,40 +31,6 @@ void short_conv(float* out, const float* bcx, const float* conv_w, int64_t n_seq
   }, 64);
 }
 
-void short_conv_state(float* state, const float* bcx, int64_t length, int64_t hidden, int64_t L) {
-  for (int64_t j = 0; j < L - 1; ++j) {
-    const int64_t t = length - (L - 1) + j;
-    float* dst = state + j * hidden;
-    const float* src = bcx + t * 3 * hidden;
-    for (int64_t c = 0; c < hidden; ++c) dst[c] = t < 0 ? 0.0f : src[c] * src[2 * hidden + c];
-  }
-}
-
-void short_conv_decode(float* out, const float* bcx, const float* conv_w, float* state, const int64_t* positions,
-                       int64_t n, int64_t hidden, int64_t L, int n_threads) {
-  parallel_for(n, n_threads, [&](int64_t b, int64_t e, int) {
-    for (int64_t i = b; i < e; ++i) {
-      const float* B = bcx + i * 3 * hidden;
-      const float* C = B + hidden;
-      const float* X = B + 2 * hidden;
-      float* st = state + i * (L - 1) * hidden;
-      float* y = out + i * hidden;
-      const int64_t t = positions[i];
-      for (int64_t c = 0; c < hidden; ++c) {
-        const float u = B[c] * X[c];
-        float z = 0;
-        for (int64_t j = 0; j < L; ++j) {
-          if (t - (L - 1) + j < 0) continue;
-          z += conv_w[c * L + j] * (j < L - 1 ? st[j * hidden + c] : u);
-        }
-        y[c] = C[c] * z;
-        for (int64_t j = 0; j + 1 < L - 1; ++j) st[j * hidden + c] = st[(j + 1) * hidden + c];
-        if (L > 1) st[(L - 2) * hidden + c] = u;
-      }
-    }
-  }, 16);
-}
-
 namespace {
 
 // u = B * x of position q of sequence sq: from its rows in bcx (q >= first_pos) or from the slot's

@@ -1,9 +1,9 @@
 // Generation's state on the CPU (SPEC §3 "Generation"; model/step_batch.h): for each attention layer
 // of the stage a K and a V pool of KV pages (paged_kv.h), one block table of the slots, for each conv
-// layer the conv state of every slot, how the last stage chooses tokens and the EOS id each slot's
-// sequence ended with. Today's generation calls (alloc_state, prefill, decode, choose) run on it with
-// sequence i in slot i, its positions one run of consecutive pages. The CUDA twin:
-// model/cuda_decode_state.h.
+// layer the conv state of every slot, and the last stage's token choice (cpu_token_choice.h: the
+// sampling defaults, the EOS id each slot's sequence ended with). Today's generation calls
+// (alloc_state, prefill, decode, choose) run on it with sequence i in slot i, its positions one run
+// of consecutive pages (old). The CUDA twin: model/cuda_decode_state.h.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +11,7 @@
 
 #include "io/model_config.h"
 #include "kernels/sample.h"
+#include "model/cpu_token_choice.h"
 #include "model/layer_weights.h"
 #include "model/step_batch.h"
 #include "model/step_layout.h"
@@ -27,11 +28,8 @@ struct CpuDecodeState {
   std::vector<Layer> layers;  // per layer of the stage
   StateShape shape;
   std::vector<int32_t> table;  // (n_slots, max_pages) page ids, -1: none
-  SamplingParams sampling;
-  std::vector<int32_t> ended;  // last stage: per slot, the EOS id it produced (cpu::kNotEnded: none yet)
-  // Today's calls: the prompt lengths per sequence (= slot) and the positions each may reach.
-  std::vector<int32_t> lengths;
-  int64_t max_len = 0;
+  CpuTokenChoice choice;       // the EOS state is the last stage's
+  OldCalls old;                // today's calls: the prompt lengths per sequence (= slot)
 
   // Bytes of one page (every attention layer) and of one slot's other state.
   static int64_t page_bytes(const ModelConfig& cfg, const std::vector<LayerWeights>& layer_weights, int64_t page_size);
@@ -46,13 +44,6 @@ struct CpuDecodeState {
   void map_pages(int64_t slot, int64_t first, const int32_t* pages, int64_t n);
   // Every entry's slot, rows and positions fit, and each position it writes or reads has a page.
   void check(const StepLayout& step) const;
-
-  // Today's calls: sequences [first_seq, first_seq + n_seq) of seq_len positions fit the state.
-  void check_old(int64_t first_seq, int64_t n_seq, int64_t seq_len) const;
-  // The positions of their decode step `step` (lengths[s] + step - 1), checked against max_len.
-  std::vector<int64_t> decode_positions(int64_t first_seq, int64_t n_seq, int64_t step) const;
-  // Last stage: the slots start new sequences (not ended).
-  void restart(const std::vector<int32_t>& slots);
 };
 
 }  // namespace lfm2

@@ -41,26 +41,33 @@ void CpuLayers::run_step(float* x, const StepLayout& step, const float* done) {
   for (size_t li = 0; li < w_.layers.size(); ++li) layer_forward(li, x, p);
 }
 
+// x += sublayer(rmsnorm(x)) over the pass's rows, HF's pre-norm residual; y_ and mix_ hold the
+// sublayer's input and output.
+template <typename Sublayer>
+void CpuLayers::residual(float* x, const std::vector<float>& norm, const Pass& p, const Sublayer& sublayer) {
+  const int64_t n_tokens = p.n_tokens, H = cfg_.hidden_size;
+  float* y = grow(y_, n_tokens * H);
+  float* mix = grow(mix_, n_tokens * H);
+  cpu::rmsnorm(y, x, norm.data(), n_tokens, H, float(cfg_.norm_eps), n_threads_);
+  sublayer(y, mix);
+  cpu::add(x, x, mix, n_tokens * H, n_threads_);
+}
+
 // x += mixer(operator_norm(x)); x += ffn(ffn_norm(x)).
 void CpuLayers::layer_forward(size_t li, float* x, const Pass& p) {
   const LayerWeights& lw = w_.layers[li];
-  const int64_t n_tokens = p.n_tokens, H = cfg_.hidden_size;
-  const float eps = float(cfg_.norm_eps);
-  float* y = grow(y_, n_tokens * H);
-  float* mix = grow(mix_, n_tokens * H);
-  cpu::rmsnorm(y, x, lw.operator_norm.data(), n_tokens, H, eps, n_threads_);
-  if (lw.is_attention)
-    attention_block(li, y, mix, p);
-  else
-    conv_block(li, y, mix, p);
-  cpu::add(x, x, mix, n_tokens * H, n_threads_);
-
-  cpu::rmsnorm(y, x, lw.ffn_norm.data(), n_tokens, H, eps, n_threads_);
-  if (lw.is_moe)
-    moe_block(lw, y, mix, p);
-  else
-    dense_block(lw, y, mix, n_tokens);
-  cpu::add(x, x, mix, n_tokens * H, n_threads_);
+  residual(x, lw.operator_norm, p, [&](const float* y, float* out) {
+    if (lw.is_attention)
+      attention_block(li, y, out, p);
+    else
+      conv_block(li, y, out, p);
+  });
+  residual(x, lw.ffn_norm, p, [&](const float* y, float* out) {
+    if (lw.is_moe)
+      moe_block(lw, y, out, p);
+    else
+      dense_block(lw, y, out, p.n_tokens);
+  });
 }
 
 // out = out_proj(attention(rope(q_norm(q)), rope(k_norm(k)), v)), HF Lfm2MoeAttention. A generation

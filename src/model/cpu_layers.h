@@ -47,6 +47,8 @@ class CpuLayers {
   };
 
   void layer_forward(size_t li, float* x, const Pass& p);
+  template <typename Sublayer>
+  void residual(float* x, const std::vector<float>& norm, const Pass& p, const Sublayer& sublayer);
   void attention_block(size_t li, const float* y, float* out, const Pass& p);
   void conv_block(size_t li, const float* y, float* out, const Pass& p);
   void dense_block(const LayerWeights& lw, const float* f, float* out, int64_t n_tokens);

@@ -1,7 +1,7 @@
 // The CPU reference StageExecutor: SPEC §1 / HF Lfm2MoeDecoderLayer built from the lfm2::cpu kernels,
 // fp32 weights and activations, fp32 accumulation. Deterministic for any thread count. Its rooms:
-// the weights (layer_weights.h), the layer loop (cpu_layers.h) and generation's state
-// (cpu_decode_state.h), as the CUDA stage's (cuda_stage.cpp).
+// the weights (layer_weights.h), the layer loop (cpu_layers.h), generation's state
+// (cpu_decode_state.h) and its token choice (cpu_token_choice.h), as the CUDA stage's (cuda_stage.cpp).
 #include <algorithm>
 #include <memory>
 #include <vector>
@@ -12,9 +12,9 @@
 #include "kernels/embedding.h"
 #include "kernels/linear.h"
 #include "kernels/rmsnorm.h"
-#include "kernels/sample.h"
 #include "model/cpu_decode_state.h"
 #include "model/cpu_layers.h"
+#include "model/cpu_token_choice.h"
 #include "model/layer_weights.h"
 #include "model/stage_executor.h"
 #include "model/step_layout.h"
@@ -64,12 +64,13 @@ class CpuStage final : public StageExecutor {
   }
 
   void prefill(void* x, int64_t first_seq, int64_t n_seq, int64_t seq_len) override {
-    state_.check_old(first_seq, n_seq, seq_len);
-    run_step(static_cast<float*>(x), StepLayout::prefill(first_seq, n_seq, seq_len, state_.lengths.data()), nullptr);
+    state_.old.check(first_seq, n_seq, seq_len, "cpu stage");
+    run_step(static_cast<float*>(x), StepLayout::prefill(first_seq, n_seq, seq_len, state_.old.lengths.data()),
+             nullptr);
   }
 
   void decode(void* x, int64_t first_seq, int64_t n_seq, int64_t step) override {
-    const std::vector<int64_t> pos = state_.decode_positions(first_seq, n_seq, step);
+    const std::vector<int64_t> pos = state_.old.decode_positions(first_seq, n_seq, step, "cpu stage");
     run_step(static_cast<float*>(x), StepLayout::decode(first_seq, n_seq, pos),
              decode_flags(x, n_seq, cfg_.hidden_size));
   }
@@ -81,15 +82,15 @@ class CpuStage final : public StageExecutor {
 
   void embed_tokens(const int32_t* tokens, int64_t n_seq, void* x) override {
     embed(tokens, n_seq, 1, x);
-    cpu::finished_flags(decode_flags(x, n_seq, cfg_.hidden_size), tokens, n_seq, state_.sampling.eos);
+    state_.choice.finished_flags(decode_flags(x, n_seq, cfg_.hidden_size), tokens, n_seq);
   }
 
   void choose(const void* x, int64_t first_seq, int64_t n_seq, int64_t seq_len, int64_t step, int32_t* tokens,
               int32_t* host) override {
     LFM2_CHECK(w_.stage.is_last(), "cpu stage: choose() on a stage that is not last");
-    state_.check_old(first_seq, n_seq, seq_len);
-    const auto emits = step_emits(first_seq, n_seq, seq_len, step, state_.lengths.data(),
-                                  state_.sampling.first_sequence);
+    state_.old.check(first_seq, n_seq, seq_len, "cpu stage");
+    const auto emits = step_emits(first_seq, n_seq, seq_len, step, state_.old.lengths.data(),
+                                  state_.choice.sampling.first_sequence);
     choose_rows(static_cast<const float*>(x), emits, nullptr, tokens, host);
   }
 
@@ -114,7 +115,7 @@ class CpuStage final : public StageExecutor {
     const int64_t nd = b.n_decode(), H = cfg_.hidden_size;
     embed(fed, nd, 1, x);
     embed(prompt_ids, b.rows() - nd, 1, x + nd * H);
-    cpu::finished_flags(decode_flags(x, b.rows(), H), fed, nd, state_.sampling.eos);
+    state_.choice.finished_flags(decode_flags(x, b.rows(), H), fed, nd);
   }
 
   void forward_batch(void* xv, const StepBatch& b) override {
@@ -166,7 +167,7 @@ class CpuStage final : public StageExecutor {
   void run_step(float* x, const StepLayout& step, const float* done) {
     state_.check(step);
     layers_.run_step(x, step, done);
-    if (w_.stage.is_last()) state_.restart(step.fresh);
+    if (w_.stage.is_last()) state_.choice.restart(step.fresh);
   }
 
   // The token of each emitted row (its last position's logits), greedy or drawn by its sampling
@@ -182,7 +183,7 @@ class CpuStage final : public StageExecutor {
     HeadOutputs out;
     out.logits = logits.data();
     head(rows.data(), n, 1, nullptr, out);
-    choose_emitted(tokens, logits.data(), V, emits, state_.sampling, params, state_.ended.data(), n_threads_);
+    state_.choice.choose(tokens, logits.data(), V, emits, params, n_threads_);
     if (host) std::copy(tokens, tokens + n, host);
   }
 

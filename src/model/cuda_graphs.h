@@ -1,8 +1,8 @@
 // CUDA Graphs of the CUDA stage's layer loop: one per (hidden buffer, rows, kind), captured the
 // first time it is asked for and replayed after: one launch instead of ~15 per layer. Capture
 // needs nothing but the stream (the loop queues kernels only: no allocation, no synchronisation, no
-// host read of a device value). A decode step's graph serves every microbatch and step of its size:
-// its kernels read the step's (first sequence, step) from the device (ops.h, "decode rows").
+// host read of a device value). A decode step's graph serves every step of its rows: its kernels
+// read the step's descriptors from fixed device addresses (cuda_decode_state.h).
 #pragma once
 
 #include <cstdint>

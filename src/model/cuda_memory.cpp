@@ -23,6 +23,17 @@ void* device_alloc(int64_t bytes, const std::string& what, int device) {
   return p;
 }
 
+void* pinned_alloc(int64_t bytes, int device) {
+  void* p = nullptr;
+  const cudaError_t err = cudaHostAlloc(&p, size_t(std::max<int64_t>(bytes, 1)), cudaHostAllocDefault);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    LFM2_FAIL("cannot allocate ", bytes >> 20, " MiB of pinned host memory for device ", device, ": ",
+              cudaGetErrorString(err));
+  }
+  return p;
+}
+
 int64_t DeviceBlocks::reserve(int64_t bytes) {
   const int64_t offset = total_;
   total_ += aligned(bytes);

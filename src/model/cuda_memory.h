@@ -1,5 +1,6 @@
-// Device memory for the CUDA stage's rooms: an allocation that names what it was for (and the free
-// memory) when it fails, and DeviceBlocks, several blocks laid out in one allocation.
+// Memory for the CUDA stage's rooms: a device allocation that names what it was for (and the free
+// memory) when it fails, pinned host memory, DeviceBlocks (several blocks laid out in one device
+// allocation) and StagingRing (small host-to-device copies in stream order).
 #pragma once
 
 #include <cstdint>
@@ -17,6 +18,9 @@ namespace lfm2 {
 
 // cudaMalloc of max(bytes, 1) bytes; on failure the error names `what`, the device and its free memory.
 void* device_alloc(int64_t bytes, const std::string& what, int device);
+// cudaHostAlloc of max(bytes, 1) bytes of pinned host memory (for `device`'s copies); on failure the
+// error names the bytes and the device. Freed with cudaFreeHost.
+void* pinned_alloc(int64_t bytes, int device);
 
 // Blocks of one device allocation: reserve() each in turn (256-byte aligned, so 16-byte loads and
 // TMA see aligned rows), allocate() once, then at() each block's address.

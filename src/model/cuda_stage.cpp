@@ -3,7 +3,9 @@
 //   cuda_weights.h       the stage's weights, named as LayerWeights names them, in one allocation
 //   cuda_layers.h        the layer loop (mirroring cpu_layers.h) and its scratch
 //   cuda_graphs.h        CUDA Graphs of the layer loop, per buffer, shape and kind
-//   cuda_decode_state.h  generation's state (KV cache, conv state, EOS) and the token choice
+//   cuda_decode_state.h  generation's state (KV cache, conv state, block table) and a step's descriptors
+//   cuda_token_choice.h  the last stage's token choice (EOS state per slot, greedy on the device,
+//                        sampling on the host)
 //   cuda_head.h          the LM head: logits slots, top-1 and margin, copies to the host
 // Every method queues its work on the compute stream; forward() and decode steps replay graphs.
 #include "model/cuda_stage.h"
@@ -24,6 +26,7 @@
 #include "model/cuda_head.h"
 #include "model/cuda_layers.h"
 #include "model/cuda_memory.h"
+#include "model/cuda_token_choice.h"
 #include "model/cuda_weights.h"
 #include "model/step_layout.h"
 
@@ -50,6 +53,21 @@ struct DeviceStreams {
   cudaStream_t compute = nullptr, d2h = nullptr;
 };
 
+// bf16/fp16: the grouped GEMM (CUTLASS, TMA) needs Hopper and 16-byte rows; refuse up front rather
+// than at the first forward.
+void check_sixteen_bit_shapes(const ModelConfig& cfg, const StageLayers& stage, int device, DType dtype) {
+  bool any_moe = false;
+  for (int il = stage.layer_begin; il < stage.layer_end; ++il) any_moe = any_moe || cfg.is_moe(il);
+  if (!any_moe) return;
+  const cuda::DeviceInfo& info = cuda::device_info(device);
+  LFM2_CHECK(info.major == 9 && info.minor == 0, "cuda stage: ", dtype_name(dtype),
+             " MoE layers need a Hopper GPU (sm_90: the CUTLASS grouped GEMM); device ", device, " is sm_",
+             info.major, info.minor, " (use --dtype fp32)");
+  LFM2_CHECK(cfg.hidden_size % 8 == 0 && cfg.moe_intermediate_size % 8 == 0, "cuda stage: ", dtype_name(dtype),
+             " MoE layers need hidden_size (", cfg.hidden_size, ") and moe_intermediate_size (",
+             cfg.moe_intermediate_size, ") to be multiples of 8");
+}
+
 template <typename T>
 class CudaStage final : public CudaStageExecutor {
  public:
@@ -57,7 +75,7 @@ class CudaStage final : public CudaStageExecutor {
       : cfg_(reader.config()), stage_(stage), device_(device), tf32_(tf32), streams_(device),
         stream_(streams_.compute), layers_(cfg_, weights_, state_, stream_, tf32),
         graphs_(graphs && !cuda_sync_check_enabled()) {
-    if (!std::is_same<T, float>::value) check_sixteen_bit_shapes();
+    if (!std::is_same<T, float>::value) check_sixteen_bit_shapes(cfg_, stage_, device_, dtype_of<T>());
     CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&nonfinite_), sizeof(unsigned int)));
     cuda::cublas_prepare();
     weights_.upload(reader, stage_, device_);
@@ -96,15 +114,8 @@ class CudaStage final : public CudaStageExecutor {
 
   void* alloc_host(int64_t bytes) override {
     CUDA_CHECK(cudaSetDevice(device_));
-    void* p = nullptr;
-    const cudaError_t err = cudaHostAlloc(&p, size_t(std::max<int64_t>(bytes, 1)), cudaHostAllocDefault);
-    if (err != cudaSuccess) {
-      cudaGetLastError();
-      LFM2_FAIL("cannot allocate ", bytes >> 20, " MiB of pinned host memory for device ", device_, ": ",
-                cudaGetErrorString(err));
-    }
-    host_.push_back(p);
-    return p;
+    host_.push_back(pinned_alloc(bytes, device_));
+    return host_.back();
   }
 
   void embed(const int32_t* ids, int64_t n_seq, int64_t seq_len, void* x) override {
@@ -159,16 +170,17 @@ class CudaStage final : public CudaStageExecutor {
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     graphs_.forget(CudaGraphs::Kind::kDecode);  // they hold the addresses of the state they were captured with
     state_.allocate_old(cfg_, weights_.layers, n_seq, max_len, lengths, sampling, device_);
-    host_logits_for(n_seq, !sampling.greedy());
+    if (stage_.is_last() && !sampling.greedy()) state_.choice().allow_sampling(n_seq, cfg_.vocab_size, device_);
   }
 
   void prefill(void* x, int64_t first_seq, int64_t n_seq, int64_t seq_len) override {
-    state_.check_old(first_seq, n_seq, seq_len);
-    run_step(static_cast<float*>(x), StepLayout::prefill(first_seq, n_seq, seq_len, state_.host_lengths()), nullptr);
+    state_.old().check(first_seq, n_seq, seq_len, "cuda stage");
+    run_step(static_cast<float*>(x), StepLayout::prefill(first_seq, n_seq, seq_len, state_.old().lengths.data()),
+             nullptr);
   }
 
   void decode(void* x, int64_t first_seq, int64_t n_seq, int64_t step) override {
-    const std::vector<int64_t> pos = state_.decode_positions(first_seq, n_seq, step);
+    const std::vector<int64_t> pos = state_.old().decode_positions(first_seq, n_seq, step, "cuda stage");
     run_step(static_cast<float*>(x), StepLayout::decode(first_seq, n_seq, pos), decode_flags(x, n_seq, cfg_.hidden_size));
   }
 
@@ -184,16 +196,16 @@ class CudaStage final : public CudaStageExecutor {
     CUDA_CHECK(cudaSetDevice(device_));
     cuda::embedding(static_cast<float*>(x), tokens, weights_.embed_tokens, n_seq, cfg_.vocab_size, cfg_.hidden_size,
                     stream_);
-    state_.finished_flags(decode_flags(x, n_seq, cfg_.hidden_size), tokens, n_seq, stream_);
+    state_.choice().finished_flags(decode_flags(x, n_seq, cfg_.hidden_size), tokens, n_seq, stream_);
   }
 
   void choose(const void* x, int64_t first_seq, int64_t n_seq, int64_t seq_len, int64_t step, int32_t* tokens,
               int32_t* host) override {
     LFM2_CHECK(stage_.is_last(), "cuda stage: choose() on a stage that is not last");
-    state_.check_old(first_seq, n_seq, seq_len);
-    choose_rows(static_cast<const float*>(x),
-                step_emits(first_seq, n_seq, seq_len, step, state_.host_lengths(), state_.sampling().first_sequence),
-                nullptr, tokens, host);
+    state_.old().check(first_seq, n_seq, seq_len, "cuda stage");
+    const auto emits = step_emits(first_seq, n_seq, seq_len, step, state_.old().lengths.data(),
+                                  state_.choice().sampling().first_sequence);
+    choose_rows(static_cast<const float*>(x), emits, nullptr, tokens, host);
   }
 
   // ---- generation in batches (step_batch.h)
@@ -207,7 +219,7 @@ class CudaStage final : public CudaStageExecutor {
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     graphs_.forget(CudaGraphs::Kind::kDecode);
     state_.allocate(cfg_, weights_.layers, shape, sampling, device_);
-    host_logits_for(shape.n_slots, true);
+    if (stage_.is_last()) state_.choice().allow_sampling(shape.n_slots, cfg_.vocab_size, device_);
   }
 
   void map_pages(int64_t slot, int64_t first, const int32_t* pages, int64_t n) override {
@@ -227,7 +239,7 @@ class CudaStage final : public CudaStageExecutor {
       CUDA_CHECK(cudaMemcpyAsync(layers_.ids(), prompt_ids, size_t(np) * 4, cudaMemcpyHostToDevice, stream_));
       cuda::embedding(x + nd * H, layers_.ids(), weights_.embed_tokens, np, V, H, stream_);
     }
-    state_.finished_flags(decode_flags(x, b.rows(), H), fed, nd, stream_);
+    state_.choice().finished_flags(decode_flags(x, b.rows(), H), fed, nd, stream_);
   }
 
   void forward_batch(void* x, const StepBatch& b) override {
@@ -255,55 +267,30 @@ class CudaStage final : public CudaStageExecutor {
       graphs_.run({x, step.rows, 1, CudaGraphs::Kind::kDecode}, stream_, [&] { layers_.run_step(x, dev); });
     else
       layers_.run_step(x, dev);
-    if (stage_.is_last() && !step.fresh.empty()) state_.restart(step, stream_);
+    if (stage_.is_last() && dev.n_fresh) state_.choice().restart(dev.fresh, dev.n_fresh, stream_);
   }
 
-  // The token of each emitted row, kRows rows of logits at a time (cuda_decode_state.h: greedy on
+  // The token of each emitted row, kRows rows of logits at a time (cuda_token_choice.h: greedy on
   // the device, sampling on the host).
   void choose_rows(const float* x, const std::vector<StepEmit>& emits, const SeqSampling* params, int32_t* tokens,
                    int32_t* host) {
     CUDA_CHECK(cudaSetDevice(device_));
     const int64_t n = int64_t(emits.size()), V = cfg_.vocab_size, kRows = CudaHead<T>::kRows;
     if (n == 0) return;
-    const int32_t* rows = state_.upload_emits(emits, stream_);
-    const bool greedy = state_.greedy(emits, params);
+    CudaTokenChoice& choice = state_.choice();
+    const int32_t* rows = choice.upload_emits(emits, stream_);
+    const bool greedy = choice.greedy(emits, params);
     for (int64_t r0 = 0; r0 < n; r0 += kRows) {
       const int64_t m = std::min(kRows, n - r0);
       const float* logits = head_.last_logits(layers_.y(), x, m, 0, rows + r0, stream_);  // rows[i] - 1: its row
-      state_.choose_rows(tokens, host, logits, r0, m, greedy, V, head_.top(), head_.margin(), stream_);
+      choice.choose_rows(tokens, host, logits, r0, m, greedy, V, head_.top(), head_.margin(), stream_);
     }
-    if (!greedy) state_.choose_on_host(tokens, host, emits, params, V, stream_);
-  }
-
-  // Pinned logits for the host's sampling, one row per slot: on the last stage, where it may sample
-  // (today's calls: where the defaults do; the batch API: always, its parameters are per sequence).
-  void host_logits_for(int64_t rows, bool may_sample) {
-    if (!stage_.is_last() || !may_sample) return;
-    if (host_logit_rows_ < rows) {
-      host_logits_ = static_cast<float*>(alloc_host(rows * cfg_.vocab_size * 4));
-      host_logit_rows_ = rows;
-    }
-    state_.set_host_logits(host_logits_, host_logit_rows_);
+    if (!greedy) choice.choose_on_host(tokens, host, emits, params, V, stream_);
   }
 
   void check_batch(const StepBatch& b) const {
     LFM2_CHECK(state_.allocated(), "cuda stage: a batch step before alloc_batch_state()");
     b.check(state_.shape().n_slots, state_.shape().max_positions());
-  }
-
-  // bf16/fp16: the grouped GEMM (CUTLASS, TMA) needs Hopper and 16-byte rows; refuse up front
-  // rather than at the first forward.
-  void check_sixteen_bit_shapes() const {
-    bool any_moe = false;
-    for (int il = stage_.layer_begin; il < stage_.layer_end; ++il) any_moe = any_moe || cfg_.is_moe(il);
-    if (!any_moe) return;
-    const cuda::DeviceInfo& info = cuda::device_info(device_);
-    LFM2_CHECK(info.major == 9 && info.minor == 0, "cuda stage: ", dtype_name(dtype_of<T>()),
-               " MoE layers need a Hopper GPU (sm_90: the CUTLASS grouped GEMM); device ", device_, " is sm_",
-               info.major, info.minor, " (use --dtype fp32)");
-    LFM2_CHECK(cfg_.hidden_size % 8 == 0 && cfg_.moe_intermediate_size % 8 == 0, "cuda stage: ",
-               dtype_name(dtype_of<T>()), " MoE layers need hidden_size (", cfg_.hidden_size,
-               ") and moe_intermediate_size (", cfg_.moe_intermediate_size, ") to be multiples of 8");
   }
 
   void check_capacity(int64_t n_tokens, const char* what) const {
@@ -323,8 +310,6 @@ class CudaStage final : public CudaStageExecutor {
   CudaHead<T> head_;       // last stage
   CudaGraphs graphs_;
   unsigned int* nonfinite_ = nullptr;  // count_nonfinite()'s device counter
-  float* host_logits_ = nullptr;       // sampling: pinned (host_logit_rows_, V)
-  int64_t host_logit_rows_ = 0;
   std::vector<void*> hidden_;          // alloc_hidden()
   std::vector<void*> token_bufs_;      // alloc_tokens()
   std::vector<void*> host_;            // alloc_host()

@@ -2,15 +2,9 @@
 
 #include <algorithm>
 
-#include "common/parallel.h"
+#include "common/error.h"
 
 namespace lfm2 {
-
-int64_t StepLayout::end_positions() const {
-  int64_t end = 0;
-  for (const PagedSeq& s : seqs) end = std::max<int64_t>(end, int64_t(s.first_pos) + s.n_rows);
-  return end;
-}
 
 StepLayout StepLayout::of(const StepBatch& b) {
   StepLayout l;
@@ -50,6 +44,28 @@ StepLayout StepLayout::decode(int64_t first_seq, int64_t n_seq, const std::vecto
   return l;
 }
 
+void check_map_pages(const StateShape& shape, int64_t slot, int64_t first, const int32_t* pages, int64_t n,
+                     const char* who) {
+  LFM2_CHECK(slot >= 0 && slot < shape.n_slots && first >= 0 && n >= 0 && first + n <= shape.max_pages, who,
+             ": map_pages(slot ", slot, ", pages ", first, "..", first + n - 1, ") outside ", shape.n_slots,
+             " slots of ", shape.max_pages, " pages");
+  for (int64_t i = 0; i < n; ++i)
+    LFM2_CHECK(pages[i] >= 0 && pages[i] < shape.n_pages, who, ": map_pages(slot ", slot, "): page id ", pages[i],
+               " outside the pool of ", shape.n_pages);
+}
+
+void check_step_pages(const StepLayout& step, const StateShape& shape, const int32_t* table, const char* who) {
+  for (const PagedSeq& s : step.seqs) {
+    const int64_t end = int64_t(s.first_pos) + s.n_rows;
+    LFM2_CHECK(s.table_row >= 0 && s.table_row < shape.n_slots && end <= shape.max_positions(), who, ": slot ",
+               s.table_row, " at positions ", s.first_pos, "..", end - 1, " outside the state's ", shape.n_slots,
+               " slots of ", shape.max_positions(), " positions");
+    for (int64_t lp = 0; lp * shape.page_size < end; ++lp)
+      LFM2_CHECK(table[size_t(s.table_row * shape.max_pages + lp)] >= 0, who, ": slot ", s.table_row,
+                 " has no page for positions from ", lp * shape.page_size, " (map_pages)");
+  }
+}
+
 StateShape old_state_shape(int64_t n_seq, int64_t max_len) {
   StateShape s;
   s.n_slots = n_seq;
@@ -57,6 +73,25 @@ StateShape old_state_shape(int64_t n_seq, int64_t max_len) {
   s.max_pages = (max_len + s.page_size - 1) / s.page_size;
   s.n_pages = n_seq * s.max_pages;
   return s;
+}
+
+void OldCalls::check(int64_t first_seq, int64_t n_seq, int64_t seq_len, const char* who) const {
+  LFM2_CHECK(!lengths.empty(), who, ": generation before alloc_state()");
+  LFM2_CHECK(first_seq >= 0 && first_seq + n_seq <= int64_t(lengths.size()) && seq_len <= max_len, who,
+             ": sequences [", first_seq, ", ", first_seq + n_seq, ") of ", seq_len, " tokens outside the state of ",
+             lengths.size(), " x ", max_len);
+}
+
+std::vector<int64_t> OldCalls::decode_positions(int64_t first_seq, int64_t n_seq, int64_t step,
+                                                const char* who) const {
+  check(first_seq, n_seq, 1, who);
+  std::vector<int64_t> pos(static_cast<size_t>(n_seq));
+  for (int64_t i = 0; i < n_seq; ++i) {
+    pos[size_t(i)] = lengths[size_t(first_seq + i)] + step - 1;
+    LFM2_CHECK(pos[size_t(i)] < max_len, who, ": decode step ", step, " of sequence ", first_seq + i,
+               " reaches past the state's ", max_len, " positions");
+  }
+  return pos;
 }
 
 std::vector<StepEmit> step_emits(const StepBatch& b) {
@@ -78,25 +113,6 @@ std::vector<StepEmit> step_emits(int64_t first_seq, int64_t n_seq, int64_t seq_l
     e.push_back(StepEmit{i * seq_len + last, int32_t(s), first_sequence + s, step});
   }
   return e;
-}
-
-void choose_emitted(int32_t* tokens, const float* logits, int64_t vocab, const std::vector<StepEmit>& emits,
-                    const SamplingParams& defaults, const SeqSampling* params, int32_t* ended, int n_threads) {
-  parallel_for(int64_t(emits.size()), n_threads, [&](int64_t b, int64_t e, int) {
-    for (int64_t i = b; i < e; ++i) {
-      const StepEmit& em = emits[size_t(i)];
-      SamplingParams p = defaults;
-      if (params) {
-        p.temperature = params[i].temperature;
-        p.top_k = params[i].top_k;
-        p.top_p = params[i].top_p;
-        p.seed = params[i].seed;
-      }
-      p.first_sequence = em.seq - em.slot;  // the draw is keyed by first_sequence + slot = seq
-      const int64_t slot = em.slot;
-      cpu::choose_tokens(tokens + i, logits + i * vocab, 1, vocab, &slot, em.gen_step, p, ended, 1);
-    }
-  }, 1);
 }
 
 }  // namespace lfm2

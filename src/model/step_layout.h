@@ -2,14 +2,14 @@
 // the hidden-state buffer, its positions and its state slot (paged_kv.h's PagedSeq, table_row = the
 // slot), built from a StepBatch (model/step_batch.h) or from today's generation calls (prefill and
 // decode of consecutive slots, each sequence in the slot of its index), so that both run on the
-// same internals. And the rows the last stage chooses tokens from (StepEmit).
+// same internals. And the rows the last stage chooses tokens from (StepEmit; the choice itself:
+// cpu_token_choice.h, cuda_token_choice.h).
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
 #include "kernels/paged_kv.h"
-#include "kernels/sample.h"
 #include "model/step_batch.h"
 
 namespace lfm2 {
@@ -24,9 +24,6 @@ struct StepLayout {
   int64_t max_prompt_rows = 0; // the longest prompt entry
 
   int64_t n_seqs() const { return int64_t(seqs.size()); }
-  int64_t prompt_rows() const { return rows - n_decode; }
-  // The last position any entry writes, + 1.
-  int64_t end_positions() const;
 
   // The batch API's step (rows contiguous in entry order; check()ed by the caller).
   static StepLayout of(const StepBatch& b);
@@ -37,9 +34,28 @@ struct StepLayout {
   static StepLayout decode(int64_t first_seq, int64_t n_seq, const std::vector<int64_t>& positions);
 };
 
+// The state's rules, both executors (`who` names the executor in errors, "cpu stage"): map_pages()'
+// slot, entries and page ids fit the shape; every entry of a step has its slot and positions within
+// the shape and a page for each position it touches in the host's block table (n_slots, max_pages).
+void check_map_pages(const StateShape& shape, int64_t slot, int64_t first, const int32_t* pages, int64_t n,
+                     const char* who);
+void check_step_pages(const StepLayout& step, const StateShape& shape, const int32_t* table, const char* who);
+
 // Today's state of n_seq sequences of at most max_len positions in the batch API's terms: a slot per
 // sequence, ceil(max_len / page_size) pages each (pages of 16, 64 or 256 positions as max_len grows).
 StateShape old_state_shape(int64_t n_seq, int64_t max_len);
+
+// Today's calls' sequences on a generation state (both executors): sequence i in slot i, its prompt
+// length, and the positions the state holds. `who` names the executor in errors ("cpu stage").
+struct OldCalls {
+  std::vector<int32_t> lengths;  // per sequence; empty: a batch API's state (or none)
+  int64_t max_len = 0;
+
+  // Sequences [first_seq, first_seq + n_seq) of seq_len positions fit the state.
+  void check(int64_t first_seq, int64_t n_seq, int64_t seq_len, const char* who) const;
+  // The positions of their decode step `step` (lengths[s] + step - 1), each checked against max_len.
+  std::vector<int64_t> decode_positions(int64_t first_seq, int64_t n_seq, int64_t step, const char* who) const;
+};
 
 // A row the last stage chooses a token from: sampled by (seed, seq, gen_step); slot keeps its EOS state.
 struct StepEmit {
@@ -55,12 +71,5 @@ std::vector<StepEmit> step_emits(const StepBatch& b);
 // a prefill, its one row after a decode step); seq keyed from first_sequence (SamplingParams).
 std::vector<StepEmit> step_emits(int64_t first_seq, int64_t n_seq, int64_t seq_len, int64_t step,
                                  const int32_t* lengths, int64_t first_sequence);
-
-// The host's token choice for emitting rows (both backends; the GPU's sampling path): tokens[i] from
-// logits row i (emits.size() rows of vocab), sampled by params[i] where given (else the defaults'
-// temperature, top-k, top-p and seed), keyed by (seed, emits[i].seq, gen_step), the EOS rule on
-// ended[emits[i].slot] (cpu::choose_tokens).
-void choose_emitted(int32_t* tokens, const float* logits, int64_t vocab, const std::vector<StepEmit>& emits,
-                    const SamplingParams& defaults, const SeqSampling* params, int32_t* ended, int n_threads);
 
 }  // namespace lfm2

@@ -3,8 +3,7 @@
 // entries past each length -1): flash-decoding (cache lengths 1 .. 4097, GQA 1-8, head_dim 16/64/128),
 // chunked prefill (several sequences' chunks in one launch), the fused norm + RoPE + store. Then the
 // bit-invariance properties: a decode row alone or in a batch, on other pages or page sizes; a prompt
-// prefilled in chunks of 1, 7, 64 or whole (= attention()'s bits); a contiguous one-run table
-// against the old attention_decode. Skips without a GPU.
+// prefilled in chunks of 1, 7, 64 or whole (= attention()'s bits). Skips without a GPU.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -156,33 +155,6 @@ TYPED_TEST(CudaPaged, DecodeBitsIndependentOfBatchAndPages) {
   }
 }
 
-// A contiguous cache (n_seq, max_len, kv) read through a one-run table: the old kernel's result.
-TYPED_TEST(CudaPaged, ContiguousTableMatchesOldDecode) {
-  using T = TypeParam;
-  const int64_t nkv = 8, nh = 32, hd = 64, max_len = 1024, width = (nh + 2 * nkv) * hd;
-  const std::vector<int64_t> lens = {1000, 65, 1024, 300};
-  const int64_t n = int64_t(lens.size());
-  Cache c = make_cache(std::vector<int64_t>(size_t(n), max_len), max_len, 64, nkv * hd, 0);  // s on pages s*16..
-  DevCache<T> dc(c);
-  auto qkv = rand_vec(size_t(n * width), 70, 3.f);
-  DevBuf<T> dq(qkv.size());
-  upload(dq, round_to<T>(qkv));
-  std::vector<PagedSeq> seqs;
-  std::vector<int32_t> old_lens;  // the old kernel's position at step 1: lengths[s]
-  for (int64_t s = 0; s < n; ++s) {
-    seqs.push_back({int32_t(s), 1, int32_t(lens[size_t(s)] - 1), int32_t(s)});
-    old_lens.push_back(int32_t(lens[size_t(s)] - 1));
-  }
-  const auto got = run_decode<T>(seqs, dc, c, dq, n, nh, nkv, hd, width, this->stream_);
-  DevBuf<int32_t> d_len(old_lens.size());
-  upload(d_len, old_lens);
-  DevBuf<T> old(size_t(n * nh * hd));
-  cuda::attention_decode(old.get(), dq.get(), dc.k.get(), dc.v.get(), n, nh, nkv, hd, 0.3f, d_len.get(), 0, 1, max_len,
-                         this->stream_);
-  this->sync();
-  EXPECT_TRUE(close_t<T>(got, download(old.get(), size_t(n * nh * hd))));
-}
-
 // Several sequences' chunks in one launch (one of 1 row, one across pages far into its cache),
 // against the CPU twin.
 TYPED_TEST(CudaPaged, PrefillMatchesCpu) {
@@ -312,17 +284,21 @@ TYPED_TEST(CudaPaged, NormRopeStore) {
     cpu::qk_norm_rope_store(want.data(), k_want.data(), v_want.data(), qn.data(), kn.data(), inv.data(), seqs.data(), 3,
                             n_rows, table.data(), max_pages, ps, nh, nkv, hd, 1e-5f, 2);
     EXPECT_TRUE(close_t<T>(got, want, 2)) << nh << "/" << nkv << "/" << hd;
-    // qk_norm_rope row by row at the same positions, and the pages holding those rows' k and v
-    for (const PagedSeq& s : seqs)
+    // qk_norm_rope at the same positions (each sequence's rows as the last rows of a prompt of
+    // first_pos + n_rows rows), and the pages holding those rows' k and v
+    for (const PagedSeq& s : seqs) {
+      const int64_t len = int64_t(s.first_pos) + s.n_rows;
+      DevBuf<T> prompt(size_t(len * width));
+      CUDA_CHECK(cudaMemcpy(prompt.get() + s.first_pos * width, d_ref.get() + s.row * width,
+                            size_t(s.n_rows * width) * sizeof(T), cudaMemcpyDeviceToDevice));
+      CUDA_CHECK(cudaDeviceSynchronize());  // the copy ran on the legacy stream
+      cuda::qk_norm_rope(prompt.get(), d_qn.get(), d_kn.get(), d_inv.get(), 1, len, nh, nkv, hd, 1e-5f,
+                         this->stream_);
+      this->sync();
+      const auto normed = download(prompt.get() + s.first_pos * width, size_t(s.n_rows * width));
       for (int32_t i = 0; i < s.n_rows; ++i) {
         const int64_t r = s.row + i, pos = s.first_pos + i;
-        std::vector<int32_t> len = {int32_t(pos)};  // decode step 1: the position is lengths[0]
-        DevBuf<int32_t> d_len(1);
-        upload(d_len, len);
-        cuda::qk_norm_rope(d_ref.get() + r * width, d_qn.get(), d_kn.get(), d_inv.get(), 1, 1, nh, nkv, hd, 1e-5f,
-                           this->stream_, d_len.get(), 0, 1);
-        this->sync();
-        const auto row_want = download(d_ref.get() + r * width, size_t(width));
+        const std::vector<float> row_want(normed.begin() + i * width, normed.begin() + (i + 1) * width);
         ASSERT_EQ(std::vector<float>(got.begin() + r * width, got.begin() + (r + 1) * width), row_want) << "row " << r;
         const int64_t dst = (int64_t(table[size_t(s.table_row * max_pages + pos / ps)]) * ps + pos % ps) * kv;
         ASSERT_EQ(std::vector<float>(got_k.begin() + dst, got_k.begin() + dst + kv),
@@ -330,6 +306,7 @@ TYPED_TEST(CudaPaged, NormRopeStore) {
         ASSERT_EQ(std::vector<float>(got_v.begin() + dst, got_v.begin() + dst + kv),
                   std::vector<float>(row_want.begin() + nh * hd + kv, row_want.end())) << "v of row " << r;
       }
+    }
     EXPECT_EQ(std::vector<float>(got.begin() + 2 * width, got.begin() + 3 * width),
               std::vector<float>(qkv.begin() + 2 * width, qkv.begin() + 3 * width)) << "the padding row";
   }

@@ -1,10 +1,9 @@
 // Timings of the paged-cache kernels on the GPU at LFM2-8B-A1B's attention shapes (32 heads, 8 KV
-// heads, head_dim 64, bf16), beside the kernels they replace (not a test; run by hand):
+// heads, head_dim 64, bf16; not a test, run by hand):
 //   cuda_bench_attention_paged [decode|store|prefill]   (default: all three)
 // decode:  flash-decoding at batch x cache length, pages of 16 shuffled (and of 256, and one
-//          contiguous run), effective TB/s = K and V bytes read / time; the old attention_decode
-//          on the contiguous cache.
-// store:   the fused norm + RoPE + paged store vs qk_norm_rope + kv_cache_store.
+//          contiguous run), effective TB/s = K and V bytes read / time.
+// store:   the fused norm + RoPE + paged store (beside qk_norm_rope alone on the same rows).
 // prefill: chunked prefill at a few (chunks x rows at first_pos) vs attention() on whole prompts.
 // CUDA events around back-to-back launches, warm-up first, median of 5 batches' means.
 #include <algorithm>
@@ -115,7 +114,7 @@ void bench_graph(cudaStream_t s, T* out, int64_t n_out, double bytes, const std:
   cudaGraphDestroy(g);
 }
 
-void bench_decode(cudaStream_t s, int64_t B, int64_t L, bool with_old) {
+void bench_decode(cudaStream_t s, int64_t B, int64_t L) {
   const int64_t n_pos = B * L;
   T* k = rand_dev(n_pos * kKv, 1, 1.f);
   T* v = rand_dev(n_pos * kKv, 2, 1.f);
@@ -142,16 +141,6 @@ void bench_decode(cudaStream_t s, int64_t B, int64_t L, bool with_old) {
     });
     cudaFree(table), cudaFree(ws);
   }
-  if (with_old) {
-    std::vector<int32_t> lens(static_cast<size_t>(B), int32_t(L - 1));  // step 1: position lengths[s]
-    int32_t* d_len = upload(lens);
-    const double t = median_ms(s, [&] {
-      cuda::attention_decode(out, qkv, k, v, B, kHeads, kKvHeads, kHeadDim, 0.125f, d_len, 0, 1, L, s);
-    }, L >= 8192 ? 2 : 5);
-    std::printf("decode old    %4lld x %-6lld contiguous          %8.1f us  %5.2f TB/s\n", (long long)B, (long long)L,
-                t * 1e3, bytes / t * 1e-9);
-    cudaFree(d_len);
-  }
   cudaFree(k), cudaFree(v), cudaFree(qkv), cudaFree(out), cudaFree(d_seqs);
 }
 
@@ -164,28 +153,21 @@ void bench_store(cudaStream_t s, int64_t n_rows, bool chunk) {
   float* norm = upload(std::vector<float>(size_t(kHeadDim), 1.f));
   float* inv = upload(std::vector<float>(size_t(kHeadDim / 2), 0.01f));
   std::vector<PagedSeq> seqs;
-  std::vector<int32_t> lens;
-  for (int64_t i = 0; i < n_seqs; ++i) {
+  for (int64_t i = 0; i < n_seqs; ++i)
     seqs.push_back(chunk ? PagedSeq{0, int32_t(n_rows), 0, 0} : PagedSeq{int32_t(i), 1, 4000, int32_t(i)});
-    lens.push_back(4000);
-  }
   PagedSeq* d_seqs = upload(seqs);
   int32_t* table = upload(make_table(n_seqs, max_pages, true));
-  int32_t* d_len = upload(lens);
   const double t_new = median_ms(s, [&] {
     cuda::qk_norm_rope_store(qkv, k, v, norm, norm, inv, d_seqs, n_seqs, n_rows, table, max_pages, ps, kHeads,
                              kKvHeads, kHeadDim, 1e-5f, s);
   }, 50);
-  const int64_t seq_len = chunk ? n_rows : 1, step = chunk ? 0 : 1;
-  const double t_old = median_ms(s, [&] {
-    cuda::qk_norm_rope(qkv, norm, norm, inv, chunk ? 1 : n_rows, seq_len, kHeads, kKvHeads, kHeadDim, 1e-5f, s, d_len,
-                       0, step);
-    cuda::kv_cache_store(k, v, qkv, n_rows, seq_len, kHeads, kKvHeads, kHeadDim, d_len, 0, step, max_len, s);
+  const double t_rope = median_ms(s, [&] {
+    cuda::qk_norm_rope(qkv, norm, norm, inv, chunk ? 1 : n_rows, chunk ? n_rows : 1, kHeads, kKvHeads, kHeadDim, 1e-5f,
+                       s);
   }, 50);
-  std::printf("store %5lld %-7s rows: fused norm+rope+paged store %7.1f us | qk_norm_rope + kv_cache_store %7.1f us\n",
-              (long long)n_rows, chunk ? "chunk" : "decode", t_new * 1e3, t_old * 1e3);
-  cudaFree(qkv), cudaFree(k), cudaFree(v), cudaFree(norm), cudaFree(inv), cudaFree(d_seqs), cudaFree(table),
-      cudaFree(d_len);
+  std::printf("store %5lld %-7s rows: fused norm+rope+paged store %7.1f us | qk_norm_rope alone %7.1f us\n",
+              (long long)n_rows, chunk ? "chunk" : "decode", t_new * 1e3, t_rope * 1e3);
+  cudaFree(qkv), cudaFree(k), cudaFree(v), cudaFree(norm), cudaFree(inv), cudaFree(d_seqs), cudaFree(table);
 }
 
 // n_chunks sequences, each a chunk of n_rows queries at first_pos, over caches of first_pos + n_rows.
@@ -236,11 +218,11 @@ int main(int argc, char** argv) {
   cudaStream_t s;
   CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   if (mode == "all" || mode == "decode") {
-    bench_decode(s, 32, 10240, true);
-    bench_decode(s, 32, 8192, true);
-    bench_decode(s, 256, 1024, true);
-    bench_decode(s, 32, 1024, false);
-    bench_decode(s, 8, 32768, false);
+    bench_decode(s, 32, 10240);
+    bench_decode(s, 32, 8192);
+    bench_decode(s, 256, 1024);
+    bench_decode(s, 32, 1024);
+    bench_decode(s, 8, 32768);
   }
   if (mode == "all" || mode == "store") {
     for (int64_t r : {32, 256}) bench_store(s, r, false);

@@ -1,13 +1,11 @@
 // Generation's CUDA kernels against their CPU twins, in fp32, bf16 and fp16, on seeded random
-// data: the KV-cache store (prefill rows and decode rows), attention of one query per sequence over
-// its cache, the conv state taken at each prompt's end and the conv decode step that shifts it,
-// the EOS rule. Inputs are rounded to the element type first; tolerances per dtype. Skips without
-// a GPU.
+// data: the conv of a step's rows from each slot's state (short_conv_step), the EOS rules and the
+// finished flags. Inputs are rounded to the element type first; tolerances per dtype. Skips without
+// a GPU. (The paged KV cache's kernels: attention_paged_test.cpp.)
 #include <algorithm>
 #include <vector>
 
 #include "cuda_test_util.h"
-#include "kernels/attention.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/moe_router.h"
 #include "kernels/sample.h"
@@ -21,100 +19,6 @@ using namespace test;
 template <typename T>
 class CudaDecode : public CudaTest {};
 TYPED_TEST_SUITE(CudaDecode, ElemTypes, ElemNames);
-
-
-// Prefill rows of 3 sequences (from sequence 1 of 5), then a decode step of them, into the caches;
-// then attention of the decode rows over the caches, against cpu::attention_decode.
-TYPED_TEST(CudaDecode, KvCacheAndAttention) {
-  using T = TypeParam;
-  for (auto [nh, nkv, hd] : {std::tuple<int64_t, int64_t, int64_t>{4, 2, 64}, {3, 3, 32}, {8, 2, 128}}) {
-    const int64_t N = 5, first = 1, n = 3, S = 6, max_len = 9, step = 2, width = (nh + 2 * nkv) * hd, kv = nkv * hd;
-    const std::vector<int32_t> lengths = {6, 4, 6, 1, 3};  // positions of the step: len + 1
-    auto pre = rand_vec(static_cast<size_t>(n * S * width), 40, 2.f);
-    auto dec = rand_vec(static_cast<size_t>(n * width), 41, 2.f);
-    auto pre_raw = round_to<T>(pre);
-    auto dec_raw = round_to<T>(dec);
-    DevBuf<T> d_pre(pre_raw.size()), d_dec(dec_raw.size()), d_k(size_t(N * max_len * kv)), d_v(size_t(N * max_len * kv));
-    DevBuf<int32_t> d_len(lengths.size());
-    upload(d_pre, pre_raw);
-    upload(d_dec, dec_raw);
-    upload(d_len, lengths);
-    CUDA_CHECK(cudaMemset(d_k.get(), 0, N * max_len * kv * sizeof(T)));
-    CUDA_CHECK(cudaMemset(d_v.get(), 0, N * max_len * kv * sizeof(T)));
-    CUDA_CHECK(cudaDeviceSynchronize());  // the memsets ran on the legacy stream
-    cuda::kv_cache_store(d_k.get(), d_v.get(), d_pre.get(), n * S, S, nh, nkv, hd, d_len.get(), first, 0, max_len,
-                         this->stream_);
-    cuda::kv_cache_store(d_k.get(), d_v.get(), d_dec.get(), n, 1, nh, nkv, hd, d_len.get(), first, step, max_len,
-                         this->stream_);
-    this->sync();  // the downloads below copy on the legacy stream, which does not wait for stream_
-    // the same on the host, as the CPU stage stores them
-    std::vector<float> k(size_t(N * max_len * kv), 0.f), v(k.size(), 0.f), q;
-    std::vector<int64_t> pos;
-    auto put = [&](const std::vector<float>& rows, int64_t r, int64_t s, int64_t p) {
-      std::copy(rows.begin() + r * width + nh * hd, rows.begin() + r * width + (nh + nkv) * hd,
-                k.begin() + (s * max_len + p) * kv);
-      std::copy(rows.begin() + r * width + (nh + nkv) * hd, rows.begin() + (r + 1) * width,
-                v.begin() + (s * max_len + p) * kv);
-    };
-    for (int64_t r = 0; r < n * S; ++r) put(pre, r, first + r / S, r % S);
-    for (int64_t i = 0; i < n; ++i) {
-      pos.push_back(lengths[size_t(first + i)] + step - 1);
-      put(dec, i, first + i, pos.back());
-      q.insert(q.end(), dec.begin() + i * width, dec.begin() + i * width + nh * hd);
-    }
-    EXPECT_EQ(download(d_k.get(), k.size()), k);
-    EXPECT_EQ(download(d_v.get(), v.size()), v);
-    std::vector<float> ref(size_t(n * nh * hd)), scratch(size_t(cpu::attention_scratch_floats(max_len, 1)));
-    cpu::attention_decode(ref.data(), q.data(), k.data(), v.data(), first, n, pos.data(), max_len, nh, nkv, hd, 0.125f,
-                          scratch.data(), 1);
-    DevBuf<T> d_out(ref.size());
-    cuda::attention_decode(d_out.get(), d_dec.get(), d_k.get(), d_v.get(), n, nh, nkv, hd, 0.125f, d_len.get(), first,
-                           step, max_len, this->stream_);
-    this->sync();
-    EXPECT_TRUE(close_t<T>(download(d_out.get(), ref.size()), ref)) << nh << "/" << nkv << "/" << hd;
-  }
-}
-
-// The conv state at each prompt's own end, then two decode steps, against the CPU twins.
-TYPED_TEST(CudaDecode, ShortConvStateAndDecode) {
-  using T = TypeParam;
-  for (auto [H, L] : {std::pair<int64_t, int64_t>{64, 3}, {33, 4}, {2048, 3}}) {
-    const int64_t N = 4, first = 1, n = 3, S = 5;
-    const std::vector<int32_t> lengths = {5, 5, 1, 3};
-    auto bcx = rand_vec(static_cast<size_t>(n * S * 3 * H), 42, 2.f), w = rand_vec(static_cast<size_t>(H * L), 43);
-    auto raw = round_to<T>(bcx);
-    DevBuf<T> d_bcx(raw.size());
-    DevBuf<float> d_w(w.size()), d_state(size_t(N * (L - 1) * H));
-    DevBuf<int32_t> d_len(lengths.size());
-    upload(d_bcx, raw);
-    upload(d_w, w);
-    upload(d_len, lengths);
-    CUDA_CHECK(cudaMemset(d_state.get(), 0, N * (L - 1) * H * sizeof(float)));  // sequence 0 stays untouched
-    CUDA_CHECK(cudaDeviceSynchronize());
-    cuda::short_conv_state(d_state.get(), d_bcx.get(), d_len.get(), first, n, S, H, L, this->stream_);
-    std::vector<float> state(size_t(N * (L - 1) * H), 0.f);
-    for (int64_t s = 0; s < n; ++s)
-      cpu::short_conv_state(state.data() + (first + s) * (L - 1) * H, bcx.data() + s * S * 3 * H,
-                            lengths[size_t(first + s)], H, L);
-    this->sync();
-    EXPECT_TRUE(close(download(d_state.get(), state.size()), state, 1e-6, 1e-6)) << "state, H " << H;
-    for (int64_t step = 1; step <= 2; ++step) {
-      auto row = rand_vec(static_cast<size_t>(n * 3 * H), 44 + uint64_t(step), 2.f);
-      auto row_raw = round_to<T>(row);
-      DevBuf<T> d_row(row_raw.size()), d_out(size_t(n * H));
-      upload(d_row, row_raw);
-      std::vector<int64_t> pos;
-      for (int64_t i = 0; i < n; ++i) pos.push_back(lengths[size_t(first + i)] + step - 1);
-      std::vector<float> ref(size_t(n * H));
-      cpu::short_conv_decode(ref.data(), row.data(), w.data(), state.data() + first * (L - 1) * H, pos.data(), n, H, L);
-      cuda::short_conv_decode(d_out.get(), d_row.get(), d_w.get(), d_state.get(), d_len.get(), first, step, nullptr, n,
-                              H, L, this->stream_);
-      this->sync();
-      EXPECT_TRUE(close_t<T>(download(d_out.get(), ref.size()), ref)) << "decode step " << step << ", H " << H;
-      EXPECT_TRUE(close(download(d_state.get(), state.size()), state, 1e-6, 1e-6)) << "state after step " << step;
-    }
-  }
-}
 
 // The batch API's conv (short_conv_step): a step of decode rows (one kernel) and a mixed step of
 // decode rows and prompt chunks at any position, padding rows, ends (two kernels), in any slots,

@@ -1,5 +1,5 @@
-// The paged-cache CPU twins: attention_paged gives cpu::attention_decode's and cpu::attention's
-// bits for any page placement, page size and chunking; qk_norm_rope_store equals the CPU stage's
+// The paged-cache CPU twins: attention_paged gives cpu::attention's bits (decode rows and prompt
+// chunks) for any page placement, page size and chunking; qk_norm_rope_store equals the CPU stage's
 // rmsnorm + rope + copies, and refuses a position with no page before writing anything.
 #include <gtest/gtest.h>
 
@@ -55,13 +55,21 @@ Paged to_pages(const std::vector<float>& k, const std::vector<float>& v, int64_t
   return p;
 }
 
-TEST(AttentionPaged, DecodeRowsGetAttentionDecodesBits) {
-  const int64_t n_seq = 4, max_len = 128, nh = 8, nkv = 2, hd = 16, kv = nkv * hd;
-  const auto k = randn(n_seq * max_len * kv, 1), v = randn(n_seq * max_len * kv, 2), q = randn(n_seq * nh * hd, 3, 2.f);
+// Decode rows: row s (one query at position pos[s] of sequence s) gets the bits cpu::attention gives
+// the last row of a prompt of pos[s] + 1 rows over the same keys and values.
+TEST(AttentionPaged, DecodeRowsGetAttentionsBits) {
+  const int64_t n_seq = 4, max_len = 128, nh = 8, nkv = 2, hd = 16, kv = nkv * hd, width = nh * hd;
+  const auto k = randn(n_seq * max_len * kv, 1), v = randn(n_seq * max_len * kv, 2), q = randn(n_seq * width, 3, 2.f);
   const std::vector<int64_t> pos = {0, 127, 31, 64};
   std::vector<float> ref(q.size()), scratch(size_t(cpu::attention_scratch_floats(max_len, 2)));
-  cpu::attention_decode(ref.data(), q.data(), k.data(), v.data(), 0, n_seq, pos.data(), max_len, nh, nkv, hd, 0.25f,
-                        scratch.data(), 2);
+  for (int64_t s = 0; s < n_seq; ++s) {
+    const int64_t len = pos[size_t(s)] + 1;
+    std::vector<float> prompt_q(size_t(len * width), 0.f), prompt_out(prompt_q.size());
+    std::copy(q.begin() + s * width, q.begin() + (s + 1) * width, prompt_q.end() - width);
+    cpu::attention(prompt_out.data(), prompt_q.data(), k.data() + s * max_len * kv, v.data() + s * max_len * kv, 1,
+                   len, nh, nkv, hd, 0.25f, scratch.data(), 2);
+    std::copy(prompt_out.end() - width, prompt_out.end(), ref.begin() + s * width);
+  }
   std::vector<PagedSeq> seqs;
   for (int64_t s = 0; s < n_seq; ++s) seqs.push_back({int32_t(s), 1, int32_t(pos[size_t(s)]), int32_t(s)});
   for (int64_t ps : {16, 32, 128}) {

@@ -1,8 +1,10 @@
 // cpu::short_conv_step, the conv of a generation step's rows continuing from each slot's state:
-// a prompt in chunks of any size gives short_conv's bits and leaves short_conv_state's state; decode
-// rows give short_conv_decode's bits and states; several sequences in any slots and row order.
+// a prompt in chunks of any size gives short_conv's bits and leaves the inputs of its last positions
+// as the state; decode rows from any state give short_conv's bits of a prompt that ends with those
+// inputs; several sequences in any slots and row order.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "common/error.h"
@@ -14,6 +16,18 @@ namespace {
 
 using test::randn;
 
+// The conv state a sequence's rows leave after `length` of them: u = B * x of its last L-1
+// positions, (L-1, hidden) oldest first, 0 before position 0.
+std::vector<float> conv_state(const float* bcx, int64_t length, int64_t H, int64_t L) {
+  std::vector<float> st(size_t((L - 1) * H), 0.0f);
+  for (int64_t j = 0; j < L - 1; ++j) {
+    const int64_t t = length - (L - 1) + j;
+    if (t < 0) continue;
+    for (int64_t c = 0; c < H; ++c) st[size_t(j * H + c)] = bcx[t * 3 * H + c] * bcx[t * 3 * H + 2 * H + c];
+  }
+  return st;
+}
+
 // A prompt of S rows through short_conv_step in chunks of `chunk` (slot 2 of 4), then `n_dec`
 // decode rows; against short_conv over the whole S + n_dec rows.
 TEST(ShortConvStep, ChunksAndDecodeRowsGetShortConvsBits) {
@@ -22,8 +36,7 @@ TEST(ShortConvStep, ChunksAndDecodeRowsGetShortConvsBits) {
     const auto bcx = randn(T * 3 * H, 30), w = randn(H * L, 31);
     std::vector<float> whole(size_t(T * H));
     cpu::short_conv(whole.data(), bcx.data(), w.data(), 1, T, H, L, 2);
-    std::vector<float> want_state(size_t((L - 1) * H));
-    cpu::short_conv_state(want_state.data(), bcx.data(), S, H, L);
+    const std::vector<float> want_state = conv_state(bcx.data(), S, H, L);
     for (int64_t chunk : {int64_t(1), int64_t(2), int64_t(7), int64_t(64), S}) {
       std::vector<float> state(size_t(n_slots * (L - 1) * H), 99.0f);  // never read at position 0
       std::vector<float> out(size_t(T * H), -1.0f);
@@ -44,8 +57,9 @@ TEST(ShortConvStep, ChunksAndDecodeRowsGetShortConvsBits) {
   }
 }
 
-// Decode rows of three slots in one call against short_conv_decode on each slot alone.
-TEST(ShortConvStep, DecodeRowsEqualShortConvDecode) {
+// Decode rows of three slots in one call: each row and its slot's new state as short_conv gives the
+// last row of a prompt whose earlier positions hold the slot's state as their inputs (B = 1, x = u).
+TEST(ShortConvStep, DecodeRowsContinueTheirSlotsStates) {
   const int64_t H = 12, L = 3, n_slots = 5;
   const auto bcx = randn(3 * 3 * H, 40), w = randn(H * L, 41), state0 = randn(n_slots * (L - 1) * H, 42);
   const std::vector<int32_t> slots{4, 0, 2};
@@ -55,15 +69,22 @@ TEST(ShortConvStep, DecodeRowsEqualShortConvDecode) {
   std::vector<float> state = state0, out(size_t(3 * H));
   cpu::short_conv_step(out.data(), bcx.data(), w.data(), state.data(), seqs.data(), 3, nullptr, H, L, 3);
   for (int i = 0; i < 3; ++i) {
-    const int64_t s = slots[size_t(i)];
-    std::vector<float> st(state0.begin() + s * (L - 1) * H, state0.begin() + (s + 1) * (L - 1) * H);
-    std::vector<float> o(static_cast<size_t>(H));
-    cpu::short_conv_decode(o.data(), bcx.data() + i * 3 * H, w.data(), st.data(), &pos[size_t(i)], 1, H, L, 1);
-    EXPECT_EQ(std::vector<float>(out.begin() + i * H, out.begin() + (i + 1) * H), o) << "row " << i;
-    for (int64_t j = 0; j < L - 1; ++j)  // positions before 0 hold 0 (short_conv_decode shifts them in)
-      if (pos[size_t(i)] - (L - 2) + j < 0) std::fill(st.begin() + j * H, st.begin() + (j + 1) * H, 0.0f);
-    EXPECT_EQ(std::vector<float>(state.begin() + s * (L - 1) * H, state.begin() + (s + 1) * (L - 1) * H), st)
-        << "slot " << s;
+    const int64_t s = slots[size_t(i)], p = pos[size_t(i)];
+    std::vector<float> prompt(size_t((p + 1) * 3 * H), 0.0f), whole(size_t((p + 1) * H));
+    for (int64_t j = 0; j < L - 1; ++j) {
+      const int64_t q = p - (L - 1) + j;  // the state's j-th input is position q's
+      if (q < 0) continue;
+      for (int64_t c = 0; c < H; ++c) {
+        prompt[size_t(q * 3 * H + c)] = 1.0f;
+        prompt[size_t(q * 3 * H + 2 * H + c)] = state0[size_t((s * (L - 1) + j) * H + c)];
+      }
+    }
+    std::copy(bcx.begin() + i * 3 * H, bcx.begin() + (i + 1) * 3 * H, prompt.begin() + p * 3 * H);
+    cpu::short_conv(whole.data(), prompt.data(), w.data(), 1, p + 1, H, L, 1);
+    EXPECT_EQ(std::vector<float>(out.begin() + i * H, out.begin() + (i + 1) * H),
+              std::vector<float>(whole.end() - H, whole.end())) << "row " << i;
+    EXPECT_EQ(std::vector<float>(state.begin() + s * (L - 1) * H, state.begin() + (s + 1) * (L - 1) * H),
+              conv_state(prompt.data(), p + 1, H, L)) << "slot " << s;
   }
   // untouched slots keep their state
   for (int64_t s : {1, 3})
@@ -83,9 +104,8 @@ TEST(ShortConvStep, EndsTakeTheStateAtEachPromptsLength) {
   cpu::short_conv(whole.data(), bcx.data(), w.data(), n, S, H, L, 1);
   EXPECT_EQ(out, whole);
   for (int i = 0; i < n; ++i) {
-    std::vector<float> want(size_t((L - 1) * H));
-    cpu::short_conv_state(want.data(), bcx.data() + i * S * 3 * H, lengths[size_t(i)], H, L);
-    EXPECT_EQ(std::vector<float>(state.begin() + i * (L - 1) * H, state.begin() + (i + 1) * (L - 1) * H), want)
+    EXPECT_EQ(std::vector<float>(state.begin() + i * (L - 1) * H, state.begin() + (i + 1) * (L - 1) * H),
+              conv_state(bcx.data() + i * S * 3 * H, lengths[size_t(i)], H, L))
         << "sequence " << i;
   }
   const int32_t bad = S + 1;

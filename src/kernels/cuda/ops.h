@@ -103,8 +103,7 @@ void decode_gemm_force_splits(int splits);
 template <typename T>
 void qk_norm_rope(T* qkv, const float* q_norm, const float* k_norm, const float* inv_freq, int64_t n_seq,
                   int64_t seq_len, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float eps,
-                  cudaStream_t stream, const int32_t* lengths = nullptr, int64_t first_seq = 0,
-                  int64_t step = 0, const int64_t* at = nullptr);
+                  cudaStream_t stream);
 
 // --- attention.cu: causal GQA attention, one fused kernel with an online softmax in fp32 (memory
 // O(seq_len), any seq_len). out (n_tokens, n_heads * head_dim); q rows of q_stride elements
@@ -120,21 +119,6 @@ void attention(T* out, const T* q, const T* k, const T* v, int64_t n_seq, int64_
 template <typename T>
 void short_conv(T* out, const T* bcx, const float* conv_w, int64_t n_seq, int64_t seq_len, int64_t hidden, int64_t L,
                 cudaStream_t stream);
-// short_conv_state (cpu::short_conv_state for n_seq sequences): state (n_seq_all, L-1, hidden) fp32
-// of sequences first_seq.. from their prefill bcx rows (n_seq * seq_len, 3 * hidden), each at the
-// end of its own prompt (lengths: device, per sequence of the state).
-template <typename T>
-void short_conv_state(float* state, const T* bcx, const int32_t* lengths, int64_t first_seq, int64_t n_seq,
-                      int64_t seq_len, int64_t hidden, int64_t L, cudaStream_t stream);
-// short_conv_decode (cpu::short_conv_decode): out (n, hidden) from bcx (n, 3 * hidden) and the
-// state of sequences first_seq.., which is shifted to take the new inputs. The CPU twin's positions
-// are (lengths, first_seq, step, at): row i at position lengths[first_seq + i] + step - 1, with
-// (first_seq, step) read from `at` where it is not null (see "decode rows" below).
-template <typename T>
-void short_conv_decode(T* out, const T* bcx, const float* conv_w, float* state, const int32_t* lengths,
-                       int64_t first_seq, int64_t step, const int64_t* at, int64_t n, int64_t hidden, int64_t L,
-                       cudaStream_t stream);
-
 // short_conv_step (cpu::short_conv_step): the rows of a generation step, each sequence (seqs: device,
 // ordered by row, table_row = its slot) continuing from its slot's conv state (n_slots, L-1, hidden)
 // fp32, which then holds the inputs before first_pos + ends[s] (ends: device, or null for n_rows).
@@ -283,29 +267,6 @@ template <typename T>
 void moe_decode(float* x, T* norm_out, const T* in, const T* gate, const float* expert_bias, const T* w13,
                 const T* w2, const float* done, const float* next_norm, float eps, int64_t n_tokens,
                 const MoeDims& dims, void* scratch, cudaStream_t stream);
-
-// --- decode rows: generation (SPEC §3). A prefill row (step 0) is at position row % seq_len of
-// sequence first_seq + row / seq_len; a decode row (step >= 1, one per sequence) is sequence
-// first_seq + row at position lengths[first_seq + row] + step - 1 (lengths: device, per sequence).
-// qk_norm_rope above, short_conv_decode and the kernels of decode.cu below take the same
-// (lengths, first_seq, step) for their positions. `at` (device, or nullptr): {first_seq, step} read
-// by the kernels instead of the arguments, so that a decode step captured once in a CUDA Graph
-// replays for any microbatch and step (set_decode_at, in cuda/decode_at.cu, writes it in stream
-// order before each replay; the host arguments still describe the step for its checks).
-void set_decode_at(int64_t* at, int64_t first_seq, int64_t step, cudaStream_t stream);
-// --- decode.cu: the KV cache and one query per sequence against it.
-// kv_cache_store: the k and v parts of qkv rows into k_cache, v_cache (n_seq_all, max_len,
-// n_kv_heads * head_dim) at each row's (sequence, position) (cpu: the CPU stage's copy).
-template <typename T>
-void kv_cache_store(T* k_cache, T* v_cache, const T* qkv, int64_t n_rows, int64_t seq_len, int64_t n_heads,
-                    int64_t n_kv_heads, int64_t head_dim, const int32_t* lengths, int64_t first_seq, int64_t step,
-                    int64_t max_len, cudaStream_t stream, const int64_t* at = nullptr);
-// attention_decode (cpu::attention_decode): out (n, n_heads * head_dim) from the q of qkv rows
-// against each sequence's cache positions 0..its position; online softmax in fp32.
-template <typename T>
-void attention_decode(T* out, const T* qkv, const T* k_cache, const T* v_cache, int64_t n, int64_t n_heads,
-                      int64_t n_kv_heads, int64_t head_dim, float scale, const int32_t* lengths, int64_t first_seq,
-                      int64_t step, int64_t max_len, cudaStream_t stream, const int64_t* at = nullptr);
 
 // --- sample.cu: token choice's end-of-sequence rules (greedy generation chooses on the device;
 // sampling on the host, cpu::choose_tokens). apply_eos (cpu::choose_tokens' rule, its arguments in
