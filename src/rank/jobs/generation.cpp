@@ -7,6 +7,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "rank/jobs/job_setup.h"
+#include "rank/jobs/text_front_end.h"
 #include "rank/mpi/fatal.h"
 #include "rank/mpi/fault_hook.h"
 #include "rank/mpi/world.h"
@@ -144,6 +145,8 @@ JobOutcome generation_outcome(const RankSetup& s, const GenerateResult& result) 
   meta["top_k"] = opt.top_k;
   meta["top_p"] = opt.top_p;
   meta["seed"] = int64_t(opt.seed);
+  meta["eos"] = opt.eos;  // a JSON list ("[]": none), which lfm2_text.py decode stops at
+  meta["eos_source"] = opt.eos_off ? "--eos none" : opt.eos_source;
   if (!s.answers.generated.empty()) {
     const bool exact = s.dtype == DType::F32 && !(s.use_cuda && opt.tf32) && opt.temperature <= 0;
     const GenerationCheck c = check_generated(result.generated, K, s.answers, exact);
@@ -165,6 +168,14 @@ JobOutcome generation_outcome(const RankSetup& s, const GenerateResult& result) 
     o.generated = result.generated;
     o.n_generated = result.n_generated;
     write_job_outputs(opt.output, o, meta, out);
+  }
+  if (!opt.results.empty() && out.code == kExitOk) {
+    try {
+      out.lines.push_back(decode_results(opt, opt.text_model));
+    } catch (const std::exception& e) {
+      log_error(e.what());
+      out.code = kExitError;
+    }
   }
   return out;
 }
