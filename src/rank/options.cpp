@@ -199,6 +199,7 @@ std::string check_text_options(const CLI::App& app, RankOptions& opt, const Spel
       if (app.count(name) > 0) return cat(name, " requires --max-new-tokens (or --prompts)");
   const bool none = std::find(x.eos.begin(), x.eos.end(), "none") != x.eos.end();
   if (none && x.eos.size() > 1) return "--eos none excludes other --eos ids";
+  if (opt.stream && opt.benchmark) return "--stream excludes --benchmark (its runs repeat every token)";
   if (!opt.results.empty() && (opt.benchmark || opt.all_logits))
     return cat("--results excludes ", opt.benchmark ? "--benchmark" : "--all-logits");
   return "";

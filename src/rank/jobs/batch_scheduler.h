@@ -23,6 +23,8 @@
 #include <map>
 #include <vector>
 
+#include <functional>
+
 #include "model/step_batch.h"
 #include "rank/engine/step_plan.h"
 
@@ -39,6 +41,9 @@ struct SchedulerConfig {
                                    // that the running sequences fill every item in flight)
   std::vector<int32_t> eos;        // a sequence ends after any of these
   bool per_sequence_sampling = false;  // plans carry each emitting entry's sampling
+  // --stream: called with each token as it comes back (seq, token, false), then once more when the
+  // sequence ends (seq, -1, true).
+  std::function<void(int64_t seq, int32_t token, bool ended)> on_token;
 };
 
 // A prompt to run: its index in the inputs, its length, its own max_new_tokens and sampling.

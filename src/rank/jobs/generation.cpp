@@ -184,7 +184,7 @@ JobOutcome run_generation(RankSetup& s, GenerateJob& job) {
   const RankOptions& opt = s.opt;
   const int64_t N = s.n_seq, K = job.shape().max_new_tokens;
   if (s.pipe.is_first()) job.set_ids(s.inputs.ids.data());
-  job.set_stream(opt.stream && s.pipe.is_last() && s.pipe.replica == 0);  // sequence 0 is replica 0's
+  job.set_stream(opt.stream && s.pipe.is_last());  // every replica's last stage
   const double t0 = now_s();
   const std::vector<std::string> lines =
       opt.benchmark ? benchmark(s, job) : run_once(s, job.schedule(), job.memory(), job.steps());
