@@ -130,7 +130,8 @@ std::string run_front_end(const std::vector<std::string>& args, double timeout_s
   if (!ok) {
     LFM2_CHECK(!(WIFEXITED(status) && WEXITSTATUS(status) == 127), "the text front end did not start (", cmd[0],
                " ", cmd[1], ": ", line, ")");
-    LFM2_FAIL(line.empty() ? cat("the text front end (", args.at(0), ") failed with no message") : line);
+    // The front end's own line names the file, line and field: it is the whole message.
+    throw Error(line.empty() ? cat("the text front end (", args.at(0), ") failed with no message") : line);
   }
   return line;
 }
