@@ -197,6 +197,7 @@ void BatchScheduler::complete(int64_t item, const int32_t* tokens, int64_t n, do
     LFM2_CHECK(t < n, "scheduler: item ", item, " came back with ", n, " tokens, fewer than it emits");
     s.generated.push_back(tokens[t++]);
     if (s.first_token_s < 0) s.first_token_s = now_s;
+    if (cfg_.on_token) cfg_.on_token(s.req.seq, s.generated.back(), false);
   }
   LFM2_CHECK(t == n, "scheduler: item ", item, " came back with ", n, " tokens, it emits ", t);
   std::vector<int64_t> ended;
@@ -207,7 +208,10 @@ void BatchScheduler::complete(int64_t item, const int32_t* tokens, int64_t n, do
     if (e.emits && (eos || int32_t(s.generated.size()) >= s.req.max_new_tokens)) ended.push_back(e.id);
   }
   flight_.erase(it);
-  for (int64_t id : ended) retire(id, now_s);
+  for (int64_t id : ended) {
+    if (cfg_.on_token) cfg_.on_token(seqs_.at(id).req.seq, -1, true);
+    retire(id, now_s);
+  }
 }
 
 void BatchScheduler::retire(int64_t id, double now_s) {

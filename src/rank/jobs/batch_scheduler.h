@@ -25,6 +25,8 @@
 #include <map>
 #include <vector>
 
+#include <functional>
+
 #include "model/step_batch.h"
 #include "rank/engine/step_plan.h"
 
@@ -43,6 +45,9 @@ struct SchedulerConfig {
                                    // (0: max_seqs / 16, at least 1; see admission_opens)
   std::vector<int32_t> eos;        // a sequence ends after any of these
   bool per_sequence_sampling = false;  // plans carry each emitting entry's sampling
+  // --stream: called with each token as it comes back (seq, token, false), then once more when the
+  // sequence ends (seq, -1, true).
+  std::function<void(int64_t seq, int32_t token, bool ended)> on_token;
 };
 
 // A prompt to run: its index in the inputs, its length, its own max_new_tokens and sampling.
