@@ -30,7 +30,7 @@ run() {  # run CASE NP ENV... -- FLAGS...
 run static 1 -- "$@" --scheduler static
 run ahead 1 -- "$@"
 run no_ahead 1 LFM2_NO_LOOK_AHEAD=1 -- "$@"
-run p2 2 -- "$@"
+[ "${SKIP_P2:-}" = 1 ] || run p2 2 -- "$@"  # SKIP_P2=1: one GPU
 run preempt 1 -- "$@" --max-seqs 3 --kv-pages 3 --page-size 16 --max-batched-tokens 6
 grep -q "continuous: .*([1-9][0-9]* planned ahead, [1-9][0-9]* after an EOS)" "$dir/${name}_ahead.log" ||
   { echo "continuous_eos: no row after an EOS was planned ahead"; exit 1; }

@@ -6,9 +6,10 @@
 // spent first on the running sequences' decode rows (one each, oldest first), then on prompt
 // chunks: the running sequences' unfinished prompts, then new prompts admitted in arrival order
 // while a slot (max_seqs) and the chunk's pages are free. A sequence is in at most one item at a
-// time (its next row needs the token its last one chose), so with P stages the running sequences
-// spread over the P items in flight, at most max_seqs / P of them in each. A sequence retires at its EOS or its own max_new_tokens,
-// giving its slot and pages to the next prompt. When the pool's pages run out, the youngest
+// time (its next row needs the token its last one chose; look-ahead below is the exception), so
+// with P stages the running sequences spread over the P items in flight, at most max_seqs / P of
+// them in each. A sequence retires at its EOS or its own max_new_tokens, giving its slot and pages
+// to the next prompt. When the pool's pages run out, the youngest
 // running sequence that is not in flight is preempted: its pages and slot are freed, it goes back
 // to the front of the queue, and is later recomputed exactly as it was first computed (its prompt
 // as prompt rows in any chunks, then each token it had chosen as a decode row of its own, forced:
@@ -23,7 +24,10 @@
 // max_new_tokens ends it there. One that ends at an EOS chosen in item i - 1 then has one wasted row
 // in item i: its token is dropped, and its slot and pages go back only once item i is done (the row
 // writes its own pages only). So the GPU always has the next item queued, while the host reads
-// item i - 1's tokens and plans item i + 1.
+// item i - 1's tokens and plans item i + 1. Prompt chunks, forced rows and sequences not in item
+// i - 1 are planned from what the host knows, as without look-ahead; the sampled path draws its
+// tokens on the host inside item i - 1's choice and copies them to the device, so it plans the same
+// way (and is exact the same way), only without the overlap.
 #pragma once
 
 #include <cstdint>
