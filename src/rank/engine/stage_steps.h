@@ -59,7 +59,8 @@ struct StepMemory {
   int32_t* host_emits = nullptr;       // last stage, static schedules: the run's tokens (emit_offset)
   std::vector<int32_t*> report_tokens;  // last stage, reporting items: item i's tokens on the host in
                                         // report_tokens[i % size] (a ring: reports may wait)
-  int64_t stream_tokens = 0;           // > 0: print sequence 0's tokens as chosen ("token t/K", one host wait each)
+  int64_t stream_tokens = 0;           // > 0 (static schedules' --stream): every chosen token as a JSON event
+                                       // line, {"seq": N, "token": ID} (one host wait per item)
 };
 
 // The executor's view of a generation item (seq_base added to each sequence).

@@ -5,11 +5,13 @@
 // One decision per item, no prefill or decode "mode": a token budget (max_batched_tokens rows) is
 // spent first on the running sequences' decode rows (one each, oldest first), then on prompt
 // chunks: the running sequences' unfinished prompts, then new prompts admitted in arrival order
-// while a slot (max_seqs) and the chunk's pages are free. A sequence is in at most one item at a
-// time (its next row needs the token its last one chose; look-ahead below is the exception), so
-// with P stages the running sequences spread over the P items in flight, at most max_seqs / P of
-// them in each. A sequence retires at its EOS or its own max_new_tokens, giving its slot and pages
-// to the next prompt. When the pool's pages run out, the youngest
+// while a slot (max_seqs) and the chunk's pages are free; while other sequences decode, admissions
+// come in waves (admit_wave free slots at least: an item with prompt rows reads every expert's
+// weights once more for them, which a prompt or two per item would pay at every step). A sequence
+// is in at most one item at a time (its next row needs the token its last one chose; look-ahead
+// below is the exception), so with P stages the running sequences spread over the P items in
+// flight, at most max_seqs / P of them in each. A sequence retires at its EOS or its own
+// max_new_tokens, giving its slot and pages to the next prompt. When the pool's pages run out, the youngest
 // running sequence that is not in flight is preempted: its pages and slot are freed, it goes back
 // to the front of the queue, and is later recomputed exactly as it was first computed (its prompt
 // as prompt rows in any chunks, then each token it had chosen as a decode row of its own, forced:
@@ -35,6 +37,8 @@
 #include <map>
 #include <vector>
 
+#include <functional>
+
 #include "model/step_batch.h"
 #include "rank/engine/step_plan.h"
 
@@ -50,8 +54,13 @@ struct SchedulerConfig {
   int64_t max_item_seqs = 0;       // sequences per item (0: max_seqs / max_in_flight, rounded up, so
                                    // that the running sequences fill every item in flight)
   bool look_ahead = false;         // one more item in flight, fed on the device (one stage only)
+  int64_t admit_wave = 0;          // while others decode, admissions wait for this many free slots
+                                   // (0: max_seqs / 16, at least 1; see admission_opens)
   std::vector<int32_t> eos;        // a sequence ends after any of these
   bool per_sequence_sampling = false;  // plans carry each emitting entry's sampling
+  // --stream: called with each token as it comes back (seq, token, false), then once more when the
+  // sequence ends (seq, -1, true).
+  std::function<void(int64_t seq, int32_t token, bool ended)> on_token;
 };
 
 // A prompt to run: its index in the inputs, its length, its own max_new_tokens and sampling.
@@ -138,6 +147,7 @@ class BatchScheduler {
   int64_t ahead_rows(StepPlan& p, int64_t budget);
   void add_decode_entry(StepPlan& p, int64_t key, int32_t chosen_index);
   int64_t prompt_chunks(StepPlan& p, int64_t budget);
+  bool admission_opens(const StepPlan& p) const;
   bool admit_one(StepPlan& p, int64_t& budget);
   void add_prompt_entry(StepPlan& p, int64_t key, int32_t n);
   bool grow(Seq& s, int64_t positions, StepPlan& p, bool may_preempt);
