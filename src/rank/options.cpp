@@ -117,6 +117,10 @@ void add_batching_options(CLI::App& app, RankOptions& opt) {
   app.add_option("--max-batched-tokens", opt.max_batched_tokens,
                  "continuous: rows per step, decode rows first, then prompt chunks (default: 8192)")
       ->check(cli::whole(1, int64_t(1) << 24));
+  app.add_option("--admit-wave", opt.admit_wave,
+                 "continuous: while others decode, new prompts wait for this many free slots and come together (a "
+                 "step with prompt rows reads the experts once more; default: --max-seqs / 16, at least 1)")
+      ->check(cli::whole(1, int64_t(1) << 20));
   app.add_option("--page-size", opt.page_size,
                  "continuous: positions per KV page, a power of two >= 16 (default: 16, 64 or 256 as sequences grow)")
       ->check(cli::whole(16, int64_t(1) << 16));
