@@ -16,10 +16,13 @@
 # With no lfm2-rank options it runs the shipped default (data/default: recipe, inputs, answers);
 # its model is generated from the recipe on first use into ${LFM2_CACHE_DIR:-${XDG_CACHE_HOME:-
 # ~/.cache}/lfm2-rank}, never into the sources or the installation.
+# Open MPI's banners are off (mpirun -q: a failed run ends with lfm2-rank's one error line) unless
+# lfm2-rank's --verbose is given; its --quiet also silences the command line printed here.
 # Examples:
 #   launch/local.sh                                   # the shipped default, validated
 #   launch/local.sh -n 2 --model m.h5 --inputs in.h5 --answers ans.h5 --output out.h5
 #   launch/local.sh -n 8 --hostfile hosts.txt --model 'stage-%d.h5' --inputs in.h5
+#   launch/local.sh -n 2 --model m.h5 --prompts chat.jsonl --results out.jsonl   # text in, text out
 set -euo pipefail
 me=launch/local.sh
 die() { echo "$me: error: $*" >&2; exit 1; }
@@ -86,11 +89,18 @@ if [ ${#args[@]} -eq 0 ]; then
   args=(--model "$model" --inputs "$data/$(field inputs)" --answers "$data/$(field answers)")
 fi
 
+# mpirun -q: no Open MPI banner after a rank's one-line error (lfm2-rank says what went wrong); its
+# banners come back with lfm2-rank's --verbose. lfm2-rank's --quiet silences this script's command line.
+quiet=0 verbose=0
+for a in "${args[@]}"; do
+  case "$a" in -q|--quiet) quiet=1 ;; -v|--verbose) verbose=1 ;; esac
+done
 flags=(-np "$ranks" --bind-to none)
+[ "$verbose" -eq 1 ] || flags+=(-q)
 [ "$(id -u)" -eq 0 ] && flags+=(--allow-run-as-root)
 [ -n "$hostfile" ] && flags+=(--hostfile "$hostfile")
 if [ -z "$hostfile" ] && [ "$ranks" -gt "$(nproc)" ]; then flags+=(--oversubscribe); fi
 cmd=(mpirun "${flags[@]}" "$exe" "${args[@]}")
-echo "$me: ${cmd[*]}" >&2
+[ "$quiet" -eq 1 ] && [ "$dry" -eq 0 ] || echo "$me: ${cmd[*]}" >&2
 [ "$dry" -eq 1 ] && exit 0
 exec "${cmd[@]}"

@@ -101,6 +101,8 @@ def load_model(path, device="cpu"):
         datasets = []
         f.visititems(lambda name, obj: datasets.append(name) if isinstance(obj, h5py.Dataset) else None)
         for name in datasets:
+            if name.startswith("text/"):
+                continue  # the text side (tokenizer, template, generation_config): not tensors
             t = read_f32(f[name])
             if "/feed_forward/experts/" in name:
                 # w1, w3 (E, Im, H) -> gate_up_proj (E, 2*Im, H), gate rows first; w2 -> down_proj.

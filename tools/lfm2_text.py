@@ -115,7 +115,7 @@ def _check_ids(row, vocab, where):
             raise ToolError(f"{where}, token {j}: id {t} is outside the tokenizer's vocabulary [0, {vocab})")
 
 
-def decode(model_path, outputs_path, results_path, inputs_path, eos):
+def decode(model_path, outputs_path, results_path, inputs_path, eos, no_eos=False):
     from lfm2text.detok import complete
     from lfm2text.model_text import ModelText
     from lfm2text.token_files import read_outputs
@@ -130,7 +130,7 @@ def decode(model_path, outputs_path, results_path, inputs_path, eos):
     if info.text_fingerprint and model.text_fingerprint and info.text_fingerprint != model.text_fingerprint:
         raise ToolError(f"inputs {info.path}: encoded with another tokenizer (text fingerprint "
                         f"{info.text_fingerprint}) than model {model_path}'s ({model.text_fingerprint})")
-    eos = eos or run_eos or model.eos_ids()
+    eos = [] if no_eos else eos or (run_eos if run_eos is not None else model.eos_ids())
     vocab, clean = min(model.tokenizer_vocab(), model.vocab_size), model.cleans_up_spaces()
     lines = []
     for i, row in enumerate(rows):
@@ -162,14 +162,14 @@ def _event(line, where):
     return seq, token
 
 
-def stream(model_path, events_path, inputs_path, eos, out=sys.stdout):
+def stream(model_path, events_path, inputs_path, eos, out=sys.stdout, no_eos=False):
     from lfm2text.detok import Completion
     from lfm2text.model_text import ModelText
     from lfm2text.token_files import RequestInfo
     model = ModelText(model_path)
     tok = model.tokenizer()
     info = RequestInfo(inputs_path) if inputs_path else None
-    eos = eos or model.eos_ids()
+    eos = [] if no_eos else eos or model.eos_ids()
     vocab, clean = min(model.tokenizer_vocab(), model.vocab_size), model.cleans_up_spaces()
     seqs = {}
 
@@ -225,13 +225,14 @@ def main(argv):
         p.add_argument("--inputs", default=None, help="the inputs file encode wrote (request ids, stop strings)")
         p.add_argument("--eos", type=int, action="append", default=[],
                        help="end-of-sequence id (repeatable; default: the run's, else the model's)")
+        p.add_argument("--no-eos", action="store_true", help="stop at no EOS id (the run had --eos none)")
     args = ap.parse_args(argv)
     if args.cmd == "encode":
         encode(args.model, args.prompts, args.inputs)
     elif args.cmd == "decode":
-        decode(args.model, args.outputs, args.results, args.inputs, args.eos)
+        decode(args.model, args.outputs, args.results, args.inputs, args.eos, args.no_eos)
     else:
-        stream(args.model, args.events, args.inputs, args.eos)
+        stream(args.model, args.events, args.inputs, args.eos, no_eos=args.no_eos)
     return 0
 
 

@@ -2,6 +2,8 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <stdexcept>
 
 namespace lfm2 {
 namespace {
@@ -9,6 +11,8 @@ std::string& prefix_storage() {
   static std::string prefix;
   return prefix;
 }
+LogLevel g_level = LogLevel::kNormal;
+bool g_info_to_stderr = false;
 double now_s() {
   using clock = std::chrono::steady_clock;
   return std::chrono::duration<double>(clock::now().time_since_epoch()).count();
@@ -18,8 +22,39 @@ double now_s() {
 void set_log_prefix(const std::string& prefix) { prefix_storage() = prefix; }
 const std::string& log_prefix() { return prefix_storage(); }
 
+void set_log_level(LogLevel level) { g_level = level; }
+LogLevel log_level() { return g_level; }
+void set_info_to_stderr(bool on) { g_info_to_stderr = on; }
+
+LogLevel log_level_from_env(LogLevel fallback) {
+  const char* v = std::getenv("LFM2_LOG_LEVEL");
+  if (!v || !*v) return fallback;
+  const std::string s(v);
+  if (s == "quiet" || s == "error" || s == "warning") return LogLevel::kQuiet;
+  if (s == "normal" || s == "info") return LogLevel::kNormal;
+  if (s == "verbose" || s == "debug") return LogLevel::kVerbose;
+  throw std::runtime_error("LFM2_LOG_LEVEL='" + s + "' is not quiet, normal or verbose");
+}
+
+namespace {
+void print_info(const std::string& line) {
+  FILE* out = g_info_to_stderr ? stderr : stdout;
+  std::fprintf(out, "%s%s\n", prefix_storage().c_str(), line.c_str());
+  std::fflush(out);
+}
+}  // namespace
+
 void log_info(const std::string& line) {
-  std::fprintf(stdout, "%s%s\n", prefix_storage().c_str(), line.c_str());
+  if (g_level == LogLevel::kQuiet && line.rfind("warning: ", 0) != 0) return;
+  print_info(line);
+}
+
+void log_debug(const std::string& line) {
+  if (g_level == LogLevel::kVerbose) print_info(line);
+}
+
+void log_event(const std::string& line) {
+  std::fprintf(stdout, "%s\n", line.c_str());
   std::fflush(stdout);
 }
 

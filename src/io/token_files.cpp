@@ -223,6 +223,14 @@ void write_outputs(const std::string& path, const TokenOutputs& out, const nlohm
     f.write("generated", H5T_STD_I32LE, H5T_NATIVE_INT32, {out.n_seq, out.n_new}, out.generated.data());
     f.write("n_generated", H5T_STD_I32LE, H5T_NATIVE_INT32, {out.n_seq}, out.n_generated.data());
   }
+  if (!out.copy_from.empty()) {
+    H5Handle src(H5Fopen(out.copy_from.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+    LFM2_CHECK(src.valid(), out.copy_from, ": cannot open it to copy its request fields into ", path);
+    for (const std::string& name : out.copy_datasets)
+      if (H5Lexists(src.get(), name.c_str(), H5P_DEFAULT) > 0)
+        LFM2_CHECK(H5Ocopy(src.get(), name.c_str(), f.get(), name.c_str(), H5P_DEFAULT, H5P_DEFAULT) >= 0, path,
+                   ": cannot copy ", name, " from ", out.copy_from);
+  }
   for (auto it = metadata.begin(); it != metadata.end(); ++it) {
     const auto& v = it.value();
     if (v.is_string())

@@ -71,6 +71,11 @@ struct TokenOutputs {
   int64_t n_new = 0;                // K
   std::vector<int32_t> generated;   // (N, K) generated tokens (after EOS: the EOS id repeated), or empty
   std::vector<int32_t> n_generated; // (N) tokens generated per sequence (EOS included), or empty
+  // Datasets copied as they are from another file (the inputs: request_id, stop, lengths,
+  // max_new_tokens of tools/lfm2_text.py encode, so that its decode needs the outputs alone);
+  // names the file lacks are skipped.
+  std::string copy_from;
+  std::vector<std::string> copy_datasets;
 };
 
 // Writes outputs atomically (path + ".tmp.<pid>", then rename); `metadata` (a JSON object of

@@ -32,6 +32,12 @@ int main(int argc, char** argv) {
   RankOptions& opt = parsed.opt;
   int parse_code = parsed.code;
   std::string parse_error = parsed.error;
+  try {
+    set_log_level(opt.log_level >= 0 ? LogLevel(opt.log_level) : log_level_from_env(LogLevel::kNormal));
+  } catch (const std::exception& e) {
+    if (parse_code < 0) parse_code = kExitError, parse_error = e.what();
+  }
+  set_info_to_stderr(opt.stream);  // stdout carries the token events alone
 
   Watchdog watchdog(log_prefix(), launched_as);
   std::unique_ptr<MpiSession> mpi;

@@ -10,10 +10,14 @@ namespace lfm2 {
 
 // The longest --timeout (about 11.6 days): past it the deadlines' arithmetic stops being exact.
 inline constexpr double kMaxTimeoutS = 1e6;
+// --prompts without --max-new-tokens and a model without generation_config max_new_tokens.
+inline constexpr int64_t kPromptsDefaultNewTokens = 256;
 
 struct RankOptions {
   std::string model;       // FILE.h5, or a pattern with %d for per-stage files ("stage-%d.h5")
-  std::string inputs;      // input_ids (N, S)
+  std::string inputs;      // input_ids (N, S) (with --prompts: the file rank 0 encodes them into)
+  std::string prompts;     // optional: requests as JSONL, encoded by the text front end (docs/text.md)
+  std::string results;     // optional: the outputs decoded into text as JSONL (generation)
   std::string answers;     // optional: validate against it
   std::string output;      // optional: write results here
   int64_t microbatch = 0;  // sequences per microbatch; 0: about 4 microbatches per stage
@@ -36,8 +40,10 @@ struct RankOptions {
   int64_t top_k = 0;         // 0: all
   double top_p = 1;
   uint64_t seed = 0;
-  std::vector<int64_t> eos;  // end-of-sequence ids
-  bool stream = false;       // print sequence 0's tokens as they come
+  std::vector<int64_t> eos;  // end-of-sequence ids (after start-up: the flag's, else the model's)
+  bool eos_off = false;      // --eos none: no EOS, not even the model's
+  std::string eos_source;    // where the ids came from: "--eos", the model's file, or "" (none)
+  bool stream = false;       // print every token as a JSON event line on stdout as it comes
   // Continuous batching (jobs/batch_scheduler.h).
   std::string scheduler = "continuous";  // continuous | static
   int64_t max_seqs = 256;                // sequences running at once
@@ -50,6 +56,9 @@ struct RankOptions {
   std::string metrics;                   // continuous: write the run's metrics here (JSON)
   bool cuda_graphs = true;   // CUDA: replay each stage's layers from a captured CUDA Graph
   bool use_default = false;  // no model/inputs given: run the shipped default under data/default
+  int log_level = -1;        // 0 quiet, 1 normal, 2 verbose (--quiet / --verbose); -1: LFM2_LOG_LEVEL's
+  bool max_new_default = false;  // --prompts without --max-new-tokens: start-up picks the model's default
+  std::string text_model;    // the file whose text side encodes and decodes (stage 0's; set at start-up)
 };
 
 // The command line as parsed (before MPI starts, so that --timeout bounds MPI's start as well).

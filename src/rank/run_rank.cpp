@@ -24,6 +24,7 @@ int exchange(Startup& s) {
     if (world.is_first())
       print_plan(j, plan_text(opt, s.weights->is_stage_file(), j.use_cuda, s.n_threads, s.backend.transport->name()),
                  all, s.gpus, s.replicas.hosts());
+    if (world.is_first() && opt.max_new_tokens > 0) log_info(generation_line(opt));
     std::vector<StartupFacts> startup;
     for (const RankFacts& f : all) startup.push_back({f.started_us, f.load_us, f.bytes_read});
     const int64_t first_micro_us = wall_now_us();  // rank 0's first microbatch enters the pipeline next

@@ -17,11 +17,13 @@
 #     allow one; a full-disk case's tmpfs must be empty after a failure).
 # Flags: comma-separated; `disk` marks a case that needs a small tmpfs (run through `full SIZE CMD`,
 # which mounts one at $W/disk in a private mount namespace: root, or an unprivileged user namespace);
-# it is skipped, with the reason, where none can be mounted.
+# it is skipped, with the reason, where none can be mounted; `text` marks a case that runs the text
+# front end (skipped without its Python modules, except under CI=true).
 #
 # Commands see: $H (h5pack), $RANK (lfm2-rank), $R1..$R4 (lfm2-rank on 1..4 ranks through mpiexec,
 # --device cpu), $MPI (mpiexec with its flags), $FF (tests/faults/fault_files), $F (the shared
-# fixtures, made once: never to be changed), $W.
+# fixtures, made once: never to be changed; textm.h5 carries the text side of $T), $T (the test
+# tokenizer's checkpoint files, tests/text/tokenizer), $W.
 #
 # Prints one line per case and ends with "N passed, N failed, N skipped"; exits 1 if any failed.
 set -u
@@ -48,7 +50,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_va
 export OMPI_MCA_rmaps_base_oversubscribe=1
 rm -rf "$WORK"
 mkdir -p "$WORK/fixtures"
-export H RANK FF F="$WORK/fixtures"
+export H RANK FF F="$WORK/fixtures" T="$(cd "$(dirname "$table")/../text/tokenizer" && pwd)"
 export MPI="$MPIEXEC --oversubscribe"
 for p in 1 2 3 4; do export R$p="$MPI -n $p $RANK --device cpu"; done
 
@@ -60,6 +62,12 @@ for u in "unshare -m" "unshare -rm"; do
   if $u sh -c "mount -t tmpfs -o size=64k tmpfs '$probe'" 2>/dev/null; then UNSHARE=$u; break; fi
 done
 disk_reason="no tmpfs can be mounted here (needs root, or unprivileged user namespaces)"
+# `text`: a case that runs the text front end (tools/lfm2_text.py), skipped without its modules
+# except under CI=true, where scripts/setup.sh has installed them (the case then fails).
+text_reason=""
+python3 -c "import tokenizers, jinja2, h5py, numpy" 2>/dev/null ||
+  text_reason="no tokenizers / jinja2 / h5py / numpy for the text front end (pip install -r tools/requirements-text.txt)"
+[ "${CI:-}" = true ] && text_reason=""
 export UNSHARE
 # full SIZE CMD...: runs CMD with $W/disk a tmpfs of SIZE; what is left in it goes to $W/disk.left.
 full() {
@@ -110,6 +118,7 @@ fix() { "$@" >"$F/.log" 2>&1 || { cat "$F/.log"; echo "run_faults: fixture faile
   echo "not hdf5" >text.txt
   : >empty.h5
   fix "$FF" checkpoint ckpt
+  fix "$H" -q synth textm.h5 --preset lfm2-tiny --seed 11 --text "$T"
   printf '{"num_hidden_layers": 2' >broken.json
   echo '{"num_hidden_layers": 0, "hidden_size": 64}' >zero_layers.json
   rm -f .log
@@ -140,6 +149,11 @@ while IFS= read -r line || [ -n "$line" ]; do
   regex=$(trim "${fields[4]}") setup=$(trim "${fields[5]}") cmd=$(trim "${fields[6]}")
   [ -n "$ONLY" ] && ! [[ $name =~ $ONLY ]] && continue
   n=$((n + 1))
+  if [[ ",$flags," == *,text,* ]] && [ -n "$text_reason" ]; then
+    echo "skip $name: $text_reason"
+    skip=$((skip + 1))
+    continue
+  fi
   if [[ ",$flags," == *,disk,* ]] && [ -z "$UNSHARE" ]; then
     echo "skip $name: $disk_reason"
     skip=$((skip + 1))

@@ -10,7 +10,7 @@ import unittest
 
 TOOLS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools")
 SCRIPTS = ["plan_layout", "trace_gantt", "hf_answers", "make_goldens", "lfm2_text", "make_text_goldens",
-           "fp8_accuracy"]
+           "make_prompt_goldens", "fp8_accuracy"]
 BROKEN = ["h5py", "numpy", "torch", "transformers", "safetensors", "tokenizers", "matplotlib", "jinja2"]
 
 
@@ -130,6 +130,8 @@ class ToolErrors(unittest.TestCase):
                        "needs the Python module 'h5py'")
         self.one_error(self.run_tool("make_text_goldens", "--out", "."), "make_text_goldens",
                        "needs the Python module 'transformers'")
+        self.one_error(self.run_tool("make_prompt_goldens", "h5pack", "--out", "."), "make_prompt_goldens",
+                       "needs the Python module 'torch'")
         self.assertFalse(os.path.exists(self.path("x.png")))
 
 

@@ -88,5 +88,21 @@ def read_outputs(path):
             raise ToolError(f"outputs {path}: n_generated does not fit generated {gen.shape}")
         eos = f.attrs.get("eos")
     rows = [[int(t) for t in gen[i, :int(n[i])]] for i in range(gen.shape[0])]
-    eos = None if eos is None else [int(e) for e in (eos if hasattr(eos, "__len__") else [eos])]
-    return rows, eos
+    return rows, _eos_attr(eos, path)
+
+
+def _eos_attr(eos, path):
+    """The run's EOS ids: lfm2-rank writes a JSON list ("[]": the run stopped at none)."""
+    if eos is None:
+        return None
+    if isinstance(eos, bytes):
+        eos = eos.decode("utf-8", "replace")
+    if isinstance(eos, str):
+        try:
+            eos = json.loads(eos)
+        except json.JSONDecodeError:
+            raise ToolError(f"outputs {path}: attribute eos '{eos}' is not a list of ids") from None
+    ids = eos if hasattr(eos, "__len__") else [eos]
+    if not all(isinstance(e, int) or hasattr(e, "dtype") for e in ids):
+        raise ToolError(f"outputs {path}: attribute eos {eos!r} is not a list of ids")
+    return [int(e) for e in ids]

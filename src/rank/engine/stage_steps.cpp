@@ -90,13 +90,11 @@ void choose(const StepPlan& plan, void* x, StageExecutor& exec, const StepMemory
   exec.choose_batch(x, batch_of(plan, mem.seq_base), plan.sampling.empty() ? nullptr : plan.sampling.data(), tokens,
                     host);
   if (mem.stream_tokens <= 0 || !host) return;
+  exec.synchronize();  // the item's tokens on the host
   int64_t e = 0;
   for (const SeqRows& s : plan.seqs) {
     if (s.gen_step < 0) continue;
-    if (s.seq + mem.seq_base == 0) {
-      exec.synchronize();
-      log_info(cat("stream: sequence 0, token ", s.gen_step + 1, "/", mem.stream_tokens, ": ", host[e]));
-    }
+    log_event(cat("{\"seq\": ", s.seq + mem.seq_base, ", \"token\": ", host[e], "}"));
     ++e;
   }
 }

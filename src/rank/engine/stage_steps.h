@@ -55,7 +55,8 @@ struct StepMemory {
   int32_t* spare_tokens = nullptr;     // last stage: the tokens of items that feed nobody
   int32_t* host_emits = nullptr;       // last stage, static schedules: the run's tokens (emit_offset)
   int32_t* report_tokens = nullptr;    // last stage, reporting items: their tokens on the host
-  int64_t stream_tokens = 0;           // > 0: print sequence 0's tokens as chosen ("token t/K", one host wait each)
+  int64_t stream_tokens = 0;           // > 0 (static schedules' --stream): every chosen token as a JSON event
+                                       // line, {"seq": N, "token": ID} (one host wait per item)
 };
 
 // The executor's view of a generation item (seq_base added to each sequence).

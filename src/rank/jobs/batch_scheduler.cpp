@@ -19,6 +19,7 @@ BatchScheduler::BatchScheduler(const SchedulerConfig& config) : cfg_(config) {
              cfg_.n_pages, " pages of ", cfg_.page_size, " (", cfg_.max_pages, " a sequence), ", cfg_.max_in_flight,
              " items in flight");
   LFM2_CHECK(cfg_.n_pages <= INT32_MAX && cfg_.max_seqs <= INT32_MAX, "scheduler: too many pages or slots");
+  if (cfg_.admit_wave <= 0) cfg_.admit_wave = std::max<int64_t>(1, cfg_.max_seqs / 16);
   if (cfg_.max_item_seqs <= 0) cfg_.max_item_seqs = (cfg_.max_seqs + cfg_.max_in_flight - 1) / cfg_.max_in_flight;
   // Lowest first: a pop from the back takes the lowest.
   for (int64_t p = cfg_.n_pages - 1; p >= 0; --p) free_pages_.push_back(int32_t(p));
@@ -100,9 +101,20 @@ int64_t BatchScheduler::prompt_chunks(StepPlan& p, int64_t budget) {
     add_prompt_entry(p, running_[i], n);
     budget -= n;
   }
+  if (!admission_opens(p)) return start - budget;
   while (budget > 0 && room(p) && admit_one(p, budget)) {
   }
   return start - budget;
+}
+
+// Whether this item admits new prompts. An item of decode rows alone runs each layer's experts once
+// (the decode kernel); prompt rows add a second pass over every expert's weights, the same cost for
+// one prompt as for many. So while sequences decode and no prompt rows are in the item yet, new
+// prompts wait until admit_wave slots are free (or as many as are waiting), and then come together.
+// The tokens do not depend on it (a row's bits never depend on the rows beside it).
+bool BatchScheduler::admission_opens(const StepPlan& p) const {
+  if (p.n_decode() == 0 || p.n_decode() < p.n_seqs()) return true;
+  return int64_t(free_slots_.size()) >= std::min<int64_t>(cfg_.admit_wave, int64_t(waiting_.size()));
 }
 
 // Admits the next waiting sequence with its first chunk, when a slot and the chunk's pages are free
@@ -185,6 +197,7 @@ void BatchScheduler::complete(int64_t item, const int32_t* tokens, int64_t n, do
     LFM2_CHECK(t < n, "scheduler: item ", item, " came back with ", n, " tokens, fewer than it emits");
     s.generated.push_back(tokens[t++]);
     if (s.first_token_s < 0) s.first_token_s = now_s;
+    if (cfg_.on_token) cfg_.on_token(s.req.seq, s.generated.back(), false);
   }
   LFM2_CHECK(t == n, "scheduler: item ", item, " came back with ", n, " tokens, it emits ", t);
   std::vector<int64_t> ended;
@@ -195,7 +208,10 @@ void BatchScheduler::complete(int64_t item, const int32_t* tokens, int64_t n, do
     if (e.emits && (eos || int32_t(s.generated.size()) >= s.req.max_new_tokens)) ended.push_back(e.id);
   }
   flight_.erase(it);
-  for (int64_t id : ended) retire(id, now_s);
+  for (int64_t id : ended) {
+    if (cfg_.on_token) cfg_.on_token(seqs_.at(id).req.seq, -1, true);
+    retire(id, now_s);
+  }
 }
 
 void BatchScheduler::retire(int64_t id, double now_s) {

@@ -5,7 +5,9 @@
 // One decision per item, no prefill or decode "mode": a token budget (max_batched_tokens rows) is
 // spent first on the running sequences' decode rows (one each, oldest first), then on prompt
 // chunks: the running sequences' unfinished prompts, then new prompts admitted in arrival order
-// while a slot (max_seqs) and the chunk's pages are free. A sequence is in at most one item at a
+// while a slot (max_seqs) and the chunk's pages are free; while other sequences decode, admissions
+// come in waves (admit_wave free slots at least: an item with prompt rows reads every expert's
+// weights once more for them, which a prompt or two per item would pay at every step). A sequence is in at most one item at a
 // time (its next row needs the token its last one chose), so with P stages the running sequences
 // spread over the P items in flight, at most max_seqs / P of them in each. A sequence retires at its EOS or its own max_new_tokens,
 // giving its slot and pages to the next prompt. When the pool's pages run out, the youngest
@@ -23,6 +25,8 @@
 #include <map>
 #include <vector>
 
+#include <functional>
+
 #include "model/step_batch.h"
 #include "rank/engine/step_plan.h"
 
@@ -37,8 +41,13 @@ struct SchedulerConfig {
   int64_t max_in_flight = 1;       // items in flight at once (the pipeline's stages)
   int64_t max_item_seqs = 0;       // sequences per item (0: max_seqs / max_in_flight, rounded up, so
                                    // that the running sequences fill every item in flight)
+  int64_t admit_wave = 0;          // while others decode, admissions wait for this many free slots
+                                   // (0: max_seqs / 16, at least 1; see admission_opens)
   std::vector<int32_t> eos;        // a sequence ends after any of these
   bool per_sequence_sampling = false;  // plans carry each emitting entry's sampling
+  // --stream: called with each token as it comes back (seq, token, false), then once more when the
+  // sequence ends (seq, -1, true).
+  std::function<void(int64_t seq, int32_t token, bool ended)> on_token;
 };
 
 // A prompt to run: its index in the inputs, its length, its own max_new_tokens and sampling.
@@ -115,6 +124,7 @@ class BatchScheduler {
   bool room(const StepPlan& p) const { return p.n_seqs() < cfg_.max_item_seqs; }
   int64_t decode_rows(StepPlan& p, int64_t budget);
   int64_t prompt_chunks(StepPlan& p, int64_t budget);
+  bool admission_opens(const StepPlan& p) const;
   bool admit_one(StepPlan& p, int64_t& budget);
   void add_prompt_entry(StepPlan& p, int64_t key, int32_t n);
   bool grow(Seq& s, int64_t positions, StepPlan& p, bool may_preempt);

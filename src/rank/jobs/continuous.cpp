@@ -146,7 +146,7 @@ std::vector<std::string> run_lines(const RankSetup& s, const RunResult& r, const
 
 JobOutcome run_continuous(RankSetup& s, ContinuousJob& job) {
   const RankOptions& opt = s.opt;
-  job.set_stream(opt.stream && s.pipe.is_last() && s.pipe.replica == 0);
+  job.set_stream(opt.stream && s.pipe.is_first());  // every replica's scheduler
   const int runs = opt.benchmark ? opt.warmup + opt.repeat : 1;
   if (!opt.trace.empty()) barrier(s.world, opt.timeout_s, "the trace's start");
   std::unique_ptr<ResultWriter> own;  // a benchmark's runs: each its own, none journaled

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "common/log.h"
 
 namespace lfm2 {
 namespace {
@@ -190,6 +191,10 @@ void ContinuousJob::prepare(PromptSource* source, SchedulerFeed::Sink sink, Sche
   c.max_in_flight = pipe_.size;
   c.eos = sampling_.eos;
   c.per_sequence_sampling = shape_.per_sequence_sampling;
+  if (stream_)
+    c.on_token = [](int64_t seq, int32_t token, bool ended) {
+      log_event(ended ? cat("{\"seq\": ", seq, ", \"done\": true}") : cat("{\"seq\": ", seq, ", \"token\": ", token, "}"));
+    };
   auto feed = std::make_unique<SchedulerFeed>(c, link_.get(), staging_, *source, std::move(sink), std::move(idle),
                                               timeout_s_);
   sched_feed_ = feed.get();

@@ -106,7 +106,8 @@ class ContinuousJob {
   // Before each run, on every stage: a fresh feed; the first stage's takes its prompts from
   // `source` and hands finished sequences to `sink` (other stages: null, empty).
   void prepare(PromptSource* source, SchedulerFeed::Sink sink, SchedulerFeed::Idle idle = {});
-  void set_stream(bool on) { memory_.stream_tokens = on ? 1 : 0; }
+  // --stream, on the first stage: every token a JSON event line on stdout as the scheduler gets it.
+  void set_stream(bool on) { stream_ = on; }
 
   PlanFeed& feed() { return *feed_; }
   const StepMemory& memory() const { return memory_; }
@@ -126,6 +127,7 @@ class ContinuousJob {
   SchedulerFeed* sched_feed_ = nullptr;
   SchedulerFeed::Staging staging_;
   StepMemory memory_;
+  bool stream_ = false;
 };
 
 }  // namespace lfm2

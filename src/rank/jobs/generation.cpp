@@ -7,6 +7,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "rank/jobs/job_setup.h"
+#include "rank/jobs/text_front_end.h"
 #include "rank/mpi/fatal.h"
 #include "rank/mpi/fault_hook.h"
 #include "rank/mpi/world.h"
@@ -144,6 +145,8 @@ JobOutcome generation_outcome(const RankSetup& s, const GenerateResult& result) 
   meta["top_k"] = opt.top_k;
   meta["top_p"] = opt.top_p;
   meta["seed"] = int64_t(opt.seed);
+  meta["eos"] = opt.eos;  // a JSON list ("[]": none), which lfm2_text.py decode stops at
+  meta["eos_source"] = opt.eos_off ? "--eos none" : opt.eos_source;
   if (!s.answers.generated.empty()) {
     const bool exact = s.dtype == DType::F32 && !(s.use_cuda && opt.tf32) && opt.temperature <= 0;
     const GenerationCheck c = check_generated(result.generated, K, s.answers, exact);
@@ -164,7 +167,17 @@ JobOutcome generation_outcome(const RankSetup& s, const GenerateResult& result) 
     o.n_new = K;
     o.generated = result.generated;
     o.n_generated = result.n_generated;
+    o.copy_from = opt.inputs;  // the request fields, for lfm2_text.py decode (docs/text.md)
+    o.copy_datasets = {"request_id", "stop", "lengths", "max_new_tokens"};
     write_job_outputs(opt.output, o, meta, out);
+  }
+  if (!opt.results.empty() && out.code == kExitOk) {
+    try {
+      out.lines.push_back(decode_results(opt, opt.text_model));
+    } catch (const std::exception& e) {
+      log_error(e.what());
+      out.code = kExitError;
+    }
   }
   return out;
 }
@@ -173,7 +186,7 @@ JobOutcome run_generation(RankSetup& s, GenerateJob& job) {
   const RankOptions& opt = s.opt;
   const int64_t N = s.n_seq, K = job.shape().max_new_tokens;
   if (s.pipe.is_first()) job.set_ids(s.inputs.ids.data());
-  job.set_stream(opt.stream && s.pipe.is_last() && s.pipe.replica == 0);  // sequence 0 is replica 0's
+  job.set_stream(opt.stream && s.pipe.is_last());  // every replica's last stage
   const double t0 = now_s();
   const std::vector<std::string> lines =
       opt.benchmark ? benchmark(s, job) : run_once(s, job.schedule(), job.memory(), job.steps());

@@ -6,8 +6,10 @@
 #include "common/error.h"
 #include "common/xxhash64.h"
 #include "io/input_scan.h"
+#include "io/model_text.h"
 #include "io/seq_params.h"
 #include "io/token_files.h"
+#include "rank/jobs/text_front_end.h"
 #include "rank/mpi/fatal.h"
 #include "rank/mpi/world.h"
 #include "rank/startup/checks.h"
@@ -33,7 +35,26 @@ bool check_options(Startup& s) {
     ok = startup_step([&] {
       check_run_outputs(opt, world, s.job.pipe.size, [&](int stage) { return weight_path_for(opt.model, stage); });
     });
+  if (ok) opt.text_model = weight_path_for(opt.model, 0);
+  // --prompts: rank 0 encodes them into the inputs file, which every rank then reads as --inputs.
+  if (ok && r0 && !opt.prompts.empty()) ok = startup_step([&] { encode_prompts(opt, opt.text_model); });
   return ok;
+}
+
+// Rank 0, generation: the EOS ids (--eos, else the model's generation_config, unless --eos none) and,
+// for --prompts without --max-new-tokens, the model's max_new_tokens (else 256), at most what its
+// positions allow after the longest prompt. The other ranks learn them in share_generation_defaults.
+void pick_generation_defaults(RankOptions& opt, const ModelConfig& cfg, int64_t seq_len) {
+  if (opt.max_new_tokens <= 0 || (!opt.eos.empty() || opt.eos_off) && !opt.max_new_default) return;
+  const GenerationDefaults d = generation_defaults(read_model_text(opt.text_model, false));
+  if (opt.eos.empty() && !opt.eos_off && !d.eos_ids.empty()) {
+    opt.eos.assign(d.eos_ids.begin(), d.eos_ids.end());
+    opt.eos_source = "the model's " + d.eos_source;
+  }
+  if (opt.max_new_default) {
+    const int64_t room = cfg.max_position_embeddings - seq_len + 1;
+    opt.max_new_tokens = std::max<int64_t>(1, std::min(d.max_new_tokens.value_or(kPromptsDefaultNewTokens), room));
+  }
 }
 
 // This rank's weight file, and on rank 0 the inputs' shape (and prompt lengths).
@@ -50,6 +71,7 @@ bool open_weights(Startup& s) {
     ok = startup_step([&] {
       s.job.inputs = read_inputs_header(opt.inputs);
       check_input_shape(s.job.inputs, s.job.cfg.max_position_embeddings, opt.inputs);
+      pick_generation_defaults(s.job.opt, s.job.cfg, s.job.inputs.seq_len);
     });
   return ok;
 }
@@ -71,6 +93,22 @@ TokenInputs read_block(const std::string& path, const ReplicaWork& w, const Mode
   check_inputs(in, cfg.vocab_size, cfg.max_position_embeddings, path, w.seqs.begin);
   zero_padding(in);
   return in;
+}
+
+// Rank 0's picks of pick_generation_defaults to every rank: [max_new_tokens, n_eos, source] then the ids.
+void share_generation_defaults(RankOptions& opt, const WorldConfig& world) {
+  const std::vector<std::string> sources{"", "--eos", "the model's generation_config.json",
+                                         "the model's tokenizer_config.json"};
+  int32_t src = 0;
+  for (size_t i = 0; i < sources.size(); ++i)
+    if (opt.eos_source == sources[i]) src = int32_t(i);
+  const std::vector<int32_t> head =
+      broadcast_ints(world, {int32_t(opt.max_new_tokens), int32_t(opt.eos.size()), src}, 3, opt.timeout_s);
+  std::vector<int32_t> ids(opt.eos.begin(), opt.eos.end());
+  if (head[1] > 0) ids = broadcast_ints(world, ids, head[1], opt.timeout_s);
+  opt.max_new_tokens = head[0];
+  opt.eos.assign(ids.begin(), ids.end());
+  opt.eos_source = sources.at(size_t(head[2]));
 }
 
 }  // namespace
@@ -98,6 +136,7 @@ bool open_files(Startup& s) {
     report_startup_errors(world, opt.timeout_s);
     return false;
   }
+  if (opt.max_new_tokens > 0) share_generation_defaults(s.job.opt, world);
   s.job.n_seq = agreed[1];
   s.job.seq_len = agreed[2];
   s.job.use_cuda = opt.device == "cuda" || (opt.device == "auto" && agreed[3] == 0);

@@ -40,7 +40,8 @@ void check_run_outputs(const RankOptions& opt, const WorldConfig& world, int n_s
   const std::string of = n_stages == world.size ? "--model file of rank " : "--model file of stage ";
   for (int s = 0; s < (per_stage ? n_stages : 1); ++s)
     inputs.push_back({per_stage ? of + std::to_string(s) : "--model file", weight_path(s)});
-  inputs.push_back({"--inputs file", opt.inputs});
+  // --prompts: the inputs file is rank 0's output (the encoded prompts), the prompts an input.
+  inputs.push_back(opt.prompts.empty() ? NamedPath{"--inputs file", opt.inputs} : NamedPath{"--prompts file", opt.prompts});
   inputs.push_back({"--answers file", opt.answers});
   std::vector<NamedPath> outputs;
   if (world.is_first() && !opt.trace.empty()) outputs.push_back({"--trace", opt.trace});
@@ -48,11 +49,17 @@ void check_run_outputs(const RankOptions& opt, const WorldConfig& world, int n_s
   const bool continuous = opt.max_new_tokens > 0 && opt.scheduler == "continuous";
   if ((continuous ? world.is_first() : world.is_last()) && !opt.output.empty())
     outputs.push_back({"--output", opt.output});
+  if ((continuous ? world.is_first() : world.is_last()) && !opt.results.empty())
+    outputs.push_back({"--results", opt.results});
+  if (world.is_first() && !opt.prompts.empty()) outputs.push_back({"the encoded --prompts", opt.inputs});
   for (const NamedPath& out : outputs) {
     check_output_is_no_input(out, inputs);
     const bool trace = out.what == "--trace";
     LFM2_CHECK(!same_file(opt.trace, opt.output), out.what, " ", out.path, ": is also the ",
                trace ? "--output" : "--trace", " file; give them two paths");
+    for (const NamedPath& other : outputs)
+      LFM2_CHECK(&other == &out || !same_file(other.path, out.path), out.what, " ", out.path, ": is also the ",
+                 other.what, " file; give them two paths");
     check_creatable(out.what, out.path);
     const std::string note = replacing_note(out.path);
     if (!note.empty()) log_info(out.what + ": " + note);

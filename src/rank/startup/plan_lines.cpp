@@ -50,6 +50,17 @@ std::vector<RankFacts> gather_facts(const WorldConfig& world, const RankFacts& m
   return all;
 }
 
+std::string generation_line(const RankOptions& opt) {
+  std::string ids;
+  for (int64_t e : opt.eos) ids += (ids.empty() ? "" : ", ") + std::to_string(e);
+  const std::string eos = opt.eos_off        ? "no EOS (--eos none)"
+                          : opt.eos.empty()  ? "no EOS (neither --eos nor the model's generation_config names one)"
+                                             : cat("EOS ", ids, " (", opt.eos_source, ")");
+  return cat("generation: up to ", opt.max_new_tokens, " new tokens a sequence (",
+             opt.max_new_default ? "the default of --prompts" : "--max-new-tokens",
+             "; per-request max_tokens where the inputs set them), ", eos);
+}
+
 PlanText plan_text(const RankOptions& opt, bool stage_files, bool use_cuda, int n_threads, const char* transport) {
   PlanText t;
   t.how = !opt.layers.empty() ? "--layers " + opt.layers

@@ -34,4 +34,8 @@ PlanText plan_text(const RankOptions& opt, bool stage_files, bool use_cuda, int 
 void print_plan(const RankSetup& s, const PlanText& t, const std::vector<RankFacts>& all,
                 const std::vector<GpuFacts>& gpus, const std::vector<std::string>& hosts);
 
+// "generation: up to 256 new tokens a sequence (the default of --prompts), EOS 7, 2 (the model's
+// generation_config.json)": what generation stops at, and why (rank 0 prints it with the plan).
+std::string generation_line(const RankOptions& opt);
+
 }  // namespace lfm2

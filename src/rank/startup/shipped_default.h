@@ -1,5 +1,7 @@
 // The shipped default: lfm2-rank with no --model and no --inputs runs the model, inputs and
-// answers named by data/default/recipe.json (./data/default, else the source tree's).
+// answers named by data/default/recipe.json (./data/default, else the installed
+// P/share/lfm2-rank/data/default, else the source tree's); its model is generated into the cache
+// (${LFM2_CACHE_DIR:-${XDG_CACHE_HOME:-~/.cache}/lfm2-rank}/default/, launch/local.sh does it once).
 #pragma once
 
 #include "rank/options.h"

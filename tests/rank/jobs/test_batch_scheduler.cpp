@@ -272,6 +272,43 @@ TEST(BatchScheduler, FirstTokenComesWithThePromptsLastChunkAndDecodeRowsLeadTheN
   EXPECT_EQ(p.micro, -1);
 }
 
+// While others decode, new prompts wait for admit_wave free slots and then come together (a step
+// with prompt rows reads the experts once more); the tokens are the same for any wave.
+TEST(BatchScheduler, AdmissionsComeInWavesWhileOthersDecode) {
+  SchedulerConfig c = config(4, 64, 64, 4, 1);
+  c.admit_wave = 2;
+  BatchScheduler s(c);
+  s.add({0, 2, 2, {}});
+  for (int64_t q = 1; q < 4; ++q) s.add({q, 2, 4, {}});
+  s.add({4, 2, 2, {}});
+  s.add({5, 2, 2, {}});
+  StepPlan p;
+  ASSERT_TRUE(s.plan(0, &p));
+  EXPECT_EQ(p.n_seqs(), 4);  // every slot free: four admitted
+  const int32_t t4[] = {1, 2, 3, 4};
+  s.complete(0, t4, 4);
+  ASSERT_TRUE(s.plan(1, &p));
+  EXPECT_EQ(p.n_decode(), 4);
+  s.complete(1, t4, 4);  // sequence 0's second token: it retires, one slot free
+  ASSERT_TRUE(s.plan(2, &p));
+  EXPECT_EQ(p.n_seqs(), 3);  // one free slot of the wave's two: decode rows alone
+  EXPECT_EQ(p.n_decode(), 3);
+  s.complete(2, t4, 3);
+  ASSERT_TRUE(s.plan(3, &p));  // still one free slot
+  EXPECT_EQ(p.n_seqs(), 3);
+  s.complete(3, t4, 3);  // sequences 1-3 end: three free
+  ASSERT_TRUE(s.plan(4, &p));
+  ASSERT_EQ(p.n_seqs(), 2);  // sequences 4 and 5 together
+  EXPECT_EQ(p.seqs[0].seq, 4);
+  EXPECT_EQ(p.seqs[1].seq, 5);
+  const auto prompts = ragged(60, 5);
+  for (int64_t wave : {1, 3, 16}) {
+    SchedulerConfig w = config(16, 64, 4096, 16, 2);
+    w.admit_wave = wave;
+    expect_all(FakePipeline(w, prompts).run(), prompts, cat("admit_wave ", wave));
+  }
+}
+
 TEST(BatchScheduler, RetirementFreesTheSlotForTheNextPrompt) {
   BatchScheduler s(config(1, 64, 64, 4, 1));
   s.add({0, 4, 1, {}});
