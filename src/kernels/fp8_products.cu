@@ -13,7 +13,7 @@ namespace lfm2::cuda {
 namespace {
 
 namespace g8 = moe_gemm_fp8;
-constexpr int kStages = 6;
+constexpr int kStages = 7;
 constexpr int64_t kAlign = 256;
 int64_t align_up(int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 

@@ -8,7 +8,8 @@
 // A stage: the e4m3 tile (kBM rows of 64 bytes, 16-byte chunks in row order), the token tile (kTB
 // rows of 64 16-bit k, swizzled as in moe_decode_gemm.cuh) and the kBM scales of the stage's k block
 // (4-byte cp.async beside the tile, so they land with it). The widened tile has the bf16 kernel's
-// layout (kBM rows of 128 bytes, XOR-swizzled), read by ldmatrix.
+// layout (kBM rows of 128 bytes, XOR-swizzled), read by ldmatrix; there are two, so that the block
+// widens stage i + 1 while its warps multiply stage i, with one barrier a stage.
 //
 // Units, passes, the producer/consumer walk, PDL and exactness are moe_decode_gemm.cuh's: an output
 // element is the sum over 64-k stages in ascending k of four mma steps from its weight row and
@@ -36,7 +37,9 @@ constexpr int kTileX = kTB * kBK * 2;             // token tile, 8 KB
 constexpr int kStageBytes = kTileQ + kTileX + kBM * 4;
 constexpr int kWideBytes = kBM * kBK * 2;         // the widened 16-bit tile, 16 KB
 
-constexpr int smem_bytes(int stages) { return stages * kStageBytes + kWideBytes + (2 * kMaxExperts + 4) * 4; }
+// S stages, two widened tiles (the current stage's, being multiplied, and the next one's, being
+// widened), offsets and the touched list.
+constexpr int smem_bytes(int stages) { return stages * kStageBytes + 2 * kWideBytes + (2 * kMaxExperts + 4) * 4; }
 
 enum OutMode { kOutT = 0, kOutF32 = 1, kOutAddF32 = 2 };
 
@@ -262,8 +265,8 @@ template <typename T, bool kGateUp, int S>
 __global__ void __launch_bounds__(kThreads, 1) moe_gemm_fp8_kernel(const Args a) {
   extern __shared__ __align__(128) unsigned char smem[];
   __shared__ int s_count;
-  unsigned char* wide = smem + S * kStageBytes;
-  int* s_off = reinterpret_cast<int*>(wide + kWideBytes);
+  unsigned char* wide = smem + S * kStageBytes;  // two widened tiles
+  int* s_off = reinterpret_cast<int*>(wide + 2 * kWideBytes);
   int* s_touched = s_off + a.n_experts + 1;
   const uint32_t base = uint32_t(__cvta_generic_to_shared(smem));
   const uint32_t wide_s = uint32_t(__cvta_generic_to_shared(wide));
@@ -343,11 +346,15 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_fp8_kernel(const Args a)
   moe_gemm::Unit cun = moe_gemm::unit_of(cu, tiles, s_touched, s_off);
   int cp = 0, ck = 0;
   int nt = moe_gemm::live_tiles(cun, 0, th);
-  int slot_c = 0, slot_p = S - 1;
+  int slot_c = 0, slot_p = S - 1, wb = 0;
   float acc[2][4][4] = {};
+  // The widening runs one stage ahead of the products, into the other tile: one barrier a stage.
+  moe_gemm::wait_pending<S - 2>();  // stage 0 landed
+  __syncthreads();
+  widen<T>(smem, wide);
   while (cu < u_end) {
-    moe_gemm::wait_pending<S - 2>();
-    __syncthreads();  // slot_c landed for all; everyone is done with slot_p and with the widened tile
+    moe_gemm::wait_pending<S - 3>();  // stage slot_c + 1 landed (an empty group past the last)
+    __syncthreads();  // wide[wb] is whole; everyone is done with wide[wb ^ 1] and with slot_p
     if (pu < u_end) {
       feed.load_w(a, base + slot_p * kStageBytes, pk);
       feed.load_x(a, base + slot_p * kStageBytes, pk);
@@ -356,10 +363,12 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_fp8_kernel(const Args a)
     if (pu < u_end) advance();
     slot_p = slot_p + 1 == S ? 0 : slot_p + 1;
 
-    widen<T>(smem + slot_c * kStageBytes, wide);
-    __syncthreads();
-    if (nt > 0) stage_mma<T>(acc, wide_s, base + slot_c * kStageBytes + kTileQ, rg, th, nt);
-    slot_c = slot_c + 1 == S ? 0 : slot_c + 1;
+    const int slot_n = slot_c + 1 == S ? 0 : slot_c + 1;
+    // the next stage's weights (past the block's last stage the slot holds stale bytes: never read)
+    widen<T>(smem + slot_n * kStageBytes, wide + (wb ^ 1) * kWideBytes);
+    if (nt > 0) stage_mma<T>(acc, wide_s + wb * kWideBytes, base + slot_c * kStageBytes + kTileQ, rg, th, nt);
+    slot_c = slot_n;
+    wb ^= 1;
     if (++ck == nk) {
       if (nt > 0) store_tile<T, kGateUp>(a, acc, cun, cp, rg, th, nt);
       ck = 0;
