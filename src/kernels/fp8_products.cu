@@ -19,8 +19,11 @@ int64_t align_up(int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+bool g_skip_widen = false;  // fp8_decode_force_skip_widen
+
 template <typename T, bool kGateUp>
-void launch(const g8::Args& a, int64_t max_units, cudaStream_t stream) {
+void launch(g8::Args a, int64_t max_units, cudaStream_t stream) {
+  a.widen = g_skip_widen ? 0 : 1;
   auto kernel = g8::moe_gemm_fp8_kernel<T, kGateUp, kStages>;
   constexpr int smem = g8::smem_bytes(kStages);
   raise_smem_limit(reinterpret_cast<const void*>(kernel), smem);
@@ -45,6 +48,8 @@ void check_shapes(const char* what, const void* in, const void* w, const void* w
 }
 
 }  // namespace
+
+void fp8_decode_force_skip_widen(bool skip) { g_skip_widen = skip; }
 
 template <typename T>
 void moe_experts_decode_fp8(float* x, const T* in, const uint8_t* w13, const float* s13, const uint8_t* w2,

@@ -151,6 +151,13 @@ void bench_moe(cudaStream_t s, int64_t n) {
     });
     std::printf("moe %4lld tok (%2.0f experts)  fp8 %-8s experts_decode %s  %.2fx bf16\n", (long long)n, touched,
                 fp8_scheme_name(scheme), bw(bytes8, t8).c_str(), t16 / t8);
+    cuda::fp8_decode_force_skip_widen(true);  // the pipeline alone (wrong results)
+    const double tp = median_ms(s, [&] {
+      cuda::moe_experts_decode_fp8(x, y, q13.q, q13.s, q2.q, q2.s, scheme, ids, wts, n, H, E, I, k, scratch, s);
+    });
+    cuda::fp8_decode_force_skip_widen(false);
+    std::printf("moe %4lld tok (%2.0f experts)  fp8 %-8s without widening %s (timing only)\n", (long long)n, touched,
+                fp8_scheme_name(scheme), bw(bytes8, tp).c_str());
     cudaFree(q13.q), cudaFree(q13.s), cudaFree(q2.q), cudaFree(q2.s);
   }
   for (void* p : std::initializer_list<void*>{y, wg, x, logits, wts, ids, scratch}) cudaFree(p);

@@ -28,4 +28,8 @@ template <typename T>
 void linear_fp8_decode(void* out, Fp8Out out_kind, const T* in, const uint8_t* w, const float* s, Fp8Scheme scheme,
                        int64_t n_rows, int64_t n_in, int64_t n_out, cudaStream_t stream);
 
+// Tuning only (cuda_bench_fp8): skip the widening of the weight tiles, so the products run on stale
+// shared memory (wrong results): what the pipeline alone costs.
+void fp8_decode_force_skip_widen(bool skip);
+
 }  // namespace lfm2::cuda

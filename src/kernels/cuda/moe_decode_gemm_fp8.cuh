@@ -56,6 +56,7 @@ struct Args {
   int block_scales;          // 1: 128 x 128 blocks; 0: one scale per row
   int out_mode;              // down only: OutMode
   int l2_hints;
+  int widen = 1;             // 0: skip the widening (timing only: wrong results; the pipeline's bound)
 };
 
 // The scale row of weight row `row` of an expert whose matrix is [first R1 rows; the rest]
@@ -351,7 +352,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_fp8_kernel(const Args a)
   // The widening runs one stage ahead of the products, into the other tile: one barrier a stage.
   moe_gemm::wait_pending<S - 2>();  // stage 0 landed
   __syncthreads();
-  widen<T>(smem, wide);
+  if (a.widen) widen<T>(smem, wide);
   while (cu < u_end) {
     moe_gemm::wait_pending<S - 3>();  // stage slot_c + 1 landed (an empty group past the last)
     __syncthreads();  // wide[wb] is whole; everyone is done with wide[wb ^ 1] and with slot_p
@@ -365,7 +366,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_fp8_kernel(const Args a)
 
     const int slot_n = slot_c + 1 == S ? 0 : slot_c + 1;
     // the next stage's weights (past the block's last stage the slot holds stale bytes: never read)
-    widen<T>(smem + slot_n * kStageBytes, wide + (wb ^ 1) * kWideBytes);
+    if (a.widen) widen<T>(smem + slot_n * kStageBytes, wide + (wb ^ 1) * kWideBytes);
     if (nt > 0) stage_mma<T>(acc, wide_s + wb * kWideBytes, base + slot_c * kStageBytes + kTileQ, rg, th, nt);
     slot_c = slot_n;
     wb ^= 1;
