@@ -103,6 +103,7 @@ class CheckedStage final : public StageExecutor {
     if (pending_.size() >= size_t(kBatchCounts)) synchronize();  // every counter is waiting to be read
     check_hidden(x, 1, b.rows(), 0, 1, where, batch_counts_ + step % kBatchCounts);
   }
+  void copy_tokens(int32_t* dst, const int32_t* src, int64_t n) override { inner_.copy_tokens(dst, src, n); }
   void choose_batch(const void* x, const StepBatch& b, const SeqSampling* params, int32_t* tokens,
                     int32_t* host) override {
     inner_.choose_batch(x, b, params, tokens, host);

@@ -242,6 +242,12 @@ class CudaStage final : public CudaStageExecutor {
     state_.choice().finished_flags(decode_flags(x, b.rows(), H), fed, nd, stream_);
   }
 
+  void copy_tokens(int32_t* dst, const int32_t* src, int64_t n) override {
+    if (n <= 0) return;
+    CUDA_CHECK(cudaSetDevice(device_));
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, size_t(n) * 4, cudaMemcpyDefault, stream_));
+  }
+
   void forward_batch(void* x, const StepBatch& b) override {
     check_batch(b);
     run_step(static_cast<float*>(x), StepLayout::of(b), decode_flags(x, b.rows(), cfg_.hidden_size));

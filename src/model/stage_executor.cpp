@@ -1,5 +1,8 @@
-// The generation methods' defaults: a backend that has not implemented them says so.
+// The generation methods' defaults: a backend that has not implemented them says so (copy_tokens:
+// host memory's).
 #include "model/stage_executor.h"
+
+#include <cstring>
 
 #include "common/error.h"
 
@@ -23,6 +26,9 @@ int64_t StageExecutor::slot_bytes() const { no_batches(); }
 void StageExecutor::alloc_batch_state(const StateShape&, const SamplingParams&) { no_batches(); }
 void StageExecutor::map_pages(int64_t, int64_t, const int32_t*, int64_t) { no_batches(); }
 void StageExecutor::embed_batch(const StepBatch&, const int32_t*, const int32_t*, void*) { no_batches(); }
+void StageExecutor::copy_tokens(int32_t* dst, const int32_t* src, int64_t n) {
+  if (n > 0) std::memcpy(dst, src, size_t(n) * sizeof(int32_t));
+}
 void StageExecutor::forward_batch(void*, const StepBatch&) { no_batches(); }
 void StageExecutor::choose_batch(const void*, const StepBatch&, const SeqSampling*, int32_t*, int32_t*) {
   no_batches();

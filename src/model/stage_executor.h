@@ -106,6 +106,11 @@ class StageExecutor {
   // fp32 finished flag per decode entry (decode_flags(x, b.rows(), hidden)'s first n_decode floats:
   // 1 where the fed token is an EOS id). So x needs alloc_hidden(rows + ceil(n_decode / hidden)).
   virtual void embed_batch(const StepBatch& b, const int32_t* prompt_ids, const int32_t* fed, void* x);
+  // First stage: dst[0..n) = src[0..n) in stream order (the steps queued after it see it): dst
+  // alloc_tokens memory, src alloc_tokens or alloc_host memory (unchanged until the queued work is
+  // done). How a continuous step's fed tokens are gathered from an earlier step's chosen tokens
+  // (still on the device) and the host's. Host executors: a memcpy.
+  virtual void copy_tokens(int32_t* dst, const int32_t* src, int64_t n);
   // This stage's layers on x (b.rows() rows, then the flags), reading and extending each entry's
   // slot: prompt entries store their positions' state, decode entries read it and append one.
   // Decode entries flagged finished are not routed to the experts (their rows are unspecified).

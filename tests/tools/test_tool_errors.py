@@ -10,7 +10,7 @@ import unittest
 
 TOOLS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools")
 SCRIPTS = ["plan_layout", "trace_gantt", "hf_answers", "make_goldens", "lfm2_text", "make_text_goldens",
-           "make_prompt_goldens", "fp8_accuracy"]
+           "make_prompt_goldens", "step_time_plot", "fp8_accuracy"]
 BROKEN = ["h5py", "numpy", "torch", "transformers", "safetensors", "tokenizers", "matplotlib", "jinja2"]
 
 
@@ -84,6 +84,8 @@ class ToolErrors(unittest.TestCase):
             json.dump({"traceEvents": [{"ph": "X", "pid": 0, "name": "f", "ts": 1}]}, f)
         self.one_error(self.run_tool("trace_gantt", "t.json", "x.png"), "trace_gantt", "trace t.json: a malformed span")
         self.one_error(self.run_tool("make_goldens", "--only", "nope"), "make_goldens", "--only: unknown case")
+        self.one_error(self.run_tool("step_time_plot", "bad.json", "s.svg"), "step_time_plot",
+                       "bad.json: no 'step B=32 C=... ms ... floor ... ms' lines")
 
     def test_special_files(self):
         os.mkfifo(self.path("fifo.json"))
@@ -132,7 +134,14 @@ class ToolErrors(unittest.TestCase):
                        "needs the Python module 'transformers'")
         self.one_error(self.run_tool("make_prompt_goldens", "h5pack", "--out", "."), "make_prompt_goldens",
                        "needs the Python module 'torch'")
+        with open(self.path("steps.log"), "w") as f:
+            f.write("step B=32   C=1024      6.893 ms (mean 6.896)   4642 tok/s  floor 5.605 ms (weights)\n")
+        self.one_error(self.run_tool("step_time_plot", "steps.log", "s.svg"), "step_time_plot",
+                       "needs the Python module 'matplotlib'")
+        self.one_error(self.run_tool("step_time_plot", "steps.log", "steps.log"), "step_time_plot",
+                       "plot steps.log: name it .svg, .png or .pdf")
         self.assertFalse(os.path.exists(self.path("x.png")))
+        self.assertFalse(os.path.exists(self.path("s.svg")))
 
 
 if __name__ == "__main__":

@@ -20,6 +20,10 @@ class BusyTimer {
   virtual void end() = 0;
   virtual double busy_s() = 0;
   virtual std::vector<TraceSpan> spans() = 0;
+  // Steps ended since reset(), and whether step k (0-based, in that order) is done (a test, never a
+  // wait): how the host learns that one item's queued work is done while later ones run.
+  virtual int64_t n_steps() const = 0;
+  virtual bool step_done(int64_t k) = 0;
 };
 
 }  // namespace lfm2

@@ -10,6 +10,7 @@
 #include <cuda_runtime_api.h>
 
 #include "common/cuda_check.h"
+#include "common/error.h"
 #include "rank/engine/cuda_busy_timer.h"
 
 namespace lfm2 {
@@ -63,6 +64,16 @@ class CudaBusyTimerImpl final : public CudaBusyTimer {
       out.push_back({Track::kCompute, steps_[i].what, steps_[i].micro, seconds(origin_, steps_[i].start),
                      seconds(origin_, steps_[i].stop)});
     return out;
+  }
+
+  int64_t n_steps() const override { return int64_t(used_); }
+
+  bool step_done(int64_t k) override {
+    LFM2_CHECK(k >= 0 && size_t(k) < used_, "busy timer: step ", k, " of ", used_);
+    const cudaError_t e = cudaEventQuery(steps_[size_t(k)].stop);
+    if (e == cudaErrorNotReady) return false;
+    CUDA_CHECK(e);
+    return true;
   }
 
   CUevent_st* origin() const override { return origin_; }

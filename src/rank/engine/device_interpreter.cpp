@@ -1,5 +1,6 @@
 // The device path (interpreter.h): CUDA executors over NCCL. The host only queues; order lives on
 // the device, and the host waits once, at the end of the run.
+#include "common/error.h"
 #include "rank/engine/interpreter.h"
 
 namespace lfm2 {
@@ -32,6 +33,21 @@ void DeviceInterpreter::finished() {
   const double t0 = now_s();
   exec_.synchronize();
   host_span("wait compute", -1, t0);
+}
+
+// The item's last step (its output) is the last the busy timer bracketed; a wait polls its event
+// against --timeout.
+PlanFeed::Done DeviceInterpreter::item_done(int64_t i) {
+  const int64_t step = timer_.n_steps() - 1;
+  return [this, i, step](bool wait) {
+    if (!wait) return timer_.step_done(step);
+    const double t0 = now_s();
+    if (!poll_until([&] { return timer_.step_done(step); }, transport_.timeout_s()))
+      LFM2_TIMEOUT("timed out after ", transport_.timeout_s(), " s waiting for the GPU to finish item ", i,
+                   " (see --timeout)");
+    host_span("wait tokens", i, t0);
+    return true;
+  };
 }
 
 // The GPU's own spans: compute steps from the busy timer's events, transfers from the transport's.

@@ -203,15 +203,12 @@ void StageInterpreter::send(int64_t i) {
   pending_.push_back({h, i, Kind::kSend, false, now_s()});
 }
 
-// Last stage: the item's chosen tokens on this host, to the feed (the first stage's scheduler).
-// A device stage waits here for its queued work: the scheduler cannot plan these sequences'
-// next rows without their tokens.
+// Last stage: the item's chosen tokens, once on this host, to the feed (the first stage's
+// scheduler): the scheduler cannot plan these sequences' next rows from the host without them. The
+// feed waits for them now (by default), or, planning ahead, when it needs them.
 void StageInterpreter::report(int64_t i) {
   const StepPlan& plan = plan_of(i);
-  const double t0 = now_s();
-  if (exec_.on_device()) exec_.synchronize();
-  host_span("wait tokens", i, t0);
-  feed_.chosen(i, memory_.report_tokens, plan.n_emit());
+  feed_.reported(i, report_tokens(memory_, i), plan.n_emit(), item_done(i));
 }
 
 // Releases the transfers at the front of the queue that have completed (a test, never a wait).

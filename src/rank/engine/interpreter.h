@@ -96,6 +96,8 @@ class StageInterpreter {
   virtual void finished() {}
   virtual double busy_s() const = 0;
   virtual void add_spans() {}
+  // Whether item i's work, queued up to now, is done (plan_feed.h's Done).
+  virtual PlanFeed::Done item_done(int64_t i) = 0;
 
   // ---- shared by both paths
   void wait_pending(Handle h, const char* name, int64_t item);
@@ -154,6 +156,7 @@ class HostInterpreter final : public StageInterpreter {
   void compute(const char* name, int64_t item, const std::function<void()>& step) override;
   void released(const Pending& q) override;
   double busy_s() const override { return busy_s_; }
+  PlanFeed::Done item_done(int64_t i) override;
 
   double busy_s_ = 0;
 };
@@ -173,6 +176,7 @@ class DeviceInterpreter final : public StageInterpreter {
   void finished() override;
   double busy_s() const override { return timer_.busy_s(); }
   void add_spans() override;
+  PlanFeed::Done item_done(int64_t i) override;
 
   BusyTimer& timer_;
 };

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "rank/engine/step_plan.h"
@@ -32,6 +33,15 @@ class PlanFeed {
   virtual void forward(int64_t i) { (void)i; }
   // Last stage: item i's chosen tokens (its emitting entries', in entry order) are on this host.
   virtual void chosen(int64_t i, const int32_t* tokens, int64_t n) { (void)i, (void)tokens, (void)n; }
+  // Last stage, a reporting item queued: its chosen tokens will be at `tokens` (host memory) once its
+  // work is done: done(false) tests it, done(true) waits for it (against --timeout). By default the
+  // feed waits at once and hands them to chosen(); a feed that plans ahead (the first stage's
+  // scheduler, one stage) takes them when it needs them, while the next item runs.
+  using Done = std::function<bool(bool wait)>;
+  virtual void reported(int64_t i, const int32_t* tokens, int64_t n, const Done& done) {
+    done(true);
+    chosen(i, tokens, n);
+  }
   // The run is over on this stage (every item queued): transfers of its own to finish.
   virtual void finish() {}
 };

@@ -41,6 +41,32 @@ const int32_t* packed_rows(const StepPlan& plan, const StepMemory& mem) {
   return mem.packed_ids + plan.ids_offset;
 }
 
+// Look-ahead (plan.fed_chosen): the decode entries' tokens, some chosen by the item before (still in
+// spare_tokens, in stream order) and some from the host's staging, gathered into fed_tokens in runs
+// (one copy each); when they are that item's tokens in order, its buffer itself.
+const int32_t* gather_fed(const StepPlan& plan, const int32_t* staged, StageExecutor& exec, const StepMemory& mem) {
+  if (plan.fed_chosen.empty()) return staged;
+  const int64_t n = plan.n_decode();
+  LFM2_CHECK(int64_t(plan.fed_chosen.size()) == n && mem.spare_tokens && mem.fed_tokens, "step plan: ",
+             plan.name(), ": ", plan.fed_chosen.size(), " tokens fed on the device for ", n, " decode entries");
+  const std::vector<int32_t>& c = plan.fed_chosen;
+  int64_t k = 0;
+  while (k < n && c[size_t(k)] == int32_t(k)) ++k;
+  if (k == n) return mem.spare_tokens;
+  for (k = 0; k < n;) {
+    int64_t e = k + 1;
+    if (c[size_t(k)] < 0) {
+      while (e < n && c[size_t(e)] < 0) ++e;
+      exec.copy_tokens(mem.fed_tokens + k, staged + k, e - k);
+    } else {
+      while (e < n && c[size_t(e)] == c[size_t(e - 1)] + 1) ++e;
+      exec.copy_tokens(mem.fed_tokens + k, mem.spare_tokens + c[size_t(k)], e - k);
+    }
+    k = e;
+  }
+  return mem.fed_tokens;
+}
+
 void embed(const StepPlan& plan, void* x, StageExecutor& exec, const StepMemory& mem) {
   if (!plan.generation()) {
     const Block b = block_of(plan);
@@ -55,7 +81,7 @@ void embed(const StepPlan& plan, void* x, StageExecutor& exec, const StepMemory&
   LFM2_CHECK(int64_t(plan.fed.size()) == plan.n_decode(), "step plan: ", plan.name(), ": ", plan.fed.size(),
              " fed tokens for ", plan.n_decode(), " decode entries");
   const StagedInput in = mem.staging->stage(plan);
-  exec.embed_batch(b, in.prompt_ids, in.fed, x);
+  exec.embed_batch(b, in.prompt_ids, gather_fed(plan, in.fed, exec, mem), x);
 }
 
 // The plan's page grants, a run of consecutive entries of one slot per call.
@@ -84,7 +110,7 @@ void layers(const StepPlan& plan, void* x, StageExecutor& exec, const StepMemory
 
 void choose(const StepPlan& plan, void* x, StageExecutor& exec, const StepMemory& mem) {
   int32_t* tokens = plan.feeds_slot >= 0 ? feedback_tokens(mem, plan.feeds_slot) : mem.spare_tokens;
-  int32_t* host = plan.emit_offset >= 0 ? mem.host_emits + plan.emit_offset : mem.report_tokens;
+  int32_t* host = plan.emit_offset >= 0 ? mem.host_emits + plan.emit_offset : report_tokens(mem, plan.item);
   LFM2_CHECK(plan.sampling.empty() || int64_t(plan.sampling.size()) == plan.n_emit(), "step plan: ", plan.name(),
              ": ", plan.sampling.size(), " samplings for ", plan.n_emit(), " emitting entries");
   exec.choose_batch(x, batch_of(plan, mem.seq_base), plan.sampling.empty() ? nullptr : plan.sampling.data(), tokens,
@@ -137,6 +163,10 @@ void run_step(StageOp op, const StepPlan& plan, void* x, StageExecutor& exec, co
       return choose(plan, x, exec, mem);
     default: LFM2_FAIL("run_step: ", op_name(op), " is no compute step");
   }
+}
+
+int32_t* report_tokens(const StepMemory& mem, int64_t item) {
+  return mem.report_tokens.empty() ? nullptr : mem.report_tokens[size_t(item % int64_t(mem.report_tokens.size()))];
 }
 
 int32_t* feedback_tokens(const StepMemory& mem, int slot) {

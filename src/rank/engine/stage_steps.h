@@ -52,9 +52,13 @@ struct StepMemory {
                                        // ids, item after item (ids_offset)
   InputStaging* staging = nullptr;     // first stage, continuous batching: plans with host-fed tokens
   std::vector<int32_t*> token_slots;   // first and last stage: per feedback slot, its tokens
-  int32_t* spare_tokens = nullptr;     // last stage: the tokens of items that feed nobody
+  int32_t* spare_tokens = nullptr;     // last stage: the tokens of items that feed nobody (with one
+                                       // stage, look-ahead: the next item's fed_chosen read them)
+  int32_t* fed_tokens = nullptr;       // first stage, look-ahead: an item's fed tokens gathered from
+                                       // spare_tokens and the staging (n_slots)
   int32_t* host_emits = nullptr;       // last stage, static schedules: the run's tokens (emit_offset)
-  int32_t* report_tokens = nullptr;    // last stage, reporting items: their tokens on the host
+  std::vector<int32_t*> report_tokens;  // last stage, reporting items: item i's tokens on the host in
+                                        // report_tokens[i % size] (a ring: reports may wait)
   int64_t stream_tokens = 0;           // > 0 (static schedules' --stream): every chosen token as a JSON event
                                        // line, {"seq": N, "token": ID} (one host wait per item)
 };
@@ -73,6 +77,9 @@ const char* step_name(StageOp op, StepPlan::Kind kind);
 
 // Runs (or, on a device, queues) one compute step (kInput, kLayers or kOutput) of an item on x.
 void run_step(StageOp op, const StepPlan& plan, void* x, StageExecutor& exec, const StepMemory& mem);
+
+// Last stage: where a reporting item's chosen tokens land on the host.
+int32_t* report_tokens(const StepMemory& mem, int64_t item);
 
 // Generation's feedback: the token buffer of a slot, and the bytes of an item's chosen tokens.
 int32_t* feedback_tokens(const StepMemory& mem, int slot);

@@ -54,7 +54,7 @@ bool StepPlan::operator==(const StepPlan& o) const {
     if (!same_sampling(sampling[i], o.sampling[i])) return false;
   return item == o.item && kind == o.kind && micro == o.micro && seqs == o.seqs && grants == o.grants &&
          feedback_from == o.feedback_from && feedback_slot == o.feedback_slot && feeds_slot == o.feeds_slot &&
-         fed == o.fed && emit_offset == o.emit_offset && ids_offset == o.ids_offset && reports == o.reports;
+         fed == o.fed && fed_chosen == o.fed_chosen && emit_offset == o.emit_offset && ids_offset == o.ids_offset && reports == o.reports;
 }
 
 int64_t StepPlan::rows() const {
@@ -93,6 +93,7 @@ std::string StepPlan::name() const {
 }
 
 std::vector<uint8_t> to_bytes(const StepPlan& plan) {
+  LFM2_CHECK(plan.fed_chosen.empty(), "step plan: ", plan.name(), ": tokens fed on the device never travel");
   std::vector<uint8_t> out;
   out.reserve(kHeaderBytes + kSeqBytes * plan.seqs.size() + kGrantBytes * plan.grants.size() +
               kFedBytes * plan.fed.size() + kSamplingBytes * plan.sampling.size());

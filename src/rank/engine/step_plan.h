@@ -67,6 +67,11 @@ struct StepPlan {
   int32_t feedback_slot = -1;
   int32_t feeds_slot = -1;     // the slot this item's chosen tokens go to for a later item (-1: none)
   std::vector<int32_t> fed;
+  // Continuous batching on one stage (look-ahead): per decode entry, its fed token's index among the
+  // chosen tokens of item `item - 1`, still on the device (the last stage's chosen-tokens buffer,
+  // which item - 1 wrote just before), or -1: `fed`'s, from the host. Empty: every one from the
+  // host. Such plans never travel (one stage).
+  std::vector<int32_t> fed_chosen;
   // Per emitting entry, in entry order, its own sampling (empty: the job's defaults).
   std::vector<SeqSampling> sampling;
   int64_t emit_offset = -1;    // static generation: where its tokens go among the run's (-1: none)

@@ -20,6 +20,8 @@ BatchScheduler::BatchScheduler(const SchedulerConfig& config) : cfg_(config) {
              " items in flight");
   LFM2_CHECK(cfg_.n_pages <= INT32_MAX && cfg_.max_seqs <= INT32_MAX, "scheduler: too many pages or slots");
   if (cfg_.admit_wave <= 0) cfg_.admit_wave = std::max<int64_t>(1, cfg_.max_seqs / 16);
+  // With look-ahead the same sequences fill the item in flight and the next: max_in_flight still
+  // counts the stages.
   if (cfg_.max_item_seqs <= 0) cfg_.max_item_seqs = (cfg_.max_seqs + cfg_.max_in_flight - 1) / cfg_.max_in_flight;
   // Lowest first: a pop from the back takes the lowest.
   for (int64_t p = cfg_.n_pages - 1; p >= 0; --p) free_pages_.push_back(int32_t(p));
@@ -51,10 +53,18 @@ bool BatchScheduler::plan(int64_t item, StepPlan* out) {
   p.micro = -1;
   p.reports = true;
   int64_t budget = cfg_.max_batched_tokens;
+  if (cfg_.look_ahead) budget -= ahead_rows(p, budget);
   budget -= decode_rows(p, budget);
   prompt_chunks(p, budget);
   if (p.seqs.empty()) return false;
+  if (std::all_of(p.fed_chosen.begin(), p.fed_chosen.end(), [](int32_t k) { return k < 0; })) p.fed_chosen.clear();
   p.kind = generation_kind(p.seqs);
+  int32_t emitted = 0;  // each entry's index among the item's chosen tokens
+  for (const Entry& e : building_) {
+    Seq& s = seqs_.at(e.id);
+    s.last_item = item;
+    s.last_emit = e.emits ? emitted++ : -1;
+  }
   flight_[item] = std::move(building_);
   building_.clear();
   ++stats_.items;
@@ -63,27 +73,59 @@ bool BatchScheduler::plan(int64_t item, StepPlan* out) {
   return true;
 }
 
-// Decode rows of the running sequences past their prompt that are not in flight, oldest first.
+// Look-ahead: the next decode row of each sequence whose row in the item before (still in flight)
+// chooses a token, in that item's order of chosen tokens (so that their fed tokens are runs of its
+// buffer), unless that token is its last by its own max_new_tokens.
+int64_t BatchScheduler::ahead_rows(StepPlan& p, int64_t budget) {
+  const auto before = flight_.find(p.item - 1);
+  if (before == flight_.end()) return 0;
+  int64_t used = 0;
+  for (const Entry& e : before->second) {
+    if (used >= budget || !room(p)) break;
+    Seq& s = seqs_.at(e.id);
+    if (!e.emits || s.ended || s.in_flight != 1 || s.last_item != p.item - 1) continue;
+    if (int64_t(s.generated.size()) + s.ahead >= s.req.max_new_tokens) continue;
+    if (!grow(s, int64_t(s.planned) + 1, p, true)) continue;
+    add_decode_entry(p, e.id, s.last_emit);
+    ++used;
+  }
+  return used;
+}
+
+// Decode rows of the running sequences past their prompt that are not in flight, oldest first: their
+// tokens are on the host.
 int64_t BatchScheduler::decode_rows(StepPlan& p, int64_t budget) {
   int64_t used = 0;
   for (size_t i = 0; i < running_.size() && used < budget && room(p); ++i) {
     const int64_t key = running_[i];
     Seq& s = seqs_.at(key);
-    if (s.in_flight || s.computed < s.req.prompt_len) continue;
+    if (s.in_flight > 0 || s.computed < s.req.prompt_len) continue;
     if (!grow(s, int64_t(s.computed) + 1, p, true)) continue;
-    const int32_t fed_index = s.computed - s.req.prompt_len;
-    LFM2_CHECK(fed_index < int32_t(s.generated.size()), "scheduler: sequence ", s.req.seq, " has no token to feed");
-    const bool emits = fed_index + 1 == int32_t(s.generated.size());
-    p.seqs.push_back({s.req.seq, s.slot, s.computed, 1, 1, emits ? fed_index + 1 : -1, true});
-    p.fed.push_back(s.generated[size_t(fed_index)]);
-    if (emits && cfg_.per_sequence_sampling) p.sampling.push_back(s.req.sampling);
-    s.in_flight = true;
-    building_.push_back({key, 1, emits});
+    add_decode_entry(p, key, -1);
     ++used;
-    ++(emits ? stats_.decode_rows : stats_.forced_rows);
-    stats_.kv_positions += s.computed;
   }
   return used;
+}
+
+// One decode row at the sequence's next position, fed its token chosen in the item before
+// (chosen_index >= 0: on the device) or the host's (a forced row when it is not its newest token).
+void BatchScheduler::add_decode_entry(StepPlan& p, int64_t key, int32_t chosen_index) {
+  Seq& s = seqs_.at(key);
+  const int32_t known = int32_t(s.generated.size()) + s.ahead;  // tokens chosen or being chosen
+  const int32_t fed_index = s.planned - s.req.prompt_len;
+  LFM2_CHECK(fed_index >= 0 && fed_index < known, "scheduler: sequence ", s.req.seq, " has no token to feed");
+  const bool emits = fed_index + 1 == known;
+  p.seqs.push_back({s.req.seq, s.slot, s.planned, 1, 1, emits ? fed_index + 1 : -1, true});
+  p.fed.push_back(chosen_index >= 0 ? -1 : s.generated[size_t(fed_index)]);
+  if (cfg_.look_ahead) p.fed_chosen.push_back(chosen_index);
+  if (emits && cfg_.per_sequence_sampling) p.sampling.push_back(s.req.sampling);
+  building_.push_back({key, 1, emits});
+  ++(emits ? stats_.decode_rows : stats_.forced_rows);
+  if (chosen_index >= 0) ++stats_.ahead_rows;
+  stats_.kv_positions += s.planned;
+  s.planned += 1;
+  s.ahead += emits ? 1 : 0;
+  ++s.in_flight;
 }
 
 // Prompt chunks: the running sequences' unfinished prompts (oldest first), then new admissions.
@@ -91,7 +133,7 @@ int64_t BatchScheduler::prompt_chunks(StepPlan& p, int64_t budget) {
   const int64_t start = budget;
   for (size_t i = 0; i < running_.size() && budget > 0 && room(p); ++i) {
     Seq& s = seqs_.at(running_[i]);
-    if (s.in_flight || s.computed >= s.req.prompt_len) continue;
+    if (s.in_flight > 0 || s.computed >= s.req.prompt_len) continue;
     int32_t n = int32_t(std::min<int64_t>(s.req.prompt_len - s.computed, budget));
     if (!grow(s, int64_t(s.computed) + n, p, true)) {
       // As many rows as its pages cover.
@@ -129,7 +171,7 @@ bool BatchScheduler::admit_one(StepPlan& p, int64_t& budget) {
   s.slot = free_slots_.back();
   free_slots_.pop_back();
   s.admitted = next_admission_++;
-  s.computed = 0;
+  s.computed = s.planned = 0;
   running_.push_back(key);
   grow(s, n, p, false);
   add_prompt_entry(p, key, n);
@@ -142,9 +184,11 @@ void BatchScheduler::add_prompt_entry(StepPlan& p, int64_t key, int32_t n) {
   const bool emits = s.computed + n == s.req.prompt_len && s.generated.empty();
   p.seqs.push_back({s.req.seq, s.slot, s.computed, n, n, emits ? 0 : -1, false});
   if (emits && cfg_.per_sequence_sampling) p.sampling.push_back(s.req.sampling);
-  s.in_flight = true;
   building_.push_back({key, n, emits});
   stats_.prompt_rows += n;
+  s.planned += n;
+  s.ahead += emits ? 1 : 0;
+  ++s.in_flight;
 }
 
 // Gives s the pages that cover `positions`, granted in p; when the pool is short, preempts the
@@ -170,12 +214,12 @@ bool BatchScheduler::preempt_youngest(const Seq& keep) {
   for (size_t i = running_.size(); i-- > 0;) {
     Seq& v = seqs_.at(running_[i]);
     if (v.admitted <= keep.admitted) return false;
-    if (v.in_flight) continue;
+    if (v.in_flight > 0) continue;
     for (int32_t pg : v.pages) free_pages_.push_back(pg);
     v.pages.clear();
     free_slots_.push_back(v.slot);
     v.slot = -1;
-    v.computed = 0;
+    v.computed = v.planned = 0;
     ++v.preemptions;
     ++stats_.preemptions;
     waiting_.push_front(running_[i]);
@@ -188,25 +232,31 @@ bool BatchScheduler::preempt_youngest(const Seq& keep) {
 void BatchScheduler::complete(int64_t item, const int32_t* tokens, int64_t n, double now_s) {
   const auto it = flight_.find(item);
   LFM2_CHECK(it != flight_.end(), "scheduler: item ", item, " is not in flight");
+  LFM2_CHECK(item == flight_.begin()->first, "scheduler: item ", item, " came back before item ",
+             flight_.begin()->first);
   int64_t t = 0;
   for (const Entry& e : it->second) {
     Seq& s = seqs_.at(e.id);
-    s.in_flight = false;
+    --s.in_flight;
     s.computed += e.rows;
     if (!e.emits) continue;
     LFM2_CHECK(t < n, "scheduler: item ", item, " came back with ", n, " tokens, fewer than it emits");
-    s.generated.push_back(tokens[t++]);
+    const int32_t token = tokens[t++];
+    --s.ahead;
+    if (s.ended) {  // a look-ahead row after its EOS: the token is dropped
+      ++stats_.wasted_rows;
+      continue;
+    }
+    s.generated.push_back(token);
     if (s.first_token_s < 0) s.first_token_s = now_s;
-    if (cfg_.on_token) cfg_.on_token(s.req.seq, s.generated.back(), false);
+    const bool eos = std::find(cfg_.eos.begin(), cfg_.eos.end(), token) != cfg_.eos.end();
+    s.ended = eos || int32_t(s.generated.size()) >= s.req.max_new_tokens;
+    if (cfg_.on_token) cfg_.on_token(s.req.seq, token, false);
   }
   LFM2_CHECK(t == n, "scheduler: item ", item, " came back with ", n, " tokens, it emits ", t);
   std::vector<int64_t> ended;
-  for (const Entry& e : it->second) {
-    const Seq& s = seqs_.at(e.id);
-    const bool eos = !s.generated.empty() &&
-                     std::find(cfg_.eos.begin(), cfg_.eos.end(), s.generated.back()) != cfg_.eos.end();
-    if (e.emits && (eos || int32_t(s.generated.size()) >= s.req.max_new_tokens)) ended.push_back(e.id);
-  }
+  for (const Entry& e : it->second)
+    if (seqs_.at(e.id).ended && seqs_.at(e.id).in_flight == 0) ended.push_back(e.id);
   flight_.erase(it);
   for (int64_t id : ended) {
     if (cfg_.on_token) cfg_.on_token(seqs_.at(id).req.seq, -1, true);

@@ -7,10 +7,11 @@
 // chunks: the running sequences' unfinished prompts, then new prompts admitted in arrival order
 // while a slot (max_seqs) and the chunk's pages are free; while other sequences decode, admissions
 // come in waves (admit_wave free slots at least: an item with prompt rows reads every expert's
-// weights once more for them, which a prompt or two per item would pay at every step). A sequence is in at most one item at a
-// time (its next row needs the token its last one chose), so with P stages the running sequences
-// spread over the P items in flight, at most max_seqs / P of them in each. A sequence retires at its EOS or its own max_new_tokens,
-// giving its slot and pages to the next prompt. When the pool's pages run out, the youngest
+// weights once more for them, which a prompt or two per item would pay at every step). A sequence
+// is in at most one item at a time (its next row needs the token its last one chose; look-ahead
+// below is the exception), so with P stages the running sequences spread over the P items in
+// flight, at most max_seqs / P of them in each. A sequence retires at its EOS or its own
+// max_new_tokens, giving its slot and pages to the next prompt. When the pool's pages run out, the youngest
 // running sequence that is not in flight is preempted: its pages and slot are freed, it goes back
 // to the front of the queue, and is later recomputed exactly as it was first computed (its prompt
 // as prompt rows in any chunks, then each token it had chosen as a decode row of its own, forced:
@@ -18,6 +19,17 @@
 //
 // Pages and slots freed by an item's completion are reused by later items only: every stage runs
 // items in order, and an item completes (its tokens come back) after every stage ran it.
+//
+// Look-ahead (one stage, vLLM V1's async scheduling): item i may be planned while item i - 1 runs.
+// A sequence whose row in item i - 1 chooses a token gets its next decode row in item i, fed that
+// token on the device (plan.fed_chosen: its index among item i - 1's chosen tokens), unless its own
+// max_new_tokens ends it there. One that ends at an EOS chosen in item i - 1 then has one wasted row
+// in item i: its token is dropped, and its slot and pages go back only once item i is done (the row
+// writes its own pages only). So the GPU always has the next item queued, while the host reads
+// item i - 1's tokens and plans item i + 1. Prompt chunks, forced rows and sequences not in item
+// i - 1 are planned from what the host knows, as without look-ahead; the sampled path draws its
+// tokens on the host inside item i - 1's choice and copies them to the device, so it plans the same
+// way (and is exact the same way), only without the overlap.
 #pragma once
 
 #include <cstdint>
@@ -41,6 +53,7 @@ struct SchedulerConfig {
   int64_t max_in_flight = 1;       // items in flight at once (the pipeline's stages)
   int64_t max_item_seqs = 0;       // sequences per item (0: max_seqs / max_in_flight, rounded up, so
                                    // that the running sequences fill every item in flight)
+  bool look_ahead = false;         // one more item in flight, fed on the device (one stage only)
   int64_t admit_wave = 0;          // while others decode, admissions wait for this many free slots
                                    // (0: max_seqs / 16, at least 1; see admission_opens)
   std::vector<int32_t> eos;        // a sequence ends after any of these
@@ -74,6 +87,8 @@ struct SchedulerStats {
   int64_t items = 0, decode_rows = 0, prompt_rows = 0, forced_rows = 0;
   int64_t slot_items = 0;  // sum over items of the sequences running (slot occupancy)
   int64_t kv_positions = 0;  // cached positions the decode rows read (the memory floor's KV bytes)
+  int64_t ahead_rows = 0;    // decode rows fed on the device (look-ahead)
+  int64_t wasted_rows = 0;   // of them, rows after their sequence's EOS (their tokens dropped)
 };
 
 class BatchScheduler {
@@ -84,8 +99,9 @@ class BatchScheduler {
   // positions exceed a slot's pages or the whole pool, or its parameters are out of range.
   void add(const SeqRequest& request, double now_s = 0);
 
-  // Whether another item may be planned now (fewer than max_in_flight in flight).
-  bool may_plan() const { return int64_t(flight_.size()) < cfg_.max_in_flight; }
+  // Whether another item may be planned now (fewer than max_in_flight in flight, one more with
+  // look-ahead).
+  bool may_plan() const { return int64_t(flight_.size()) < cfg_.max_in_flight + (cfg_.look_ahead ? 1 : 0); }
   // The next item's plan (item number `item`) into *plan; false when nothing can run now (every
   // runnable sequence is in flight, or waits for pages or slots that in-flight items hold).
   bool plan(int64_t item, StepPlan* plan);
@@ -108,9 +124,14 @@ class BatchScheduler {
     SeqRequest req;
     int32_t slot = -1;
     std::vector<int32_t> pages;
-    int32_t computed = 0;            // positions in its KV cache
-    std::vector<int32_t> generated;  // tokens chosen so far
-    bool in_flight = false;
+    int32_t computed = 0;            // positions in its KV cache (items done)
+    int32_t planned = 0;             // with the rows of items in flight
+    std::vector<int32_t> generated;  // tokens chosen so far (items done)
+    int32_t in_flight = 0;           // its entries in items in flight (2 at most: look-ahead)
+    int32_t ahead = 0;               // of them, those that choose a token
+    int64_t last_item = -1;          // the item of its last entry
+    int32_t last_emit = -1;          // that entry's index among the item's chosen tokens (-1: none)
+    bool ended = false;              // its last token is chosen; retires once nothing is in flight
     int64_t admitted = -1;           // admission order (youngest: largest)
     double added_s = 0, first_token_s = -1;
     int32_t preemptions = 0;
@@ -123,6 +144,8 @@ class BatchScheduler {
 
   bool room(const StepPlan& p) const { return p.n_seqs() < cfg_.max_item_seqs; }
   int64_t decode_rows(StepPlan& p, int64_t budget);
+  int64_t ahead_rows(StepPlan& p, int64_t budget);
+  void add_decode_entry(StepPlan& p, int64_t key, int32_t chosen_index);
   int64_t prompt_chunks(StepPlan& p, int64_t budget);
   bool admission_opens(const StepPlan& p) const;
   bool admit_one(StepPlan& p, int64_t& budget);

@@ -105,8 +105,9 @@ RunResult run_queue(RankSetup& s, ContinuousJob& job, ResultWriter* writer) {
 
 // "continuous: 41 steps (...)": what replica 0's scheduler did.
 std::string scheduler_line(const SchedulerStats& st, const ContinuousShape& shape) {
-  return cat("continuous: ", st.items, " steps: ", st.decode_rows, " decode rows, ", st.prompt_rows,
-             " prompt rows, ", st.forced_rows, " recomputed decode rows; ", st.preemptions, " preemptions; ",
+  return cat("continuous: ", st.items, " steps: ", st.decode_rows, " decode rows (", st.ahead_rows,
+             " planned ahead, ", st.wasted_rows, " after an EOS), ", st.prompt_rows, " prompt rows, ", st.forced_rows,
+             " recomputed decode rows; ", st.preemptions, " preemptions; ",
              "slot occupancy ", fixed(100 * slot_occupancy(st, shape.state.n_slots), 1), "% of ", shape.state.n_slots,
              " slots; pool ", shape.state.n_pages, " pages of ", shape.state.page_size);
 }

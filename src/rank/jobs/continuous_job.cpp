@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <thread>
 
 #include "common/error.h"
@@ -27,8 +29,10 @@ SchedulerFeed::SchedulerFeed(const SchedulerConfig& config, PlanLink* link, cons
     : sched_(config), link_(link), source_(source), sink_(std::move(sink)), idle_(std::move(idle)),
       timeout_s_(timeout_s), staging_(staging) {
   if (!idle_) idle_ = [] {};
-  LFM2_CHECK(int64_t(staging_.ids.size()) == config.max_in_flight + 1 && staging_.fed.size() == staging_.ids.size(),
-             "scheduler: ", staging_.ids.size(), " staging buffers for ", config.max_in_flight, " items in flight");
+  const int64_t flight = config.max_in_flight + (config.look_ahead ? 1 : 0);
+  LFM2_CHECK(int64_t(staging_.ids.size()) == flight + 1 && staging_.fed.size() == staging_.ids.size(), "scheduler: ",
+             staging_.ids.size(), " staging buffers for ", flight, " items in flight");
+  LFM2_CHECK(!config.look_ahead || !link_, "scheduler: look-ahead with more than one stage");
 }
 
 // Keeps a slot's worth of prompts queued beside the running sequences (read as they are needed, not
@@ -81,6 +85,18 @@ void SchedulerFeed::take_reports(bool wait) {
                  " from the last stage (did it stop? see --timeout)");
 }
 
+// One stage: the oldest item queued, once its tokens are on the host (waiting for them). Taken only
+// when the scheduler cannot plan without it, so that the same rows are planned ahead whatever the
+// timing. False when none is queued.
+bool SchedulerFeed::take_local() {
+  if (local_.empty()) return false;
+  const Local l = std::move(local_.front());
+  local_.pop_front();
+  l.done(true);
+  complete(l.item, l.tokens, l.n);
+  return true;
+}
+
 const StepPlan* SchedulerFeed::next(int64_t i) {
   double waited_from = -1;
   for (;;) {
@@ -94,6 +110,7 @@ const StepPlan* SchedulerFeed::next(int64_t i) {
       return &window_.back();
     }
     if (sched_.n_in_flight() > 0) {
+      if (take_local()) continue;
       LFM2_CHECK(link_, "scheduler: item ", sched_.oldest_in_flight(), " never reported its tokens");
       take_reports(true);
       continue;
@@ -134,6 +151,12 @@ void SchedulerFeed::forward(int64_t i) {
 
 void SchedulerFeed::chosen(int64_t i, const int32_t* tokens, int64_t n) { complete(i, tokens, n); }
 
+// One stage with look-ahead: item i's tokens are read when the scheduler needs them (next()).
+void SchedulerFeed::reported(int64_t i, const int32_t* tokens, int64_t n, const Done& done) {
+  if (!sched_.config().look_ahead) return PlanFeed::reported(i, tokens, n, done);
+  local_.push_back({i, tokens, n, done});
+}
+
 void SchedulerFeed::finish() {
   if (link_) link_->flush();
 }
@@ -160,17 +183,24 @@ ContinuousJob::ContinuousJob(const WorldConfig& pipe, StageExecutor& exec, const
                              const SamplingParams& sampling, double timeout_s)
     : pipe_(pipe), exec_(exec), shape_(shape), sampling_(sampling), timeout_s_(timeout_s) {
   LFM2_CHECK(exec_.act_dtype() == DType::F32, "generation: hidden states must be fp32 (the decode flags are)");
+  // LFM2_NO_LOOK_AHEAD=1: each item planned once the one before is done (to measure what it buys).
+  if (const char* off = std::getenv("LFM2_NO_LOOK_AHEAD"); off && std::string(off) != "0") shape_.look_ahead = false;
   exec_.alloc_batch_state(shape_.state, sampling_);
   if (pipe_.size > 1) link_ = std::make_unique<PlanLink>(pipe_, timeout_s);
+  // Items in flight at once: one a stage, one more with look-ahead (one stage: the first is the
+  // last, and an item's chosen tokens stay on its device for the next).
+  const int flight = pipe_.size + (look_ahead() ? 1 : 0);
   if (pipe_.is_first())
-    for (int k = 0; k <= pipe_.size; ++k) {
+    for (int k = 0; k <= flight; ++k) {
       staging_.ids.push_back(static_cast<int32_t*>(exec_.alloc_host(shape_.max_batched_tokens * 4)));
       staging_.fed.push_back(static_cast<int32_t*>(exec_.alloc_host(shape_.state.n_slots * 4)));
     }
   if (pipe_.is_last()) {
     memory_.spare_tokens = exec_.alloc_tokens(shape_.state.n_slots);
-    memory_.report_tokens = static_cast<int32_t*>(exec_.alloc_host(shape_.state.n_slots * 4));
+    for (int k = 0; k <= flight; ++k)
+      memory_.report_tokens.push_back(static_cast<int32_t*>(exec_.alloc_host(shape_.state.n_slots * 4)));
   }
+  if (look_ahead()) memory_.fed_tokens = exec_.alloc_tokens(shape_.state.n_slots);
 }
 
 void ContinuousJob::prepare(PromptSource* source, SchedulerFeed::Sink sink, SchedulerFeed::Idle idle) {
@@ -189,6 +219,7 @@ void ContinuousJob::prepare(PromptSource* source, SchedulerFeed::Sink sink, Sche
   c.page_size = shape_.state.page_size;
   c.max_pages = shape_.state.max_pages;
   c.max_in_flight = pipe_.size;
+  c.look_ahead = look_ahead();
   c.eos = sampling_.eos;
   c.per_sequence_sampling = shape_.per_sequence_sampling;
   if (stream_)

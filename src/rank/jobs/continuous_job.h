@@ -6,7 +6,9 @@
 // fed tokens in pinned host memory, sends each plan on the host link to the next stage, and takes
 // the tokens each item chose (on the link from the last stage; with one stage, from itself),
 // handing finished sequences to a sink. Other stages replay the plans as they arrive (LinkFeed);
-// the last stage reports each item's tokens back.
+// the last stage reports each item's tokens back. With one stage the scheduler plans one item
+// ahead (batch_scheduler.h's look-ahead): it queues item i + 1 before it reads item i's tokens, so
+// the device never waits for the host between items.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +32,8 @@ struct ContinuousShape {
   int64_t max_batched_tokens = 1;  // rows per item
   int64_t hidden = 0;
   bool per_sequence_sampling = false;
+  bool look_ahead = true;  // one stage: plan one item ahead (off: each item planned once the one
+                           // before is done, as with P stages)
 
   // Tokens of hidden-state buffer an item may need (its rows and its decode entries' flags).
   int64_t max_item_tokens() const;
@@ -51,8 +55,8 @@ class SchedulerFeed final : public PlanFeed, public InputStaging {
  public:
   using Sink = std::function<void(FinishedSeq&&)>;
   using Idle = std::function<void()>;
-  // Pinned host memory for the staging ring: max_in_flight + 1 buffers of max_batched_tokens ids
-  // and as many of max_seqs tokens.
+  // Pinned host memory for the staging ring: one buffer more than the items that may be in flight
+  // (max_in_flight, + 1 with look-ahead), of max_batched_tokens ids, and as many of max_seqs tokens.
   struct Staging {
     std::vector<int32_t*> ids, fed;
   };
@@ -63,6 +67,7 @@ class SchedulerFeed final : public PlanFeed, public InputStaging {
 
   const StepPlan* next(int64_t i) override;
   const StepPlan* ahead(int64_t j) override { return held(j); }
+  void reported(int64_t i, const int32_t* tokens, int64_t n, const Done& done) override;
   const StepPlan* held(int64_t i) const override;
   void release_before(int64_t i) override;
   bool travels() const override { return link_ != nullptr; }
@@ -77,6 +82,7 @@ class SchedulerFeed final : public PlanFeed, public InputStaging {
  private:
   void top_up();
   void take_reports(bool wait);
+  bool take_local();
   void complete(int64_t item, const int32_t* tokens, int64_t n);
 
   BatchScheduler sched_;
@@ -89,10 +95,17 @@ class SchedulerFeed final : public PlanFeed, public InputStaging {
   int64_t added_ = 0;
   std::map<int64_t, std::vector<int32_t>> prompts_;  // the ids of every queued or running sequence
   std::deque<StepPlan> window_;                      // items base_, base_ + 1, ...
+  struct Local {  // one stage: an item queued, its tokens read when the scheduler needs them
+    int64_t item;
+    const int32_t* tokens;
+    int64_t n;
+    Done done;
+  };
+  std::deque<Local> local_;
   int64_t base_ = 0;
   bool end_sent_ = false;
   // Staging ring (pinned): an item's ids stay put until it is done; item j is planned only once
-  // item j - P is done, so P + 1 buffers suffice.
+  // item j - F is done (F items in flight at most), so F + 1 buffers suffice.
   Staging staging_;
 };
 
@@ -115,6 +128,8 @@ class ContinuousJob {
   // First stage, after a run: the scheduler's counters.
   const SchedulerFeed* scheduler_feed() const { return sched_feed_; }
   double timeout_s() const { return timeout_s_; }
+  // One stage plans one item ahead (batch_scheduler.h), unless ContinuousShape::look_ahead is off.
+  bool look_ahead() const { return pipe_.size == 1 && shape_.look_ahead; }
 
  private:
   WorldConfig pipe_;

@@ -37,7 +37,9 @@ void QueueSource::read(const std::vector<int64_t>& seqs) {
 }
 
 PromptSource::Next QueueSource::next(SeqRequest* request, std::vector<int32_t>* ids) {
-  if (int64_t(ready_.size()) < ask_) read(hub_.take(ask_ - int64_t(ready_.size())));
+  // Refilled once half is used: a read opens the inputs file, and one a prompt cost ~50 us each
+  // (16 ms before the first item of 256 prompts).
+  if (int64_t(ready_.size()) <= ask_ / 2) read(hub_.take(ask_ - int64_t(ready_.size())));
   if (ready_.empty()) return hub_.more_later() ? Next::kLater : Next::kEnd;
   *request = ready_.front().first;
   *ids = std::move(ready_.front().second);

@@ -1,7 +1,7 @@
 // A replica's prompts with continuous batching (continuous_job.h's PromptSource): the sequences the
 // job hub grants it (job_hub.h), read from the inputs file as they are granted, never all at once:
 // each run of consecutive sequences is one HDF5 hyperslab, only up to its longest prompt, checked
-// (ids inside the vocabulary) as it is read. Asks for more while fewer than `ask` are ready.
+// (ids inside the vocabulary) as it is read. Asks for up to `ask` more once half of them are used.
 #pragma once
 
 #include <cstdint>

@@ -189,6 +189,8 @@ class CountingTimer final : public BusyTimer {
   void end() override { ++ends; }
   double busy_s() override { return 0.25 * ends; }
   std::vector<TraceSpan> spans() override { return spans_; }
+  int64_t n_steps() const override { return ends; }
+  bool step_done(int64_t k) override { return k < ends; }
   int begins = 0, ends = 0;
   std::vector<TraceSpan> spans_;
 };

@@ -2,7 +2,8 @@
 // flight completes items in order, choosing each token as a pure function of (sequence, step); a
 // fake cache per slot, through the plans' page grants, checks that every row reads positions its
 // own sequence wrote, and that every position is (re)computed by the kind of row that first made
-// it, with the same token (exactness under preemption).
+// it, with the same token (exactness under preemption). With look-ahead, a decode row fed on the
+// device reads the token the fake chose in the item before, which must still be in flight.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -72,7 +73,8 @@ class FakePipeline {
       if (flight.empty()) break;
       const StepPlan done = std::move(flight.front());
       flight.pop_front();
-      const std::vector<int32_t> chosen = choose(done);
+      const std::vector<int32_t> chosen = chosen_.at(done.item);
+      chosen_.erase(done.item);
       sched.complete(done.item, chosen.data(), int64_t(chosen.size()));
       for (FinishedSeq& f : sched.take_finished()) {
         r.finish_order.push_back(f.seq);
@@ -99,6 +101,9 @@ class FakePipeline {
     EXPECT_LE(p.rows(), cfg_.max_batched_tokens);
     EXPECT_LE(p.n_seqs(), cfg_.max_seqs);
     EXPECT_EQ(int64_t(p.fed.size()), p.n_decode());
+    EXPECT_TRUE(p.fed_chosen.empty() || int64_t(p.fed_chosen.size()) == p.n_decode());
+    EXPECT_TRUE(p.fed_chosen.empty() || cfg_.look_ahead);
+    const bool before_in_flight = chosen_.count(p.item - 1) > 0;
     std::set<int32_t> slots;
     size_t fed = 0;
     for (size_t k = 0; k < p.seqs.size(); ++k) {
@@ -109,7 +114,15 @@ class FakePipeline {
       for (int64_t q = 0; q < s.first_pos; ++q) EXPECT_EQ(cell(s.slot, q).seq, s.seq) << "position " << q;
       for (int32_t j = 0; j < s.n_rows; ++j) {
         const int64_t pos = s.first_pos + j;
-        Cell c{s.seq, s.decode, s.decode ? p.fed[fed] : -1};
+        int32_t token = s.decode ? p.fed[fed] : -1;
+        if (s.decode && !p.fed_chosen.empty() && p.fed_chosen[fed] >= 0) {
+          EXPECT_TRUE(before_in_flight) << "item " << p.item << " reads the tokens of an item done";
+          const std::vector<int32_t>& before = chosen_[p.item - 1];
+          EXPECT_LT(size_t(p.fed_chosen[fed]), before.size());
+          token = before.at(std::min(size_t(p.fed_chosen[fed]), before.size() - 1));
+          EXPECT_EQ(p.fed[fed], -1);
+        }
+        Cell c{s.seq, s.decode, token};
         EXPECT_EQ(s.decode, pos >= pr.len) << "sequence " << s.seq << " position " << pos;
         if (s.decode) {
           EXPECT_EQ(c.token, token_of(s.seq, pos - pr.len, pr.eos_at)) << "a forced or fed token";
@@ -127,14 +140,20 @@ class FakePipeline {
       // A row emits only the sequence's next new token.
       if (s.gen_step >= 0) {
         EXPECT_EQ(s.first_pos + s.n_rows, pr.len + s.gen_step);
+        EXPECT_LT(s.gen_step, pr.max_new) << "sequence " << s.seq << ": a row past its own max_new_tokens";
       }
     }
+    chosen_[p.item] = choose(p);
   }
 
+  // A slot repeats its EOS after it (as the executors do): a row after an EOS chooses it again.
   std::vector<int32_t> choose(const StepPlan& p) {
     std::vector<int32_t> t;
-    for (const SeqRows& s : p.seqs)
-      if (s.gen_step >= 0) t.push_back(token_of(s.seq, s.gen_step, by_seq_.at(s.seq).eos_at));
+    for (const SeqRows& s : p.seqs) {
+      if (s.gen_step < 0) continue;
+      const int64_t eos_at = by_seq_.at(s.seq).eos_at;
+      t.push_back(eos_at >= 0 && s.gen_step > eos_at ? kEos : token_of(s.seq, s.gen_step, eos_at));
+    }
     return t;
   }
 
@@ -144,6 +163,7 @@ class FakePipeline {
   std::vector<std::vector<int32_t>> table_;  // (slot, logical page) -> page
   std::vector<Cell> pool_;
   std::map<std::pair<int64_t, int64_t>, Cell> made_;
+  std::map<int64_t, std::vector<int32_t>> chosen_;  // items in flight: the tokens they choose
 };
 
 std::vector<int32_t> expected(const Prompt& p) {
@@ -167,7 +187,8 @@ std::vector<Prompt> ragged(int64_t n, uint32_t seed) {
   return v;
 }
 
-SchedulerConfig config(int64_t max_seqs, int64_t budget, int64_t pages, int64_t page_size, int64_t in_flight) {
+SchedulerConfig config(int64_t max_seqs, int64_t budget, int64_t pages, int64_t page_size, int64_t in_flight,
+                       bool look_ahead = false) {
   SchedulerConfig c;
   c.max_seqs = max_seqs;
   c.max_batched_tokens = budget;
@@ -175,6 +196,7 @@ SchedulerConfig config(int64_t max_seqs, int64_t budget, int64_t pages, int64_t 
   c.page_size = page_size;
   c.max_pages = (37 + 23 + page_size - 1) / page_size;
   c.max_in_flight = in_flight;
+  c.look_ahead = look_ahead;
   c.eos = {kEos};
   return c;
 }
@@ -350,6 +372,107 @@ TEST(BatchScheduler, PerSequenceSamplingTravelsWithEachEmittingEntry) {
   ASSERT_EQ(p.sampling.size(), 2u);
   EXPECT_EQ(p.sampling[0].top_k, 7);
   EXPECT_EQ(p.sampling[1].seed, 12u);
+}
+
+// Look-ahead (one stage): the same tokens for every limit and under preemption, two items in flight,
+// the rows after an EOS wasted and none past a sequence's own max_new_tokens (the fake checks each
+// row's position, fed token and step).
+TEST(BatchScheduler, LookAheadChangesNoTokenWhateverTheLimits) {
+  const auto prompts = ragged(60, 7);
+  int64_t wasted = 0;
+  for (int64_t max_seqs : {1, 7, 64})
+    for (int64_t budget : {1, 16, 4096}) {
+      const SimRun r = FakePipeline(config(max_seqs, budget, 4096, 16, 1, true), prompts).run();
+      const std::string what = cat("max_seqs ", max_seqs, ", budget ", budget);
+      expect_all(r, prompts, what);
+      EXPECT_EQ(r.max_flight, 2) << what;
+      EXPECT_LE(r.max_entries, max_seqs) << what << ": one stage, every running sequence in each item";
+      EXPECT_GT(r.stats.ahead_rows, 0) << what;
+      EXPECT_LE(r.stats.wasted_rows, r.stats.ahead_rows) << what;
+      wasted += r.stats.wasted_rows;
+    }
+  EXPECT_GT(wasted, 0) << "no sequence ended at an EOS with a row ahead";
+  for (int64_t page_size : {1, 4, 16}) {
+    const int64_t pages = (37 + 23 + page_size - 1) / page_size;
+    const SimRun r = FakePipeline(config(8, 64, pages, page_size, 1, true), prompts).run();
+    const std::string what = cat("a tiny pool, pages of ", page_size);
+    expect_all(r, prompts, what);
+    EXPECT_GT(r.stats.preemptions, 0) << what;
+    EXPECT_GT(r.stats.ahead_rows, 0) << what;
+  }
+}
+
+// Two sequences of 3 new tokens each, the first ending at an EOS at once: item 1 is planned while
+// item 0 runs, both rows fed from item 0's tokens on the device; the sequence that chose its EOS
+// wastes its row there and retires only when item 1 is done; the other gets no row past its third
+// token.
+TEST(BatchScheduler, LookAheadFeedsTheItemBeforesTokensAndWastesOneRowAfterAnEos) {
+  BatchScheduler s(config(4, 64, 64, 4, 1, true));
+  s.add({0, 3, 3, {}});
+  s.add({1, 3, 3, {}});
+  StepPlan p;
+  ASSERT_TRUE(s.plan(0, &p));
+  EXPECT_TRUE(p.fed_chosen.empty());
+  ASSERT_TRUE(s.may_plan());
+  ASSERT_TRUE(s.plan(1, &p));
+  EXPECT_EQ(p.kind, StepPlan::Kind::kDecode);
+  EXPECT_EQ(p.fed_chosen, (std::vector<int32_t>{0, 1}));
+  EXPECT_EQ(p.fed, (std::vector<int32_t>{-1, -1}));
+  EXPECT_EQ(p.seqs[0].first_pos, 3);
+  EXPECT_EQ(p.seqs[0].gen_step, 1);
+  EXPECT_FALSE(s.may_plan());  // two in flight
+  const int32_t t0[] = {kEos, 10};
+  s.complete(0, t0, 2);
+  EXPECT_TRUE(s.take_finished().empty()) << "sequence 0 still has a row in flight";
+  ASSERT_TRUE(s.plan(2, &p));  // sequence 1 only: sequence 0 has ended
+  ASSERT_EQ(p.n_seqs(), 1);
+  EXPECT_EQ(p.seqs[0].seq, 1);
+  EXPECT_EQ(p.seqs[0].gen_step, 2);
+  EXPECT_EQ(p.fed_chosen, std::vector<int32_t>{1});  // its token among item 1's
+  const int32_t t1[] = {kEos, 11};
+  s.complete(1, t1, 2);
+  auto f = s.take_finished();
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].seq, 0);
+  EXPECT_EQ(f[0].tokens, std::vector<int32_t>{kEos});
+  EXPECT_TRUE(f[0].ended_at_eos);
+  EXPECT_EQ(s.stats().wasted_rows, 1);
+  EXPECT_FALSE(s.plan(3, &p)) << "sequence 1's third token is its last: no row after it";
+  const int32_t t2[] = {12};
+  s.complete(2, t2, 1);
+  f = s.take_finished();
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].tokens, (std::vector<int32_t>{10, 11, 12}));
+  EXPECT_TRUE(s.done());
+  EXPECT_EQ(s.pages_in_use(), 0);
+}
+
+// A sequence not in the item before (its prompt chunk did not choose a token, or that item is done)
+// is fed from the host, after the rows fed on the device; items come back in order.
+TEST(BatchScheduler, LookAheadFeedsFromTheHostWhatTheItemBeforeDidNotChoose) {
+  BatchScheduler s(config(4, 8, 64, 4, 1, true));
+  s.add({0, 2, 4, {}});
+  s.add({1, 10, 4, {}});
+  StepPlan p;
+  ASSERT_TRUE(s.plan(0, &p));  // all of 0 (a token), 6 of 1's 10
+  ASSERT_EQ(p.n_seqs(), 2);
+  ASSERT_TRUE(s.plan(1, &p));  // 0's row fed on the device; 1 waits for its chunk
+  ASSERT_EQ(p.n_seqs(), 1);
+  EXPECT_EQ(p.fed_chosen, std::vector<int32_t>{0});
+  EXPECT_THROW(s.complete(1, nullptr, 0), Error);
+  const int32_t t0[] = {20};
+  s.complete(0, t0, 1);
+  ASSERT_TRUE(s.plan(2, &p));  // 0 again from item 1; 1's last 4 rows
+  EXPECT_EQ(p.fed_chosen, std::vector<int32_t>{0});
+  EXPECT_EQ(p.seqs[1].seq, 1);
+  EXPECT_EQ(p.seqs[1].n_rows, 4);
+  const int32_t t1[] = {21};
+  s.complete(1, t1, 1);
+  const int32_t t2[] = {22, 30};
+  s.complete(2, t2, 2);
+  ASSERT_TRUE(s.plan(3, &p));  // nothing in flight: both fed from the host
+  EXPECT_TRUE(p.fed_chosen.empty());
+  EXPECT_EQ(p.fed, (std::vector<int32_t>{22, 30}));
 }
 
 }  // namespace
