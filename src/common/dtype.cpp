@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "common/error.h"
+#include "common/fp8.h"
 
 namespace lfm2 {
 
@@ -11,6 +12,7 @@ const char* dtype_name(DType t) {
     case DType::F32: return "fp32";
     case DType::F16: return "fp16";
     case DType::BF16: return "bf16";
+    case DType::E4M3: return "e4m3";
   }
   return "?";
 }
@@ -64,6 +66,7 @@ void convert_elements(void* dst, DType dst_type, const void* src, DType src_type
       case DType::F32: return static_cast<const float*>(src)[i];
       case DType::F16: return fp16_to_float(static_cast<const uint16_t*>(src)[i]);
       case DType::BF16: return bf16_to_float(static_cast<const uint16_t*>(src)[i]);
+      case DType::E4M3: return e4m3_to_float(static_cast<const uint8_t*>(src)[i]);
     }
     return 0;
   };
@@ -76,6 +79,9 @@ void convert_elements(void* dst, DType dst_type, const void* src, DType src_type
       break;
     case DType::BF16:
       for (size_t i = 0; i < n; ++i) static_cast<uint16_t*>(dst)[i] = float_to_bf16(load(i));
+      break;
+    case DType::E4M3:
+      for (size_t i = 0; i < n; ++i) static_cast<uint8_t*>(dst)[i] = float_to_e4m3(load(i));
       break;
   }
 }

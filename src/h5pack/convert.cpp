@@ -72,6 +72,8 @@ class Planner {
     const int64_t E = spec.shape[0], a = spec.shape[1], b = spec.shape[2];
     const std::string fused = prefix + (leaf == "w2" ? "down_proj" : "gate_up_proj");
     const bool per_expert = ck_.has(replace_all(spec.hf_name, "{e}", "0"));
+    LFM2_CHECK(per_expert || !is_fp8_scale_leaf(spec.path), ck_.path(), ": tensor '",
+               replace_all(spec.hf_name, "{e}", "0"), "' is missing (fp8 scales are read per expert)");
     LFM2_CHECK(!(per_expert && ck_.has(fused)), ck_.info(fused).file, ": both '", fused, "' and per-expert '",
                replace_all(spec.hf_name, "{e}", "0"), "' are present");
     if (per_expert || !ck_.has(fused)) {
@@ -137,6 +139,27 @@ std::string text_side_line(const ModelText& text) {
   return line;
 }
 
+// A published FP8 checkpoint (config quantization_config, HF's keys only) quantizes either every
+// projection or only the experts: which one, its layer 0's first projection says (a mix is refused
+// by the plan: scales missing or left over).
+ModelConfig with_fp8_modules(ModelConfig cfg, const SafetensorsCheckpoint& ck) {
+  if (!cfg.fp8.on) return cfg;
+  const std::string first = cfg.is_attention(0) ? "model.layers.0.self_attn.q_proj.weight_scale_inv"
+                                                : "model.layers.0.conv.in_proj.weight_scale_inv";
+  cfg.fp8.projections = ck.has(first);
+  return cfg;
+}
+
+// A source tensor's dtype against what the file stores: e4m3 only into an fp8 matrix (its scale
+// comes with it), and an fp8 matrix only from e4m3 (quantizing is `h5pack quantize`'s job).
+void check_fp8_source(const SafeTensorInfo& src, const TensorSpec& spec, DType stored) {
+  LFM2_CHECK((src.dtype == DType::E4M3) == (stored == DType::E4M3), src.file, ": tensor '", src.name, "' is ",
+             safetensors_dtype_name(src.dtype), " but ", spec.path, " is stored ", dtype_name(stored),
+             stored == DType::E4M3 ? " (config.json's quantization_config says fp8; convert the bf16 checkpoint, then "
+                                     "h5pack quantize)"
+                                   : " (an F8_E4M3 tensor needs quantization_config fp8 in config.json)");
+}
+
 }  // namespace
 
 void convert_checkpoint(const std::string& dir, const std::string& out, std::optional<DType> dtype, bool progress) {
@@ -144,8 +167,8 @@ void convert_checkpoint(const std::string& dir, const std::string& out, std::opt
   const std::string config_path = (fs::path(dir) / "config.json").string();
   LFM2_CHECK(fs::is_directory(dir), dir, ": not a checkpoint directory");
   LFM2_CHECK(fs::exists(config_path), config_path, ": missing (a checkpoint directory holds config.json)");
-  const ModelConfig cfg = ModelConfig::from_file(config_path);
   const SafetensorsCheckpoint ck(dir);
+  const ModelConfig cfg = with_fp8_modules(ModelConfig::from_file(config_path), ck);
   std::vector<NamedPath> inputs = {{"config.json of the checkpoint", config_path}};
   for (const auto& f : ck.files()) inputs.push_back({"checkpoint file", f});
   inputs.push_back({"checkpoint index", (fs::path(dir) / "model.safetensors.index.json").string()});
@@ -180,12 +203,19 @@ void convert_checkpoint(const std::string& dir, const std::string& out, std::opt
     const uint64_t row = uint64_t(step.spec.numel() / step.spec.shape[0]);
     for (const auto& piece : step.pieces) {
       const auto& src = ck.info(piece.src);
+      check_fp8_source(src, step.spec, writer.stored_dtype(step.spec));
       const uint64_t es = dtype_size(src.dtype);
       const int64_t block = int64_t(std::max<uint64_t>(1, kBlockBytes / (row * es)));
       for (int64_t r = 0; r < piece.n_rows; r += block) {
         const int64_t n = std::min(block, piece.n_rows - r);
         buf.resize(size_t(uint64_t(n) * row * es));
         ck.read_elements(piece.src, piece.src_elem + uint64_t(r) * row, uint64_t(n) * row, buf.data());
+        if (is_fp8_scale_leaf(step.spec.path)) {
+          LFM2_CHECK(src.dtype == DType::F32, src.file, ": tensor '", piece.src, "' is ",
+                     safetensors_dtype_name(src.dtype), " (fp8 scales are F32)");
+          check_fp8_scales(src.file, piece.src, reinterpret_cast<const float*>(buf.data()), int64_t(n * row),
+                           int64_t(r * row));
+        }
         if (writer.stored_dtype(step.spec) == DType::F16 && src.dtype != DType::F16)
           overflow[piece.src] += count_fp16_overflow(buf.data(), src.dtype, uint64_t(n) * row);
         writer.write_rows(step.spec, piece.dst_row + r, n, buf.data(), src.dtype);

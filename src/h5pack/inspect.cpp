@@ -67,7 +67,7 @@ InspectReport inspect_weights(const std::string& path, int n_stages) {
     d.offset = off == HADDR_UNDEF ? -1 : int64_t(off);
     int64_t n = 1;
     for (auto x : d.shape) n *= x;
-    r.file_params += n;
+    if (!is_fp8_scale_leaf(spec.path)) r.file_params += n;  // scales are no parameters of the model
     r.file_bytes += d.bytes;
     r.datasets.push_back(std::move(d));
   }
@@ -80,8 +80,8 @@ InspectReport inspect_weights(const std::string& path, int n_stages) {
       bool all_present = true;
       int64_t lo = INT64_MAX, hi = 0;
       for (const auto& spec : stage_tensor_specs(r.config, stage)) {
-        s.params += spec.numel();
-        const DType t = spec.is_vector() ? DType::F32 : r.weight_dtype;
+        if (!is_fp8_scale_leaf(spec.path)) s.params += spec.numel();
+        const DType t = stored_dtype(spec, r.weight_dtype);
         s.bytes += spec.numel() * int64_t(dtype_size(t));
         auto it = std::find_if(r.datasets.begin(), r.datasets.end(),
                                [&](const InspectDataset& d) { return d.path == spec.path; });
@@ -147,6 +147,10 @@ std::string format_report(const InspectReport& r, bool brief) {
   std::ostringstream os;
   const ModelConfig& c = r.config;
   os << r.path << ": lfm2-rank weight file, weights " << dtype_name(r.weight_dtype) << " (vectors fp32)\n";
+  if (c.fp8.on)
+    os << "fp8: e4m3 " << (c.fp8.projections ? "experts and dense/attention/conv projections" : "experts")
+       << ", fp32 scales " << (c.fp8.scheme == Fp8Scheme::Channel ? "per output channel" : "per 128 x 128 block")
+       << " (<matrix>_scale); embedding, norms, router and head " << dtype_name(r.weight_dtype) << "\n";
   if (r.is_stage_file)
     os << "stage file: stage " << r.stage << " of " << r.n_stages << ", layers " << r.layer_begin << ".."
        << r.layer_end - 1 << "\n";

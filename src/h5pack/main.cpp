@@ -19,6 +19,7 @@
 #include "h5pack/convert.h"
 #include "h5pack/inspect.h"
 #include "h5pack/presets.h"
+#include "h5pack/quantize.h"
 #include "h5pack/split.h"
 #include "h5pack/synth.h"
 #include "h5pack/verify.h"
@@ -30,7 +31,7 @@ namespace {
 
 using namespace lfm2;
 
-const std::vector<std::string> kSubcommands = {"convert", "synth", "split", "inspect", "verify"};
+const std::vector<std::string> kSubcommands = {"convert", "synth", "quantize", "split", "inspect", "verify"};
 
 // The first argument that is not an option when it names no subcommand: CLI11 would only say that
 // it "was not expected".
@@ -91,11 +92,12 @@ std::string version_text() {
 
 // Every subcommand's arguments, as CLI11 parses them, and the subcommands.
 struct Args {
-  bool quiet = false, brief = false;
-  std::string dir, out, dtype_text, preset, config_file, text_dir, in, pattern, layers;
+  bool quiet = false, brief = false, fp8 = false, dense = false;
+  std::string dir, out, dtype_text, preset, config_file, text_dir, in, pattern, layers, scheme = "channel";
   uint64_t seed = 0;
   int threads = 0, stages = 0;
-  CLI::App *convert = nullptr, *synth = nullptr, *split = nullptr, *inspect = nullptr, *verify = nullptr;
+  CLI::App *convert = nullptr, *synth = nullptr, *quantize = nullptr, *split = nullptr, *inspect = nullptr,
+           *verify = nullptr;
 };
 
 // convert and synth: weight files from a checkpoint or from a seed.
@@ -127,6 +129,14 @@ void add_writers(CLI::App& app, Args& a) {
 
 // split, inspect and verify: what is done with a weight file.
 void add_readers(CLI::App& app, Args& a) {
+  a.quantize = app.add_subcommand("quantize", "FP8 weights: e4m3 experts (--dense: and projections), fp32 scales");
+  a.quantize->add_option("IN", a.in, "whole-model weight file (bf16, fp16 or fp32)")->required()->check(cli::path());
+  a.quantize->add_option("OUT", a.out, "output weight file (.h5)")->required()->check(cli::path());
+  a.quantize->add_flag("--fp8", a.fp8, "quantize to FP8 e4m3 (the only format; required)")->required();
+  a.quantize->add_option("--scheme", a.scheme, "scales per output channel or per 128x128 block (default channel)")
+      ->check(cli::one_of({"channel", "block128"}));
+  a.quantize->add_flag("--dense", a.dense, "also the dense MLP, attention q/k/v/o and conv in/out projections");
+
   a.split = app.add_subcommand("split", "one weight file per pipeline stage");
   a.split->add_option("IN", a.in, "whole-model weight file")->required()->check(cli::path());
   a.split->add_option("OUT_PATTERN", a.pattern, "output path with one %d for the stage, e.g. stage-%d.h5")
@@ -167,6 +177,16 @@ void run_synth(const Args& a, const std::optional<DType>& dtype) {
   log_info(cat("wrote ", a.out));
 }
 
+void run_quantize(const Args& a) {
+  check_output("OUT", a.out, {{"IN", a.in}});
+  QuantizeOptions opt;
+  opt.scheme = parse_fp8_scheme(a.scheme);
+  opt.projections = a.dense;
+  opt.progress = !a.quiet;
+  quantize_weights(a.in, a.out, opt);
+  log_info(cat("wrote ", a.out));
+}
+
 void run_verify(const Args& a) {
   const VerifyReport r = verify_weights(a.in, !a.quiet);
   if (r.nonfinite)
@@ -187,6 +207,8 @@ void run(const Args& a) {
     run_convert(a, dtype);
   } else if (a.synth->parsed()) {
     run_synth(a, dtype);
+  } else if (a.quantize->parsed()) {
+    run_quantize(a);
   } else if (a.split->parsed()) {
     for (const auto& p : split_weights(a.in, a.stages, a.pattern, a.layers, !a.quiet)) log_info(cat("wrote ", p));
   } else if (a.inspect->parsed()) {
@@ -211,7 +233,7 @@ int main(int argc, char** argv) {
   add_readers(app, a);
   const std::string unknown = unknown_subcommand(argc, argv);
   if (!unknown.empty()) {
-    log_error(cat("unknown subcommand '", unknown, "' (convert, synth, split, inspect or verify; see h5pack --help)"));
+    log_error(cat("unknown subcommand '", unknown, "' (convert, synth, quantize, split, inspect or verify; see h5pack --help)"));
     return 1;
   }
   try {

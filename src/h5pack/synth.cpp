@@ -95,6 +95,7 @@ void synth_fill(void* dst, DType dtype, uint64_t seed, const TensorSpec& spec, c
                    [out](uint64_t i, float v) { out[i] = float_to_fp16(v); });
         break;
       }
+      case DType::E4M3: LFM2_FAIL("synth: e4m3 is no weight dtype (synth bf16, then h5pack quantize)");
     }
   };
   // Small blocks run inline; the chunks are contiguous, so the bytes do not depend on the split.

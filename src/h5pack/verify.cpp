@@ -24,6 +24,7 @@ int64_t count_nonfinite_stored(const void* data, DType t, int64_t n) {
       case DType::F32: v = static_cast<const float*>(data)[i]; break;
       case DType::BF16: v = bf16_to_float(static_cast<const uint16_t*>(data)[i]); break;
       case DType::F16: v = fp16_to_float(static_cast<const uint16_t*>(data)[i]); break;
+      case DType::E4M3: v = e4m3_to_float(static_cast<const uint8_t*>(data)[i]); break;
     }
     bad += std::isfinite(v) ? 0 : 1;
   }
@@ -67,7 +68,7 @@ VerifyReport verify_weights(const std::string& path, bool progress) {
     const auto shape = reader.shape(spec.path);
     LFM2_CHECK(shape == spec.shape, path, ": dataset '", spec.path, "' does not have the shape config_json implies");
     const DType stored = reader.dtype(spec.path);
-    const DType expect = spec.is_vector() ? DType::F32 : reader.weight_dtype();
+    const DType expect = stored_dtype(spec, reader.weight_dtype());
     LFM2_CHECK(stored == expect, path, ": dataset '", spec.path, "' is ", dtype_name(stored), ", expected ",
                dtype_name(expect));
     const int64_t row = spec.numel() / spec.shape[0];
@@ -78,6 +79,8 @@ VerifyReport verify_weights(const std::string& path, bool progress) {
       const int64_t n = std::min(block, spec.shape[0] - b);
       buf.resize(size_t(n * row_bytes));
       reader.read_rows_raw(spec.path, b, n, buf.data());  // checks the digest after the last row
+      if (is_fp8_scale_leaf(spec.path))
+        check_fp8_scales(path, spec.path, reinterpret_cast<const float*>(buf.data()), n * row, b * row);
       const int64_t bad = count_nonfinite_stored(buf.data(), stored, n * row);
       if (bad && r.first_nonfinite.empty()) r.first_nonfinite = spec.path;
       r.nonfinite += bad;

@@ -75,6 +75,9 @@ void H5Handle::reset() {
 
 H5Handle h5_file_type(DType t) {
   if (t == DType::F32) return H5Handle(H5Tcopy(H5T_IEEE_F32LE));
+  // e4m3fn's largest exponent holds numbers (256..448), not inf/NaN as an HDF5 float's would, so
+  // HDF5 could not convert it: the raw bits as unsigned bytes (docs/weight-format.md).
+  if (t == DType::E4M3) return H5Handle(H5Tcopy(H5T_STD_U8LE));
   H5Handle type(H5Tcopy(H5T_IEEE_F32LE));
   // Fields first (they fit in 32 bits), then shrink to 2 bytes, as h5py builds its float16.
   if (t == DType::F16) {
@@ -90,6 +93,8 @@ H5Handle h5_file_type(DType t) {
 }
 
 DType h5_dtype_of(hid_t type, const std::string& where) {
+  if (H5Tget_class(type) == H5T_INTEGER && H5Tget_size(type) == 1 && H5Tget_sign(type) == H5T_SGN_NONE)
+    return DType::E4M3;
   LFM2_CHECK(H5Tget_class(type) == H5T_FLOAT, where, ": dataset is not a float dataset");
   LFM2_CHECK(H5Tget_order(type) == H5T_ORDER_LE, where, ": dataset is not little-endian");
   size_t spos, epos, esize, mpos, msize;

@@ -57,9 +57,10 @@ class H5Handle {
 };
 
 // File (on-disk) datatype for a dtype: IEEE f32 LE, or a 16-bit custom float (fp16: 1-5-10, bf16:
-// 1-8-7) that HDF5 and h5py convert to float on read. Caller owns the returned handle.
+// 1-8-7) that HDF5 and h5py convert to float on read; e4m3: uint8 bits (FP8 weights). Caller owns
+// the returned handle.
 H5Handle h5_file_type(DType t);
-// The dtype of a dataset's file type; throws for anything that is not one of the three.
+// The dtype of a dataset's file type; throws for anything that is not one of the four.
 DType h5_dtype_of(hid_t type, const std::string& where);
 
 // Attributes on a file, group or dataset.

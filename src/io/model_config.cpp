@@ -23,6 +23,34 @@ void get_opt(const nlohmann::json& j, const char* key, T& out, const std::string
   }
 }
 
+// quantization_config: fp8 (e4m3, dynamic activations, 128 x 128 blocks or per channel) only.
+Fp8Weights parse_fp8(const nlohmann::json& q, const std::string& where) {
+  LFM2_CHECK(q.is_object(), where, ": quantization_config is not a JSON object");
+  std::string method, fmt = "e4m3", act = "dynamic", scheme, modules = "projections";
+  get_opt(q, "quant_method", method, where);
+  LFM2_CHECK(method == "fp8", where, ": quantization_config.quant_method '", method, "' is not supported (fp8 only)");
+  get_opt(q, "fmt", fmt, where);
+  LFM2_CHECK(fmt == "e4m3", where, ": quantization_config.fmt '", fmt, "' is not supported (e4m3 only)");
+  get_opt(q, "activation_scheme", act, where);
+  LFM2_CHECK(act == "dynamic", where, ": quantization_config.activation_scheme '", act,
+             "' is not supported (dynamic only: static activation scales are not read)");
+  std::vector<int64_t> block;
+  get_opt(q, "weight_block_size", block, where);
+  LFM2_CHECK(block.empty() || (block.size() == 2 && block[0] == kFp8Block && block[1] == kFp8Block), where,
+             ": quantization_config.weight_block_size must be [128, 128]");
+  get_opt(q, "lfm2_scheme", scheme, where);
+  get_opt(q, "lfm2_modules", modules, where);
+  Fp8Weights f;
+  f.on = true;
+  f.scheme = scheme.empty() ? (block.empty() ? Fp8Scheme::Channel : Fp8Scheme::Block128) : parse_fp8_scheme(scheme);
+  LFM2_CHECK((f.scheme == Fp8Scheme::Block128) == !block.empty(), where,
+             ": quantization_config: weight_block_size goes with lfm2_scheme block128 only");
+  LFM2_CHECK(modules == "experts" || modules == "projections", where, ": quantization_config.lfm2_modules '",
+             modules, "' (expected experts or projections)");
+  f.projections = modules == "projections";
+  return f;
+}
+
 }  // namespace
 
 ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& where) {
@@ -72,6 +100,8 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& w
   } else {
     throw Error(cat(where, ": config has neither layer_types nor full_attn_idxs"));
   }
+  if (j.contains("quantization_config") && !j["quantization_config"].is_null())
+    c.fp8 = parse_fp8(j["quantization_config"], where);
   c.validate(where);
   return c;
 }
@@ -119,6 +149,13 @@ nlohmann::json ModelConfig::to_json() const {
   j["tie_word_embeddings"] = tie_word_embeddings;
   j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", rope_theta}};
   j["layer_types"] = layer_types;
+  if (fp8.on) {
+    nlohmann::json q = {{"quant_method", "fp8"}, {"fmt", "e4m3"}, {"activation_scheme", "dynamic"},
+                        {"lfm2_scheme", fp8_scheme_name(fp8.scheme)},
+                        {"lfm2_modules", fp8.projections ? "projections" : "experts"}};
+    if (fp8.scheme == Fp8Scheme::Block128) q["weight_block_size"] = {kFp8Block, kFp8Block};
+    j["quantization_config"] = q;
+  }
   return j;
 }
 

@@ -11,7 +11,20 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "common/fp8.h"
+
 namespace lfm2 {
+
+// FP8 weights (docs/fp8.md), config key quantization_config as Hugging Face's FP8 checkpoints write
+// it ({"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size":
+// [128, 128]}) plus "lfm2_scheme" ("channel" | "block128") and "lfm2_modules" ("experts" |
+// "projections": every expert, dense, attention and conv projection). A published checkpoint's
+// config (no lfm2_* keys) reads as block128 when it has weight_block_size, modules "projections".
+struct Fp8Weights {
+  bool on = false;
+  Fp8Scheme scheme = Fp8Scheme::Channel;
+  bool projections = false;  // beside the experts: dense, attention and conv projections
+};
 
 struct ModelConfig {
   int64_t vocab_size = 65536;
@@ -34,6 +47,7 @@ struct ModelConfig {
   bool norm_topk_prob = true;
   bool tie_word_embeddings = true;
   std::vector<std::string> layer_types;  // "full_attention" or "conv", one per layer
+  Fp8Weights fp8;                        // quantization_config; off for bf16/fp16/fp32 files
 
   int64_t head_dim() const { return hidden_size / num_attention_heads; }
   bool is_attention(int il) const { return layer_types.at(il) == "full_attention"; }

@@ -50,6 +50,7 @@ bool safetensors_dtype(const std::string& s, DType* out) {
   if (s == "BF16") *out = DType::BF16;
   else if (s == "F16") *out = DType::F16;
   else if (s == "F32") *out = DType::F32;
+  else if (s == "F8_E4M3") *out = DType::E4M3;  // published FP8 checkpoints' weights
   else return false;
   return true;
 }
@@ -59,6 +60,7 @@ const char* safetensors_dtype_name(DType t) {
     case DType::BF16: return "BF16";
     case DType::F16: return "F16";
     case DType::F32: return "F32";
+    case DType::E4M3: return "F8_E4M3";
   }
   return "?";
 }
@@ -168,7 +170,7 @@ void SafetensorsCheckpoint::open_shard(const std::string& file) {
     info.name = name;
     info.file = file;
     const std::string dt = t["dtype"].get<std::string>();
-    LFM2_CHECK(safetensors_dtype(dt, &info.dtype), where, ": unsupported dtype ", dt, " (expected BF16, F16 or F32)");
+    LFM2_CHECK(safetensors_dtype(dt, &info.dtype), where, ": unsupported dtype ", dt, " (expected BF16, F16, F32 or F8_E4M3)");
     LFM2_CHECK(t["shape"].is_array(), where, ": shape is not an array");
     uint64_t numel = 1;
     for (const auto& d : t["shape"]) {

@@ -58,9 +58,7 @@ WeightWriter::WeightWriter(const std::string& path, const ModelConfig& cfg, DTyp
 
 WeightWriter::~WeightWriter() = default;
 
-DType WeightWriter::stored_dtype(const TensorSpec& spec) const {
-  return spec.is_vector() ? DType::F32 : weight_dtype_;
-}
+DType WeightWriter::stored_dtype(const TensorSpec& spec) const { return lfm2::stored_dtype(spec, weight_dtype_); }
 
 void WeightWriter::create(const TensorSpec& spec) {
   h5_make_parents(file_.get(), spec.path);

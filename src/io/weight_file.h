@@ -39,7 +39,8 @@ class WeightWriter {
   WeightWriter(const WeightWriter&) = delete;
   WeightWriter& operator=(const WeightWriter&) = delete;
 
-  // The dtype a tensor is stored in: fp32 for vectors, the file's weight dtype otherwise.
+  // The dtype a tensor is stored in: its spec's fixed dtype, else fp32 for vectors and the file's
+  // weight dtype otherwise.
   DType stored_dtype(const TensorSpec& spec) const;
 
   // Creates the dataset (space allocated now, in call order) for rows to be written next.

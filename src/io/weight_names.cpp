@@ -12,13 +12,56 @@ int64_t TensorSpec::numel() const {
 
 std::string layer_path(int il, const std::string& leaf) { return cat("layers/", il, "/", leaf); }
 
+DType stored_dtype(const TensorSpec& spec, DType weight_dtype) {
+  if (spec.dtype) return *spec.dtype;
+  return spec.is_vector() ? DType::F32 : weight_dtype;
+}
+
+bool is_fp8_leaf(const ModelConfig& cfg, const std::string& leaf) {
+  if (!cfg.fp8.on) return false;
+  if (leaf == names::kExpertsW1 || leaf == names::kExpertsW3 || leaf == names::kExpertsW2) return true;
+  if (!cfg.fp8.projections) return false;
+  for (const char* l : {names::kQProj, names::kKProj, names::kVProj, names::kOutProj, names::kConvInProj,
+                        names::kConvOutProj, names::kW1, names::kW3, names::kW2})
+    if (leaf == l) return true;
+  return false;
+}
+
+void check_fp8_scales(const std::string& file, const std::string& dataset, const float* scale, int64_t n,
+                      int64_t first) {
+  const int64_t bad = fp8_first_bad_scale(scale, n);
+  LFM2_CHECK(bad < 0, file, ": dataset '", dataset, "': scale [", first + bad, "] = ", scale[bad < 0 ? 0 : bad],
+             " (an fp8 scale must be finite and > 0)");
+}
+
+std::string fp8_scale_leaf(const std::string& leaf) { return leaf + "_scale"; }
+
+bool is_fp8_scale_leaf(const std::string& leaf) {
+  return leaf.size() > 6 && leaf.compare(leaf.size() - 6, 6, "_scale") == 0;
+}
+
+TensorSpec fp8_scale_spec(const TensorSpec& m, Fp8Scheme scheme) {
+  const size_t n = m.shape.size();
+  LFM2_CHECK(n >= 2, m.path, ": an fp8 matrix needs two dimensions");
+  std::vector<int64_t> shape(m.shape.begin(), m.shape.end() - 2);
+  shape.push_back(fp8_scale_rows(scheme, m.shape[n - 2]));
+  if (scheme == Fp8Scheme::Block128) shape.push_back(fp8_scale_cols(scheme, m.shape[n - 1]));
+  std::string hf = m.hf_name;
+  const std::string w = ".weight";
+  if (hf.size() >= w.size() && hf.compare(hf.size() - w.size(), w.size(), w) == 0) hf += "_scale_inv";
+  return {m.path + "_scale", shape, m.layer, hf, DType::F32};
+}
+
 std::vector<TensorSpec> layer_tensor_specs(const ModelConfig& cfg, int il) {
   const int64_t H = cfg.hidden_size, hd = cfg.head_dim();
   const int64_t nh = cfg.num_attention_heads, nkv = cfg.num_key_value_heads;
   const std::string hf = cat("model.layers.", il, ".");
   std::vector<TensorSpec> out;
   auto add = [&](const std::string& leaf, std::vector<int64_t> shape, const std::string& hf_leaf) {
-    out.push_back({layer_path(il, leaf), std::move(shape), il, hf + hf_leaf});
+    out.push_back({layer_path(il, leaf), std::move(shape), il, hf + hf_leaf, {}});
+    if (!is_fp8_leaf(cfg, leaf)) return;
+    out.back().dtype = DType::E4M3;
+    out.push_back(fp8_scale_spec(out.back(), cfg.fp8.scheme));
   };
   add(names::kOperatorNorm, {H}, "operator_norm.weight");
   if (cfg.is_attention(il)) {
@@ -51,13 +94,13 @@ std::vector<TensorSpec> layer_tensor_specs(const ModelConfig& cfg, int il) {
 }
 
 TensorSpec embed_spec(const ModelConfig& cfg) {
-  return {names::kEmbedTokens, {cfg.vocab_size, cfg.hidden_size}, -1, "model.embed_tokens.weight"};
+  return {names::kEmbedTokens, {cfg.vocab_size, cfg.hidden_size}, -1, "model.embed_tokens.weight", {}};
 }
 TensorSpec embedding_norm_spec(const ModelConfig& cfg) {
-  return {names::kEmbeddingNorm, {cfg.hidden_size}, -1, "model.embedding_norm.weight"};
+  return {names::kEmbeddingNorm, {cfg.hidden_size}, -1, "model.embedding_norm.weight", {}};
 }
 TensorSpec lm_head_spec(const ModelConfig& cfg) {
-  return {names::kLmHead, {cfg.vocab_size, cfg.hidden_size}, -1, "lm_head.weight"};
+  return {names::kLmHead, {cfg.vocab_size, cfg.hidden_size}, -1, "lm_head.weight", {}};
 }
 
 std::vector<TensorSpec> model_tensor_specs(const ModelConfig& cfg) {

@@ -13,13 +13,18 @@
 //   layers/<il>/feed_forward/experts/w1   (E, Im, H) w3 (E, Im, H); w2 (E, H, Im)
 //   embedding_norm                        (H)
 //   lm_head                               (V, H)     only when the head is untied
-// Vectors (rank 1) are stored fp32; matrices in the file's weight dtype.
+// Vectors (rank 1) are stored fp32; matrices in the file's weight dtype. An FP8 file (config
+// quantization_config, docs/fp8.md) stores its quantized matrices e4m3, each followed by
+//   <leaf>_scale  fp32, per output row (..., rows) or per 128 x 128 block (..., ceil(rows/128), ceil(cols/128))
+// HF name <name>.weight_scale_inv (the published checkpoints' multiplier: W = q * scale).
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "common/dtype.h"
 #include "io/model_config.h"
 #include "io/stage_layers.h"
 
@@ -30,6 +35,7 @@ struct TensorSpec {
   std::vector<int64_t> shape;  // as stored
   int layer = -1;              // owning layer, -1 for model-level tensors
   std::string hf_name;         // HF checkpoint name; for stacked experts it contains "{e}"
+  std::optional<DType> dtype;  // a fixed stored dtype (FP8 matrices e4m3, their scales fp32)
   int64_t numel() const;
   bool is_vector() const { return shape.size() == 1; }
 };
@@ -63,6 +69,19 @@ inline constexpr const char* kExpertsW2 = "feed_forward/experts/w2";
 
 // "layers/<il>/<leaf>".
 std::string layer_path(int il, const std::string& leaf);
+
+// What a file whose matrices are weight_dtype stores the tensor as.
+DType stored_dtype(const TensorSpec& spec, DType weight_dtype);
+// Whether a layer's matrix leaf is quantized under cfg.fp8; its scale's leaf; whether a leaf is one.
+bool is_fp8_leaf(const ModelConfig& cfg, const std::string& leaf);
+std::string fp8_scale_leaf(const std::string& leaf);
+bool is_fp8_scale_leaf(const std::string& leaf);
+// The scale spec of a quantized matrix spec (last two dims rows, cols).
+TensorSpec fp8_scale_spec(const TensorSpec& matrix, Fp8Scheme scheme);
+// Throws "<file>: dataset '<path>': scale [i] = v (an fp8 scale must be finite and > 0)" for the
+// first bad one of n scales, the first of which is element `first` of the dataset.
+void check_fp8_scales(const std::string& file, const std::string& dataset, const float* scale, int64_t n,
+                      int64_t first = 0);
 
 // Every tensor of layer il, in file order.
 std::vector<TensorSpec> layer_tensor_specs(const ModelConfig& cfg, int il);

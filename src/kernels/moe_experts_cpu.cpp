@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "common/error.h"
+#include "common/fp8.h"
 #include "common/parallel.h"
 #include "kernels/linear.h"
 #include "kernels/swiglu.h"
@@ -29,7 +30,8 @@ MoeScratchSize moe_experts_scratch(int64_t n_tokens, int64_t hidden, int64_t n_e
 
 void moe_experts(float* out, const float* in, const float* w1, const float* w3, const float* w2,
                  const int32_t* experts, const float* weights, int64_t n_tokens, int64_t hidden, int64_t n_experts,
-                 int64_t inter, int64_t top_k, float* scratch, int32_t* int_scratch, int n_threads) {
+                 int64_t inter, int64_t top_k, float* scratch, int32_t* int_scratch, int n_threads,
+                 int64_t fp8_act_group) {
   const int n_workers = resolve_threads(n_threads);
   int32_t* offsets = int_scratch;               // (n_experts + 1)
   int32_t* cursor = offsets + n_experts + 1;    // (n_experts)
@@ -73,9 +75,11 @@ void moe_experts(float* out, const float* in, const float* w1, const float* w3, 
         const int64_t e0 = begin + c * kChunk, n = std::min(begin + count, e0 + kChunk) - e0;
         for (int64_t i = 0; i < n; ++i)
           std::memcpy(xs + i * hidden, in + int64_t(entry_token[e0 + i]) * hidden, size_t(hidden) * sizeof(float));
+        if (fp8_act_group) fp8_fake_quantize_rows(xs, n, hidden, fp8_act_group < 0 ? hidden : fp8_act_group);
         linear(g, xs, e_w1, n, hidden, inter, 1);
         linear(u, xs, e_w3, n, hidden, inter, 1);
         for (int64_t i = 0; i < n * inter; ++i) g[i] = silu(g[i]) * u[i];
+        if (fp8_act_group) fp8_fake_quantize_rows(g, n, inter, fp8_act_group < 0 ? inter : fp8_act_group);
         linear(ys, g, e_w2, n, inter, hidden, 1);
         for (int64_t i = 0; i < n; ++i) {  // HF: out.index_add_(y * weight)
           float* o = out + int64_t(entry_token[e0 + i]) * hidden;

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "common/fp8.h"
+#include "io/weight_names.h"
 #include "kernels/add.h"
 #include "kernels/attention.h"
 #include "kernels/attention_paged.h"
@@ -25,10 +27,24 @@ float* grow(std::vector<float>& v, int64_t n) {
 
 }  // namespace
 
-CpuLayers::CpuLayers(const ModelConfig& cfg, const ModelWeights& w, CpuDecodeState& state, int n_threads)
-    : cfg_(cfg), w_(w), state_(state), n_threads_(n_threads) {
+CpuLayers::CpuLayers(const ModelConfig& cfg, const ModelWeights& w, CpuDecodeState& state, int n_threads,
+                     bool fp8_activations)
+    : cfg_(cfg), w_(w), state_(state), n_threads_(n_threads), fp8_act_(fp8_activations && cfg.fp8.on) {
   inv_freq_.resize(size_t(cfg_.head_dim() / 2));
   cpu::rope_inv_freq(inv_freq_.data(), cfg_.head_dim(), cfg_.rope_theta);
+}
+
+int64_t CpuLayers::act_group(int64_t cols) const {
+  if (!fp8_act_) return 0;
+  return cfg_.fp8.scheme == Fp8Scheme::Channel ? cols : kFp8Block;
+}
+
+const float* CpuLayers::act(const float* x, int64_t rows, int64_t cols, const char* leaf) {
+  if (!fp8_act_ || !is_fp8_leaf(cfg_, leaf)) return x;
+  float* a = grow(act_, rows * cols);
+  std::copy(x, x + rows * cols, a);
+  fp8_fake_quantize_rows(a, rows, cols, act_group(cols));
+  return a;
 }
 
 void CpuLayers::run(float* x, int64_t n_seq, int64_t seq_len) {
@@ -82,9 +98,10 @@ void CpuLayers::attention_block(size_t li, const float* y, float* out, const Pas
   float* k = grow(k_, n_tokens * nkv * hd);
   float* v = grow(v_, n_tokens * nkv * hd);
   float* o = grow(o_, n_tokens * nh * hd);
-  cpu::linear(q, y, lw.q_proj.data(), n_tokens, H, nh * hd, n_threads_);
-  cpu::linear(k, y, lw.k_proj.data(), n_tokens, H, nkv * hd, n_threads_);
-  cpu::linear(v, y, lw.v_proj.data(), n_tokens, H, nkv * hd, n_threads_);
+  const float* yq = act(y, n_tokens, H, names::kQProj);  // q, k and v: one input, quantized once
+  cpu::linear(q, yq, lw.q_proj.data(), n_tokens, H, nh * hd, n_threads_);
+  cpu::linear(k, yq, lw.k_proj.data(), n_tokens, H, nkv * hd, n_threads_);
+  cpu::linear(v, yq, lw.v_proj.data(), n_tokens, H, nkv * hd, n_threads_);
   const float scale = float(std::pow(double(hd), -0.5));  // HF: head_dim**-0.5, applied in fp32
   if (!p.step) {
     const int64_t* pos = positions(p.n_seq, p.seq_len);
@@ -112,7 +129,7 @@ void CpuLayers::attention_block(size_t li, const float* y, float* out, const Pas
     cpu::attention_paged(o, qkv, st.k.data(), st.v.data(), step.seqs.data(), step.n_seqs(), state_.table.data(),
                          sh.max_pages, sh.page_size, nh, nkv, hd, scale, scratch, n_threads_, width);
   }
-  cpu::linear(out, o, lw.out_proj.data(), n_tokens, nh * hd, H, n_threads_);
+  cpu::linear(out, act(o, n_tokens, nh * hd, names::kOutProj), lw.out_proj.data(), n_tokens, nh * hd, H, n_threads_);
 }
 
 // out = out_proj(C * conv(B * x)), HF Lfm2MoeShortConv. A generation step continues each entry
@@ -122,13 +139,13 @@ void CpuLayers::conv_block(size_t li, const float* y, float* out, const Pass& p)
   const int64_t n_tokens = p.n_tokens, H = cfg_.hidden_size, L = cfg_.conv_L_cache;
   float* bcx = grow(q_, n_tokens * 3 * H);
   float* z = grow(o_, n_tokens * H);
-  cpu::linear(bcx, y, lw.conv_in_proj.data(), n_tokens, H, 3 * H, n_threads_);
+  cpu::linear(bcx, act(y, n_tokens, H, names::kConvInProj), lw.conv_in_proj.data(), n_tokens, H, 3 * H, n_threads_);
   if (p.step)
     cpu::short_conv_step(z, bcx, lw.conv.data(), state_.layers[li].conv.data(), p.step->seqs.data(),
                          p.step->n_seqs(), p.step->ends.data(), H, L, n_threads_);
   else
     cpu::short_conv(z, bcx, lw.conv.data(), p.n_seq, p.seq_len, H, L, n_threads_);
-  cpu::linear(out, z, lw.conv_out_proj.data(), n_tokens, H, H, n_threads_);
+  cpu::linear(out, act(z, n_tokens, H, names::kConvOutProj), lw.conv_out_proj.data(), n_tokens, H, H, n_threads_);
 }
 
 // out = w2(silu(w1 f) * w3 f), HF Lfm2MoeMLP.
@@ -136,10 +153,11 @@ void CpuLayers::dense_block(const LayerWeights& lw, const float* f, float* out, 
   const int64_t H = cfg_.hidden_size, I = cfg_.intermediate_size;
   float* g = grow(q_, n_tokens * I);
   float* u = grow(k_, n_tokens * I);
-  cpu::linear(g, f, lw.w1.data(), n_tokens, H, I, n_threads_);
-  cpu::linear(u, f, lw.w3.data(), n_tokens, H, I, n_threads_);
+  const float* fq = act(f, n_tokens, H, names::kW1);
+  cpu::linear(g, fq, lw.w1.data(), n_tokens, H, I, n_threads_);
+  cpu::linear(u, fq, lw.w3.data(), n_tokens, H, I, n_threads_);
   cpu::swiglu(g, g, u, n_tokens * I, n_threads_);
-  cpu::linear(out, g, lw.w2.data(), n_tokens, I, H, n_threads_);
+  cpu::linear(out, act(g, n_tokens, I, names::kW2), lw.w2.data(), n_tokens, I, H, n_threads_);
 }
 
 // out = routed experts of f, HF Lfm2MoeSparseMoeBlock; the decode rows flagged in p.done get nothing.
@@ -158,7 +176,8 @@ void CpuLayers::moe_block(const LayerWeights& lw, const float* f, float* out, co
   float* fs = grow(moe_scratch_, need.floats);
   if (int64_t(moe_int_scratch_.size()) < need.ints) moe_int_scratch_.resize(size_t(need.ints));
   cpu::moe_experts(out, f, lw.experts_w1.data(), lw.experts_w3.data(), lw.experts_w2.data(), picked_.data(),
-                   rw.data(), n_tokens, H, E, Im, top_k, fs, moe_int_scratch_.data(), n_threads_);
+                   rw.data(), n_tokens, H, E, Im, top_k, fs, moe_int_scratch_.data(), n_threads_,
+                   !fp8_act_ ? 0 : cfg_.fp8.scheme == Fp8Scheme::Channel ? cpu::kFp8PerRow : kFp8Block);
 }
 
 int64_t* CpuLayers::positions(int64_t n_seq, int64_t seq_len) {

@@ -27,9 +27,14 @@
 
 namespace lfm2 {
 
+// FP8 files (docs/fp8.md): the weights arrive dequantized (layer_weights.h), which is the
+// weights-only oracle; with fp8_activations the input of every quantized product is also FP8-quantized
+// on the fly (per token for the channel scheme, per 128-column group for block128), the oracle of
+// an FP8 x FP8 product.
 class CpuLayers {
  public:
-  CpuLayers(const ModelConfig& cfg, const ModelWeights& w, CpuDecodeState& state, int n_threads);
+  CpuLayers(const ModelConfig& cfg, const ModelWeights& w, CpuDecodeState& state, int n_threads,
+            bool fp8_activations = false);
 
   // This stage's layers in place on x (n_seq * seq_len rows, sequence-major): scoring, no state.
   void run(float* x, int64_t n_seq, int64_t seq_len);
@@ -53,6 +58,9 @@ class CpuLayers {
   void conv_block(size_t li, const float* y, float* out, const Pass& p);
   void dense_block(const LayerWeights& lw, const float* f, float* out, int64_t n_tokens);
   void moe_block(const LayerWeights& lw, const float* f, float* out, const Pass& p);
+  // The input of a product with matrix `leaf`: x itself, or its FP8-quantized copy (fp8_activations).
+  const float* act(const float* x, int64_t rows, int64_t cols, const char* leaf);
+  int64_t act_group(int64_t cols) const;  // 0: none
   // Positions 0..seq_len-1 of every sequence, row-major (n_seq, seq_len).
   int64_t* positions(int64_t n_seq, int64_t seq_len);
 
@@ -60,9 +68,10 @@ class CpuLayers {
   const ModelWeights& w_;
   CpuDecodeState& state_;
   int n_threads_;
+  bool fp8_act_;
   std::vector<float> inv_freq_;  // (hd/2)
   // Scratch, grown on demand and reused by every layer.
-  std::vector<float> y_, mix_, q_, k_, v_, o_, qkv_, attn_scratch_, moe_scratch_;
+  std::vector<float> y_, mix_, q_, k_, v_, o_, qkv_, attn_scratch_, moe_scratch_, act_;
   std::vector<int32_t> picked_, moe_int_scratch_;
   std::vector<int64_t> pos_;
 };

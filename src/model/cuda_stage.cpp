@@ -331,6 +331,7 @@ std::unique_ptr<CudaStageExecutor> make_cuda_stage(WeightReader& weights, const 
     case DType::F32: return std::make_unique<CudaStage<float>>(weights, stage, device, tf32, graphs);
     case DType::BF16: return std::make_unique<CudaStage<__nv_bfloat16>>(weights, stage, device, false, graphs);
     case DType::F16: return std::make_unique<CudaStage<__half>>(weights, stage, device, false, graphs);
+    case DType::E4M3: break;  // a storage type (fp8 files are dequantized at upload), no compute dtype
   }
   LFM2_FAIL("cuda stage: unknown compute dtype");
 }

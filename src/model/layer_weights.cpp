@@ -1,5 +1,6 @@
 // Loading a stage's weights as fp32, driven by the name table: every tensor of the stage's spec
-// list is read once into the member its leaf name maps to; an unknown leaf is an error.
+// list is read once into the member its leaf name maps to; an unknown leaf is an error. An fp8
+// matrix is dequantized with its scales as they arrive (w = e4m3 * scale, one fp32 rounding).
 #include "model/layer_weights.h"
 
 #include <map>
@@ -42,6 +43,25 @@ std::vector<float>* layer_member(LayerWeights& w, const std::string& leaf) {
   return &(w.*(it->second));
 }
 
+// The fp8 matrix `m` (read as its e4m3 values) times its scales, read from `spec` and checked:
+// w = q * scale per output row or per 128 x 128 block, each stacked matrix (expert) on its own.
+void dequantize_fp8(WeightReader& reader, const TensorSpec& spec, const TensorSpec& matrix, std::vector<float>& m,
+                    Fp8Scheme scheme) {
+  const std::vector<float> scale = reader.read_f32(spec);
+  check_fp8_scales(reader.path(), spec.path, scale.data(), int64_t(scale.size()));
+  const size_t n = matrix.shape.size();
+  const int64_t rows = matrix.shape[n - 2], cols = matrix.shape[n - 1];
+  const int64_t tr = scheme == Fp8Scheme::Channel ? 1 : kFp8Block, tc = scheme == Fp8Scheme::Channel ? cols : kFp8Block;
+  const int64_t sr = fp8_scale_rows(scheme, rows), sc = fp8_scale_cols(scheme, cols);
+  const int64_t n_mat = matrix.numel() / (rows * cols);
+  for (int64_t b = 0; b < n_mat; ++b)
+    for (int64_t r = 0; r < rows; ++r) {
+      float* row = m.data() + (b * rows + r) * cols;
+      const float* s = scale.data() + (b * sr + r / tr) * sc;
+      for (int64_t c = 0; c < cols; ++c) row[c] *= s[c / tc];
+    }
+}
+
 }  // namespace
 
 int64_t LayerWeights::bytes() const {
@@ -60,10 +80,19 @@ LayerWeights load_layer_weights(WeightReader& reader, int il) {
   w.is_attention = cfg.is_attention(il);
   w.is_moe = cfg.is_moe(il);
   const std::string prefix = layer_path(il, "");
-  for (const TensorSpec& spec : layer_tensor_specs(cfg, il)) {
+  const std::vector<TensorSpec> specs = layer_tensor_specs(cfg, il);
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const TensorSpec& spec = specs[i];
     LFM2_CHECK(spec.path.compare(0, prefix.size(), prefix) == 0, "layer weights: ", spec.path, " is not under ",
                prefix);
-    *layer_member(w, spec.path.substr(prefix.size())) = reader.read_f32(spec);
+    const std::string leaf = spec.path.substr(prefix.size());
+    if (is_fp8_scale_leaf(leaf)) {  // the name table puts a scale right after its matrix
+      LFM2_CHECK(i > 0 && fp8_scale_leaf(specs[i - 1].path) == spec.path, "layer weights: ", spec.path,
+                 " does not follow its matrix");
+      dequantize_fp8(reader, spec, specs[i - 1], *layer_member(w, leaf.substr(0, leaf.size() - 6)), cfg.fp8.scheme);
+      continue;
+    }
+    *layer_member(w, leaf) = reader.read_f32(spec);
   }
   return w;
 }

@@ -137,6 +137,10 @@ class StageExecutor {
 
 // The CPU reference executor: fp32 weights and activations, fp32 accumulation, n_threads workers
 // (0: hardware concurrency). Reads only the datasets of its range from `weights`.
-std::unique_ptr<StageExecutor> make_cpu_stage(WeightReader& weights, const StageLayers& stage, int n_threads = 0);
+// fp8_activations (an FP8 file only, docs/fp8.md): besides its dequantized weights, quantize the
+// input of every FP8 product to e4m3 on the fly (per token, or per 128-column group under the block128
+// scheme); off, the stage is the weights-only oracle. A bf16/fp16/fp32 file ignores it.
+std::unique_ptr<StageExecutor> make_cpu_stage(WeightReader& weights, const StageLayers& stage, int n_threads = 0,
+                                              bool fp8_activations = false);
 
 }  // namespace lfm2

@@ -23,6 +23,27 @@ int64_t row_elems(const TensorSpec& s) {
   return n;
 }
 
+// Rows [b, b + n) of the first dimension of an fp8 matrix (e4m3, docs/fp8.md), dequantized with its
+// scales (w = q * scale in fp32, as the CPU stage's loader) and converted to `as`.
+void read_dequantized(WeightReader& r, const TensorSpec& s, const std::vector<float>& scale, int64_t b, int64_t n,
+                      void* out, DType as) {
+  const Fp8Scheme scheme = r.config().fp8.scheme;
+  const size_t nd = s.shape.size();
+  const int64_t rows = s.shape[nd - 2], cols = s.shape[nd - 1], per_row = row_elems(s);
+  const int64_t tr = scheme == Fp8Scheme::Channel ? 1 : kFp8Block, tc = scheme == Fp8Scheme::Channel ? cols : kFp8Block;
+  const int64_t sr = fp8_scale_rows(scheme, rows), sc = fp8_scale_cols(scheme, cols);
+  std::vector<float> w(size_t(n * per_row));
+  r.read_rows(s, b, n, w.data(), DType::F32);
+  for (int64_t i = 0; i < n * per_row / cols; ++i) {  // every matrix row of the piece
+    // A stacked tensor's first-dimension row is a whole matrix; a 2-D one's is a matrix row.
+    const int64_t mat = nd == 3 ? b + i / rows : 0, row = nd == 3 ? i % rows : b + i;
+    const float* srow = scale.data() + (mat * sr + row / tr) * sc;
+    float* wrow = w.data() + i * cols;
+    for (int64_t c = 0; c < cols; ++c) wrow[c] *= srow[c / tc];
+  }
+  convert_elements(out, as, w.data(), DType::F32, w.size());
+}
+
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 }  // namespace
@@ -39,6 +60,15 @@ const TensorSpec& WeightUploader::spec(const std::string& path) const {
 }
 
 bool WeightUploader::has(const std::string& path) const { return reader_.has(path); }
+
+const std::vector<float>& WeightUploader::scales(const TensorSpec& matrix) {
+  const TensorSpec ss = fp8_scale_spec(matrix, reader_.config().fp8.scheme);
+  auto it = scales_.find(ss.path);
+  if (it != scales_.end()) return it->second;
+  std::vector<float> v = reader_.read_f32(ss);
+  check_fp8_scales(reader_.path(), ss.path, v.data(), int64_t(v.size()));
+  return scales_.emplace(ss.path, std::move(v)).first->second;
+}
 
 // Pieces of at most kStagingBytes, whole rows of the first dimension (a row larger than that is
 // refused: no tensor of this model has one).
@@ -112,7 +142,9 @@ void WeightUploader::upload(char* base, const std::string& what) {
       const Piece& p = pieces_[i];
       const int s = int(i % 2);
       CUDA_CHECK(cudaEventSynchronize(copied[s]));  // the copy out of this buffer two pieces ago
-      if (p.spec)
+      if (p.spec && p.spec->dtype == DType::E4M3)
+        read_dequantized(reader_, *p.spec, scales(*p.spec), p.row_begin, p.n_rows, staging[s], p.as);
+      else if (p.spec)
         reader_.read_rows(*p.spec, p.row_begin, p.n_rows, staging[s], p.as);
       else
         std::copy(p.host->begin(), p.host->end(), static_cast<float*>(staging[s]));

@@ -58,7 +58,7 @@ void write_safetensors(const std::string& path, const std::vector<StTensor>& ten
   std::vector<uint8_t> data;
   for (const auto& t : tensors) {
     auto bytes = to_bytes(t.values, t.dtype);
-    const char* dt = t.dtype == DType::BF16 ? "BF16" : t.dtype == DType::F16 ? "F16" : "F32";
+    const char* dt = t.dtype == DType::BF16 ? "BF16" : t.dtype == DType::F16 ? "F16" : t.dtype == DType::E4M3 ? "F8_E4M3" : "F32";
     header[t.name] = {{"dtype", dt}, {"shape", t.shape}, {"data_offsets", {data.size(), data.size() + bytes.size()}}};
     data.insert(data.end(), bytes.begin(), bytes.end());
   }

@@ -10,7 +10,7 @@ import unittest
 
 TOOLS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools")
 SCRIPTS = ["plan_layout", "trace_gantt", "hf_answers", "make_goldens", "lfm2_text", "make_text_goldens",
-           "make_prompt_goldens", "step_time_plot"]
+           "make_prompt_goldens", "step_time_plot", "fp8_accuracy"]
 BROKEN = ["h5py", "numpy", "torch", "transformers", "safetensors", "tokenizers", "matplotlib", "jinja2"]
 
 
@@ -54,6 +54,7 @@ class ToolErrors(unittest.TestCase):
                                      "--gpus", "1", "--memory-gib", "80"), "plan_layout", "--config nope.json: no such file")
         self.one_error(self.run_tool("trace_gantt", "nope.json", "x.png"), "trace_gantt", "trace nope.json: no such file")
         self.one_error(self.run_tool("hf_answers", "nope.h5", "i.h5", "a.h5"), "hf_answers", "model nope.h5: no such file")
+        self.one_error(self.run_tool("fp8_accuracy", "nope.h5", "b.h5"), "fp8_accuracy", "reference nope.h5: no such file")
         self.one_error(self.run_tool("lfm2_text", "decode", "nope.h5", "o.h5", "r.jsonl"), "lfm2_text",
                        "model nope.h5: no such file")
         self.one_error(self.run_tool("lfm2_text", "encode", "nope.h5", "p.jsonl", "i.h5"), "lfm2_text",

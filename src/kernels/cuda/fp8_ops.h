@@ -1,0 +1,35 @@
+// The CUDA FP8 products (docs/fp8.md), twins of kernels/fp8_products.h: e4m3 weights and fp32
+// scales as the weight file holds them, 16-bit activations (bf16 or fp16), fp32 accumulation, each
+// weight widened in shared memory to T(e4m3 * scale) (kernels/cuda/moe_decode_gemm_fp8.cuh). Hopper
+// (sm_90); hidden and inter multiples of 16, buffers 16-byte aligned. Queue kernels only
+// (capturable in a CUDA graph); a row's bits do not depend on the other rows or their number.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include "common/fp8.h"
+
+namespace lfm2::cuda {
+
+// moe_experts_decode with e4m3 experts: x (n_tokens, hidden) fp32 += experts(in). w13 / s13 and
+// w2 / s2 as cpu::moe_experts_fp8. Scratch: moe_experts_decode_scratch_bytes(..., sizeof(T)).
+template <typename T>
+void moe_experts_decode_fp8(float* x, const T* in, const uint8_t* w13, const float* s13, const uint8_t* w2,
+                            const float* s2, Fp8Scheme scheme, const int32_t* experts, const float* weights,
+                            int64_t n_tokens, int64_t hidden, int64_t n_experts, int64_t inter, int64_t top_k,
+                            void* scratch, cudaStream_t stream);
+
+// out (n_rows, n_out) = in (n_rows, n_in) W^T with w (n_out, n_in) e4m3 and s its scales, at few
+// rows (the decode projections): out as T, as fp32, or added into an fp32 out (the residual).
+enum class Fp8Out { T, F32, AddF32 };
+template <typename T>
+void linear_fp8_decode(void* out, Fp8Out out_kind, const T* in, const uint8_t* w, const float* s, Fp8Scheme scheme,
+                       int64_t n_rows, int64_t n_in, int64_t n_out, cudaStream_t stream);
+
+// Tuning only (cuda_bench_fp8): skip the widening of the weight tiles, so the products run on stale
+// shared memory (wrong results): what the pipeline alone costs.
+void fp8_decode_force_skip_widen(bool skip);
+
+}  // namespace lfm2::cuda

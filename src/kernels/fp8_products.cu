@@ -1,0 +1,104 @@
+// The FP8 decode products (kernels/cuda/fp8_ops.h): the permutation and the combine of
+// moe_experts_decode around moe_decode_gemm_fp8.cuh's two products, and the dense projection as
+// one "expert" holding every row.
+#include <algorithm>
+
+#include "common/cuda_check.h"
+#include "kernels/cuda/device_info.h"
+#include "kernels/cuda/fp8_ops.h"
+#include "kernels/cuda/moe_decode_gemm_fp8.cuh"
+#include "kernels/cuda/ops.h"
+
+namespace lfm2::cuda {
+namespace {
+
+namespace g8 = moe_gemm_fp8;
+constexpr int kStages = 7;
+constexpr int64_t kAlign = 256;
+int64_t align_up(int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+bool g_skip_widen = false;  // fp8_decode_force_skip_widen
+
+template <typename T, bool kGateUp>
+void launch(g8::Args a, int64_t max_units, cudaStream_t stream) {
+  a.widen = g_skip_widen ? 0 : 1;
+  auto kernel = g8::moe_gemm_fp8_kernel<T, kGateUp, kStages>;
+  constexpr int smem = g8::smem_bytes(kStages);
+  raise_smem_limit(reinterpret_cast<const void*>(kernel), smem);
+  const int64_t grid = std::max<int64_t>(1, std::min<int64_t>(max_units, int64_t(compute_sms(current_device()))));
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(unsigned(grid));
+  cfg.blockDim = dim3(g8::kThreads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, a));
+  CUDA_CHECK_LAUNCH(kGateUp ? "moe_gemm_fp8_kernel (gate/up)" : "moe_gemm_fp8_kernel (down)");
+}
+
+void check_shapes(const char* what, const void* in, const void* w, const void* w2, int64_t k, int64_t r) {
+  LFM2_CHECK(k % 16 == 0 && r % 8 == 0 && aligned16(in) && aligned16(w) && (!w2 || aligned16(w2)), what,
+             ": the sizes (", k, ", ", r, ") must be multiples of 16 and 8 and the buffers 16-byte aligned");
+}
+
+}  // namespace
+
+void fp8_decode_force_skip_widen(bool skip) { g_skip_widen = skip; }
+
+template <typename T>
+void moe_experts_decode_fp8(float* x, const T* in, const uint8_t* w13, const float* s13, const uint8_t* w2,
+                            const float* s2, Fp8Scheme scheme, const int32_t* experts, const float* weights,
+                            int64_t n_tokens, int64_t hidden, int64_t n_experts, int64_t inter, int64_t top_k,
+                            void* scratch, cudaStream_t stream) {
+  if (n_tokens == 0) return;
+  const int64_t H = hidden, E = n_experts, I = inter, P = n_tokens * top_k;
+  check_shapes("moe_experts_decode_fp8", in, w13, w2, H, I);
+  LFM2_CHECK(I % 16 == 0 && aligned16(scratch) && E >= 1 && E <= g8::kMaxExperts && P < (int64_t(1) << 31),
+             "moe_experts_decode_fp8: inter ", I, " (a multiple of 16), ", E, " experts (at most ", g8::kMaxExperts,
+             "), ", n_tokens, " tokens, an aligned scratch");
+  // moe_experts_decode's scratch layout: offsets, src_token, dest_row, act (P, I) T, y (P, H) fp32
+  char* base = static_cast<char*>(scratch);
+  auto* offsets = reinterpret_cast<int32_t*>(base);
+  auto* src_token = reinterpret_cast<int32_t*>(base + align_up((E + 1) * 4));
+  auto* dest_row = reinterpret_cast<int32_t*>(base + align_up((E + 1) * 4) + align_up(P * 4));
+  auto* act = reinterpret_cast<T*>(base + align_up((E + 1) * 4) + 2 * align_up(P * 4));
+  auto* y = reinterpret_cast<float*>(reinterpret_cast<char*>(act) + align_up(P * I * int64_t(sizeof(T))));
+  moe_permute_one_block(offsets, src_token, dest_row, experts, n_tokens, E, top_k, stream);
+  const int blocks = scheme == Fp8Scheme::Block128;
+  const int64_t touched = std::min(E, P);
+  const g8::Args a{w13, s13, in, offsets, src_token, act, H, I, int(E), 0, blocks, g8::kOutT, 1};
+  launch<T, true>(a, touched * ((I + 63) / 64), stream);
+  const g8::Args b{w2, s2, act, offsets, nullptr, y, I, H, int(E), 0, blocks, g8::kOutF32, 1};
+  launch<T, false>(b, touched * ((H + g8::kBM - 1) / g8::kBM), stream);
+  moe_combine_rmsnorm<T>(nullptr, x, y, dest_row, weights, nullptr, n_tokens, top_k, H, 0.f, stream);
+}
+
+template <typename T>
+void linear_fp8_decode(void* out, Fp8Out out_kind, const T* in, const uint8_t* w, const float* s, Fp8Scheme scheme,
+                       int64_t n_rows, int64_t n_in, int64_t n_out, cudaStream_t stream) {
+  if (n_rows == 0) return;
+  check_shapes("linear_fp8_decode", in, w, nullptr, n_in, n_out);
+  LFM2_CHECK(n_rows < (int64_t(1) << 31) && aligned16(out), "linear_fp8_decode: ", n_rows, " rows, an aligned out");
+  const int mode = out_kind == Fp8Out::T ? g8::kOutT : out_kind == Fp8Out::F32 ? g8::kOutF32 : g8::kOutAddF32;
+  const g8::Args a{w, s, in, nullptr, nullptr, out, n_in, n_out, 1, int(n_rows), scheme == Fp8Scheme::Block128,
+                   mode, 1};
+  launch<T, false>(a, (n_out + g8::kBM - 1) / g8::kBM, stream);
+}
+
+#define INST(T)                                                                                                   \
+  template void moe_experts_decode_fp8<T>(float*, const T*, const uint8_t*, const float*, const uint8_t*,        \
+                                          const float*, Fp8Scheme, const int32_t*, const float*, int64_t, int64_t, \
+                                          int64_t, int64_t, int64_t, void*, cudaStream_t);                        \
+  template void linear_fp8_decode<T>(void*, Fp8Out, const T*, const uint8_t*, const float*, Fp8Scheme, int64_t,    \
+                                     int64_t, int64_t, cudaStream_t);
+INST(__nv_bfloat16)
+INST(__half)
+#undef INST
+
+}  // namespace lfm2::cuda

@@ -1,0 +1,222 @@
+// FP8 decode products beside the bf16 ones at LFM2-8B-A1B shapes (not a test; run by hand on a GPU
+// machine): cuda_bench_fp8 [rows,...] (default 8,32,64,128,256).
+//  - one MoE layer (top-4 of 32, hidden 2048, moe 1792, random inputs and router): the bf16
+//    moe_experts_decode and moe_experts_decode_fp8 under both schemes, the same routing; effective
+//    bandwidth = the bytes that must move (touched experts' weights once, their scales, the tokens)
+//    over the time, and that against the device-to-device copy bandwidth measured first.
+//  - the projections of a decode step (qkv, attention/conv out, conv in, dense w13, dense w2) at the
+//    same rows: linear_decode (bf16, the pinned path) beside linear_fp8_decode.
+// CUDA events around batches of calls queued back to back, warm-up first, median of 5 batches.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#include "common/cuda_check.h"
+#include "common/error.h"
+#include "common/fp8.h"
+#include "common/rng.h"
+#include "kernels/cuda/fp8_ops.h"
+#include "kernels/cuda/ops.h"
+
+namespace lfm2 {
+namespace {
+
+double median_ms(cudaStream_t s, const std::function<void()>& f, int reps = 20) {
+  for (int i = 0; i < 3; ++i) f();
+  cudaEvent_t a, b;
+  CUDA_CHECK(cudaEventCreate(&a));
+  CUDA_CHECK(cudaEventCreate(&b));
+  std::vector<float> t;
+  for (int batch = 0; batch < 5; ++batch) {
+    CUDA_CHECK(cudaEventRecord(a, s));
+    for (int i = 0; i < reps; ++i) f();
+    CUDA_CHECK(cudaEventRecord(b, s));
+    CUDA_CHECK(cudaEventSynchronize(b));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    t.push_back(ms / float(reps));
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+template <typename T>
+T* dev_alloc(int64_t n) {
+  T* p = nullptr;
+  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&p), size_t(std::max<int64_t>(n, 1)) * sizeof(T)));
+  return p;
+}
+
+template <typename T>
+T* upload(const std::vector<T>& h) {
+  T* d = dev_alloc<T>(int64_t(h.size()));
+  CUDA_CHECK(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return d;
+}
+
+std::vector<float> rand_host(int64_t n, uint64_t seed, float scale) {
+  std::vector<float> h(static_cast<size_t>(n));
+  CounterRng rng(99, seed);
+  for (int64_t i = 0; i < n; ++i) h[size_t(i)] = float(rng.symmetric(uint64_t(i))) * scale;
+  return h;
+}
+
+__nv_bfloat16* rand_bf16(int64_t n, uint64_t seed, float scale) {
+  float* tmp = upload(rand_host(n, seed, scale));
+  __nv_bfloat16* d = dev_alloc<__nv_bfloat16>(n);
+  cuda::convert_from_f32(d, tmp, n, nullptr);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  cudaFree(tmp);
+  return d;
+}
+
+// A stack of n_mat (rows, cols) random matrices quantized on the host: e4m3 and scales on the device.
+struct DevQ8 {
+  uint8_t* q = nullptr;
+  float* s = nullptr;
+  int64_t scale_count = 0;
+};
+DevQ8 rand_fp8(int64_t n_mat, int64_t rows, int64_t cols, Fp8Scheme scheme, uint64_t seed, float scale) {
+  const auto w = rand_host(n_mat * rows * cols, seed, scale);
+  const int64_t per = fp8_scale_rows(scheme, rows) * fp8_scale_cols(scheme, cols);
+  std::vector<uint8_t> q(w.size());
+  std::vector<float> s(size_t(n_mat * per));
+  for (int64_t b = 0; b < n_mat; ++b)
+    fp8_quantize(q.data() + b * rows * cols, s.data() + b * per, w.data() + b * rows * cols, rows, cols, scheme);
+  return {upload(q), upload(s), int64_t(s.size())};
+}
+
+double g_copy_gbs = 0;
+
+void bench_copy(cudaStream_t s) {
+  const int64_t n = int64_t(1) << 30;
+  char *a = dev_alloc<char>(n), *b = dev_alloc<char>(n);
+  CUDA_CHECK(cudaMemset(a, 1, size_t(n)));
+  const double t = median_ms(s, [&] { CUDA_CHECK(cudaMemcpyAsync(b, a, size_t(n), cudaMemcpyDeviceToDevice, s)); }, 5);
+  g_copy_gbs = 2.0 * double(n) / t * 1e-6;
+  std::printf("copy  1 GiB device to device: %.3f ms, %.0f GB/s (read + write; the floor's bandwidth below)\n", t,
+              g_copy_gbs);
+  cudaFree(a), cudaFree(b);
+}
+
+std::string bw(double bytes, double ms) {
+  char b[128];
+  const double floor_ms = bytes / g_copy_gbs * 1e-6;
+  std::snprintf(b, sizeof b, "%7.4f ms %5.0f GB/s %4.0f%% of floor (%.4f)", ms, bytes / ms * 1e-6,
+                100 * floor_ms / ms, floor_ms);
+  return b;
+}
+
+void bench_moe(cudaStream_t s, int64_t n) {
+  using T = __nv_bfloat16;
+  const int64_t H = 2048, E = 32, I = 1792, k = 4, P = n * k;
+  T* y = rand_bf16(n * H, 1, 1.f);
+  T* w13 = rand_bf16(E * 2 * I * H, 2, 0.02f);
+  T* w2 = rand_bf16(E * H * I, 3, 0.02f);
+  T* wg = rand_bf16(E * H, 4, 0.05f);
+  float* x = upload(rand_host(n * H, 5, 1.f));
+  float* logits = dev_alloc<float>(n * E);
+  float* wts = dev_alloc<float>(P);
+  int32_t* ids = dev_alloc<int32_t>(P);
+  void* scratch = dev_alloc<char>(cuda::moe_experts_decode_scratch_bytes(n, H, E, I, k, sizeof(T)));
+  cuda::linear_f32out(logits, y, wg, n, H, E, s);
+  cuda::moe_router_drop(wts, ids, logits, nullptr, nullptr, n, E, k, true, 1.f, s);
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  std::vector<int32_t> h(static_cast<size_t>(P));
+  CUDA_CHECK(cudaMemcpy(h.data(), ids, size_t(P) * 4, cudaMemcpyDeviceToHost));
+  std::vector<bool> used(size_t(E), false);
+  for (int32_t e : h) used[size_t(e)] = true;
+  const double touched = double(std::count(used.begin(), used.end(), true));
+  const double act = double(n) * H * (sizeof(T) + 8);
+  const double bytes16 = touched * 3 * I * H * 2 + act;
+  const double t16 = median_ms(s, [&] { cuda::moe_experts_decode(x, y, w13, w2, ids, wts, n, H, E, I, k, scratch, s); });
+  std::printf("moe %4lld tok (%2.0f experts)  bf16 experts_decode      %s\n", (long long)n, touched,
+              bw(bytes16, t16).c_str());
+  cudaFree(w13), cudaFree(w2);
+  for (const Fp8Scheme scheme : {Fp8Scheme::Channel, Fp8Scheme::Block128}) {
+    // w13 stacked per expert as [w1; w3] with w1's scales then w3's: random data, so one stack of 2I rows
+    // quantized as two halves is the same as quantizing (E * 2, I, H)
+    DevQ8 q13 = rand_fp8(E * 2, I, H, scheme, 12, 0.02f), q2 = rand_fp8(E, H, I, scheme, 13, 0.02f);
+    const double scales = touched / E * double(q13.scale_count + q2.scale_count) * 4;
+    const double bytes8 = touched * 3 * I * H + scales + act;
+    const double t8 = median_ms(s, [&] {
+      cuda::moe_experts_decode_fp8(x, y, q13.q, q13.s, q2.q, q2.s, scheme, ids, wts, n, H, E, I, k, scratch, s);
+    });
+    std::printf("moe %4lld tok (%2.0f experts)  fp8 %-8s experts_decode %s  %.2fx bf16\n", (long long)n, touched,
+                fp8_scheme_name(scheme), bw(bytes8, t8).c_str(), t16 / t8);
+    cuda::fp8_decode_force_skip_widen(true);  // the pipeline alone (wrong results)
+    const double tp = median_ms(s, [&] {
+      cuda::moe_experts_decode_fp8(x, y, q13.q, q13.s, q2.q, q2.s, scheme, ids, wts, n, H, E, I, k, scratch, s);
+    });
+    cuda::fp8_decode_force_skip_widen(false);
+    std::printf("moe %4lld tok (%2.0f experts)  fp8 %-8s without widening %s (timing only)\n", (long long)n, touched,
+                fp8_scheme_name(scheme), bw(bytes8, tp).c_str());
+    cudaFree(q13.q), cudaFree(q13.s), cudaFree(q2.q), cudaFree(q2.s);
+  }
+  for (void* p : std::initializer_list<void*>{y, wg, x, logits, wts, ids, scratch}) cudaFree(p);
+}
+
+void bench_projections(cudaStream_t s, int64_t n) {
+  using T = __nv_bfloat16;
+  struct Shape {
+    const char* name;
+    int64_t n_in, n_out;
+  };
+  for (const Shape& sh : {Shape{"qkv", 2048, 3072}, Shape{"out", 2048, 2048}, Shape{"conv in", 2048, 6144},
+                          Shape{"dense w13", 2048, 14336}, Shape{"dense w2", 7168, 2048}}) {
+    T* in = rand_bf16(n * sh.n_in, 21, 1.f);
+    T* w = rand_bf16(sh.n_out * sh.n_in, 22, 0.02f);
+    float* out = dev_alloc<float>(n * sh.n_out);
+    const double act = double(n) * (sh.n_in * 2 + sh.n_out * 8);
+    const double t16 = median_ms(s, [&] { cuda::linear_add_f32_decode(out, in, w, n, sh.n_in, sh.n_out, s); });
+    cudaFree(w);
+    std::printf("proj %-9s %4lld rows  bf16 linear_add_f32_decode %s\n", sh.name, (long long)n,
+                bw(double(sh.n_out) * sh.n_in * 2 + act, t16).c_str());
+    for (const Fp8Scheme scheme : {Fp8Scheme::Channel, Fp8Scheme::Block128}) {
+      DevQ8 q = rand_fp8(1, sh.n_out, sh.n_in, scheme, 23, 0.02f);
+      const double t8 = median_ms(s, [&] {
+        cuda::linear_fp8_decode(out, cuda::Fp8Out::AddF32, in, q.q, q.s, scheme, n, sh.n_in, sh.n_out, s);
+      });
+      std::printf("proj %-9s %4lld rows  fp8 %-8s linear_fp8     %s  %.2fx bf16\n", sh.name, (long long)n,
+                  fp8_scheme_name(scheme), bw(double(sh.n_out) * sh.n_in + q.scale_count * 4.0 + act, t8).c_str(),
+                  t16 / t8);
+      cudaFree(q.q), cudaFree(q.s);
+    }
+    cudaFree(in), cudaFree(out);
+  }
+}
+
+}  // namespace
+}  // namespace lfm2
+
+int main(int argc, char** argv) {
+  using namespace lfm2;
+  std::vector<int64_t> rows = {8, 32, 64, 128, 256};
+  if (argc > 1) {
+    rows.clear();
+    for (char* p = argv[1]; *p;) {
+      rows.push_back(std::strtoll(p, &p, 10));
+      if (*p == ',') ++p;
+    }
+  }
+  try {
+    cudaStream_t s;
+    CUDA_CHECK(cudaSetDevice(0));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    bench_copy(s);
+    for (int64_t n : rows) bench_moe(s, n);
+    for (int64_t n : rows) bench_projections(s, n);
+    CUDA_CHECK(cudaStreamDestroy(s));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "cuda_bench_fp8: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

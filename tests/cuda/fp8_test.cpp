@@ -1,0 +1,171 @@
+// The FP8 decode products against their CPU twins (kernels/fp8_products.h): random e4m3 weights
+// and scales under both schemes (channel, 128 x 128 blocks with cut edges), bf16 and fp16
+// activations, 1..256 rows, the model's shapes; a row alone gives the bits it has in a batch. Skips
+// without a GPU.
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "common/fp8.h"
+#include "cuda_test_util.h"
+#include "kernels/add.h"
+#include "kernels/cuda/fp8_ops.h"
+#include "kernels/cuda/ops.h"
+#include "kernels/fp8_products.h"
+#include "moe_test_util.h"
+
+namespace lfm2 {
+namespace {
+
+using namespace test;
+
+// A stack of n_mat (rows, cols) matrices quantized one by one: e4m3 bits and scales.
+struct Q8 {
+  std::vector<uint8_t> q;
+  std::vector<float> s;
+};
+
+Q8 quantize_stack(const std::vector<float>& w, int64_t n_mat, int64_t rows, int64_t cols, Fp8Scheme scheme) {
+  Q8 r;
+  r.q.resize(w.size());
+  const int64_t per_s = fp8_scale_rows(scheme, rows) * fp8_scale_cols(scheme, cols);
+  r.s.resize(size_t(n_mat * per_s));
+  for (int64_t b = 0; b < n_mat; ++b)
+    fp8_quantize(r.q.data() + b * rows * cols, r.s.data() + b * per_s, w.data() + b * rows * cols, rows, cols, scheme);
+  return r;
+}
+
+// w13 of each expert = its w1 rows then w3 rows; s13 = w1's scales then w3's, per expert.
+struct Fp8Moe {
+  Q8 w13, w2;
+};
+
+Fp8Moe fp8_moe(int64_t H, int64_t E, int64_t I, Fp8Scheme scheme, uint64_t seed) {
+  const auto w1 = rand_vec(size_t(E * I * H), seed, float(1 / std::sqrt(double(H))));
+  const auto w3 = rand_vec(w1.size(), seed + 1, float(1 / std::sqrt(double(H))));
+  const auto w2 = rand_vec(size_t(E * H * I), seed + 2, float(1 / std::sqrt(double(I))));
+  const Q8 q1 = quantize_stack(w1, E, I, H, scheme), q3 = quantize_stack(w3, E, I, H, scheme);
+  Fp8Moe m;
+  m.w2 = quantize_stack(w2, E, H, I, scheme);
+  const int64_t ps = int64_t(q1.s.size()) / E;
+  for (int64_t e = 0; e < E; ++e) {
+    m.w13.q.insert(m.w13.q.end(), q1.q.begin() + e * I * H, q1.q.begin() + (e + 1) * I * H);
+    m.w13.q.insert(m.w13.q.end(), q3.q.begin() + e * I * H, q3.q.begin() + (e + 1) * I * H);
+    m.w13.s.insert(m.w13.s.end(), q1.s.begin() + e * ps, q1.s.begin() + (e + 1) * ps);
+    m.w13.s.insert(m.w13.s.end(), q3.s.begin() + e * ps, q3.s.begin() + (e + 1) * ps);
+  }
+  return m;
+}
+
+template <typename T>
+class CudaFp8 : public CudaTest {};
+using HalfTypes = ::testing::Types<__nv_bfloat16, __half>;
+TYPED_TEST_SUITE(CudaFp8, HalfTypes, ElemNames);
+
+// x + moe_experts_decode_fp8(in) against x + cpu::moe_experts_fp8(in), and row 0 alone.
+TYPED_TEST(CudaFp8, MoeExpertsMatchCpuTwin) {
+  using T = TypeParam;
+  const std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>> shapes = {
+      {1, 64, 8, 32, 2}, {7, 128, 8, 96, 2}, {32, 256, 8, 160, 4}, {256, 512, 16, 384, 4},
+      {32, 2048, 32, 1792, 4}, {256, 2048, 32, 1792, 4}};
+  // LFM2_TEST_QUICK=1 (under compute-sanitizer): the small shapes only
+  const size_t n_shapes = std::getenv("LFM2_TEST_QUICK") ? 4 : shapes.size();
+  for (size_t si = 0; si < n_shapes; ++si) {
+    const auto& [n, H, E, I, k] = shapes[si];
+    for (const Fp8Scheme scheme : {Fp8Scheme::Channel, Fp8Scheme::Block128}) {
+      SCOPED_TRACE(cat(n, " tokens, H ", H, ", E ", E, ", I ", I, ", top-", k, ", ", fp8_scheme_name(scheme)));
+      const Fp8Moe w = fp8_moe(H, E, I, scheme, 40 + uint64_t(H));
+      auto in = rand_vec(size_t(n * H), 7 + uint64_t(n));
+      const auto in_t = round_to<T>(in);
+      const auto x0 = rand_vec(size_t(n * H), 8);
+      std::vector<int32_t> experts;
+      std::vector<float> weights;
+      make_routing(experts, weights, n, E, k, Routing::kRandom, uint64_t(n));
+      std::vector<float> moe(size_t(n * H)), ref(moe.size());
+      cpu::moe_experts_fp8(moe.data(), in.data(), w.w13.q.data(), w.w13.s.data(), w.w2.q.data(), w.w2.s.data(),
+                           scheme, experts.data(), weights.data(), n, H, E, I, k, 8);
+      cpu::add(ref.data(), x0.data(), moe.data(), n * H);
+
+      DevBuf<T> d_in(in_t.size());
+      DevBuf<uint8_t> d_w13(w.w13.q.size()), d_w2(w.w2.q.size());
+      DevBuf<float> d_s13(w.w13.s.size()), d_s2(w.w2.s.size()), d_x(x0.size()), d_wt(weights.size());
+      DevBuf<int32_t> d_e(experts.size());
+      DevBuf<char> scratch(size_t(cuda::moe_experts_decode_scratch_bytes(n, H, E, I, k, sizeof(T))));
+      upload(d_in, in_t);
+      upload(d_w13, w.w13.q);
+      upload(d_w2, w.w2.q);
+      upload(d_s13, w.w13.s);
+      upload(d_s2, w.w2.s);
+      upload(d_x, x0);
+      upload(d_wt, weights);
+      upload(d_e, experts);
+      auto run = [&](int64_t rows) {
+        cuda::moe_experts_decode_fp8<T>(d_x.get(), d_in.get(), d_w13.get(), d_s13.get(), d_w2.get(), d_s2.get(),
+                                        scheme, d_e.get(), d_wt.get(), rows, H, E, I, k, scratch.get(), this->stream_);
+        this->sync();
+      };
+      run(n);
+      const auto got = download(d_x.get(), x0.size());
+      // bf16/fp16 tolerance x3 (the MoE's roundings: weights widened to T, act in T) as moe_decode's tests
+      EXPECT_TRUE(close_t<T>(got, ref, 3.0));
+      // row 0 alone: the bits it had in the batch
+      upload(d_x, x0);
+      run(1);
+      const auto alone = download(d_x.get(), size_t(H));
+      EXPECT_TRUE(same_bits(alone, std::vector<float>(got.begin(), got.begin() + H)));
+    }
+  }
+}
+
+// linear_fp8_decode in its three outputs against cpu::linear_fp8, at the model's projection shapes.
+TYPED_TEST(CudaFp8, LinearMatchesCpuTwin) {
+  using T = TypeParam;
+  const std::vector<std::tuple<int64_t, int64_t, int64_t>> shapes = {
+      {5, 160, 200}, {65, 64, 136}, {1, 2048, 3072}, {32, 2048, 2048}, {7, 7168, 2048}, {256, 2048, 6144}};
+  const size_t n_shapes = std::getenv("LFM2_TEST_QUICK") ? 2 : shapes.size();
+  for (size_t si = 0; si < n_shapes; ++si) {
+    const auto& [n, K, N] = shapes[si];
+    for (const Fp8Scheme scheme : {Fp8Scheme::Channel, Fp8Scheme::Block128}) {
+      SCOPED_TRACE(cat(n, " rows, ", K, " -> ", N, ", ", fp8_scheme_name(scheme)));
+      const auto wf = rand_vec(size_t(N * K), 90 + uint64_t(K), float(1 / std::sqrt(double(K))));
+      const Q8 w = quantize_stack(wf, 1, N, K, scheme);
+      auto in = rand_vec(size_t(n * K), 91 + uint64_t(n));
+      const auto in_t = round_to<T>(in);
+      std::vector<float> ref(size_t(n * N));
+      cpu::linear_fp8(ref.data(), in.data(), w.q.data(), w.s.data(), scheme, n, K, N, 8);
+      DevBuf<T> d_in(in_t.size()), d_out_t(ref.size());
+      DevBuf<uint8_t> d_w(w.q.size());
+      DevBuf<float> d_s(w.s.size()), d_out(ref.size());
+      upload(d_in, in_t);
+      upload(d_w, w.q);
+      upload(d_s, w.s);
+      cuda::linear_fp8_decode<T>(d_out.get(), cuda::Fp8Out::F32, d_in.get(), d_w.get(), d_s.get(), scheme, n, K, N,
+                                 this->stream_);
+      this->sync();
+      const auto got = download(d_out.get(), ref.size());
+      EXPECT_TRUE(close_t<T>(got, ref));
+      // += into the residual: twice gives 2 ref within tolerance, and T output rounds the same sums
+      cuda::linear_fp8_decode<T>(d_out.get(), cuda::Fp8Out::AddF32, d_in.get(), d_w.get(), d_s.get(), scheme, n, K, N,
+                                 this->stream_);
+      cuda::linear_fp8_decode<T>(d_out_t.get(), cuda::Fp8Out::T, d_in.get(), d_w.get(), d_s.get(), scheme, n, K, N,
+                                 this->stream_);
+      this->sync();
+      std::vector<float> twice(ref.size()), rounded = got;
+      for (size_t i = 0; i < ref.size(); ++i) twice[i] = 2 * got[i];
+      EXPECT_TRUE(same_bits(download(d_out.get(), ref.size()), twice));
+      round_to<T>(rounded);
+      EXPECT_TRUE(same_bits(download(d_out_t.get(), ref.size()), rounded));
+      // row 0 alone
+      cuda::linear_fp8_decode<T>(d_out.get(), cuda::Fp8Out::F32, d_in.get(), d_w.get(), d_s.get(), scheme, 1, K, N,
+                                 this->stream_);
+      this->sync();
+      EXPECT_TRUE(same_bits(download(d_out.get(), size_t(N)), std::vector<float>(got.begin(), got.begin() + N)));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace lfm2
