@@ -44,7 +44,7 @@ struct RankOptions {
   bool eos_off = false;      // --eos none: no EOS, not even the model's
   std::string eos_source;    // where the ids came from: "--eos", the model's file, or "" (none)
   bool stream = false;       // print every token as a JSON event line on stdout as it comes
-  // Continuous batching (jobs/batch_scheduler.h).
+  // Continuous batching (batching/batch_scheduler.h).
   std::string scheduler = "continuous";  // continuous | static
   int64_t max_seqs = 256;                // sequences running at once
   int64_t max_batched_tokens = 0;        // rows per step; 0: 8192

@@ -2,7 +2,7 @@
 //
 // An item is one step of the pipeline: its rows enter the first stage together, cross every
 // stage's layers and leave the last stage as results (scoring's top-1 and logits) or chosen tokens
-// (generation). A pure scheduler (jobs/schedulers.h, jobs/batch_scheduler.h) decides, item by item,
+// (generation). A pure scheduler (jobs/schedulers.h, batching/batch_scheduler.h) decides, item by item,
 // which sequences an item carries, which of their positions, in which state slots, which KV pages
 // they are granted, and what feedback it waits for; the engine only interprets the plans
 // (stage_program.h), and a schedule's timeline can be drawn from them alone (schedule_chart.h). A

@@ -9,10 +9,10 @@
 
 #include "common/error.h"
 #include "common/log.h"
-#include "rank/jobs/job_hub.h"
+#include "rank/batching/job_hub.h"
 #include "rank/jobs/job_setup.h"
-#include "rank/jobs/metrics.h"
-#include "rank/jobs/queue_source.h"
+#include "rank/batching/metrics.h"
+#include "rank/batching/queue_source.h"
 #include "rank/jobs/result_writer.h"
 #include "rank/mpi/fatal.h"
 #include "rank/mpi/fault_hook.h"

@@ -18,7 +18,7 @@
 #include "plan/layer_partition.h"
 #include "plan/replica_work.h"
 #include "rank/engine/pipeline.h"
-#include "rank/jobs/continuous_job.h"
+#include "rank/batching/continuous_job.h"
 #include "rank/jobs/generate_job.h"
 #include "rank/jobs/result_writer.h"
 #include "rank/jobs/score_job.h"

@@ -17,7 +17,7 @@
 
 #include "io/partial_outputs.h"
 #include "io/result_journal.h"
-#include "rank/jobs/batch_scheduler.h"
+#include "rank/batching/batch_scheduler.h"
 #include "rank/jobs/generate_job.h"
 
 namespace lfm2 {

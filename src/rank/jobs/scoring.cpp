@@ -122,8 +122,14 @@ JobOutcome score_outcome(const RankSetup& s, const PipelineResult& result) {
     out.code = v.passed ? kExitOk : kExitValidationFailed;
   }
   if (!opt.output.empty()) {
-    const TokenOutputs o{N, s.seq_len, s.cfg.vocab_size, result.next_token, result.logits, result.margin,
-                         result.all_logits, 0, {}, {}};
+    TokenOutputs o;
+    o.n_seq = N;
+    o.seq_len = s.seq_len;
+    o.vocab = s.cfg.vocab_size;
+    o.next_token = result.next_token;
+    o.logits = result.logits;
+    o.margin = result.margin;
+    o.all_logits = result.all_logits;
     write_job_outputs(opt.output, o, meta, out);
   }
   return out;

@@ -45,7 +45,7 @@ bool check_options(Startup& s) {
 // for --prompts without --max-new-tokens, the model's max_new_tokens (else 256), at most what its
 // positions allow after the longest prompt. The other ranks learn them in share_generation_defaults.
 void pick_generation_defaults(RankOptions& opt, const ModelConfig& cfg, int64_t seq_len) {
-  if (opt.max_new_tokens <= 0 || (!opt.eos.empty() || opt.eos_off) && !opt.max_new_default) return;
+  if (opt.max_new_tokens <= 0 || ((!opt.eos.empty() || opt.eos_off) && !opt.max_new_default)) return;
   const GenerationDefaults d = generation_defaults(read_model_text(opt.text_model, false));
   if (opt.eos.empty() && !opt.eos_off && !d.eos_ids.empty()) {
     opt.eos.assign(d.eos_ids.begin(), d.eos_ids.end());

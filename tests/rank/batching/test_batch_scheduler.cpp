@@ -12,7 +12,7 @@
 #include <set>
 
 #include "common/error.h"
-#include "rank/jobs/batch_scheduler.h"
+#include "rank/batching/batch_scheduler.h"
 
 namespace lfm2 {
 namespace {

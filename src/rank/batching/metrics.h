@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "rank/jobs/batch_scheduler.h"
+#include "rank/batching/batch_scheduler.h"
 
 namespace lfm2 {
 

@@ -1,4 +1,4 @@
-#include "rank/jobs/queue_source.h"
+#include "rank/batching/queue_source.h"
 
 #include <algorithm>
 

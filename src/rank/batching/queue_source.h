@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "io/seq_params.h"
-#include "rank/jobs/continuous_job.h"
-#include "rank/jobs/job_hub.h"
+#include "rank/batching/continuous_job.h"
+#include "rank/batching/job_hub.h"
 
 namespace lfm2 {
 

@@ -22,7 +22,7 @@
 #include "rank/engine/plan_feed.h"
 #include "rank/engine/plan_link.h"
 #include "rank/engine/stage_steps.h"
-#include "rank/jobs/batch_scheduler.h"
+#include "rank/batching/batch_scheduler.h"
 #include "rank/mpi/world.h"
 
 namespace lfm2 {

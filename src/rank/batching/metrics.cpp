@@ -1,4 +1,4 @@
-#include "rank/jobs/metrics.h"
+#include "rank/batching/metrics.h"
 
 #include <algorithm>
 #include <cmath>

@@ -19,7 +19,7 @@
 #include <functional>
 #include <vector>
 
-#include "rank/jobs/batch_scheduler.h"
+#include "rank/batching/batch_scheduler.h"
 #include "rank/mpi/replica_layout.h"
 #include "rank/mpi/world.h"
 

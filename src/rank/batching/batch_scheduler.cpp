@@ -1,4 +1,4 @@
-#include "rank/jobs/batch_scheduler.h"
+#include "rank/batching/batch_scheduler.h"
 
 #include <algorithm>
 #include <cmath>

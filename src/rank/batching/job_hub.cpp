@@ -1,4 +1,4 @@
-#include "rank/jobs/job_hub.h"
+#include "rank/batching/job_hub.h"
 
 #include <chrono>
 #include <cstring>

@@ -1,4 +1,4 @@
-#include "rank/jobs/continuous_job.h"
+#include "rank/batching/continuous_job.h"
 
 #include <algorithm>
 #include <chrono>
