@@ -158,10 +158,7 @@ JobOutcome generation_outcome(const RankSetup& s, const GenerateResult& result) 
     out.code = c.passed ? kExitOk : kExitValidationFailed;
   }
   if (!opt.output.empty()) {
-    TokenOutputs o;
-    o.n_seq = N;
-    o.seq_len = s.seq_len;
-    o.vocab = s.cfg.vocab_size;
+    TokenOutputs o = job_outputs(s);
     o.next_token.resize(size_t(N));
     for (int64_t i = 0; i < N; ++i) o.next_token[size_t(i)] = result.generated[size_t(i * K)];
     o.n_new = K;

@@ -15,6 +15,14 @@ std::vector<SeqBlock> RankSetup::blocks() const {
   return b;
 }
 
+TokenOutputs job_outputs(const RankSetup& s) {
+  TokenOutputs o;
+  o.n_seq = s.n_seq;
+  o.seq_len = s.seq_len;
+  o.vocab = s.cfg.vocab_size;
+  return o;
+}
+
 void write_job_outputs(const std::string& path, const TokenOutputs& o, const nlohmann::json& meta, JobOutcome& out) {
   try {
     write_outputs(path, o, meta);

@@ -95,6 +95,8 @@ nlohmann::json run_metadata(const RankSetup& s);
 nlohmann::json trace_meta(const RankSetup& s, const char* job, int64_t n_micro);
 int deliver_job_trace(const RankSetup& s, const nlohmann::json& meta);
 
+// The outputs of this job before its results: sequences, their padded length, the vocabulary.
+TokenOutputs job_outputs(const RankSetup& s);
 // Writes --output (the last rank). A write that fails (a full disk) is this rank's error alone:
 // it is logged and the job ends together with exit 1 (`out.code`); no half-written file is left.
 void write_job_outputs(const std::string& path, const TokenOutputs& o, const nlohmann::json& meta, JobOutcome& out);

@@ -122,10 +122,7 @@ JobOutcome score_outcome(const RankSetup& s, const PipelineResult& result) {
     out.code = v.passed ? kExitOk : kExitValidationFailed;
   }
   if (!opt.output.empty()) {
-    TokenOutputs o;
-    o.n_seq = N;
-    o.seq_len = s.seq_len;
-    o.vocab = s.cfg.vocab_size;
+    TokenOutputs o = job_outputs(s);
     o.next_token = result.next_token;
     o.logits = result.logits;
     o.margin = result.margin;
