@@ -20,6 +20,7 @@
 #include "common/cuda_check.h"
 #include "common/rng.h"
 #include "kernels/cuda/ops.h"
+#include "bench_util.h"
 
 namespace lfm2 {
 namespace {
@@ -28,33 +29,8 @@ using T = __nv_bfloat16;
 constexpr int64_t kHeads = 32, kKvHeads = 8, kHeadDim = 64, kWidth = (kHeads + 2 * kKvHeads) * kHeadDim;
 constexpr int64_t kKv = kKvHeads * kHeadDim;
 
-double median_ms(cudaStream_t s, const std::function<void()>& f, int reps) {
-  for (int i = 0; i < 3; ++i) f();
-  cudaEvent_t a, b;
-  CUDA_CHECK(cudaEventCreate(&a));
-  CUDA_CHECK(cudaEventCreate(&b));
-  std::vector<float> t;
-  for (int batch = 0; batch < 5; ++batch) {
-    CUDA_CHECK(cudaEventRecord(a, s));
-    for (int i = 0; i < reps; ++i) f();
-    CUDA_CHECK(cudaEventRecord(b, s));
-    CUDA_CHECK(cudaEventSynchronize(b));
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(ms / float(reps));
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
-
-template <typename E>
-E* dev_alloc(int64_t n) {
-  E* p = nullptr;
-  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&p), size_t(std::max<int64_t>(n, 1)) * sizeof(E)));
-  return p;
-}
+using bench::dev_alloc;
+using bench::median_ms;
 
 // n random bf16 values in (-scale, scale): 4M generated on the host, repeated to fill.
 T* rand_dev(int64_t n, uint64_t seed, float scale) {

@@ -26,72 +26,12 @@
 #include "common/error.h"
 #include "common/rng.h"
 #include "kernels/cuda/ops.h"
+#include "bench_util.h"
 
 namespace lfm2 {
 namespace {
 
-double median_ms(cudaStream_t s, const std::function<void()>& f, int reps = 20) {
-  for (int i = 0; i < 3; ++i) f();
-  cudaEvent_t a, b;
-  CUDA_CHECK(cudaEventCreate(&a));
-  CUDA_CHECK(cudaEventCreate(&b));
-  std::vector<float> t;
-  for (int batch = 0; batch < 5; ++batch) {
-    CUDA_CHECK(cudaEventRecord(a, s));
-    for (int i = 0; i < reps; ++i) f();
-    CUDA_CHECK(cudaEventRecord(b, s));
-    CUDA_CHECK(cudaEventSynchronize(b));
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(ms / float(reps));
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
-
-template <typename T>
-T* dev_alloc(int64_t n) {
-  T* p = nullptr;
-  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&p), size_t(std::max<int64_t>(n, 1)) * sizeof(T)));
-  return p;
-}
-
-template <typename T>
-T* rand_dev(int64_t n, uint64_t seed, float scale) {
-  std::vector<float> h(static_cast<size_t>(n));
-  CounterRng rng(99, seed);
-  for (int64_t i = 0; i < n; ++i) h[i] = float(rng.symmetric(uint64_t(i))) * scale;
-  float* tmp = dev_alloc<float>(n);
-  T* d = dev_alloc<T>(n);
-  CUDA_CHECK(cudaMemcpy(tmp, h.data(), size_t(n) * 4, cudaMemcpyHostToDevice));
-  cuda::convert_from_f32(d, tmp, n, nullptr);
-  CUDA_CHECK(cudaDeviceSynchronize());
-  cudaFree(tmp);
-  return d;
-}
-
-double g_copy_gbs = 0;  // device-to-device copy bandwidth, GB/s (read + write bytes / time)
-
-void bench_copy(cudaStream_t s) {
-  const int64_t n = int64_t(1) << 30;
-  char *a = dev_alloc<char>(n), *b = dev_alloc<char>(n);
-  CUDA_CHECK(cudaMemset(a, 1, size_t(n)));
-  const double t = median_ms(s, [&] { CUDA_CHECK(cudaMemcpyAsync(b, a, size_t(n), cudaMemcpyDeviceToDevice, s)); }, 5);
-  g_copy_gbs = 2.0 * double(n) / t * 1e-6;
-  std::printf("copy  1 GiB device to device: %.3f ms, %.0f GB/s (the floor's bandwidth below)\n", t, g_copy_gbs);
-  cudaFree(a), cudaFree(b);
-}
-
-// "0.123 ms  2712 GB/s  88% of floor (floor 0.108 ms)" for `bytes` that must move.
-std::string bw(double bytes, double ms) {
-  char b[128];
-  const double floor_ms = bytes / g_copy_gbs * 1e-6;
-  std::snprintf(b, sizeof b, "%7.4f ms %5.0f GB/s %4.0f%% of floor (%.4f)", ms, bytes / ms * 1e-6,
-                100 * floor_ms / ms, floor_ms);
-  return b;
-}
+using namespace bench;
 
 // ------------------------------------------------------------------------------------------ MoE
 
@@ -170,19 +110,65 @@ void bench_moe(const char* name, cudaStream_t s, int64_t n, bool variants) {
 
 // ---------------------------------------------------------------------------------- projections
 
+struct Proj {
+  const char* name;
+  int64_t n_in, n_out;
+  int kind;  // 0: T out, 1: fp32 out, 2: += fp32 residual
+};
+const int64_t kProjRows[] = {8, 32, 64, 128, 256};
+
+std::string path_name(int64_t plan_rows) {
+  return plan_rows == 0 ? "kernel" : "cuBLASLt@" + std::to_string(plan_rows);
+}
+
+// Every candidate path forced in turn (the kernel, then cuBLASLt at these plan rows; 4096: the
+// pinned one), its times at kProjRows printed; the path with the least time at 32 + 256 rows.
+int64_t sweep_paths(const Proj& p, const std::function<void(int64_t)>& run, cudaStream_t s, double* best_sum) {
+  const int64_t plan_rows[] = {0, 16, 32, 64, 128, 256, 4096};
+  *best_sum = 1e30;
+  int64_t best = -1;
+  for (const int64_t pr : plan_rows) {
+    cuda::DecodeGemmPath path{pr == 0 ? cuda::DecodeGemmPath::kKernel : cuda::DecodeGemmPath::kLt, pr};
+    cuda::decode_gemm_force_path(&path);
+    std::string line;
+    double t32 = -1, t256 = -1;
+    for (const int64_t t : kProjRows) {
+      double ms = -1;
+      try {
+        ms = median_ms(s, [&] { run(t); });
+      } catch (const Error& e) {
+        std::printf("proj  %-9s path %lld at %lld rows: %s\n", p.name, (long long)pr, (long long)t, e.what());
+      }
+      char b[32];
+      std::snprintf(b, sizeof b, " %8.4f", ms);
+      line += b;
+      if (t == 32) t32 = ms;
+      if (t == 256) t256 = ms;
+    }
+    cuda::decode_gemm_force_path(nullptr);
+    std::printf("proj  %-9s %5lld -> %-5lld %-16s ms at 8/32/64/128/256 rows:%s | 32 + 256: %.4f\n", p.name,
+                (long long)p.n_in, (long long)p.n_out, path_name(pr).c_str(), line.c_str(), t32 + t256);
+    if (t32 > 0 && t256 > 0 && t32 + t256 < *best_sum) *best_sum = t32 + t256, best = pr;
+  }
+  return best;
+}
+
+// " 0.0123 0.0234 ..." ms at kProjRows rows.
+std::string times_line(const std::function<void(int64_t)>& run, cudaStream_t s) {
+  std::string line;
+  for (const int64_t t : kProjRows) {
+    char b[32];
+    std::snprintf(b, sizeof b, " %8.4f", median_ms(s, [&] { run(t); }));
+    line += b;
+  }
+  return line;
+}
+
 void bench_projections(cudaStream_t s) {
   using T = __nv_bfloat16;
-  struct Proj {
-    const char* name;
-    int64_t n_in, n_out;
-    int kind;  // 0: T out, 1: fp32 out, 2: += fp32 residual
-  };
   const Proj projs[] = {{"qkv", 2048, 3072, 0},        {"attn out", 2048, 2048, 2}, {"conv in", 2048, 6144, 0},
                         {"conv out", 2048, 2048, 2},   {"dense w13", 2048, 14336, 0}, {"dense w2", 7168, 2048, 2},
                         {"router", 2048, 32, 1},       {"lm head", 2048, 65536, 1}};
-  // the candidate paths: the kernel, then cuBLASLt at these plan rows (4096: the pinned one)
-  const int64_t plan_rows[] = {0, 16, 32, 64, 128, 256, 4096};
-  const int64_t rows[] = {8, 32, 64, 128, 256};
   const int64_t max_t = 256;
   T* a = rand_dev<T>(max_t * 7168, 7, 1.f);
   T* w = rand_dev<T>(65536 * 2048, 8, 0.02f);
@@ -200,44 +186,15 @@ void bench_projections(cudaStream_t s) {
       else if (p.kind == 1) cuda::linear_f32out(x, a, w, t, p.n_in, p.n_out, s);
       else cuda::linear_add_f32(x, a, w, t, p.n_in, p.n_out, s);
     };
-    double best_sum = 1e30;
-    int64_t best = -1;
-    for (const int64_t pr : plan_rows) {
-      cuda::DecodeGemmPath path{pr == 0 ? cuda::DecodeGemmPath::kKernel : cuda::DecodeGemmPath::kLt, pr};
-      cuda::decode_gemm_force_path(&path);
-      std::string line;
-      double t32 = -1, t256 = -1;
-      for (const int64_t t : rows) {
-        double ms = -1;
-        try {
-          ms = median_ms(s, [&] { run(t); });
-        } catch (const Error& e) {
-          std::printf("proj  %-9s path %lld at %lld rows: %s\n", p.name, (long long)pr, (long long)t, e.what());
-        }
-        char b[32];
-        std::snprintf(b, sizeof b, " %8.4f", ms);
-        line += b;
-        if (t == 32) t32 = ms;
-        if (t == 256) t256 = ms;
-      }
-      cuda::decode_gemm_force_path(nullptr);
-      std::printf("proj  %-9s %5lld -> %-5lld %-16s ms at 8/32/64/128/256 rows:%s | 32 + 256: %.4f\n", p.name,
-                  (long long)p.n_in, (long long)p.n_out,
-                  pr == 0 ? "kernel" : ("cuBLASLt@" + std::to_string(pr)).c_str(), line.c_str(), t32 + t256);
-      if (t32 > 0 && t256 > 0 && t32 + t256 < best_sum) best_sum = t32 + t256, best = pr;
-    }
-    std::string line;
+    double best_sum = 0;
+    const int64_t best = sweep_paths(p, run, s, &best_sum);
     cuda::set_gemm_pinning(false);
-    for (const int64_t t : rows) {
-      char b[32];
-      std::snprintf(b, sizeof b, " %8.4f", median_ms(s, [&] { cublas(t); }));
-      line += b;
-    }
+    const std::string line = times_line(cublas, s);
     cuda::set_gemm_pinning(true);
     std::string table_line;
-    for (const int64_t t : rows) {
-      const int64_t ab = t, ob = p.kind == 0 ? 2 : p.kind == 1 ? 4 : 8;
-      const double bytes = double(p.n_in) * p.n_out * 2 + double(ab) * (p.n_in * 2 + p.n_out * ob);
+    for (const int64_t t : kProjRows) {
+      const int64_t ob = p.kind == 0 ? 2 : p.kind == 1 ? 4 : 8;
+      const double bytes = double(p.n_in) * p.n_out * 2 + double(t) * (p.n_in * 2 + p.n_out * ob);
       char b[96];
       std::snprintf(b, sizeof b, " | %lld: %s", (long long)t, bw(bytes, median_ms(s, [&] { run(t); })).c_str());
       table_line += b;
@@ -245,9 +202,8 @@ void bench_projections(cudaStream_t s) {
     const cuda::DecodeGemmPath tp = cuda::decode_gemm_path(p.n_in, p.n_out);
     std::printf("proj  %-9s per-size cuBLASLt pick ms:%s\n", p.name, line.c_str());
     std::printf("best  %-9s %5lld -> %-5lld: %s (32 + 256 rows %.4f ms); table's path %s:%s\n", p.name,
-                (long long)p.n_in, (long long)p.n_out,
-                best == 0 ? "kernel" : ("cuBLASLt@" + std::to_string(best)).c_str(), best_sum,
-                tp.kind == cuda::DecodeGemmPath::kKernel ? "kernel" : ("cuBLASLt@" + std::to_string(tp.plan_rows)).c_str(),
+                (long long)p.n_in, (long long)p.n_out, path_name(best).c_str(), best_sum,
+                (tp.kind == cuda::DecodeGemmPath::kKernel ? std::string("kernel") : path_name(tp.plan_rows)).c_str(),
                 table_line.c_str());
   }
   cudaFree(a), cudaFree(w), cudaFree(o), cudaFree(x);

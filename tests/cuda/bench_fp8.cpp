@@ -22,60 +22,12 @@
 #include "common/rng.h"
 #include "kernels/cuda/fp8_ops.h"
 #include "kernels/cuda/ops.h"
+#include "bench_util.h"
 
 namespace lfm2 {
 namespace {
 
-double median_ms(cudaStream_t s, const std::function<void()>& f, int reps = 20) {
-  for (int i = 0; i < 3; ++i) f();
-  cudaEvent_t a, b;
-  CUDA_CHECK(cudaEventCreate(&a));
-  CUDA_CHECK(cudaEventCreate(&b));
-  std::vector<float> t;
-  for (int batch = 0; batch < 5; ++batch) {
-    CUDA_CHECK(cudaEventRecord(a, s));
-    for (int i = 0; i < reps; ++i) f();
-    CUDA_CHECK(cudaEventRecord(b, s));
-    CUDA_CHECK(cudaEventSynchronize(b));
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(ms / float(reps));
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
-
-template <typename T>
-T* dev_alloc(int64_t n) {
-  T* p = nullptr;
-  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&p), size_t(std::max<int64_t>(n, 1)) * sizeof(T)));
-  return p;
-}
-
-template <typename T>
-T* upload(const std::vector<T>& h) {
-  T* d = dev_alloc<T>(int64_t(h.size()));
-  CUDA_CHECK(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
-  return d;
-}
-
-std::vector<float> rand_host(int64_t n, uint64_t seed, float scale) {
-  std::vector<float> h(static_cast<size_t>(n));
-  CounterRng rng(99, seed);
-  for (int64_t i = 0; i < n; ++i) h[size_t(i)] = float(rng.symmetric(uint64_t(i))) * scale;
-  return h;
-}
-
-__nv_bfloat16* rand_bf16(int64_t n, uint64_t seed, float scale) {
-  float* tmp = upload(rand_host(n, seed, scale));
-  __nv_bfloat16* d = dev_alloc<__nv_bfloat16>(n);
-  cuda::convert_from_f32(d, tmp, n, nullptr);
-  CUDA_CHECK(cudaDeviceSynchronize());
-  cudaFree(tmp);
-  return d;
-}
+using namespace bench;
 
 // A stack of n_mat (rows, cols) random matrices quantized on the host: e4m3 and scales on the device.
 struct DevQ8 {
@@ -93,34 +45,13 @@ DevQ8 rand_fp8(int64_t n_mat, int64_t rows, int64_t cols, Fp8Scheme scheme, uint
   return {upload(q), upload(s), int64_t(s.size())};
 }
 
-double g_copy_gbs = 0;
-
-void bench_copy(cudaStream_t s) {
-  const int64_t n = int64_t(1) << 30;
-  char *a = dev_alloc<char>(n), *b = dev_alloc<char>(n);
-  CUDA_CHECK(cudaMemset(a, 1, size_t(n)));
-  const double t = median_ms(s, [&] { CUDA_CHECK(cudaMemcpyAsync(b, a, size_t(n), cudaMemcpyDeviceToDevice, s)); }, 5);
-  g_copy_gbs = 2.0 * double(n) / t * 1e-6;
-  std::printf("copy  1 GiB device to device: %.3f ms, %.0f GB/s (read + write; the floor's bandwidth below)\n", t,
-              g_copy_gbs);
-  cudaFree(a), cudaFree(b);
-}
-
-std::string bw(double bytes, double ms) {
-  char b[128];
-  const double floor_ms = bytes / g_copy_gbs * 1e-6;
-  std::snprintf(b, sizeof b, "%7.4f ms %5.0f GB/s %4.0f%% of floor (%.4f)", ms, bytes / ms * 1e-6,
-                100 * floor_ms / ms, floor_ms);
-  return b;
-}
-
 void bench_moe(cudaStream_t s, int64_t n) {
   using T = __nv_bfloat16;
   const int64_t H = 2048, E = 32, I = 1792, k = 4, P = n * k;
-  T* y = rand_bf16(n * H, 1, 1.f);
-  T* w13 = rand_bf16(E * 2 * I * H, 2, 0.02f);
-  T* w2 = rand_bf16(E * H * I, 3, 0.02f);
-  T* wg = rand_bf16(E * H, 4, 0.05f);
+  T* y = rand_dev<__nv_bfloat16>(n * H, 1, 1.f);
+  T* w13 = rand_dev<__nv_bfloat16>(E * 2 * I * H, 2, 0.02f);
+  T* w2 = rand_dev<__nv_bfloat16>(E * H * I, 3, 0.02f);
+  T* wg = rand_dev<__nv_bfloat16>(E * H, 4, 0.05f);
   float* x = upload(rand_host(n * H, 5, 1.f));
   float* logits = dev_alloc<float>(n * E);
   float* wts = dev_alloc<float>(P);
@@ -171,8 +102,8 @@ void bench_projections(cudaStream_t s, int64_t n) {
   };
   for (const Shape& sh : {Shape{"qkv", 2048, 3072}, Shape{"out", 2048, 2048}, Shape{"conv in", 2048, 6144},
                           Shape{"dense w13", 2048, 14336}, Shape{"dense w2", 7168, 2048}}) {
-    T* in = rand_bf16(n * sh.n_in, 21, 1.f);
-    T* w = rand_bf16(sh.n_out * sh.n_in, 22, 0.02f);
+    T* in = rand_dev<__nv_bfloat16>(n * sh.n_in, 21, 1.f);
+    T* w = rand_dev<__nv_bfloat16>(sh.n_out * sh.n_in, 22, 0.02f);
     float* out = dev_alloc<float>(n * sh.n_out);
     const double act = double(n) * (sh.n_in * 2 + sh.n_out * 8);
     const double t16 = median_ms(s, [&] { cuda::linear_add_f32_decode(out, in, w, n, sh.n_in, sh.n_out, s); });

@@ -21,56 +21,12 @@
 #include "common/rng.h"
 #include "kernels/cuda/grouped_gemm_sm90.h"
 #include "kernels/cuda/ops.h"
+#include "bench_util.h"
 
 namespace lfm2 {
 namespace {
 
-// Median over 5 batches of the mean time per call, each batch `reps` calls queued back to back
-// between two events (no host synchronisation inside a batch, so the host's launch work overlaps
-// the device's execution and is not counted, as in a pipeline).
-double median_ms(cudaStream_t s, const std::function<void()>& f, int reps = 10) {
-  for (int i = 0; i < 3; ++i) f();
-  cudaEvent_t a, b;
-  CUDA_CHECK(cudaEventCreate(&a));
-  CUDA_CHECK(cudaEventCreate(&b));
-  std::vector<float> t;
-  for (int batch = 0; batch < 5; ++batch) {
-    CUDA_CHECK(cudaEventRecord(a, s));
-    for (int i = 0; i < reps; ++i) f();
-    CUDA_CHECK(cudaEventRecord(b, s));
-    CUDA_CHECK(cudaEventSynchronize(b));
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(ms / float(reps));
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
-
-template <typename T>
-T* rand_dev(int64_t n, uint64_t seed, float scale) {
-  std::vector<float> h(static_cast<size_t>(n));
-  CounterRng rng(99, seed);
-  for (int64_t i = 0; i < n; ++i) h[i] = float(rng.symmetric(uint64_t(i))) * scale;
-  float* tmp;
-  T* d;
-  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&tmp), size_t(n) * 4));
-  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&d), size_t(n) * sizeof(T)));
-  CUDA_CHECK(cudaMemcpy(tmp, h.data(), size_t(n) * 4, cudaMemcpyHostToDevice));
-  cuda::convert_from_f32(d, tmp, n, nullptr);
-  CUDA_CHECK(cudaDeviceSynchronize());
-  cudaFree(tmp);
-  return d;
-}
-
-template <typename T>
-T* dev_alloc(int64_t n) {
-  T* p = nullptr;
-  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&p), size_t(std::max<int64_t>(n, 1)) * sizeof(T)));
-  return p;
-}
+using namespace bench;
 
 double g_peak = 0;  // TFLOP/s, the dense bf16 GEMM measured first
 

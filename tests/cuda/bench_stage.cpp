@@ -118,6 +118,47 @@ std::vector<std::string> split(const std::string& s) {
   return out;
 }
 
+// The first n_layers of the full-size model (bf16, seed 1) in dir, synthesized once.
+std::string first_layers_file(const ModelConfig& cfg, const std::string& dir, int n_layers) {
+  const std::string path = dir + "/bench_8b_first6_bf16.h5";
+  if (std::ifstream(path).good()) return path;
+  const double t0 = now_s();
+  SynthOptions opt;
+  opt.seed = 1;
+  opt.dtype = DType::BF16;
+  opt.progress = false;
+  synth_weights(cfg, path, opt);
+  std::printf("synth %d full-width layers: %.1f s\n", n_layers, now_s() - t0);
+  return path;
+}
+
+// The head (final norm + LM head of the last positions, copied to pageable host memory) per shape,
+// its time added to est.
+void bench_head(WeightReader& reader, const ModelConfig& cfg, DType dt, int n_layers,
+                const std::vector<std::pair<int64_t, int64_t>>& shapes, int64_t max_t, std::vector<double>& est) {
+  auto st = make_cuda_stage(reader, StageLayers{1, 2, n_layers - 1, n_layers}, dt, 0);
+  void* x = st->alloc_hidden(max_t);
+  CUDA_CHECK(cudaMemset(x, 0, size_t(max_t * cfg.hidden_size) * 4));
+  CUDA_CHECK(cudaDeviceSynchronize());
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const auto [n_seq, seq_len] = shapes[i];
+    std::vector<float> logits(static_cast<size_t>(n_seq * cfg.vocab_size));
+    HeadOutputs head;
+    head.logits = logits.data();
+    st->head(x, n_seq, seq_len, nullptr, head);
+    st->synchronize();
+    const double t0 = now_s();
+    st->head(x, n_seq, seq_len, nullptr, head);
+    st->synchronize();
+    const double head_ms = (now_s() - t0) * 1e3;
+    est[i] += head_ms;
+    std::printf("%-4s head (last positions, incl. copy to host) %lldx%lld: %.2f ms\n", dtype_name(dt),
+                (long long)n_seq, (long long)seq_len, head_ms);
+    std::printf("%-4s estimated 24-layer forward + head on one GPU, microbatch %lldx%lld: %.1f ms = %.0f samples/s\n",
+                dtype_name(dt), (long long)n_seq, (long long)seq_len, est[i], double(n_seq) / est[i] * 1e3);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -142,17 +183,7 @@ int main(int argc, char** argv) {
   cfg.num_hidden_layers = n_layers;
   cfg.layer_types.resize(n_layers);
   cfg.validate("bench config");
-  const std::string path = dir + "/bench_8b_first6_bf16.h5";
-  double t0 = now_s();
-  if (!std::ifstream(path).good()) {
-    SynthOptions opt;
-    opt.seed = 1;
-    opt.dtype = DType::BF16;
-    opt.progress = false;
-    synth_weights(cfg, path, opt);
-    std::printf("synth %d full-width layers: %.1f s\n", n_layers, now_s() - t0);
-  }
-  WeightReader reader(path);
+  WeightReader reader(first_layers_file(cfg, dir, n_layers));
   std::vector<int32_t> ids(static_cast<size_t>(max_t));
   CounterRng rng(5, 5);
   for (int64_t i = 0; i < max_t; ++i) ids[i] = int32_t(rng.bits(uint64_t(i)) % uint64_t(cfg.vocab_size));
@@ -169,7 +200,7 @@ int main(int argc, char** argv) {
   for (DType dt : dtypes) {
     std::vector<double> est(shapes.size(), 0.0);
     for (const Part& p : parts) {
-      t0 = now_s();
+      const double t0 = now_s();
       auto st = make_cuda_stage(reader, StageLayers{0, 2, p.b, p.e}, dt, 0);
       const double load = now_s() - t0;
       void* x = st->alloc_hidden(max_t);
@@ -184,28 +215,7 @@ int main(int argc, char** argv) {
                     ms, tfl, 100 * tfl / peak, i == 0 ? cat(" (load+upload ", int(load), " s)").c_str() : "");
       }
     }
-    // the head: final norm + LM head of the last positions, copied to pageable host memory
-    auto st = make_cuda_stage(reader, StageLayers{1, 2, n_layers - 1, n_layers}, dt, 0);
-    void* x = st->alloc_hidden(max_t);
-    CUDA_CHECK(cudaMemset(x, 0, size_t(max_t * cfg.hidden_size) * 4));
-    CUDA_CHECK(cudaDeviceSynchronize());
-    for (size_t i = 0; i < shapes.size(); ++i) {
-      const auto [n_seq, seq_len] = shapes[i];
-      std::vector<float> logits(static_cast<size_t>(n_seq * cfg.vocab_size));
-      HeadOutputs head;
-      head.logits = logits.data();
-      st->head(x, n_seq, seq_len, nullptr, head);
-      st->synchronize();
-      t0 = now_s();
-      st->head(x, n_seq, seq_len, nullptr, head);
-      st->synchronize();
-      const double head_ms = (now_s() - t0) * 1e3;
-      est[i] += head_ms;
-      std::printf("%-4s head (last positions, incl. copy to host) %lldx%lld: %.2f ms\n", dtype_name(dt),
-                  (long long)n_seq, (long long)seq_len, head_ms);
-      std::printf("%-4s estimated 24-layer forward + head on one GPU, microbatch %lldx%lld: %.1f ms = %.0f samples/s\n",
-                  dtype_name(dt), (long long)n_seq, (long long)seq_len, est[i], double(n_seq) / est[i] * 1e3);
-    }
+    bench_head(reader, cfg, dt, n_layers, shapes, max_t, est);
   }
   return 0;
 }
