@@ -450,17 +450,9 @@ void launch_decode(T* out, const T* q, const T* k_pool, const T* v_pool, const D
       default: launch_tc<T, HD, true, true>(part_o, part_ml, q, k_pool, v_pool, a, ms, grid, stream);
     }
   }
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(grid_for(a.n_seqs * a.n_heads * 32, 256));
-  cfg.blockDim = dim3(256);
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = (variant & 4) ? 1 : 0;
-  CUDA_CHECK(cudaLaunchKernelEx(&cfg, decode_merge_kernel<T, HD>, out, static_cast<const float*>(part_o),
-                                static_cast<const float2*>(part_ml), a.seqs, int(a.n_seqs), int(a.n_heads), int(ms)));
+  launch_pdl(decode_merge_kernel<T, HD>, dim3(grid_for(a.n_seqs * a.n_heads * 32, 256)), dim3(256), 0, stream,
+             (variant & 4) != 0, out, static_cast<const float*>(part_o), static_cast<const float2*>(part_ml), a.seqs,
+             int(a.n_seqs), int(a.n_heads), int(ms));
   CUDA_CHECK_LAUNCH("decode_merge_kernel");
 }
 

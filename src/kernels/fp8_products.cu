@@ -5,6 +5,7 @@
 
 #include "common/cuda_check.h"
 #include "kernels/cuda/device_info.h"
+#include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/fp8_ops.h"
 #include "kernels/cuda/moe_decode_gemm_fp8.cuh"
 #include "kernels/cuda/ops.h"
@@ -28,17 +29,7 @@ void launch(g8::Args a, int64_t max_units, cudaStream_t stream) {
   constexpr int smem = g8::smem_bytes(kStages);
   raise_smem_limit(reinterpret_cast<const void*>(kernel), smem);
   const int64_t grid = std::max<int64_t>(1, std::min<int64_t>(max_units, int64_t(compute_sms(current_device()))));
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(unsigned(grid));
-  cfg.blockDim = dim3(g8::kThreads);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, a));
+  launch_pdl(kernel, dim3(unsigned(grid)), dim3(g8::kThreads), smem, stream, true, a);
   CUDA_CHECK_LAUNCH(kGateUp ? "moe_gemm_fp8_kernel (gate/up)" : "moe_gemm_fp8_kernel (down)");
 }
 

@@ -164,17 +164,8 @@ void moe_combine_rmsnorm(T* out, float* x, const float* expert_out, const int32_
              "moe_combine_rmsnorm: hidden ", hidden, " (a multiple of 4, at most ", kThreads * 4 * kMaxVec,
              ") or unaligned buffers");
   if (n_tokens == 0) return;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(unsigned(n_tokens));
-  cfg.blockDim = dim3(kThreads);
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  CUDA_CHECK(cudaLaunchKernelEx(&cfg, combine_rmsnorm_kernel<T>, out, x, expert_out, dest_row, weights, norm_weight,
-                                int(top_k), hidden, eps));
+  launch_pdl(combine_rmsnorm_kernel<T>, dim3(unsigned(n_tokens)), dim3(kThreads), 0, stream, true, out, x, expert_out,
+             dest_row, weights, norm_weight, int(top_k), hidden, eps);
   CUDA_CHECK_LAUNCH("combine_rmsnorm_kernel");
 }
 

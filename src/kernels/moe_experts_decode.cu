@@ -208,17 +208,7 @@ void launch_gemm(const moe_gemm::Args& a, int64_t max_units, int ctas_per_sm, cu
   raise_smem_limit(reinterpret_cast<const void*>(kernel), smem);
   const int64_t grid = std::max<int64_t>(
       1, std::min<int64_t>(max_units, int64_t(compute_sms(current_device())) * ctas_per_sm));
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(unsigned(grid));
-  cfg.blockDim = dim3(moe_gemm::kThreads);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, a));
+  launch_pdl(kernel, dim3(unsigned(grid)), dim3(moe_gemm::kThreads), smem, stream, true, a);
   CUDA_CHECK_LAUNCH(kGateUp ? "moe_gemm_kernel (gate/up)" : "moe_gemm_kernel (down)");
 }
 

@@ -1,10 +1,15 @@
-// Device-side helpers shared by the CUDA kernels: element conversions to and from fp32, and
-// warp / block reductions. Header-only, included by .cu files only.
+// Device-side helpers shared by the CUDA kernels: element conversions to and from fp32, warp /
+// block reductions, grid sizes and the launch with programmatic dependent launch. Header-only,
+// included by .cu files only.
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+
+#include <utility>
+
+#include "common/cuda_check.h"
 
 namespace lfm2::cuda {
 
@@ -67,4 +72,24 @@ inline unsigned grid_for(int64_t n, int per_block) {
   if (g > (int64_t(1) << 30)) g = int64_t(1) << 30;
   return unsigned(g);
 }
+
+// kernel<<<grid, block, smem, stream>>>(args...), with programmatic dependent launch when `pdl`:
+// the kernel may start while the one before it on the stream drains, and waits for it
+// (cudaGridDependencySynchronize) only where it reads that one's output.
+template <typename... Params, typename... Args>
+void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, bool pdl,
+                Args&&... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+}
+
 }  // namespace lfm2::cuda
