@@ -63,34 +63,6 @@ Access device_access() {
           [](void* d, const void* s, size_t n) { CUDA_CHECK(cudaMemcpy(d, s, n, cudaMemcpyDeviceToHost)); }};
 }
 
-// The schedules of the CPU test (batch_api_test.cpp), and one of the decode steps alone.
-std::vector<std::pair<std::string, Schedule>> schedules() {
-  std::vector<std::pair<std::string, Schedule>> c(5);
-  c[0].first = "whole prompts";
-  c[1].first = "chunks of 7, two prompts a step, 3 slots, pages of 64";
-  c[1].second.chunk = 7, c[1].second.max_prompts = 2, c[1].second.n_slots = 3, c[1].second.page_size = 64;
-  c[2].first = "chunks of 1, one prompt a step, pages of 256";
-  c[2].second.chunk = 1, c[2].second.max_prompts = 1, c[2].second.page_size = 256, c[2].second.page_seed = 9;
-  c[3].first = "chunks of 64, decode steps apart, 2 decode rows a step";
-  c[3].second.chunk = 64, c[3].second.mix = false, c[3].second.max_decode = 2, c[3].second.page_seed = 4;
-  c[4].first = "one slot";
-  c[4].second.n_slots = 1, c[4].second.chunk = 16;
-  return c;
-}
-
-void expect_same(const Outcome& a, const Outcome& b, const std::string& what) {
-  EXPECT_EQ(a.tokens, b.tokens) << what;
-  ASSERT_EQ(a.rows.size(), b.rows.size()) << what;
-  int64_t differ = 0;
-  for (const auto& [key, row] : a.rows) {
-    auto it = b.rows.find(key);
-    ASSERT_NE(it, b.rows.end()) << what << ": no row of sequence " << key.first << " at " << key.second;
-    if (row != it->second && differ++ < 3)
-      ADD_FAILURE() << what << ": sequence " << key.first << " position " << key.second << " differs";
-  }
-  EXPECT_EQ(differ, 0) << what;
-}
-
 // Norm-relative error of the rows of got against ref, over the positions where every token before
 // agreed (later rows follow other tokens); and the share of agreeing tokens.
 struct Agreement {

@@ -20,6 +20,7 @@ namespace {
 using test::BatchSeqSpec;
 using test::Outcome;
 using test::Schedule;
+using test::expect_same;
 
 std::vector<BatchSeqSpec> make_seqs(const ModelConfig& cfg, const std::vector<int>& lengths, uint64_t seed) {
   std::vector<BatchSeqSpec> seqs;
@@ -36,19 +37,6 @@ std::vector<BatchSeqSpec> make_seqs(const ModelConfig& cfg, const std::vector<in
     seqs.push_back(s);
   }
   return seqs;
-}
-
-void expect_same(const Outcome& a, const Outcome& b, const std::string& what) {
-  EXPECT_EQ(a.tokens, b.tokens) << what;
-  ASSERT_EQ(a.rows.size(), b.rows.size()) << what;
-  int64_t differ = 0;
-  for (const auto& [key, row] : a.rows) {
-    auto it = b.rows.find(key);
-    ASSERT_NE(it, b.rows.end()) << what << ": no row for sequence " << key.first << " position " << key.second;
-    if (row != it->second && differ++ < 3)
-      ADD_FAILURE() << what << ": sequence " << key.first << " position " << key.second << " differs";
-  }
-  EXPECT_EQ(differ, 0) << what;
 }
 
 class CpuBatchApi : public ::testing::Test {
@@ -76,24 +64,10 @@ TEST_F(CpuBatchApi, EverySchedulesRowsAndTokensEqualTodaysCalls) {
   SamplingParams greedy;
   greedy.eos = {3};
   const Outcome old = test::run_old(*stage(reader), seqs, K, greedy, H, test::host_access());
-  struct Case {
-    const char* name;
-    Schedule s;
-  };
-  std::vector<Case> cases(5);
-  cases[0] = {"whole prompts, one step", {}};
-  cases[1] = {"chunks of 7, two prompts a step, 3 slots, pages of 64", {}};
-  cases[1].s.chunk = 7, cases[1].s.max_prompts = 2, cases[1].s.n_slots = 3, cases[1].s.page_size = 64;
-  cases[2] = {"chunks of 1, one prompt a step, pages of 256", {}};
-  cases[2].s.chunk = 1, cases[2].s.max_prompts = 1, cases[2].s.page_size = 256, cases[2].s.page_seed = 9;
-  cases[3] = {"chunks of 64, decode and prompt steps apart, 2 decode rows a step", {}};
-  cases[3].s.chunk = 64, cases[3].s.mix = false, cases[3].s.max_decode = 2, cases[3].s.page_seed = 4;
-  cases[4] = {"one slot", {}};
-  cases[4].s.n_slots = 1, cases[4].s.chunk = 16;
-  for (const Case& c : cases) {
-    const Outcome got = test::run_batches(*stage(reader), seqs, K, c.s, greedy, H, test::host_access());
-    expect_same(old, got, c.name);
-    std::printf("[batch api] %s: %lld steps, %lld mixed\n", c.name, (long long)got.steps, (long long)got.mixed_steps);
+  for (const auto& [name, sched] : test::schedules()) {
+    const Outcome got = test::run_batches(*stage(reader), seqs, K, sched, greedy, H, test::host_access());
+    test::expect_same(old, got, name);
+    std::printf("[batch api] %s: %lld steps, %lld mixed\n", name.c_str(), (long long)got.steps, (long long)got.mixed_steps);
   }
 }
 

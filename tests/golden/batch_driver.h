@@ -13,7 +13,10 @@
 #include <numeric>
 #include <random>
 #include <utility>
+#include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "model/stage_executor.h"
 
@@ -249,6 +252,36 @@ inline Outcome run_old(StageExecutor& st, const std::vector<BatchSeqSpec>& seqs,
     }
   }
   return out;
+}
+
+// Five ways to step the same sequences (each named): whole prompts; chunks of 7, two prompts a step,
+// 3 slots, pages of 64; chunks of 1 on pages of 256; decode and prompt steps apart; one slot.
+inline std::vector<std::pair<std::string, Schedule>> schedules() {
+  std::vector<std::pair<std::string, Schedule>> c(5);
+  c[0].first = "whole prompts";
+  c[1].first = "chunks of 7, two prompts a step, 3 slots, pages of 64";
+  c[1].second.chunk = 7, c[1].second.max_prompts = 2, c[1].second.n_slots = 3, c[1].second.page_size = 64;
+  c[2].first = "chunks of 1, one prompt a step, pages of 256";
+  c[2].second.chunk = 1, c[2].second.max_prompts = 1, c[2].second.page_size = 256, c[2].second.page_seed = 9;
+  c[3].first = "chunks of 64, decode and prompt steps apart, 2 decode rows a step";
+  c[3].second.chunk = 64, c[3].second.mix = false, c[3].second.max_decode = 2, c[3].second.page_seed = 4;
+  c[4].first = "one slot";
+  c[4].second.n_slots = 1, c[4].second.chunk = 16;
+  return c;
+}
+
+// The same tokens and bit-identical rows at the same (sequence, position)s.
+inline void expect_same(const Outcome& a, const Outcome& b, const std::string& what) {
+  EXPECT_EQ(a.tokens, b.tokens) << what;
+  ASSERT_EQ(a.rows.size(), b.rows.size()) << what;
+  int64_t differ = 0;
+  for (const auto& [key, row] : a.rows) {
+    auto it = b.rows.find(key);
+    ASSERT_NE(it, b.rows.end()) << what << ": no row of sequence " << key.first << " at " << key.second;
+    if (row != it->second && differ++ < 3)
+      ADD_FAILURE() << what << ": sequence " << key.first << " position " << key.second << " differs";
+  }
+  EXPECT_EQ(differ, 0) << what;
 }
 
 }  // namespace lfm2::test
