@@ -128,6 +128,7 @@ void DecodeState<T>::allocate_old(const ModelConfig& cfg, const std::vector<Devi
   allocate(cfg, layers, old_state_shape(n_seq, max_len), sampling, device);
   std::iota(host_table_.begin(), host_table_.end(), 0);  // slot i: pages i * max_pages ..
   CUDA_CHECK(cudaMemcpy(table_, host_table_.data(), host_table_.size() * 4, cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaDeviceSynchronize());  // the pageable copy's DMA, before the non-blocking stream reads
   old_ = OldCalls{std::vector<int32_t>(lengths, lengths + n_seq), max_len};
 }
 

@@ -58,8 +58,13 @@ std::vector<BatchSeqSpec> make_seqs(const ModelConfig& cfg, const std::vector<in
   return seqs;
 }
 
+// A cudaMemcpy from pageable memory may return before its DMA lands, and the stage's stream is
+// non-blocking (not ordered after the legacy stream): wait for it, or a step may read stale tokens.
 Access device_access() {
-  return {[](void* d, const void* s, size_t n) { CUDA_CHECK(cudaMemcpy(d, s, n, cudaMemcpyHostToDevice)); },
+  return {[](void* d, const void* s, size_t n) {
+            CUDA_CHECK(cudaMemcpy(d, s, n, cudaMemcpyHostToDevice));
+            CUDA_CHECK(cudaDeviceSynchronize());
+          },
           [](void* d, const void* s, size_t n) { CUDA_CHECK(cudaMemcpy(d, s, n, cudaMemcpyDeviceToHost)); }};
 }
 
