@@ -22,7 +22,7 @@ namespace {
 // Options whose text becomes a RankOptions field after parsing.
 struct Spelled {
   bool fp16 = false, quiet = false, verbose = false;
-  std::string graphs = "on", verify = "on";
+  std::string graphs = "on", verify = "on", prefill_first = "off";
   std::vector<std::string> eos;  // ids, or "none"
 };
 
@@ -105,7 +105,7 @@ void add_run_options(CLI::App& app, RankOptions& opt, Spelled& x) {
 }
 
 // Continuous batching: the scheduler, its limits and the pool of KV pages.
-void add_batching_options(CLI::App& app, RankOptions& opt) {
+void add_batching_options(CLI::App& app, RankOptions& opt, Spelled& x) {
   app.add_option("--scheduler", opt.scheduler,
                  "generation: continuous (prompts stream through a pool of KV pages, each sequence retires at its "
                  "end) or static (every sequence's state at once, fixed microbatches)")
@@ -121,6 +121,11 @@ void add_batching_options(CLI::App& app, RankOptions& opt) {
                  "continuous: while others decode, new prompts wait for this many free slots and come together (a "
                  "step with prompt rows reads the experts once more; default: --max-seqs / 24, at least 1)")
       ->check(cli::whole(1, int64_t(1) << 20));
+  app.add_option("--prefill-first", x.prefill_first,
+                 "continuous: a wave of prompts (or a prompt's next chunk) gets steps of its own while the running "
+                 "sequences' decode rows wait (on), or rides with them (off: chunked prefill, vLLM V1's order)")
+      ->capture_default_str()
+      ->check(cli::one_of({"on", "off"}));
   app.add_option("--page-size", opt.page_size,
                  "continuous: positions per KV page, a power of two >= 16 (default: 16, 64 or 256 as sequences grow)")
       ->check(cli::whole(16, int64_t(1) << 16));
@@ -166,7 +171,7 @@ void add_generation_options(CLI::App& app, RankOptions& opt, Spelled& x) {
                "print every token as it is generated, one JSON line each on stdout ({\"seq\": N, \"token\": ID}, "
                "{\"seq\": N, \"done\": true}; the run's own lines go to stderr): tools/lfm2_text.py stream turns "
                "them into text");
-  add_batching_options(app, opt);
+  add_batching_options(app, opt, x);
 }
 
 // The options that only generation takes: with neither --max-new-tokens nor --prompts, one is an error.
@@ -255,6 +260,7 @@ ParsedOptions parse_options(int argc, char** argv, bool print_help) {
   opt.eos_off = !x.eos.empty() && opt.eos.empty();
   opt.eos_source = opt.eos.empty() ? "" : "--eos";
   opt.cuda_graphs = x.graphs == "on";
+  opt.prefill_first = x.prefill_first == "on";
   opt.verify_weights = x.verify == "on";
   opt.use_default = opt.model.empty() && opt.inputs.empty();
   opt.max_new_default = !opt.prompts.empty() && app.count("--max-new-tokens") == 0;

@@ -53,9 +53,12 @@ bool BatchScheduler::plan(int64_t item, StepPlan* out) {
   p.micro = -1;
   p.reports = true;
   int64_t budget = cfg_.max_batched_tokens;
-  if (cfg_.look_ahead) budget -= ahead_rows(p, budget);
-  budget -= decode_rows(p, budget);
-  prompt_chunks(p, budget);
+  if (cfg_.prefill_first && prompts_pending()) prompt_chunks(p, budget);
+  if (p.seqs.empty()) {
+    if (cfg_.look_ahead) budget -= ahead_rows(p, budget);
+    budget -= decode_rows(p, budget);
+    prompt_chunks(p, budget);
+  }
   if (p.seqs.empty()) return false;
   if (std::all_of(p.fed_chosen.begin(), p.fed_chosen.end(), [](int32_t k) { return k < 0; })) p.fed_chosen.clear();
   p.kind = generation_kind(p.seqs);
@@ -71,6 +74,21 @@ bool BatchScheduler::plan(int64_t item, StepPlan* out) {
   stats_.slot_items += int64_t(running_.size());
   *out = std::move(p);
   return true;
+}
+
+// Prefill first (vLLM V0's order, SchedulerConfig::prefill_first): whether prompt rows are due - a
+// running sequence's unfinished prompt, or a wave of waiting prompts whose slots are free. The
+// item then holds prompt chunks only, and the decode rows wait for the next; if none of them can
+// be planned now (in flight, or short of pages) the item is planned as usual. A wave of long prompts
+// then runs back to back and its sequences decode together, as the static schedule's, where mixing
+// would start them apart and end them apart (the last steps running a few rows over every weight).
+bool BatchScheduler::prompts_pending() const {
+  for (int64_t key : running_) {
+    const Seq& s = seqs_.at(key);
+    if (s.in_flight == 0 && s.computed < s.req.prompt_len) return true;
+  }
+  return !waiting_.empty() && !free_slots_.empty() &&
+         int64_t(free_slots_.size()) >= std::min<int64_t>(cfg_.admit_wave, int64_t(waiting_.size()));
 }
 
 // Look-ahead: the next decode row of each sequence whose row in the item before (still in flight)
@@ -192,12 +210,15 @@ void BatchScheduler::add_prompt_entry(StepPlan& p, int64_t key, int32_t n) {
 }
 
 // Gives s the pages that cover `positions`, granted in p; when the pool is short, preempts the
-// youngest running sequences not in flight (may_preempt). False if the pages cannot be had now.
+// youngest running sequences not in flight (may_preempt). False if the pages cannot be had now; then
+// nobody is preempted (a preemption that would not give s its pages would only be undone later,
+// and with prefill_first could repeat forever: the victim readmitted, preempted again).
 bool BatchScheduler::grow(Seq& s, int64_t positions, StepPlan& p, bool may_preempt) {
   const int64_t need = pages_for(positions, cfg_.page_size) - int64_t(s.pages.size());
   if (need <= 0) return true;
-  while (int64_t(free_pages_.size()) < need)
-    if (!may_preempt || !preempt_youngest(s)) return false;
+  const int64_t free = int64_t(free_pages_.size());
+  if (free < need && (!may_preempt || free + preemptable_pages(s) < need)) return false;
+  while (int64_t(free_pages_.size()) < need) LFM2_CHECK(preempt_youngest(s), "scheduler: preemption fell short");
   for (int64_t k = 0; k < need; ++k) {
     const int32_t page = free_pages_.back();
     free_pages_.pop_back();
@@ -205,6 +226,18 @@ bool BatchScheduler::grow(Seq& s, int64_t positions, StepPlan& p, bool may_preem
     s.pages.push_back(page);
   }
   return true;
+}
+
+// The pages preempt_youngest could free for `keep`: those of the running sequences younger than it
+// that are not in flight.
+int64_t BatchScheduler::preemptable_pages(const Seq& keep) const {
+  int64_t n = 0;
+  for (size_t i = running_.size(); i-- > 0;) {
+    const Seq& v = seqs_.at(running_[i]);
+    if (v.admitted <= keep.admitted) break;
+    if (v.in_flight == 0) n += int64_t(v.pages.size());
+  }
+  return n;
 }
 
 // The youngest running sequence younger than `keep` that is not in flight (nor planned in the item

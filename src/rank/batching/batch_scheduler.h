@@ -55,7 +55,9 @@ struct SchedulerConfig {
                                    // that the running sequences fill every item in flight)
   bool look_ahead = false;         // one more item in flight, fed on the device (one stage only)
   int64_t admit_wave = 0;          // while others decode, admissions wait for this many free slots
-                                   // (0: max_seqs / 16, at least 1; see admission_opens)
+                                   // (0: max_seqs / 24, at least 1; see admission_opens)
+  bool prefill_first = false;      // prompts waiting to start (a wave) or to finish run in items of
+                                   // their own, the decode rows waiting (see prompts_pending)
   std::vector<int32_t> eos;        // a sequence ends after any of these
   bool per_sequence_sampling = false;  // plans carry each emitting entry's sampling
   // --stream: called with each token as it comes back (seq, token, false), then once more when the
@@ -143,6 +145,7 @@ class BatchScheduler {
   };
 
   bool room(const StepPlan& p) const { return p.n_seqs() < cfg_.max_item_seqs; }
+  bool prompts_pending() const;
   int64_t decode_rows(StepPlan& p, int64_t budget);
   int64_t ahead_rows(StepPlan& p, int64_t budget);
   void add_decode_entry(StepPlan& p, int64_t key, int32_t chosen_index);
@@ -152,6 +155,7 @@ class BatchScheduler {
   void add_prompt_entry(StepPlan& p, int64_t key, int32_t n);
   bool grow(Seq& s, int64_t positions, StepPlan& p, bool may_preempt);
   bool preempt_youngest(const Seq& keep);
+  int64_t preemptable_pages(const Seq& keep) const;
   void retire(int64_t id, double now_s);
 
   SchedulerConfig cfg_;

@@ -216,6 +216,7 @@ void ContinuousJob::prepare(PromptSource* source, SchedulerFeed::Sink sink, Sche
   c.max_seqs = shape_.state.n_slots;
   c.max_batched_tokens = shape_.max_batched_tokens;
   c.admit_wave = shape_.admit_wave;
+  c.prefill_first = shape_.prefill_first;
   c.n_pages = shape_.state.n_pages;
   c.page_size = shape_.state.page_size;
   c.max_pages = shape_.state.max_pages;

@@ -31,6 +31,7 @@ struct ContinuousShape {
   StateShape state;                // slots (--max-seqs), pages, page size, pages a sequence may hold
   int64_t max_batched_tokens = 1;  // rows per item
   int64_t admit_wave = 0;          // the scheduler's (0: its default)
+  bool prefill_first = false;      // the scheduler's
   int64_t hidden = 0;
   bool per_sequence_sampling = false;
   bool look_ahead = true;  // one stage: plan one item ahead (off: each item planned once the one

@@ -79,6 +79,7 @@ ContinuousShape continuous_shape(const RankSetup& j, int64_t n_seq) {
   c.hidden = j.cfg.hidden_size;
   c.max_batched_tokens = opt.max_batched_tokens > 0 ? opt.max_batched_tokens : 8192;
   c.admit_wave = opt.admit_wave;
+  c.prefill_first = opt.prefill_first;
   c.per_sequence_sampling = j.per_sequence_sampling;
   c.state.n_slots = std::min(opt.max_seqs, n_seq);
   c.state.page_size = opt.page_size > 0 ? opt.page_size : j.longest >= 4096 ? 256 : j.longest >= 256 ? 64 : 16;

@@ -331,6 +331,54 @@ TEST(BatchScheduler, AdmissionsComeInWavesWhileOthersDecode) {
   }
 }
 
+// Prefill first: a wave of prompts (or a prompt's next chunk) gets items of its own while the
+// running sequences' decode rows wait; items of decode rows resume once no prompt row is due. The
+// tokens are the same as with mixed items (P = 1 with look-ahead, P = 2, preemption).
+TEST(BatchScheduler, PrefillFirstGivesDuePromptsItemsOfTheirOwn) {
+  SchedulerConfig c = config(4, 5, 64, 4, 1);
+  c.admit_wave = 2;
+  c.prefill_first = true;
+  BatchScheduler s(c);
+  s.add({0, 2, 4, {}});
+  s.add({1, 7, 4, {}});  // a prompt in two chunks of the budget (5 + 2)
+  s.add({2, 2, 4, {}});
+  StepPlan p;
+  const int32_t t[] = {1, 2, 3, 4};
+  ASSERT_TRUE(s.plan(0, &p));  // prompt 0 whole, 3 rows of prompt 1
+  EXPECT_EQ(p.n_decode(), 0);
+  EXPECT_EQ(p.rows(), 5);
+  s.complete(0, t, 1);
+  ASSERT_TRUE(s.plan(1, &p));  // prompt 1's other 4 rows, prompt 2's first; sequence 0's decode waits
+  EXPECT_EQ(p.n_decode(), 0);
+  ASSERT_EQ(p.n_seqs(), 2);
+  EXPECT_EQ(p.seqs[0].seq, 1);
+  EXPECT_EQ(p.seqs[1].seq, 2);
+  EXPECT_EQ(p.seqs[1].n_rows, 1);
+  s.complete(1, t, 1);
+  ASSERT_TRUE(s.plan(2, &p));  // prompt 2's last row alone
+  EXPECT_EQ(p.n_decode(), 0);
+  EXPECT_EQ(p.rows(), 1);
+  s.complete(2, t, 1);
+  ASSERT_TRUE(s.plan(3, &p));  // nothing due: the three decode together
+  EXPECT_EQ(p.n_decode(), 3);
+  EXPECT_EQ(p.n_seqs(), 3);
+  const auto prompts = ragged(60, 7);
+  SchedulerConfig mixed = config(8, 16, 4096, 16, 1, true);
+  const SimRun ref = FakePipeline(mixed, prompts).run();
+  expect_all(ref, prompts, "mixed");
+  for (const auto& [name, cfg] : {std::pair{"P 1, look-ahead", config(8, 16, 4096, 16, 1, true)},
+                                  std::pair{"P 2", config(8, 16, 4096, 16, 2)},
+                                  std::pair{"preemption", config(8, 16, 24, 4, 1)}}) {
+    SchedulerConfig f = cfg;
+    f.prefill_first = true;
+    f.admit_wave = 3;
+    const SimRun got = FakePipeline(f, prompts).run();
+    expect_all(got, prompts, cat("prefill first, ", name));
+    EXPECT_EQ(got.tokens, ref.tokens) << name;
+    if (std::string(name) == "preemption") EXPECT_GT(got.stats.preemptions, 0);
+  }
+}
+
 TEST(BatchScheduler, RetirementFreesTheSlotForTheNextPrompt) {
   BatchScheduler s(config(1, 64, 64, 4, 1));
   s.add({0, 4, 1, {}});
