@@ -226,7 +226,7 @@ int main(int argc, char** argv) {
   cudaStream_t s;
   CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   bench_peak(s);
-  for (int64_t t : {1024, 4096, 16384}) bench_moe<__nv_bfloat16>("bf16", s, t, sweep);
+  for (int64_t t : {1024, 4096, 8192, 16384}) bench_moe<__nv_bfloat16>("bf16", s, t, sweep);
   bench_moe<__half>("fp16", s, 4096, false);
   bench_moe<float>("fp32", s, 4096, false);
   if (moe_only) return 0;
