@@ -3,8 +3,7 @@
 // against that sequence's cache positions 0 .. their own, causal, several sequences in one launch.
 //
 // bf16 / fp16: tensor cores, attention.cu's FlashAttention-2 structure with GQA packing. A block of
-// 4 warps owns 128 mma rows (head_dim <= 64; 64 rows at 128; LFM2_PREFILL_WARPS=8: 8 warps, 256
-// rows) = rows / group consecutive queries x
+// 4 warps owns 128 mma rows (head_dim <= 64; 64 rows at 128) = rows / group consecutive queries x
 // the group's query heads of one KV head (row r: query r / group, head r % group), so each K/V tile
 // serves every head of the group; its Q rows stay in registers as mma fragments, 32 rows a warp (two
 // m16 tiles sharing every K / V fragment it loads). Key/value tiles of 64 positions, aligned to absolute
@@ -18,6 +17,7 @@
 // same way.
 #include <cmath>
 #include <cstdlib>
+#include <string>
 #include <type_traits>
 
 #include "common/cuda_check.h"
@@ -31,27 +31,26 @@ namespace {
 
 using namespace mma;
 
-constexpr int kBQ = 64, kBKV = 64;  // kBQ: the fp32 kernel's rows (and threads)
+constexpr int kBQ = 64, kBKV = 64, kWarps = 4, kThreads = kWarps * 32;  // kBQ: the fp32 kernel's rows
 
-// The tensor-core kernel's block: W warps of MT m16 row tiles each (W * 16 * MT rows). With MT = 2
+// The tensor-core kernel's block: 4 warps of MT m16 row tiles each (kBQ rows = 64 * MT). With MT = 2
 // each K / V fragment a warp loads from shared memory serves two mma row tiles (FlashAttention-2's
 // 128-row blocks for head_dim <= 64): half the shared-memory reads per product, and each K / V tile
-// copied in serves twice the rows; W = 8 (256 rows) halves the K / V tiles read from L2 again.
-template <int HD, int MT, int W>
+// copied in serves twice the rows.
+template <int HD, int MT>
 struct PrefillSmem {
-  static constexpr int kRows = W * 16 * MT;
+  static constexpr int kRows = kWarps * 16 * MT;
   static constexpr int LD = HD + 8;  // padded rows: ldmatrix's 8 row addresses hit 8 distinct bank groups
   static constexpr int kQ = kRows * LD, kKV = kBKV * LD;
   static constexpr size_t kBytes = size_t(kQ + 4 * kKV) * 2;  // Q, K[2], V[2]
 };
 
-template <typename T, int HD, int MT, int W>
-__global__ void __launch_bounds__(W * 32)
+template <typename T, int HD, int MT>
+__global__ void __launch_bounds__(kThreads)
     prefill_tc_kernel(T* out, const T* q, const T* k_pool, const T* v_pool, const PagedSeq* seqs, int n_seqs,
                       const int32_t* block_table, int max_pages, int shift, int n_heads, int n_kv, int group,
                       int n_qtiles, int64_t q_stride, float scale_log2) {
-  using S = PrefillSmem<HD, MT, W>;
-  constexpr int kThreads = W * 32;
+  using S = PrefillSmem<HD, MT>;
   constexpr int LD = S::LD, NT = kBKV / 8, DT = HD / 8, KC = HD / 16, kChunks = HD / 8, kRows = S::kRows;
   constexpr int WR = 16 * MT;  // rows of a warp
   extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -344,37 +343,31 @@ struct PrefillArgs {
   int64_t q_stride;
 };
 
-// The tensor-core kernel's shape: 32 rows a warp (two row tiles) for head_dim <= 64, where the
-// registers allow, 4 warps a block. For tuning (both give the same bits: every row sees the same
-// tiles with the same arithmetic): LFM2_PREFILL_WARP_ROWS=16 gives the one-tile kernel back,
-// LFM2_PREFILL_WARPS=8 blocks of 8 warps (256 rows).
-int env_int(const char* name, int fallback) {
-  const char* e = std::getenv(name);
-  return e && *e ? std::atoi(e) : fallback;
-}
+// The tensor-core kernel's rows per warp: 32 (two row tiles) for head_dim <= 64, where the
+// registers allow; LFM2_PREFILL_WARP_ROWS=16 gives the one-tile kernel back (tuning only: both give
+// the same bits, every row seeing the same tiles with the same arithmetic).
 int rows_per_warp() {
-  static const int r = env_int("LFM2_PREFILL_WARP_ROWS", 32) == 16 ? 16 : 32;
+  static const int r = [] {
+    const char* e = std::getenv("LFM2_PREFILL_WARP_ROWS");
+    return e && std::string(e) == "16" ? 16 : 32;
+  }();
   return r;
 }
-int warps_per_block() {
-  static const int w = env_int("LFM2_PREFILL_WARPS", 4) == 8 ? 8 : 4;
-  return w;
-}
 
-template <typename T, int HD, int MT, int W>
+template <typename T, int HD, int MT>
 void launch_tc(T* out, const T* q, const T* k_pool, const T* v_pool, const PrefillArgs& a, cudaStream_t stream) {
   const int shift = page_shift(a.page_size), group = int(a.n_heads / a.n_kv_heads);
   const float scale_log2 = a.scale * 1.4426950408889634f;
-  using S = PrefillSmem<HD, MT, W>;
+  using S = PrefillSmem<HD, MT>;
   const int64_t qpb = S::kRows / group, n_qtiles = (a.max_rows + qpb - 1) / qpb;
   const int64_t blocks = n_qtiles * a.n_seqs * a.n_kv_heads;
   LFM2_CHECK(blocks < (int64_t(1) << 31), "attention_prefill_paged: ", blocks, " blocks is too many for one launch");
-  auto kernel = prefill_tc_kernel<T, HD, MT, W>;
+  auto kernel = prefill_tc_kernel<T, HD, MT>;
   if (S::kBytes > (size_t(48) << 10)) raise_smem_limit(reinterpret_cast<const void*>(kernel), int(S::kBytes));
-  kernel<<<unsigned(blocks), W * 32, S::kBytes, stream>>>(out, q, k_pool, v_pool, a.seqs, int(a.n_seqs),
-                                                          a.block_table, int(a.max_pages), shift, int(a.n_heads),
-                                                          int(a.n_kv_heads), group, int(n_qtiles), a.q_stride,
-                                                          scale_log2);
+  kernel<<<unsigned(blocks), kThreads, S::kBytes, stream>>>(out, q, k_pool, v_pool, a.seqs, int(a.n_seqs),
+                                                            a.block_table, int(a.max_pages), shift, int(a.n_heads),
+                                                            int(a.n_kv_heads), group, int(n_qtiles), a.q_stride,
+                                                            scale_log2);
   CUDA_CHECK_LAUNCH("prefill_tc_kernel");
 }
 
@@ -390,12 +383,8 @@ void launch_prefill(T* out, const T* q, const T* k_pool, const T* v_pool, const 
         int(a.n_kv_heads), group, int(n_qtiles), a.q_stride, scale_log2);
     CUDA_CHECK_LAUNCH("prefill_simt_kernel");
   } else {
-    if constexpr (HD <= 64) {
-      if (rows_per_warp() == 32 && warps_per_block() == 8)
-        return launch_tc<T, HD, 2, 8>(out, q, k_pool, v_pool, a, stream);
-      if (rows_per_warp() == 32) return launch_tc<T, HD, 2, 4>(out, q, k_pool, v_pool, a, stream);
-    }
-    launch_tc<T, HD, 1, 4>(out, q, k_pool, v_pool, a, stream);
+    if (HD <= 64 && rows_per_warp() == 32) return launch_tc<T, HD, HD <= 64 ? 2 : 1>(out, q, k_pool, v_pool, a, stream);
+    launch_tc<T, HD, 1>(out, q, k_pool, v_pool, a, stream);
   }
 }
 
