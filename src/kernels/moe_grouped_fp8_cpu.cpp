@@ -34,19 +34,20 @@ void moe_grouped_matmul_fp8(float* out, const uint8_t* in, const float* in_scale
   LFM2_CHECK(n_in % kFp8Block == 0 && n_out % kFp8Block == 0, "moe_grouped_matmul_fp8: ", n_in, " -> ", n_out,
              " (multiples of 128)");
   const int64_t KB = n_in / kFp8Block, NB = n_out / kFp8Block;
-  std::vector<float> a(static_cast<size_t>(n_in)), wf(static_cast<size_t>(n_in));
+  std::vector<float> a(static_cast<size_t>(n_in)), wf(static_cast<size_t>(n_out * n_in));
   for (int64_t e = 0; e < n_experts; ++e) {
     const int64_t r0 = offsets[e], m = offsets[e + 1] - r0;
-    const uint8_t* we = w + e * n_out * n_in;
+    if (m == 0) continue;
     const float* se = w_scales + e * KB * NB;
+    for (int64_t i = 0; i < n_out * n_in; ++i) wf[size_t(i)] = e4m3_to_float(w[e * n_out * n_in + i]);
     for (int64_t r = r0; r < r0 + m; ++r) {
       for (int64_t k = 0; k < n_in; ++k) a[size_t(k)] = e4m3_to_float(in[r * n_in + k]);
       for (int64_t n = 0; n < n_out; ++n) {
-        for (int64_t k = 0; k < n_in; ++k) wf[size_t(k)] = e4m3_to_float(we[n * n_in + k]);
+        const float* wn = wf.data() + n * n_in;
         float acc = 0;
         for (int64_t kb = 0; kb < KB; ++kb) {
           float part = 0;
-          for (int64_t k = kb * kFp8Block; k < (kb + 1) * kFp8Block; ++k) part += a[size_t(k)] * wf[size_t(k)];
+          for (int64_t k = kb * kFp8Block; k < (kb + 1) * kFp8Block; ++k) part += a[size_t(k)] * wn[k];
           acc += part * (in_scales[r0 * KB + kb * m + (r - r0)] * se[kb * NB + n / kFp8Block]);
         }
         out[r * n_out + n] = acc;
