@@ -6,6 +6,7 @@
 #include "common/cuda_check.h"
 #include "common/error.h"
 #include "kernels/cuda/ops.h"
+#include "model/cuda_moe_fp8.h"
 
 namespace lfm2 {
 namespace {
@@ -24,13 +25,14 @@ typename DecodeState<T>::Offsets DecodeState<T>::plan(DeviceBlocks& blocks, cons
   const int64_t kv = cfg.num_key_value_heads * cfg.head_dim(), L = cfg.conv_L_cache, H = cfg.hidden_size;
   const int64_t pool = s.n_pages * s.page_size * kv * int64_t(sizeof(T));
   Offsets o;
-  bool any_moe = false;
+  bool any_moe = false, fp8_moe = false;
   for (const DeviceLayerWeights<T>& lw : layers) {
     const bool attn = lw.is_attention;
     o.k.push_back(attn ? blocks.reserve(pool) : -1);
     o.v.push_back(attn ? blocks.reserve(pool) : -1);
     o.conv.push_back(attn ? -1 : blocks.reserve(s.n_slots * (L - 1) * H * int64_t(sizeof(float))));
     any_moe = any_moe || lw.is_moe;
+    fp8_moe = fp8_moe || lw.experts_w13_q;
   }
   const int64_t n = s.n_slots;
   o.table = blocks.reserve(n * s.max_pages * 4);
@@ -38,7 +40,10 @@ typename DecodeState<T>::Offsets DecodeState<T>::plan(DeviceBlocks& blocks, cons
   o.choice = CudaTokenChoice::reserve(blocks, n);
   o.attn_ws = blocks.reserve(cuda::attention_decode_paged_workspace_bytes(n, cfg.num_attention_heads, cfg.head_dim(),
                                                                           s.max_positions()));
-  o.moe_ws = any_moe ? blocks.reserve(cuda::moe_decode_scratch_bytes(n, moe_dims(cfg), int64_t(sizeof(T)))) : -1;
+  const int64_t et = sizeof(T);
+  const int64_t moe_ws = fp8_moe ? moe_fp8_decode_scratch_bytes(n, moe_dims(cfg), et)
+                                 : cuda::moe_decode_scratch_bytes(n, moe_dims(cfg), et);
+  o.moe_ws = any_moe ? blocks.reserve(moe_ws) : -1;
   return o;
 }
 
@@ -128,6 +133,7 @@ void DecodeState<T>::allocate_old(const ModelConfig& cfg, const std::vector<Devi
   allocate(cfg, layers, old_state_shape(n_seq, max_len), sampling, device);
   std::iota(host_table_.begin(), host_table_.end(), 0);  // slot i: pages i * max_pages ..
   CUDA_CHECK(cudaMemcpy(table_, host_table_.data(), host_table_.size() * 4, cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaDeviceSynchronize());  // the pageable copy's DMA, before the non-blocking stream reads
   old_ = OldCalls{std::vector<int32_t>(lengths, lengths + n_seq), max_len};
 }
 

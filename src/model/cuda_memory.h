@@ -89,5 +89,7 @@ template <>
 inline DType dtype_of<__nv_bfloat16>() { return DType::BF16; }
 template <>
 inline DType dtype_of<__half>() { return DType::F16; }
+template <>
+inline DType dtype_of<uint8_t>() { return DType::E4M3; }  // an FP8 file's matrices, kept as stored
 
 }  // namespace lfm2

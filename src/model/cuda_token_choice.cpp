@@ -28,8 +28,10 @@ void CudaTokenChoice::bind(const DeviceBlocks& memory, const Blocks& blocks, int
   emit_rows_ = memory.at<int32_t>(blocks.emits);
   emit_slots_ = emit_rows_ + n_slots;
   CUDA_CHECK(cudaMemset(ended_, 0xff, size_t(n_slots) * 4));  // -1: cpu::kNotEnded
-  if (!sampling.eos.empty())
+  if (!sampling.eos.empty()) {
     CUDA_CHECK(cudaMemcpy(eos_, sampling.eos.data(), sampling.eos.size() * 4, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaDeviceSynchronize());  // the pageable copy's DMA, before the non-blocking stream reads
+  }
   host_emits_.assign(size_t(2 * n_slots), 0);
   host_ended_.assign(size_t(n_slots), cpu::kNotEnded);
   n_slots_ = n_slots;
@@ -106,8 +108,11 @@ void CudaTokenChoice::choose_on_host(int32_t* tokens, int32_t* host, const std::
   std::vector<int32_t> chosen(static_cast<size_t>(n));
   choose_emitted(chosen.data(), host_logits_, vocab, emits, sampling_, params, host_ended_.data(), 4);
   if (host) std::copy(chosen.begin(), chosen.end(), host);
-  CUDA_CHECK(cudaMemcpy(tokens, chosen.data(), size_t(n) * 4, cudaMemcpyHostToDevice));
-  CUDA_CHECK(cudaMemcpy(ended_, host_ended_.data(), host_ended_.size() * 4, cudaMemcpyHostToDevice));
+  // On the compute stream: a plain cudaMemcpy from pageable memory may return before its DMA lands,
+  // and the compute stream (non-blocking) is not ordered after it; the next step would read a stale
+  // token. cudaMemcpyAsync stages pageable memory before returning, so `chosen` may go.
+  CUDA_CHECK(cudaMemcpyAsync(tokens, chosen.data(), size_t(n) * 4, cudaMemcpyHostToDevice, stream));
+  CUDA_CHECK(cudaMemcpyAsync(ended_, host_ended_.data(), host_ended_.size() * 4, cudaMemcpyHostToDevice, stream));
 }
 
 }  // namespace lfm2

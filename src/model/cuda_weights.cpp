@@ -17,11 +17,17 @@ namespace {
 
 using Leaves = std::initializer_list<const char*>;
 
+// The scale datasets of the e4m3 experts (docs/fp8.md).
+const std::string kExpertsW1Scale = fp8_scale_leaf(names::kExpertsW1);
+const std::string kExpertsW3Scale = fp8_scale_leaf(names::kExpertsW3);
+const std::string kExpertsW2Scale = fp8_scale_leaf(names::kExpertsW2);
+
 // Calls f(member, leaves, interleave) for each device block of layer il in upload order: the
 // member to point at the block, the datasets stacked into it (interleave: row by row, see
-// WeightUploader::reserve).
+// WeightUploader::reserve). fp8_experts: the experts as stored (e4m3) and their scales.
 template <typename T, typename F>
-void for_each_block(const ModelConfig& cfg, bool has_expert_bias, DeviceLayerWeights<T>& d, F&& f) {
+void for_each_block(const ModelConfig& cfg, bool has_expert_bias, bool fp8_experts, DeviceLayerWeights<T>& d,
+                    F&& f) {
   using namespace names;
   f(d.operator_norm, Leaves{kOperatorNorm}, false);
   f(d.ffn_norm, Leaves{kFfnNorm}, false);
@@ -38,15 +44,22 @@ void for_each_block(const ModelConfig& cfg, bool has_expert_bias, DeviceLayerWei
   if (cfg.is_moe(d.il)) {
     f(d.gate, Leaves{kGate}, false);
     if (has_expert_bias) f(d.expert_bias, Leaves{kExpertBias}, false);
-    f(d.experts_w13, Leaves{kExpertsW1, kExpertsW3}, true);
-    f(d.experts_w2, Leaves{kExpertsW2}, false);
+    if (fp8_experts) {
+      f(d.experts_w13_q, Leaves{kExpertsW1, kExpertsW3}, true);
+      f(d.experts_w13_s, Leaves{kExpertsW1Scale.c_str(), kExpertsW3Scale.c_str()}, true);
+      f(d.experts_w2_q, Leaves{kExpertsW2}, false);
+      f(d.experts_w2_s, Leaves{kExpertsW2Scale.c_str()}, false);
+    } else {
+      f(d.experts_w13, Leaves{kExpertsW1, kExpertsW3}, true);
+      f(d.experts_w2, Leaves{kExpertsW2}, false);
+    }
   } else {
     f(d.w13, Leaves{kW1, kW3}, false);
     f(d.w2, Leaves{kW2}, false);
   }
 }
 
-// The element type a member points to: float (fp32 blocks) or T.
+// The element type a member points to: float (fp32 blocks), uint8_t (e4m3) or T.
 template <typename P>
 using Pointee = std::remove_const_t<std::remove_pointer_t<std::remove_reference_t<P>>>;
 
@@ -57,6 +70,8 @@ void DeviceWeights<T>::upload(WeightReader& reader, const StageLayers& stage, in
   const ModelConfig& cfg = reader.config();
   const int il0 = stage.layer_begin, il1 = stage.layer_end;
   WeightUploader up(reader, stage_tensor_specs(cfg, stage), device);
+  fp8_experts = cfg.fp8.on && sizeof(T) == 2;  // the e4m3 products take 16-bit activations
+  fp8_scheme = cfg.fp8.scheme;
   layers.assign(size_t(il1 - il0), DeviceLayerWeights<T>{});
   std::vector<bool> has_bias;
   std::vector<int64_t> offsets;  // of every layer block, in for_each_block order
@@ -66,7 +81,7 @@ void DeviceWeights<T>::upload(WeightReader& reader, const StageLayers& stage, in
     d.is_attention = cfg.is_attention(il);
     d.is_moe = cfg.is_moe(il);
     has_bias.push_back(d.is_moe && up.has(layer_path(il, names::kExpertBias)));
-    for_each_block(cfg, has_bias.back(), d, [&](auto& member, Leaves leaves, bool interleave) {
+    for_each_block(cfg, has_bias.back(), fp8_experts, d, [&](auto& member, Leaves leaves, bool interleave) {
       std::vector<std::string> paths;
       for (const char* leaf : leaves) paths.push_back(layer_path(il, leaf));
       offsets.push_back(up.reserve(paths, dtype_of<Pointee<decltype(member)>>(), interleave));
@@ -90,7 +105,8 @@ void DeviceWeights<T>::upload(WeightReader& reader, const StageLayers& stage, in
   auto at = [&](auto& member, int64_t offset) { member = memory_.at<Pointee<decltype(member)>>(offset); };
   size_t next = 0;
   for (size_t li = 0; li < layers.size(); ++li)
-    for_each_block(cfg, has_bias[li], layers[li], [&](auto& member, Leaves, bool) { at(member, offsets[next++]); });
+    for_each_block(cfg, has_bias[li], fp8_experts, layers[li],
+                   [&](auto& member, Leaves, bool) { at(member, offsets[next++]); });
   at(embed_tokens, off_embed);
   at(embedding_norm, off_norm);
   at(lm_head, off_head);

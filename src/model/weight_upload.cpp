@@ -70,6 +70,15 @@ const std::vector<float>& WeightUploader::scales(const TensorSpec& matrix) {
   return scales_.emplace(ss.path, std::move(v)).first->second;
 }
 
+// A piece as stored or converted to its `as`; an fp8 scale piece (e4m3 kept on the device) is
+// checked as the dequantizing path checks its scales.
+void WeightUploader::read_piece(const Piece& p, void* out) {
+  reader_.read_rows(*p.spec, p.row_begin, p.n_rows, out, p.as);
+  if (reader_.config().fp8.on && is_fp8_scale_leaf(p.spec->path))
+    check_fp8_scales(reader_.path(), p.spec->path, static_cast<const float*>(out), p.n_rows * row_elems(*p.spec),
+                     p.row_begin * row_elems(*p.spec));
+}
+
 // Pieces of at most kStagingBytes, whole rows of the first dimension (a row larger than that is
 // refused: no tensor of this model has one).
 void WeightUploader::add_rows(const TensorSpec& s, int64_t row_begin, int64_t n_rows, DType as, int64_t offset) {
@@ -142,10 +151,10 @@ void WeightUploader::upload(char* base, const std::string& what) {
       const Piece& p = pieces_[i];
       const int s = int(i % 2);
       CUDA_CHECK(cudaEventSynchronize(copied[s]));  // the copy out of this buffer two pieces ago
-      if (p.spec && p.spec->dtype == DType::E4M3)
+      if (p.spec && p.spec->dtype == DType::E4M3 && p.as != DType::E4M3)
         read_dequantized(reader_, *p.spec, scales(*p.spec), p.row_begin, p.n_rows, staging[s], p.as);
       else if (p.spec)
-        reader_.read_rows(*p.spec, p.row_begin, p.n_rows, staging[s], p.as);
+        read_piece(p, staging[s]);
       else
         std::copy(p.host->begin(), p.host->end(), static_cast<float*>(staging[s]));
       CUDA_CHECK(cudaMemcpyAsync(base + p.offset, staging[s], size_t(p.bytes), cudaMemcpyHostToDevice, stream));

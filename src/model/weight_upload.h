@@ -5,9 +5,9 @@
 // asked for) in pieces of at most 64 MiB into one of two pinned staging buffers, and copies each
 // piece to the device asynchronously while the next one is read: the disk (or page cache) and the
 // PCIe copy overlap, and no fp32 copy of a 16-bit model is ever made on the host. Reports progress
-// and the rate it reached. An fp8 file's e4m3 matrices are dequantized on the host (w = q * scale,
-// then rounded to the dtype asked for): its scales are read, checked and kept per matrix; the fp8
-// kernels that read e4m3 on the device are not wired into the stage yet (docs/fp8.md).
+// and the rate it reached. An fp8 file's e4m3 matrices are copied as stored where reserved as E4M3
+// (a 16-bit stage's experts; their scales checked as they pass), else dequantized on the host
+// (w = q * scale, then rounded to the dtype asked for; the scales read, checked, kept per matrix).
 #pragma once
 
 #include <cstdint>
@@ -52,6 +52,7 @@ class WeightUploader {
   const TensorSpec& spec(const std::string& path) const;
   void add_rows(const TensorSpec& s, int64_t row_begin, int64_t n_rows, DType as, int64_t offset);
   const std::vector<float>& scales(const TensorSpec& matrix);  // an fp8 matrix's, read once, checked
+  void read_piece(const Piece& p, void* out);
 
   WeightReader& reader_;
   std::vector<TensorSpec> specs_;

@@ -119,7 +119,7 @@ void add_batching_options(CLI::App& app, RankOptions& opt) {
       ->check(cli::whole(1, int64_t(1) << 24));
   app.add_option("--admit-wave", opt.admit_wave,
                  "continuous: while others decode, new prompts wait for this many free slots and come together (a "
-                 "step with prompt rows reads the experts once more; default: --max-seqs / 16, at least 1)")
+                 "step with prompt rows reads the experts once more; default: --max-seqs / 24, at least 1)")
       ->check(cli::whole(1, int64_t(1) << 20));
   app.add_option("--page-size", opt.page_size,
                  "continuous: positions per KV page, a power of two >= 16 (default: 16, 64 or 256 as sequences grow)")

@@ -4,7 +4,8 @@
 // schedules that differ in chunking (1, 7, 64, whole), batching (decode rows alone or beside prompt
 // chunks), slots (reused) and pages (16, 64, 256, shuffled). fp32: tokens equal to the CPU's and rows
 // within 2e-5 (norm-relative); bf16 / fp16: rows within the stage tests' tolerances while the tokens
-// agree. Each dtype bit-identical across schedules and with CUDA Graphs on and off. Skips without a GPU.
+// agree. Each dtype bit-identical across schedules and with CUDA Graphs on and off; the same for an
+// FP8 file's e4m3 experts. Skips without a GPU.
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -13,7 +14,9 @@
 #include "batch_driver.h"
 #include "common/error.h"
 #include "cuda_test_util.h"
+#include "common/fp8.h"
 #include "h5pack/presets.h"
+#include "h5pack/quantize.h"
 #include "h5pack/synth.h"
 #include "io/weight_file.h"
 #include "model/cuda_stage.h"
@@ -58,8 +61,13 @@ std::vector<BatchSeqSpec> make_seqs(const ModelConfig& cfg, const std::vector<in
   return seqs;
 }
 
+// A cudaMemcpy from pageable memory may return before its DMA lands, and the stage's stream is
+// non-blocking (not ordered after the legacy stream): wait for it, or a step may read stale tokens.
 Access device_access() {
-  return {[](void* d, const void* s, size_t n) { CUDA_CHECK(cudaMemcpy(d, s, n, cudaMemcpyHostToDevice)); },
+  return {[](void* d, const void* s, size_t n) {
+            CUDA_CHECK(cudaMemcpy(d, s, n, cudaMemcpyHostToDevice));
+            CUDA_CHECK(cudaDeviceSynchronize());
+          },
           [](void* d, const void* s, size_t n) { CUDA_CHECK(cudaMemcpy(d, s, n, cudaMemcpyDeviceToHost)); }};
 }
 
@@ -146,6 +154,56 @@ TEST_F(CudaBatchApi, BitIdenticalForAnyScheduleAndGraphs) {
         expect_same(old, run_batches(*st, seqs, K, s, greedy, H, device_access()),
                     cat(dtype_name(dt), ", ", name, graphs ? ", graphs" : ", no graphs"));
       }
+  }
+}
+
+// An FP8 file (e4m3 experts, both schemes) on the bf16 stage: the experts stay e4m3 on the device
+// (the stage holds about half their bf16 bytes less), decode rows run the e4m3 products and prompt
+// rows the experts widened to bf16 (cuda_moe_fp8.h). Rows within the bf16 tolerance of the CPU
+// oracle's (weights-only, docs/fp8.md) while the tokens agree; the same bits for every schedule,
+// with CUDA Graphs on and off.
+TEST_F(CudaBatchApi, Fp8ExpertsStayE4m3OnTheDevice) {
+  ModelConfig cfg;
+  const std::string src = make_model("lfm2-mini", 4, &cfg);
+  int64_t expert_elems = 0;  // of the stage's MoE layers
+  for (int il = 0; il < 4; ++il)
+    if (cfg.is_moe(il)) expert_elems += 3 * cfg.num_experts * cfg.hidden_size * cfg.moe_intermediate_size;
+  ASSERT_GT(expert_elems, 0);
+  int64_t bf16_bytes = 0;
+  {
+    WeightReader r(src);
+    bf16_bytes = make_cuda_stage(r, whole_model(4), DType::BF16, 0)->weight_bytes();
+  }
+  const auto seqs = make_seqs(cfg, {45, 3, 70, 1, 20});
+  const int64_t K = 5, H = cfg.hidden_size;
+  SamplingParams greedy;
+  for (const Fp8Scheme scheme : {Fp8Scheme::Channel, Fp8Scheme::Block128}) {
+    const std::string path = cat(LFM2_CUDA_TEST_WORK_DIR, "/batch_fp8_", fp8_scheme_name(scheme), ".h5");
+    QuantizeOptions qo;
+    qo.scheme = scheme;
+    quantize_weights(src, path, qo);
+    WeightReader reader(path);
+    const Outcome ref = run_batches(*make_cpu_stage(reader, whole_model(4), 0), seqs, K, schedules()[1].second,
+                                    greedy, H, host_access());
+    std::vector<Outcome> got;
+    for (const auto& [name, s] : schedules())
+      for (bool graphs : {true, false}) {
+        auto st = make_cuda_stage(reader, whole_model(4), DType::BF16, 0, false, graphs);
+        if (got.empty()) {
+          const int64_t saved = bf16_bytes - st->weight_bytes();
+          std::printf("[cuda batch] fp8 %s: weights %lld bytes on the device, %lld fewer than bf16's\n",
+                      fp8_scheme_name(scheme), (long long)st->weight_bytes(), (long long)saved);
+          EXPECT_GE(double(saved), 0.9 * double(expert_elems)) << "the experts were not kept in e4m3";
+        }
+        got.push_back(run_batches(*st, seqs, K, s, greedy, H, device_access()));
+        if (got.size() > 1)
+          expect_same(got[0], got.back(), cat(fp8_scheme_name(scheme), ", ", name, graphs ? ", graphs" : ""));
+      }
+    const Agreement a = agreement(got[0], ref, seqs);
+    std::printf("[cuda batch] fp8 %s bf16: rows rel %.3g over %lld rows, tokens %lld/%lld as the CPU oracle's\n",
+                fp8_scheme_name(scheme), a.rel, (long long)a.rows, (long long)a.tokens_same, (long long)a.tokens);
+    EXPECT_LE(a.rel, 0.1);
+    EXPECT_GE(double(a.tokens_same), 0.6 * double(a.tokens));
   }
 }
 

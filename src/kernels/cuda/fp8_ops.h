@@ -28,6 +28,13 @@ template <typename T>
 void linear_fp8_decode(void* out, Fp8Out out_kind, const T* in, const uint8_t* w, const float* s, Fp8Scheme scheme,
                        int64_t n_rows, int64_t n_in, int64_t n_out, cudaStream_t stream);
 
+// fp8_dequantize (cpu::fp8_dequantize_mats, kernels/fp8_dequantize.h): n_mats e4m3 matrices (rows,
+// cols) and their scales, back to back, into out as T(q * scale): the values the upload's host
+// dequantization gives. The CUDA stage's prompt rows of an FP8 file's experts. Queue kernels only.
+template <typename T>
+void fp8_dequantize(T* out, const uint8_t* q, const float* scale, Fp8Scheme scheme, int64_t n_mats, int64_t rows,
+                    int64_t cols, cudaStream_t stream);
+
 // Tuning only (cuda_bench_fp8): skip the widening of the weight tiles, so the products run on stale
 // shared memory (wrong results): what the pipeline alone costs.
 void fp8_decode_force_skip_widen(bool skip);

@@ -19,7 +19,7 @@ BatchScheduler::BatchScheduler(const SchedulerConfig& config) : cfg_(config) {
              cfg_.n_pages, " pages of ", cfg_.page_size, " (", cfg_.max_pages, " a sequence), ", cfg_.max_in_flight,
              " items in flight");
   LFM2_CHECK(cfg_.n_pages <= INT32_MAX && cfg_.max_seqs <= INT32_MAX, "scheduler: too many pages or slots");
-  if (cfg_.admit_wave <= 0) cfg_.admit_wave = std::max<int64_t>(1, cfg_.max_seqs / 16);
+  if (cfg_.admit_wave <= 0) cfg_.admit_wave = std::max<int64_t>(1, cfg_.max_seqs / 24);
   // With look-ahead the same sequences fill the item in flight and the next: max_in_flight still
   // counts the stages.
   if (cfg_.max_item_seqs <= 0) cfg_.max_item_seqs = (cfg_.max_seqs + cfg_.max_in_flight - 1) / cfg_.max_in_flight;

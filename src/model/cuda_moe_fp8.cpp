@@ -1,0 +1,71 @@
+#include "model/cuda_moe_fp8.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "kernels/cuda/fp8_ops.h"
+
+namespace lfm2 {
+namespace {
+
+int64_t align_up(int64_t n) { return (n + 255) / 256 * 256; }
+
+// The decode rows' scratch: the router's outputs, then the products' scratch.
+struct Fp8DecodeLayout {
+  int64_t weights, experts, offsets, src_token, dest_row, rest, total;
+};
+
+Fp8DecodeLayout fp8_decode_layout(int64_t n, const cuda::MoeDims& d, int64_t elem_bytes) {
+  const int64_t P = n * d.top_k;
+  Fp8DecodeLayout l{};
+  l.experts = l.weights + align_up(P * 4);
+  l.offsets = l.experts + align_up(P * 4);
+  l.src_token = l.offsets + align_up((d.n_experts + 1) * 4);
+  l.dest_row = l.src_token + align_up(P * 4);
+  l.rest = l.dest_row + align_up(P * 4);
+  l.total = l.rest + cuda::moe_experts_decode_scratch_bytes(n, d.hidden, d.n_experts, d.inter, d.top_k, elem_bytes);
+  return l;
+}
+
+}  // namespace
+
+int64_t moe_fp8_decode_scratch_bytes(int64_t n, const cuda::MoeDims& d, int64_t elem_bytes) {
+  return fp8_decode_layout(n, d, elem_bytes).total;
+}
+
+template <typename T>
+void moe_fp8_decode_rows(float* x, T* norm_out, const T* in, const DeviceLayerWeights<T>& lw, Fp8Scheme scheme,
+                         const float* done, const float* next_norm, float eps, int64_t n, const cuda::MoeDims& d,
+                         void* scratch, cudaStream_t stream) {
+  const Fp8DecodeLayout l = fp8_decode_layout(n, d, sizeof(T));
+  char* base = static_cast<char*>(scratch);
+  auto* weights = reinterpret_cast<float*>(base + l.weights);
+  auto* experts = reinterpret_cast<int32_t*>(base + l.experts);
+  auto ints = [&](int64_t at) { return reinterpret_cast<int32_t*>(base + at); };
+  // its permutation (offsets, src_token, dest_row) goes unused: the e4m3 products permute again
+  cuda::moe_route_decode<T>(weights, experts, ints(l.offsets), ints(l.src_token), ints(l.dest_row), in, lw.gate,
+                            lw.expert_bias, done, n, d.hidden, d.n_experts, d.top_k, d.norm_topk_prob,
+                            d.routed_scaling_factor, stream);
+  cuda::moe_experts_decode_fp8<T>(x, in, lw.experts_w13_q, lw.experts_w13_s, lw.experts_w2_q, lw.experts_w2_s, scheme,
+                                  experts, weights, n, d.hidden, d.n_experts, d.inter, d.top_k, base + l.rest, stream);
+  if (next_norm) cuda::rmsnorm<T>(norm_out, x, next_norm, n, d.hidden, eps, stream);
+}
+
+template <typename T>
+void moe_fp8_widen_experts(T* w13, T* w2, const DeviceLayerWeights<T>& lw, Fp8Scheme scheme, const cuda::MoeDims& d,
+                           cudaStream_t stream) {
+  // w13 is 2 E matrices (Im, H): each expert's w1, then its w3, each with its own scales
+  cuda::fp8_dequantize<T>(w13, lw.experts_w13_q, lw.experts_w13_s, scheme, 2 * d.n_experts, d.inter, d.hidden, stream);
+  cuda::fp8_dequantize<T>(w2, lw.experts_w2_q, lw.experts_w2_s, scheme, d.n_experts, d.hidden, d.inter, stream);
+}
+
+#define LFM2_MOE_FP8(T)                                                                                           \
+  template void moe_fp8_decode_rows<T>(float*, T*, const T*, const DeviceLayerWeights<T>&, Fp8Scheme, const float*, \
+                                       const float*, float, int64_t, const cuda::MoeDims&, void*, cudaStream_t);   \
+  template void moe_fp8_widen_experts<T>(T*, T*, const DeviceLayerWeights<T>&, Fp8Scheme, const cuda::MoeDims&,     \
+                                         cudaStream_t);
+LFM2_MOE_FP8(__nv_bfloat16)
+LFM2_MOE_FP8(__half)
+#undef LFM2_MOE_FP8
+
+}  // namespace lfm2
