@@ -3,9 +3,10 @@
 // against that sequence's cache positions 0 .. their own, causal, several sequences in one launch.
 //
 // bf16 / fp16: tensor cores, attention.cu's FlashAttention-2 structure with GQA packing. A block of
-// 4 warps owns 64 mma rows = 64 / group consecutive queries x the group's query heads of one KV head
-// (row r: query r / group, head r % group), so each K/V tile serves every head of the group; its Q
-// rows stay in registers as mma fragments. Key/value tiles of 64 positions, aligned to absolute
+// 4 warps owns 128 mma rows (head_dim <= 64; 64 rows at 128) = rows / group consecutive queries x
+// the group's query heads of one KV head (row r: query r / group, head r % group), so each K/V tile
+// serves every head of the group; its Q rows stay in registers as mma fragments, 32 rows a warp (two
+// m16 tiles sharing every K / V fragment it loads). Key/value tiles of 64 positions, aligned to absolute
 // position 0, stream through shared memory (cp.async double buffer, 16-byte copies through the block
 // table, positions past the chunk zero-filled); S = Q K^T and O += P V as m16n8k16 mma, online
 // softmax in fp32, P rounded to the element type for P V. Every row sees the same tiles in the same
@@ -15,6 +16,8 @@
 // fp32: exact SIMT FMAs, one query row per thread as attention.cu's fp32 kernel, tiles aligned the
 // same way.
 #include <cmath>
+#include <cstdlib>
+#include <string>
 #include <type_traits>
 
 #include "common/cuda_check.h"
@@ -28,22 +31,28 @@ namespace {
 
 using namespace mma;
 
-constexpr int kBQ = 64, kBKV = 64, kWarps = 4, kThreads = kWarps * 32;
+constexpr int kBQ = 64, kBKV = 64, kWarps = 4, kThreads = kWarps * 32;  // kBQ: the fp32 kernel's rows
 
-template <int HD>
+// The tensor-core kernel's block: 4 warps of MT m16 row tiles each (kBQ rows = 64 * MT). With MT = 2
+// each K / V fragment a warp loads from shared memory serves two mma row tiles (FlashAttention-2's
+// 128-row blocks for head_dim <= 64): half the shared-memory reads per product, and each K / V tile
+// copied in serves twice the rows.
+template <int HD, int MT>
 struct PrefillSmem {
+  static constexpr int kRows = kWarps * 16 * MT;
   static constexpr int LD = HD + 8;  // padded rows: ldmatrix's 8 row addresses hit 8 distinct bank groups
-  static constexpr int kQ = kBQ * LD, kKV = kBKV * LD;
+  static constexpr int kQ = kRows * LD, kKV = kBKV * LD;
   static constexpr size_t kBytes = size_t(kQ + 4 * kKV) * 2;  // Q, K[2], V[2]
 };
 
-template <typename T, int HD>
+template <typename T, int HD, int MT>
 __global__ void __launch_bounds__(kThreads)
     prefill_tc_kernel(T* out, const T* q, const T* k_pool, const T* v_pool, const PagedSeq* seqs, int n_seqs,
                       const int32_t* block_table, int max_pages, int shift, int n_heads, int n_kv, int group,
                       int n_qtiles, int64_t q_stride, float scale_log2) {
-  using S = PrefillSmem<HD>;
-  constexpr int LD = S::LD, NT = kBKV / 8, DT = HD / 8, KC = HD / 16, kChunks = HD / 8;
+  using S = PrefillSmem<HD, MT>;
+  constexpr int LD = S::LD, NT = kBKV / 8, DT = HD / 8, KC = HD / 16, kChunks = HD / 8, kRows = S::kRows;
+  constexpr int WR = 16 * MT;  // rows of a warp
   extern __shared__ __align__(128) unsigned char smem_raw[];
   T* sq = reinterpret_cast<T*>(smem_raw);
   T* sk = sq + S::kQ;       // [2][kBKV][LD]
@@ -54,7 +63,7 @@ __global__ void __launch_bounds__(kThreads)
   const int qt = n_qtiles - 1 - int(blockIdx.x) / per_tile;
   const int si = (int(blockIdx.x) % per_tile) / n_kv, kvh = int(blockIdx.x) % n_kv;
   const PagedSeq seq = seqs[si];
-  const int qpb = kBQ / group, i0 = qt * qpb;  // queries per block, the block's first
+  const int qpb = kRows / group, i0 = qt * qpb;  // queries per block, the block's first
   if (i0 >= seq.n_rows) return;
   const int nq = min(qpb, seq.n_rows - i0), n_valid = nq * group;
   const int pos0 = seq.first_pos + i0, k_end = pos0 + nq;  // its first query's position; keys 0 .. k_end - 1
@@ -73,7 +82,7 @@ __global__ void __launch_bounds__(kThreads)
       cp_async16(dv + r * LD + col, v_pool + off, ok);
     }
   };
-  for (int c = tid; c < kBQ * kChunks; c += kThreads) {
+  for (int c = tid; c < kRows * kChunks; c += kThreads) {
     const int r = c / kChunks, col = (c % kChunks) * 8;
     const bool ok = r < n_valid;
     const T* src = ok ? q + int64_t(seq.row + i0 + r / group) * q_stride + int64_t(kvh * group + r % group) * HD + col
@@ -84,18 +93,30 @@ __global__ void __launch_bounds__(kThreads)
   load_kv(0, 0);
   cp_async_commit();
 
-  // this lane's rows r0, r1 = r0 + 8 of the warp's 16; rows past the block's queries see no key
-  const int r0 = warp * 16 + g, r1 = r0 + 8;
-  const bool warp_active = warp * 16 < n_valid;
-  const int qpos0 = r0 < n_valid ? pos0 + r0 / group : -1, qpos1 = r1 < n_valid ? pos0 + r1 / group : -1;
-  const int wq_first = pos0 + (warp * 16) / group;
-  const int wq_last = pos0 + (min(warp * 16 + 15, n_valid - 1)) / group;
-
-  uint32_t qf[KC][4];
-  float o[DT][4];
+  // this lane's rows of row tile i: rr[i][0] = warp * WR + 16 i + g and rr[i][1] = that + 8; rows
+  // past the block's queries see no key (qpos -1)
+  int qpos[MT][2];
 #pragma unroll
-  for (int j = 0; j < DT; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
-  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
+  for (int i = 0; i < MT; ++i)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = warp * WR + 16 * i + 8 * h + g;
+      qpos[i][h] = r < n_valid ? pos0 + r / group : -1;
+    }
+  const bool warp_active = warp * WR < n_valid;
+  const int wq_first = pos0 + (warp * WR) / group;
+  const int wq_last = pos0 + (min(warp * WR + WR - 1, n_valid - 1)) / group;
+
+  uint32_t qf[MT][KC][4];
+  float o[MT][DT][4];
+  float m[MT][2], l[MT][2];
+#pragma unroll
+  for (int i = 0; i < MT; ++i) {
+#pragma unroll
+    for (int j = 0; j < DT; ++j) o[i][j][0] = o[i][j][1] = o[i][j][2] = o[i][j][3] = 0.f;
+    m[i][0] = m[i][1] = -INFINITY;
+    l[i][0] = l[i][1] = 0.f;
+  }
 
   for (int t = 0; t < n_tiles; ++t) {
     const int st = t & 1, k0 = t * kBKV;
@@ -109,16 +130,20 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
     if (t == 0) {
 #pragma unroll
-      for (int kc = 0; kc < KC; ++kc)
-        ldmatrix_x4(qf[kc], sq + (warp * 16 + (lane & 15)) * LD + kc * 16 + (lane >> 4) * 8);
+      for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int kc = 0; kc < KC; ++kc)
+          ldmatrix_x4(qf[i][kc], sq + (warp * WR + 16 * i + (lane & 15)) * LD + kc * 16 + (lane >> 4) * 8);
     }
     // a warp whose queries all precede this tile (causal) or that has none has nothing to do
     if (warp_active && k0 <= wq_last) {
       const T* ks = sk + st * S::kKV;
       const T* vs = sv + st * S::kKV;
-      float sc[NT][4];
+      float sc[MT][NT][4];
 #pragma unroll
-      for (int j = 0; j < NT; ++j) sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.f;
+      for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int j = 0; j < NT; ++j) sc[i][j][0] = sc[i][j][1] = sc[i][j][2] = sc[i][j][3] = 0.f;
 #pragma unroll
       for (int kc = 0; kc < KC; ++kc)
 #pragma unroll
@@ -126,90 +151,108 @@ __global__ void __launch_bounds__(kThreads)
           uint32_t b[4];
           const int mi = lane >> 3;
           ldmatrix_x4(b, ks + (j * 8 + (mi >> 1) * 8 + (lane & 7)) * LD + kc * 16 + (mi & 1) * 8);
-          mma16816<T>(sc[j], qf[kc], b[0], b[1]);
-          mma16816<T>(sc[j + 1], qf[kc], b[2], b[3]);
+#pragma unroll
+          for (int i = 0; i < MT; ++i) {
+            mma16816<T>(sc[i][j], qf[i][kc], b[0], b[1]);
+            mma16816<T>(sc[i][j + 1], qf[i][kc], b[2], b[3]);
+          }
         }
       // scale and causal mask (positions past the chunk lie after every query)
       const bool diag = k0 + kBKV - 1 > wq_first;
-      float tmax0 = -INFINITY, tmax1 = -INFINITY;
+      float base[MT][2];
 #pragma unroll
-      for (int j = 0; j < NT; ++j)
+      for (int i = 0; i < MT; ++i) {
+        float tmax0 = -INFINITY, tmax1 = -INFINITY;
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int key = k0 + j * 8 + 2 * t4 + e;
-          float a = sc[j][e] * scale_log2, b = sc[j][2 + e] * scale_log2;
-          if (diag) {
-            if (key > qpos0) a = -INFINITY;
-            if (key > qpos1) b = -INFINITY;
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int key = k0 + j * 8 + 2 * t4 + e;
+            float a = sc[i][j][e] * scale_log2, b = sc[i][j][2 + e] * scale_log2;
+            if (diag) {
+              if (key > qpos[i][0]) a = -INFINITY;
+              if (key > qpos[i][1]) b = -INFINITY;
+            }
+            sc[i][j][e] = a;
+            sc[i][j][2 + e] = b;
+            tmax0 = fmaxf(tmax0, a);
+            tmax1 = fmaxf(tmax1, b);
           }
-          sc[j][e] = a;
-          sc[j][2 + e] = b;
-          tmax0 = fmaxf(tmax0, a);
-          tmax1 = fmaxf(tmax1, b);
+#pragma unroll
+        for (int o2 = 1; o2 <= 2; o2 <<= 1) {
+          tmax0 = fmaxf(tmax0, __shfl_xor_sync(0xffffffffu, tmax0, o2));
+          tmax1 = fmaxf(tmax1, __shfl_xor_sync(0xffffffffu, tmax1, o2));
         }
+        // rows whose keys are all masked so far keep m = -inf; their alpha and p are then 0
+        const float mn0 = fmaxf(m[i][0], tmax0), mn1 = fmaxf(m[i][1], tmax1);
+        base[i][0] = mn0 == -INFINITY ? 0.f : mn0;
+        base[i][1] = mn1 == -INFINITY ? 0.f : mn1;
+        const float alpha0 = exp2f(m[i][0] - base[i][0]), alpha1 = exp2f(m[i][1] - base[i][1]);
+        m[i][0] = mn0;
+        m[i][1] = mn1;
+        l[i][0] *= alpha0;
+        l[i][1] *= alpha1;
 #pragma unroll
-      for (int o2 = 1; o2 <= 2; o2 <<= 1) {
-        tmax0 = fmaxf(tmax0, __shfl_xor_sync(0xffffffffu, tmax0, o2));
-        tmax1 = fmaxf(tmax1, __shfl_xor_sync(0xffffffffu, tmax1, o2));
-      }
-      // rows whose keys are all masked so far keep m = -inf; their alpha and p are then 0
-      const float mn0 = fmaxf(m0, tmax0), mn1 = fmaxf(m1, tmax1);
-      const float base0 = mn0 == -INFINITY ? 0.f : mn0, base1 = mn1 == -INFINITY ? 0.f : mn1;
-      const float alpha0 = exp2f(m0 - base0), alpha1 = exp2f(m1 - base1);
-      m0 = mn0;
-      m1 = mn1;
-      l0 *= alpha0;
-      l1 *= alpha1;
-#pragma unroll
-      for (int j = 0; j < DT; ++j) {
-        o[j][0] *= alpha0;
-        o[j][1] *= alpha0;
-        o[j][2] *= alpha1;
-        o[j][3] *= alpha1;
+        for (int j = 0; j < DT; ++j) {
+          o[i][j][0] *= alpha0;
+          o[i][j][1] *= alpha0;
+          o[i][j][2] *= alpha1;
+          o[i][j][3] *= alpha1;
+        }
       }
 #pragma unroll
       for (int kc = 0; kc < kBKV / 16; ++kc) {
-        float p[2][4];
+        uint32_t pa[MT][4];
 #pragma unroll
-        for (int hlf = 0; hlf < 2; ++hlf) {
-          const int j = 2 * kc + hlf;
-          p[hlf][0] = exp2f(sc[j][0] - base0);
-          p[hlf][1] = exp2f(sc[j][1] - base0);
-          p[hlf][2] = exp2f(sc[j][2] - base1);
-          p[hlf][3] = exp2f(sc[j][3] - base1);
-          l0 += p[hlf][0] + p[hlf][1];
-          l1 += p[hlf][2] + p[hlf][3];
+        for (int i = 0; i < MT; ++i) {
+          float p[2][4];
+#pragma unroll
+          for (int hlf = 0; hlf < 2; ++hlf) {
+            const int j = 2 * kc + hlf;
+            p[hlf][0] = exp2f(sc[i][j][0] - base[i][0]);
+            p[hlf][1] = exp2f(sc[i][j][1] - base[i][0]);
+            p[hlf][2] = exp2f(sc[i][j][2] - base[i][1]);
+            p[hlf][3] = exp2f(sc[i][j][3] - base[i][1]);
+            l[i][0] += p[hlf][0] + p[hlf][1];
+            l[i][1] += p[hlf][2] + p[hlf][3];
+          }
+          pa[i][0] = pack2<T>(p[0][0], p[0][1]);
+          pa[i][1] = pack2<T>(p[0][2], p[0][3]);
+          pa[i][2] = pack2<T>(p[1][0], p[1][1]);
+          pa[i][3] = pack2<T>(p[1][2], p[1][3]);
         }
-        const uint32_t pa[4] = {pack2<T>(p[0][0], p[0][1]), pack2<T>(p[0][2], p[0][3]), pack2<T>(p[1][0], p[1][1]),
-                                pack2<T>(p[1][2], p[1][3])};
 #pragma unroll
         for (int d = 0; d < DT; d += 2) {
           uint32_t b[4];
           const int mi = lane >> 3;
           ldmatrix_x4_trans(b, vs + (kc * 16 + (mi & 1) * 8 + (lane & 7)) * LD + d * 8 + (mi >> 1) * 8);
-          mma16816<T>(o[d], pa, b[0], b[1]);
-          mma16816<T>(o[d + 1], pa, b[2], b[3]);
+#pragma unroll
+          for (int i = 0; i < MT; ++i) {
+            mma16816<T>(o[i][d], pa[i], b[0], b[1]);
+            mma16816<T>(o[i][d + 1], pa[i], b[2], b[3]);
+          }
         }
       }
     }
     __syncthreads();  // this stage is refilled by the next iteration's load
   }
   if (!warp_active) return;
-#pragma unroll
-  for (int o2 = 1; o2 <= 2; o2 <<= 1) {
-    l0 += __shfl_xor_sync(0xffffffffu, l0, o2);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, o2);
-  }
-  const float inv0 = 1.f / l0, inv1 = 1.f / l1;
   const int64_t out_stride = int64_t(n_heads) * HD;
-  T* ob0 = out + int64_t(seq.row + i0 + r0 / group) * out_stride + int64_t(kvh * group + r0 % group) * HD;
-  T* ob1 = out + int64_t(seq.row + i0 + r1 / group) * out_stride + int64_t(kvh * group + r1 % group) * HD;
 #pragma unroll
-  for (int j = 0; j < DT; ++j) {
-    const int col = j * 8 + 2 * t4;
-    if (r0 < n_valid) *reinterpret_cast<uint32_t*>(ob0 + col) = pack2<T>(o[j][0] * inv0, o[j][1] * inv0);
-    if (r1 < n_valid) *reinterpret_cast<uint32_t*>(ob1 + col) = pack2<T>(o[j][2] * inv1, o[j][3] * inv1);
-  }
+  for (int i = 0; i < MT; ++i)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float li = l[i][h];
+#pragma unroll
+      for (int o2 = 1; o2 <= 2; o2 <<= 1) li += __shfl_xor_sync(0xffffffffu, li, o2);
+      const int r = warp * WR + 16 * i + 8 * h + g;
+      if (r >= n_valid) continue;
+      const float inv = 1.f / li;
+      T* ob = out + int64_t(seq.row + i0 + r / group) * out_stride + int64_t(kvh * group + r % group) * HD;
+#pragma unroll
+      for (int j = 0; j < DT; ++j)
+        *reinterpret_cast<uint32_t*>(ob + j * 8 + 2 * t4) = pack2<T>(o[i][j][2 * h] * inv, o[i][j][2 * h + 1] * inv);
+    }
 }
 
 // fp32: one query row per thread (64 per block) of one (sequence, head), key tiles staged as fp32.
@@ -300,6 +343,34 @@ struct PrefillArgs {
   int64_t q_stride;
 };
 
+// The tensor-core kernel's rows per warp: 32 (two row tiles) for head_dim <= 64, where the
+// registers allow; LFM2_PREFILL_WARP_ROWS=16 gives the one-tile kernel back (tuning only: both give
+// the same bits, every row seeing the same tiles with the same arithmetic).
+int rows_per_warp() {
+  static const int r = [] {
+    const char* e = std::getenv("LFM2_PREFILL_WARP_ROWS");
+    return e && std::string(e) == "16" ? 16 : 32;
+  }();
+  return r;
+}
+
+template <typename T, int HD, int MT>
+void launch_tc(T* out, const T* q, const T* k_pool, const T* v_pool, const PrefillArgs& a, cudaStream_t stream) {
+  const int shift = page_shift(a.page_size), group = int(a.n_heads / a.n_kv_heads);
+  const float scale_log2 = a.scale * 1.4426950408889634f;
+  using S = PrefillSmem<HD, MT>;
+  const int64_t qpb = S::kRows / group, n_qtiles = (a.max_rows + qpb - 1) / qpb;
+  const int64_t blocks = n_qtiles * a.n_seqs * a.n_kv_heads;
+  LFM2_CHECK(blocks < (int64_t(1) << 31), "attention_prefill_paged: ", blocks, " blocks is too many for one launch");
+  auto kernel = prefill_tc_kernel<T, HD, MT>;
+  if (S::kBytes > (size_t(48) << 10)) raise_smem_limit(reinterpret_cast<const void*>(kernel), int(S::kBytes));
+  kernel<<<unsigned(blocks), kThreads, S::kBytes, stream>>>(out, q, k_pool, v_pool, a.seqs, int(a.n_seqs),
+                                                            a.block_table, int(a.max_pages), shift, int(a.n_heads),
+                                                            int(a.n_kv_heads), group, int(n_qtiles), a.q_stride,
+                                                            scale_log2);
+  CUDA_CHECK_LAUNCH("prefill_tc_kernel");
+}
+
 template <typename T, int HD>
 void launch_prefill(T* out, const T* q, const T* k_pool, const T* v_pool, const PrefillArgs& a, cudaStream_t stream) {
   const int shift = page_shift(a.page_size), group = int(a.n_heads / a.n_kv_heads);
@@ -312,16 +383,8 @@ void launch_prefill(T* out, const T* q, const T* k_pool, const T* v_pool, const 
         int(a.n_kv_heads), group, int(n_qtiles), a.q_stride, scale_log2);
     CUDA_CHECK_LAUNCH("prefill_simt_kernel");
   } else {
-    const int64_t qpb = kBQ / group, n_qtiles = (a.max_rows + qpb - 1) / qpb;
-    const int64_t blocks = n_qtiles * a.n_seqs * a.n_kv_heads;
-    LFM2_CHECK(blocks < (int64_t(1) << 31), "attention_prefill_paged: ", blocks, " blocks is too many for one launch");
-    auto kernel = prefill_tc_kernel<T, HD>;
-    constexpr size_t smem = PrefillSmem<HD>::kBytes;
-    if (smem > (size_t(48) << 10)) raise_smem_limit(reinterpret_cast<const void*>(kernel), int(smem));
-    kernel<<<unsigned(blocks), kThreads, smem, stream>>>(out, q, k_pool, v_pool, a.seqs, int(a.n_seqs), a.block_table,
-                                                         int(a.max_pages), shift, int(a.n_heads), int(a.n_kv_heads),
-                                                         group, int(n_qtiles), a.q_stride, scale_log2);
-    CUDA_CHECK_LAUNCH("prefill_tc_kernel");
+    if (HD <= 64 && rows_per_warp() == 32) return launch_tc<T, HD, HD <= 64 ? 2 : 1>(out, q, k_pool, v_pool, a, stream);
+    launch_tc<T, HD, 1>(out, q, k_pool, v_pool, a, stream);
   }
 }
 

@@ -6,7 +6,8 @@
 //   cuda_bench_kernels sweep      + every grouped-GEMM tile configuration at every size
 // Sections: dense peak; the two expert products (balanced groups, as torch's grouped_mm benchmark,
 // and routed by random router logits) with the rest of the MoE path; the model's projections with
-// pinned vs per-size cuBLASLt algorithms; attention at S = 32, 2048, 8192.
+// pinned vs per-size cuBLASLt algorithms; attention at S = 32, 2048, 8192; the FP8 grouped GEMM's products beside
+// the bf16 ones from 4096 tokens.
 #include <algorithm>
 #include <cstdio>
 #include <functional>
@@ -19,6 +20,7 @@
 
 #include "common/cuda_check.h"
 #include "common/rng.h"
+#include "kernels/cuda/grouped_gemm_fp8.h"
 #include "kernels/cuda/grouped_gemm_sm90.h"
 #include "kernels/cuda/ops.h"
 #include "bench_util.h"
@@ -46,6 +48,44 @@ void bench_peak(cudaStream_t s) {
   g_peak = 2.0 * n * n * n / t * 1e-9;
   std::printf("peak  dense bf16 GEMM 8192^3 (cuBLASLt, pinned): %.3f ms %.0f TFLOP/s\n", t, g_peak);
   cudaFree(a), cudaFree(w), cudaFree(o);
+}
+
+// The FP8 products (grouped_gemm_fp8.h; not yet in the stage) at the bf16 products' sizes: e4m3
+// experts with 128 x 128 block scales (random valid bits, scales 1e-3), the activations quantized
+// first (the quantization timed apart). Speed only: the values are not checked here.
+void bench_moe_fp8(cudaStream_t s, int64_t n_tokens, const __nv_bfloat16* xs, const __nv_bfloat16* act,
+                   const int32_t* bal, const int32_t* off, double f1, double f2) {
+  const int64_t H = 2048, E = 32, Im = 1792, P = n_tokens * 4;
+  auto* w13 = dev_alloc<uint8_t>(E * 2 * Im * H);
+  auto* w2 = dev_alloc<uint8_t>(E * H * Im);
+  CUDA_CHECK(cudaMemset(w13, 0x3a, size_t(E * 2 * Im * H)));  // e4m3 0x3a = 1.25: valid, not zero
+  CUDA_CHECK(cudaMemset(w2, 0xb4, size_t(E * H * Im)));      // -0.75
+  std::vector<float> ones(size_t(E * (2 * Im / 128) * (H / 128)), 1e-3f);
+  auto* s13 = dev_alloc<float>(int64_t(ones.size()));
+  auto* s2 = dev_alloc<float>(int64_t(ones.size()));
+  CUDA_CHECK(cudaMemcpy(s13, ones.data(), ones.size() * 4, cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemcpy(s2, ones.data(), ones.size() * 4, cudaMemcpyHostToDevice));
+  auto* q1 = dev_alloc<uint8_t>(P * H);
+  auto* q2 = dev_alloc<uint8_t>(P * Im);
+  auto* sa1 = dev_alloc<float>(P * H / 128);
+  auto* sa2 = dev_alloc<float>(P * Im / 128);
+  auto* out = dev_alloc<__nv_bfloat16>(P * 2 * Im);
+  auto* ws = dev_alloc<char>(cuda::moe_grouped_matmul_fp8_workspace_bytes(E));
+  for (int pass = 0; pass < 2; ++pass) {
+    const int32_t* o = pass == 0 ? bal : off;
+    const double tq = median_ms(s, [&] {
+      cuda::moe_quantize_e4m3(q1, sa1, xs, o, P, E, H, s);
+      cuda::moe_quantize_e4m3(q2, sa2, act, o, P, E, Im, s);
+    });
+    const double t1 = median_ms(s, [&] {
+      cuda::moe_grouped_matmul_fp8(out, q1, sa1, w13, s13, o, P, E, H, 2 * Im, ws, s);
+    });
+    const double t2 = median_ms(s, [&] { cuda::moe_grouped_matmul_fp8(out, q2, sa2, w2, s2, o, P, E, Im, H, ws, s); });
+    std::printf("fp8   moe %5lld tok %-8s gate_up %s | down %s | both %s | quantize both inputs %.3f ms\n",
+                (long long)n_tokens, pass == 0 ? "balanced" : "routed", tf(f1, t1).c_str(), tf(f2, t2).c_str(),
+                tf(f1 + f2, t1 + t2).c_str(), tq);
+  }
+  for (void* p : std::initializer_list<void*>{w13, w2, s13, s2, q1, q2, sa1, sa2, out, ws}) cudaFree(p);
 }
 
 // The MoE experts at n_tokens tokens: products on balanced groups (rows / 32 per expert, like
@@ -118,6 +158,8 @@ void bench_moe(const char* name, cudaStream_t s, int64_t n_tokens, bool sweep) {
       }
     }
   }
+  if constexpr (std::is_same<T, __nv_bfloat16>::value)
+    if (n_tokens >= 4096) bench_moe_fp8(s, n_tokens, xs, act, bal, off, f1, f2);
   const double t_route = median_ms(s, [&] { cuda::moe_router(wts, ids, logits, nullptr, n_tokens, E, k, true, 1.f, s); });
   const double t_perm = median_ms(s, [&] { cuda::moe_permute(off, src, dest, ids, n_tokens, E, k, pscr, s); });
   const double t_gather = median_ms(s, [&] { cuda::moe_gather(xs, in, src, P, H, s); });
@@ -226,7 +268,7 @@ int main(int argc, char** argv) {
   cudaStream_t s;
   CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   bench_peak(s);
-  for (int64_t t : {1024, 4096, 16384}) bench_moe<__nv_bfloat16>("bf16", s, t, sweep);
+  for (int64_t t : {1024, 4096, 8192, 16384}) bench_moe<__nv_bfloat16>("bf16", s, t, sweep);
   bench_moe<__half>("fp16", s, 4096, false);
   bench_moe<float>("fp32", s, 4096, false);
   if (moe_only) return 0;

@@ -12,7 +12,10 @@
 // them between the first's start and the last's end, the longest such gaps, and the step as
 // Chrome trace-event JSON into $OUT/step_trace.json (or ./step_trace.json). Three steps are
 // traced back to back and the second reported: the first waits on the host, as no step of a run does.
+// `prefill`: one prompt of `rows` rows (default 8192) through the whole model as a static run's
+// prefill item, timed, then traced (the time per kernel name).
 //   cuda_bench_step MODEL.h5 [BxC,BxC,...] [steps] [layers]
+//   cuda_bench_step MODEL.h5 prefill [rows] [reps]
 //   defaults: 32x1024,32x4096,32x8192,32x16384,256x64 20
 #include <algorithm>
 #include <cmath>
@@ -25,14 +28,15 @@
 #include <vector>
 
 #include <cuda_runtime.h>
-#include <cupti.h>
 
 #include "common/cuda_check.h"
 #include "common/rng.h"
 #include "io/weight_file.h"
 #include "model/cuda_stage.h"
+#include "cupti_trace.h"
 
 using namespace lfm2;
+using namespace lfm2::bench;
 
 namespace {
 
@@ -86,108 +90,6 @@ Floor floor_bytes(const ModelConfig& c, int l0, int l1, bool first, bool last, i
   f.weights *= 2;
   f.kv *= 2;
   return f;
-}
-
-// CUPTI's kernel records (start, end in ns; name) of what ran while tracing was on.
-struct KernelRecord {
-  uint64_t start, end;
-  std::string name;
-};
-std::vector<KernelRecord> g_kernels;
-
-void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
-  *size = size_t(16) << 20;
-  *buffer = static_cast<uint8_t*>(std::aligned_alloc(8, *size));
-  *max_records = 0;
-}
-
-void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid) {
-  CUpti_Activity* rec = nullptr;
-  while (cuptiActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS)
-    if (rec->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) {
-      const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(rec);
-      g_kernels.push_back({k->start, k->end, k->name ? k->name : "?"});
-    }
-  std::free(buffer);
-}
-
-#define CUPTI_CHECK(x)                                                                       \
-  do {                                                                                       \
-    const CUptiResult r_ = (x);                                                              \
-    if (r_ != CUPTI_SUCCESS) throw std::runtime_error(std::string("CUPTI error at ") + #x);  \
-  } while (0)
-
-// The kernels of `run` (queued and finished inside it), in start order.
-template <typename Run>
-std::vector<KernelRecord> trace_kernels(Run&& run) {
-  g_kernels.clear();
-  CUPTI_CHECK(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed));
-  CUPTI_CHECK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
-  run();
-  CUDA_CHECK(cudaDeviceSynchronize());
-  CUPTI_CHECK(cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
-  CUPTI_CHECK(cuptiActivityFlushAll(1));
-  std::sort(g_kernels.begin(), g_kernels.end(), [](const KernelRecord& a, const KernelRecord& b) {
-    return a.start < b.start;
-  });
-  return g_kernels;
-}
-
-std::string short_name(const std::string& n) {
-  std::string s = n.substr(0, n.find('('));
-  if (s.size() > 60) s = s.substr(0, 60);
-  return s;
-}
-
-// The trace's summary: span, busy (the union of the kernels' intervals), gaps (span - busy), the
-// five longest gaps with the kernels around them; and the step as trace-event JSON.
-void report_trace(const std::vector<KernelRecord>& k, const std::string& json_path) {
-  if (k.empty()) return void(std::printf("trace: no kernel records\n"));
-  uint64_t busy = 0, reach = k[0].start;
-  struct Gap {
-    uint64_t ns;
-    size_t after;
-  };
-  std::vector<Gap> gaps;
-  for (size_t i = 0; i < k.size(); ++i) {
-    if (k[i].start > reach && i > 0) gaps.push_back({k[i].start - reach, i - 1});
-    const uint64_t from = std::max(k[i].start, reach);
-    if (k[i].end > from) busy += k[i].end - from;
-    reach = std::max(reach, k[i].end);
-  }
-  const uint64_t span = reach - k[0].start;
-  uint64_t gap_sum = 0;
-  for (const Gap& g : gaps) gap_sum += g.ns;
-  std::printf("trace: one step, %zu kernels over %.3f ms: busy %.3f ms, idle between kernels %.1f us in %zu gaps "
-              "(%.2f us each on average)\n",
-              k.size(), span * 1e-6, busy * 1e-6, gap_sum * 1e-3, gaps.size(),
-              gaps.empty() ? 0.0 : gap_sum * 1e-3 / double(gaps.size()));
-  std::sort(gaps.begin(), gaps.end(), [](const Gap& a, const Gap& b) { return a.ns > b.ns; });
-  for (size_t i = 0; i < std::min<size_t>(5, gaps.size()); ++i)
-    std::printf("trace:   gap %.2f us after %s, before %s\n", gaps[i].ns * 1e-3,
-                short_name(k[gaps[i].after].name).c_str(), short_name(k[gaps[i].after + 1].name).c_str());
-  std::map<std::string, std::pair<int, uint64_t>> by_name;
-  for (const KernelRecord& r : k) {
-    auto& e = by_name[short_name(r.name)];
-    ++e.first;
-    e.second += r.end - r.start;
-  }
-  std::vector<std::pair<uint64_t, std::string>> top;
-  for (const auto& [n, e] : by_name) top.push_back({e.second, n});
-  std::sort(top.rbegin(), top.rend());
-  for (size_t i = 0; i < std::min<size_t>(12, top.size()); ++i)
-    std::printf("trace:   %8.3f ms in %4d x %s\n", top[i].first * 1e-6, by_name[top[i].second].first,
-                top[i].second.c_str());
-  FILE* f = std::fopen(json_path.c_str(), "w");
-  if (!f) return;
-  std::fprintf(f, "{\"traceEvents\": [\n");
-  for (size_t i = 0; i < k.size(); ++i)
-    std::fprintf(f, "{\"name\": \"%s\", \"ph\": \"X\", \"pid\": 0, \"tid\": 0, \"ts\": %.3f, \"dur\": %.3f}%s\n",
-                 short_name(k[i].name).c_str(), (k[i].start - k[0].start) * 1e-3, (k[i].end - k[i].start) * 1e-3,
-                 i + 1 < k.size() ? "," : "");
-  std::fprintf(f, "], \"displayTimeUnit\": \"ms\"}\n");
-  std::fclose(f);
-  std::printf("trace: written to %s\n", json_path.c_str());
 }
 
 struct Timing {
@@ -262,6 +164,52 @@ Timing time_steps(CudaStageExecutor& st, const StageLayers& r, int64_t hidden, i
   return tm;
 }
 
+// The prefill of one prompt of n rows through the whole model, as a static run's prefill item
+// goes (embed_batch of its ids, forward_batch storing its cache in pages of 64, the greedy choice
+// of its first token): the median of `reps` back to back after one untimed, then one traced (the
+// time per kernel name: where a prefill item's time goes) into json.
+void bench_prefill(CudaStageExecutor& st, const ModelConfig& c, int64_t n, int reps, const std::string& json) {
+  const int64_t page = 64, max_pages = (n + page - 1) / page;
+  st.alloc_batch_state({1, max_pages, page, max_pages}, SamplingParams{});
+  std::vector<int32_t> pages(static_cast<size_t>(max_pages));
+  for (int64_t i = 0; i < max_pages; ++i) pages[size_t(i)] = int32_t(i);
+  st.map_pages(0, 0, pages.data(), max_pages);
+  void* x = st.alloc_hidden(n + 1);
+  int32_t* tokens = st.alloc_tokens(1);
+  auto* ids = static_cast<int32_t*>(st.alloc_host(n * 4));
+  CounterRng rng(5, 5);
+  for (int64_t i = 0; i < n; ++i) ids[i] = int32_t(rng.bits(uint64_t(i)) % uint64_t(c.vocab_size));
+  StepBatch b;
+  b.seqs = {BatchSeq{0, 0, 0, int32_t(n), 0, false}};
+  auto item = [&] {
+    st.embed_batch(b, ids, nullptr, x);
+    st.forward_batch(x, b);
+    st.choose_batch(x, b, nullptr, tokens, nullptr);
+  };
+  item();
+  std::vector<cudaEvent_t> ev(size_t(reps + 1));
+  for (auto& e : ev) CUDA_CHECK(cudaEventCreate(&e));
+  for (int i = 0; i < reps; ++i) {
+    st.record_event(ev[size_t(i)]);
+    item();
+  }
+  st.record_event(ev[size_t(reps)]);
+  CUDA_CHECK(cudaEventSynchronize(ev.back()));
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, ev[size_t(i)], ev[size_t(i + 1)]));
+    t.push_back(ms);
+  }
+  for (auto& e : ev) cudaEventDestroy(e);
+  std::sort(t.begin(), t.end());
+  std::printf("prefill of one %lld-row prompt (embed, %lld layers, head): %.3f ms (min %.3f, max %.3f), %.0f "
+              "tokens/s\n",
+              (long long)n, (long long)c.num_hidden_layers, t[t.size() / 2], t.front(), t.back(),
+              double(n) / t[t.size() / 2] * 1e3);
+  report_trace(trace_kernels(item), json, 40);
+}
+
 std::vector<std::pair<int64_t, int64_t>> parse_cases(const std::string& s) {
   std::vector<std::pair<int64_t, int64_t>> out;
   std::stringstream ss(s);
@@ -277,12 +225,19 @@ std::vector<std::pair<int64_t, int64_t>> parse_cases(const std::string& s) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: cuda_bench_step MODEL.h5 [BxC,...] [steps] [layers]\n");
+    std::fprintf(stderr, "usage: cuda_bench_step MODEL.h5 [BxC,...] [steps] [layers] | MODEL.h5 prefill [rows] [reps]\n");
     return 1;
   }
   try {
     WeightReader reader(argv[1]);
     const ModelConfig& c = reader.config();
+    if (argc > 2 && std::string(argv[2]) == "prefill") {
+      auto st = make_cuda_stage(reader, whole_model(int(c.num_hidden_layers)), DType::BF16, 0);
+      const char* out_dir = std::getenv("OUT");
+      bench_prefill(*st, c, argc > 3 ? std::atoll(argv[3]) : 8192, argc > 4 ? std::atoi(argv[4]) : 5,
+                    std::string(out_dir ? out_dir : ".") + "/prefill_trace.json");
+      return 0;
+    }
     const auto cases = parse_cases(argc > 2 ? argv[2] : "32x1024,32x4096,32x8192,32x16384,256x64");
     const int steps = argc > 3 ? std::atoi(argv[3]) : 20;
     const bool per_layer = argc > 4 && std::string(argv[4]) == "layers";

@@ -26,7 +26,8 @@ TYPED_TEST_SUITE(CudaDecode, ElemTypes, ElemNames);
 // rounded inputs); a decode row alone gets the bits it gets in the mixed step.
 TYPED_TEST(CudaDecode, ShortConvStepAgainstTheCpu) {
   using T = TypeParam;
-  for (auto [H, L] : {std::pair<int64_t, int64_t>{64, 3}, {40, 4}, {2048, 3}}) {
+  // H 36: 16-bit rows of 72 bytes take the one-channel kernel, the others the 16-byte one
+  for (auto [H, L] : {std::pair<int64_t, int64_t>{64, 3}, {40, 4}, {36, 2}, {2048, 3}}) {
     const int64_t n_slots = 6;
     // decode rows of slots 5, 0; a chunk of 7 at position 2 (slot 3), a padding row, a prompt of 4
     // from 0 whose state ends at 3 (slot 1), a chunk of 1 at position 9 (slot 2)
