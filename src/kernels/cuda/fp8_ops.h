@@ -1,6 +1,7 @@
 // The CUDA FP8 products (docs/fp8.md), twins of kernels/fp8_products.h: e4m3 weights and fp32
 // scales as the weight file holds them, 16-bit activations (bf16 or fp16), fp32 accumulation, each
-// weight widened in shared memory to T(e4m3 * scale) (kernels/cuda/moe_decode_gemm_fp8.cuh). Hopper
+// weight widened exactly to T in registers and its scale applied to the fp32 sums (per row at the
+// end, or per 128-k block) (kernels/cuda/moe_decode_gemm_fp8.cuh). Hopper
 // (sm_90); hidden and inter multiples of 16, buffers 16-byte aligned. Queue kernels only
 // (capturable in a CUDA graph); a row's bits do not depend on the other rows or their number.
 #pragma once
@@ -28,8 +29,11 @@ template <typename T>
 void linear_fp8_decode(void* out, Fp8Out out_kind, const T* in, const uint8_t* w, const float* s, Fp8Scheme scheme,
                        int64_t n_rows, int64_t n_in, int64_t n_out, cudaStream_t stream);
 
-// Tuning only (cuda_bench_fp8): skip the widening of the weight tiles, so the products run on stale
-// shared memory (wrong results): what the pipeline alone costs.
+// Tuning only (cuda_bench_fp8): skip the widening of the e4m3 weights, so the products run on the
+// raw bits (wrong results): what the pipeline alone costs.
 void fp8_decode_force_skip_widen(bool skip);
+// Tuning only (cuda_bench_fp8): linear_fp8_decode's warps along k (2: 128-row units, 8: 32-row
+// units; 0: by the shape, the default).
+void fp8_linear_force_split(int kh);
 
 }  // namespace lfm2::cuda
