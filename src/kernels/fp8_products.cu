@@ -21,6 +21,7 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 
 bool g_skip_widen = false;  // fp8_decode_force_skip_widen
 int g_linear_kh = 0;        // fp8_linear_force_split
+int64_t g_tile_rows = 0;    // fp8_decode_force_tile
 
 int n_sms() { return compute_sms(current_device()); }
 
@@ -43,6 +44,7 @@ void launch_xr(g8::Args a, int64_t max_units, cudaStream_t stream) {
 // sets passes and stages, never an output's arithmetic.
 template <typename T, bool kGateUp, int KH>
 void launch(const g8::Args& a, int64_t max_units, int64_t rows, cudaStream_t stream) {
+  if (g_tile_rows > 0) rows = g_tile_rows;
   if (rows <= 8)
     launch_xr<T, kGateUp, KH, 8>(a, max_units, stream);
   else if (rows <= 32)
@@ -60,6 +62,7 @@ void check_shapes(const char* what, const void* in, const void* w, const void* w
 
 void fp8_decode_force_skip_widen(bool skip) { g_skip_widen = skip; }
 void fp8_linear_force_split(int kh) { g_linear_kh = kh; }
+void fp8_decode_force_tile(int64_t rows) { g_tile_rows = rows; }
 
 template <typename T>
 void moe_experts_decode_fp8(float* x, const T* in, const uint8_t* w13, const float* s13, const uint8_t* w2,

@@ -113,6 +113,15 @@ void bench_moe(cudaStream_t s, const std::vector<int64_t>& rows) {
       cuda::fp8_decode_force_skip_widen(false);
       std::printf("moe %4lld tok (%2.0f experts)  fp8 %-8s without widening %s (timing only)\n", (long long)c.n,
                   c.touched, fp8_scheme_name(scheme), bw(bytes8, tp).c_str());
+      // the token tile's height forced: 12 / 8 / 6 stages of 16 KB of weights
+      for (const int64_t xr : {8, 32, 64}) {
+        if (scheme == Fp8Scheme::Block128) break;
+        cuda::fp8_decode_force_tile(xr);
+        const double tx = median_ms(s, call);
+        cuda::fp8_decode_force_tile(0);
+        std::printf("moe %4lld tok (%2.0f experts)  fp8 %-8s tile %2lld rows    %s\n", (long long)c.n, c.touched,
+                    fp8_scheme_name(scheme), (long long)xr, bw(bytes8, tx).c_str());
+      }
     }
     cudaFree(q13.q), cudaFree(q13.s), cudaFree(q2.q), cudaFree(q2.s);
   }

@@ -35,5 +35,8 @@ void fp8_decode_force_skip_widen(bool skip);
 // Tuning only (cuda_bench_fp8): linear_fp8_decode's warps along k (2: 128-row units, 8: 32-row
 // units; 0: by the shape, the default).
 void fp8_linear_force_split(int kh);
+// Tuning only (cuda_bench_fp8): the token tile's height as if the call had `rows` rows (8, 32, 64:
+// more passes, fewer or more weight stages in flight; the same bits); 0: the call's rows.
+void fp8_decode_force_tile(int64_t rows);
 
 }  // namespace lfm2::cuda
