@@ -2,6 +2,7 @@
 // moe_experts_decode around moe_decode_gemm_fp8.cuh's two products, and the dense projection as
 // one "expert" holding every row.
 #include <algorithm>
+#include <cmath>
 
 #include "common/cuda_check.h"
 #include "kernels/cuda/device_info.h"
@@ -19,7 +20,7 @@ int64_t align_up(int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-bool g_skip_widen = false;  // fp8_decode_force_skip_widen
+int g_widen = g8::kWidenBits;  // fp8_decode_force_skip_widen, fp8_decode_force_widen
 int g_linear_kh = 0;        // fp8_linear_force_split
 int64_t g_tile_rows = 0;    // fp8_decode_force_tile
 
@@ -29,7 +30,7 @@ int n_sms() { return compute_sms(current_device()); }
 // bounds the grid.
 template <typename T, bool kGateUp, int KH, int XR>
 void launch_xr(g8::Args a, int64_t max_units, cudaStream_t stream) {
-  a.widen = g_skip_widen ? 0 : 1;
+  a.widen = g_widen;
   auto kernel = g8::moe_gemm_fp8_kernel<T, kGateUp, KH, XR>;
   constexpr int smem = g8::Shape<KH, XR>::kSmem;
   static_assert(smem <= g8::kSmemMax && g8::Shape<KH, XR>::kStages >= 4, "the pipeline's shared memory");
@@ -39,14 +40,17 @@ void launch_xr(g8::Args a, int64_t max_units, cudaStream_t stream) {
   CUDA_CHECK_LAUNCH(kGateUp ? "moe_gemm_fp8_kernel (gate/up)" : "moe_gemm_fp8_kernel (down)");
 }
 
-// The token tile as tall as the call needs (rows <= its height: one pass per unit), so that a short
-// tile leaves room for more weight stages in flight. rows is n_tokens or n_rows: the height only
-// sets passes and stages, never an output's arithmetic.
+// The token tile as tall as a unit's rows need (one pass), no taller: a short tile leaves room for
+// more weight stages in flight (12 / 11 / 9 / 7 of 16 KB at 8 / 16 / 32 / 64 rows). rows: the rows
+// a unit is expected to hold at most; the height only sets passes and stages, never an output's
+// arithmetic.
 template <typename T, bool kGateUp, int KH>
 void launch(const g8::Args& a, int64_t max_units, int64_t rows, cudaStream_t stream) {
   if (g_tile_rows > 0) rows = g_tile_rows;
   if (rows <= 8)
     launch_xr<T, kGateUp, KH, 8>(a, max_units, stream);
+  else if (rows <= 16)
+    launch_xr<T, kGateUp, KH, 16>(a, max_units, stream);
   else if (rows <= 32)
     launch_xr<T, kGateUp, KH, 32>(a, max_units, stream);
   else
@@ -60,7 +64,8 @@ void check_shapes(const char* what, const void* in, const void* w, const void* w
 
 }  // namespace
 
-void fp8_decode_force_skip_widen(bool skip) { g_skip_widen = skip; }
+void fp8_decode_force_skip_widen(bool skip) { g_widen = skip ? g8::kWidenNone : g8::kWidenBits; }
+void fp8_decode_force_widen(int mode) { g_widen = mode; }
 void fp8_linear_force_split(int kh) { g_linear_kh = kh; }
 void fp8_decode_force_tile(int64_t rows) { g_tile_rows = rows; }
 
@@ -84,11 +89,15 @@ void moe_experts_decode_fp8(float* x, const T* in, const uint8_t* w13, const flo
   auto* y = reinterpret_cast<float*>(reinterpret_cast<char*>(act) + align_up(P * I * int64_t(sizeof(T))));
   moe_permute_one_block(offsets, src_token, dest_row, experts, n_tokens, E, top_k, stream);
   const int blocks = scheme == Fp8Scheme::Block128;
+  // an expert's rows: P / E on average; the tile covers the mean + 4 standard deviations of a uniform
+  // router (a skewed one may take a second pass for a hot expert), and never more than n_tokens
+  const double mean = double(P) / double(E);
+  const int64_t rows = std::min<int64_t>(n_tokens, int64_t(std::ceil(mean + 4 * std::sqrt(mean))));
   const int64_t touched = std::min(E, P);
   const g8::Args a{w13, s13, in, offsets, src_token, act, H, I, int(E), 0, blocks, g8::kOutT, 1};
-  launch<T, true, 2>(a, touched * ((I + 63) / 64), n_tokens, stream);
+  launch<T, true, 2>(a, touched * ((I + 63) / 64), rows, stream);
   const g8::Args b{w2, s2, act, offsets, nullptr, y, I, H, int(E), 0, blocks, g8::kOutF32, 1};
-  launch<T, false, 2>(b, touched * ((H + 127) / 128), n_tokens, stream);
+  launch<T, false, 2>(b, touched * ((H + 127) / 128), rows, stream);
   moe_combine_rmsnorm<T>(nullptr, x, y, dest_row, weights, nullptr, n_tokens, top_k, H, 0.f, stream);
 }
 
@@ -101,10 +110,11 @@ void linear_fp8_decode(void* out, Fp8Out out_kind, const T* in, const uint8_t* w
   const int mode = out_kind == Fp8Out::T ? g8::kOutT : out_kind == Fp8Out::F32 ? g8::kOutF32 : g8::kOutAddF32;
   const g8::Args a{w, s, in, nullptr, nullptr, out, n_in, n_out, 1, int(n_rows), scheme == Fp8Scheme::Block128,
                    mode, 1};
-  // 128-row units while they fill the GPU, else 32-row units (4x the blocks); by the shape only, so
-  // that a row's bits never depend on n_rows
+  // 32-row units (4x the blocks) for the small projections (n_out < 4096: qkv, out, dense w2 of
+  // LFM2-8B-A1B), 128-row units past them; by the shape only, so that a row's bits never depend on
+  // n_rows
   const int64_t units128 = (n_out + 127) / 128;
-  const int kh = g_linear_kh ? g_linear_kh : units128 >= n_sms() ? 2 : 8;
+  const int kh = g_linear_kh ? g_linear_kh : n_out < 4096 ? 8 : 2;
   if (kh == 2)
     launch<T, false, 2>(a, units128, n_rows, stream);
   else

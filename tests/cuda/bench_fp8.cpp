@@ -113,8 +113,15 @@ void bench_moe(cudaStream_t s, const std::vector<int64_t>& rows) {
       cuda::fp8_decode_force_skip_widen(false);
       std::printf("moe %4lld tok (%2.0f experts)  fp8 %-8s without widening %s (timing only)\n", (long long)c.n,
                   c.touched, fp8_scheme_name(scheme), bw(bytes8, tp).c_str());
-      // the token tile's height forced: 12 / 8 / 6 stages of 16 KB of weights
-      for (const int64_t xr : {8, 32, 64}) {
+      if (scheme == Fp8Scheme::Channel) {
+        cuda::fp8_decode_force_widen(2);  // the hardware e4m3 -> fp16 conversion (the same values)
+        const double tc = median_ms(s, call);
+        cuda::fp8_decode_force_widen(1);
+        std::printf("moe %4lld tok (%2.0f experts)  fp8 %-8s widened by cvt  %s\n", (long long)c.n, c.touched,
+                    fp8_scheme_name(scheme), bw(bytes8, tc).c_str());
+      }
+      // the token tile's height forced: 12 / 11 / 9 / 7 stages of 16 KB of weights
+      for (const int64_t xr : {8, 16, 32, 64}) {
         if (scheme == Fp8Scheme::Block128) break;
         cuda::fp8_decode_force_tile(xr);
         const double tx = median_ms(s, call);

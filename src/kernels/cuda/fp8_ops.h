@@ -32,10 +32,13 @@ void linear_fp8_decode(void* out, Fp8Out out_kind, const T* in, const uint8_t* w
 // Tuning only (cuda_bench_fp8): skip the widening of the e4m3 weights, so the products run on the
 // raw bits (wrong results): what the pipeline alone costs.
 void fp8_decode_force_skip_widen(bool skip);
+// Tuning only (cuda_bench_fp8): how the e4m3 weights are widened: 1 by bit placement (the default),
+// 2 by the hardware e4m3 -> fp16 conversion (the same values), 0 not at all (as skip_widen).
+void fp8_decode_force_widen(int mode);
 // Tuning only (cuda_bench_fp8): linear_fp8_decode's warps along k (2: 128-row units, 8: 32-row
 // units; 0: by the shape, the default).
 void fp8_linear_force_split(int kh);
-// Tuning only (cuda_bench_fp8): the token tile's height as if the call had `rows` rows (8, 32, 64:
+// Tuning only (cuda_bench_fp8): the token tile's height as if the call had `rows` rows (8..64:
 // more passes, fewer or more weight stages in flight; the same bits); 0: the call's rows.
 void fp8_decode_force_tile(int64_t rows);
 

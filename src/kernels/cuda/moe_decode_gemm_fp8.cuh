@@ -27,6 +27,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include <cuda_fp8.h>
 
@@ -53,13 +54,16 @@ struct Shape {
   static constexpr int kTileX = XR * kBK * 2;  // token tile (256-byte rows)
   static constexpr int kStage = kTileW + kTileX;
   static constexpr int kRed = (KH - 1) * kRG * 32 * (8 * kNT) * 4;  // the sums of warps kh > 0
-  static constexpr int kFixed = kRed + (2 * kMaxExperts + 4) * 4;   // + offsets, touched list, count
+  static constexpr bool kAlias = kRed <= kStage;  // the sums go into the stage just consumed
+  static constexpr int kFixed = (kAlias ? 0 : kRed) + (2 * kMaxExperts + 4) * 4;  // + offsets, touched, count
   // as many stages as fit (the weight bytes in flight set the bandwidth), at most 16
   static constexpr int kStages = (kSmemMax - kFixed) / kStage < 16 ? (kSmemMax - kFixed) / kStage : 16;
   static constexpr int kSmem = kStages * kStage + kFixed;
 };
 
 enum OutMode { kOutT = 0, kOutF32 = 1, kOutAddF32 = 2 };
+// The widening of the e4m3 weights (widen_bits, widen_cvt; none: timing only).
+enum Widen { kWidenNone = 0, kWidenBits = 1, kWidenCvt = 2 };
 
 struct Args {
   const uint8_t* w;          // (E, rows, K) e4m3: gate/up w13 (rows 2 R: w1 rows then w3 rows), down w2 / dense (R)
@@ -74,7 +78,7 @@ struct Args {
   int block_scales;          // 1: 128 x 128 blocks; 0: one scale per row
   int out_mode;              // down only: OutMode
   int l2_hints;
-  int widen = 1;             // 0: use the e4m3 bits as they are (timing only: wrong results)
+  int widen = kWidenBits;    // Widen; kWidenNone: the e4m3 bits as they are (timing only: wrong results)
 };
 
 // The scale row of weight row `row` of an expert whose matrix is [first r1 rows; the rest].
@@ -94,23 +98,40 @@ __device__ __forceinline__ uint32_t xoff(int n, int c) {
   return uint32_t(n * 2 * kBK + ((c ^ (KH == 2 ? (n & 1) : 2 * (n & 3))) << 4));
 }
 
-// Two e4m3 (the low 16 bits of v, element 0 low) to T x 2, exactly.
-template <typename T>
-__device__ __forceinline__ uint32_t widen2(uint32_t v);
-template <>
-__device__ __forceinline__ uint32_t widen2<__half>(uint32_t v) {
-  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(v & 0xffffu), __NV_E4M3);
-  return uint32_t(h.x) | (uint32_t(h.y) << 16);
+// Bytes 2 kHi and 2 kHi + 1 of v (element 0 low) to T x 2, exactly, on the integer and FMA pipes:
+// each byte into the top of its 16-bit half (one byte_perm), its 7 exponent-significand bits moved
+// under T's sign so that the half reads as the value x 2^-8 (fp16) or x 2^-120 (bf16) (e4m3
+// subnormals land on T subnormals), then one multiply by 2^8 / 2^120.
+template <typename T, int kHi>
+__device__ __forceinline__ uint32_t widen_bits(uint32_t v) {
+  const uint32_t t = __byte_perm(v, 0u, kHi ? 0x3424u : 0x1404u);  // b1 << 24 | b0 << 8
+  if constexpr (std::is_same_v<T, __half>) {
+    const uint32_t h = ((t >> 1) & 0x3f803f80u) | (t & 0x80008000u);
+    const __half2 r = __hmul2(*reinterpret_cast<const __half2*>(&h), __half2(__ushort_as_half(0x5c00), __ushort_as_half(0x5c00)));
+    return *reinterpret_cast<const uint32_t*>(&r);
+  } else {
+    const uint32_t b = ((t >> 4) & 0x07f007f0u) | (t & 0x80008000u);
+    const __nv_bfloat162 r = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&b),
+                                     __halves2bfloat162(__ushort_as_bfloat16(0x7b80), __ushort_as_bfloat16(0x7b80)));
+    return *reinterpret_cast<const uint32_t*>(&r);
+  }
 }
-template <>
-__device__ __forceinline__ uint32_t widen2<__nv_bfloat16>(uint32_t v) {
-  const uint32_t h = widen2<__half>(v);
-  // fp16 (every e4m3 is an fp16 normal or zero) -> bf16 of the value x 2^-112: exponent field kept,
-  // significand's top 7 bits (e4m3 has 3); then x 2^112 (0x7780), exact
-  const uint32_t b = ((h >> 3) & 0x0fff0fffu) | (h & 0x80008000u);
-  const __nv_bfloat162 r = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&b),
-                                   __halves2bfloat162(__ushort_as_bfloat16(0x7780), __ushort_as_bfloat16(0x7780)));
-  return *reinterpret_cast<const uint32_t*>(&r);
+
+// The same by the hardware conversion (e4m3x2 -> f16x2, exact), then for bf16 from that fp16 by bit
+// placement (the value x 2^-112, a bf16 normal) and one multiply by 2^112. (Kept for the bench: the
+// conversion instruction issues at a quarter of the integer rate.)
+template <typename T, int kHi>
+__device__ __forceinline__ uint32_t widen_cvt(uint32_t v) {
+  const __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t((v >> (16 * kHi)) & 0xffffu), __NV_E4M3);
+  const uint32_t h = uint32_t(hr.x) | (uint32_t(hr.y) << 16);
+  if constexpr (std::is_same_v<T, __half>) {
+    return h;
+  } else {
+    const uint32_t b = ((h >> 3) & 0x0fff0fffu) | (h & 0x80008000u);
+    const __nv_bfloat162 r = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&b),
+                                     __halves2bfloat162(__ushort_as_bfloat16(0x7780), __ushort_as_bfloat16(0x7780)));
+    return *reinterpret_cast<const uint32_t*>(&r);
+  }
 }
 
 // moe_gemm::unit_of with passes of XR token slots.
@@ -209,7 +230,7 @@ __device__ __forceinline__ void lds128(uint32_t* v, uint32_t a) {
 // the stage, t < nt; with block scales (sc non-null) the slice's sum times sc[m].
 template <typename T, int KH, int XR>
 __device__ __forceinline__ void stage_mma(float (&acc)[2][XR / 8][4], uint32_t wt, uint32_t xt, int rg, int kh, int nt,
-                                          const float (&sc)[2], bool blocks, bool widen) {
+                                          const float (&sc)[2], bool blocks, int widen) {
   using Sh = Shape<KH, XR>;
   constexpr int kS = Sh::kSteps;
   const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
@@ -230,11 +251,16 @@ __device__ __forceinline__ void stage_mma(float (&acc)[2][XR / 8][4], uint32_t w
   for (int m = 0; m < 2; ++m)
 #pragma unroll
     for (int s = 0; s < kS; ++s) {
-      if (widen) {
-        af[m][s][0] = widen2<T>(raw[m][0][s]);
-        af[m][s][1] = widen2<T>(raw[m][1][s]);
-        af[m][s][2] = widen2<T>(raw[m][0][s] >> 16);
-        af[m][s][3] = widen2<T>(raw[m][1][s] >> 16);
+      if (widen == kWidenBits) {
+        af[m][s][0] = widen_bits<T, 0>(raw[m][0][s]);
+        af[m][s][1] = widen_bits<T, 0>(raw[m][1][s]);
+        af[m][s][2] = widen_bits<T, 1>(raw[m][0][s]);
+        af[m][s][3] = widen_bits<T, 1>(raw[m][1][s]);
+      } else if (widen == kWidenCvt) {
+        af[m][s][0] = widen_cvt<T, 0>(raw[m][0][s]);
+        af[m][s][1] = widen_cvt<T, 0>(raw[m][1][s]);
+        af[m][s][2] = widen_cvt<T, 1>(raw[m][0][s]);
+        af[m][s][3] = widen_cvt<T, 1>(raw[m][1][s]);
       } else {
         af[m][s][0] = raw[m][0][s];
         af[m][s][1] = raw[m][1][s];
@@ -243,35 +269,57 @@ __device__ __forceinline__ void stage_mma(float (&acc)[2][XR / 8][4], uint32_t w
       }
     }
   const int xb = 2 * byte;  // the token row's first byte of the lane (16-bit k)
+  // token tiles in groups of kG, the steps outermost inside a group: 2 kG independent mma chains
+  // in flight instead of 2 (a chain's steps wait on each other's accumulators)
+  constexpr int kG = Sh::kNT < 4 ? Sh::kNT : 4;
 #pragma unroll
-  for (int t = 0; t < Sh::kNT; ++t) {
-    if (t < nt) {
-      const int n = 8 * t + g;
-      uint32_t b[2 * kS];
-      if constexpr (kS == 4) {
-        lds128(b, xt + xoff<KH>(n, xb >> 4));
-        lds128(b + 4, xt + xoff<KH>(n, (xb >> 4) + 1));
-      } else {
-        uint32_t v[2];
-        lds64(v, xt + xoff<KH>(n, xb >> 4) + (xb & 15));
-        b[0] = v[0];
-        b[1] = v[1];
-      }
+  for (int t0 = 0; t0 < Sh::kNT; t0 += kG) {
+    if (t0 < nt) {
+      uint32_t b[kG][2 * kS];
 #pragma unroll
-      for (int m = 0; m < 2; ++m) {
-        if (blocks) {
-          float p[4];
-          mma_first<T>(p, af[m][0], b[0], b[1]);
-#pragma unroll
-          for (int s = 1; s < kS; ++s)
-            gemv::mma16816<T>(p, af[m][s][0], af[m][s][1], af[m][s][2], af[m][s][3], b[2 * s], b[2 * s + 1]);
-#pragma unroll
-          for (int c = 0; c < 4; ++c) acc[m][t][c] = fmaf(sc[m], p[c], acc[m][t][c]);
-        } else {
-#pragma unroll
-          for (int s = 0; s < kS; ++s)
-            gemv::mma16816<T>(acc[m][t], af[m][s][0], af[m][s][1], af[m][s][2], af[m][s][3], b[2 * s], b[2 * s + 1]);
+      for (int u = 0; u < kG; ++u) {
+        if (t0 + u < nt) {
+          const int n = 8 * (t0 + u) + g;
+          if constexpr (kS == 4) {
+            lds128(b[u], xt + xoff<KH>(n, xb >> 4));
+            lds128(b[u] + 4, xt + xoff<KH>(n, (xb >> 4) + 1));
+          } else {
+            lds64(*reinterpret_cast<uint32_t(*)[2]>(b[u]), xt + xoff<KH>(n, xb >> 4) + (xb & 15));
+          }
         }
+      }
+      if (blocks) {
+        float p[2][kG][4];
+#pragma unroll
+        for (int s = 0; s < kS; ++s)
+#pragma unroll
+          for (int u = 0; u < kG; ++u)
+            if (t0 + u < nt)
+#pragma unroll
+              for (int m = 0; m < 2; ++m) {
+                if (s == 0)
+                  mma_first<T>(p[m][u], af[m][0], b[u][0], b[u][1]);
+                else
+                  gemv::mma16816<T>(p[m][u], af[m][s][0], af[m][s][1], af[m][s][2], af[m][s][3], b[u][2 * s],
+                                    b[u][2 * s + 1]);
+              }
+#pragma unroll
+        for (int u = 0; u < kG; ++u)
+          if (t0 + u < nt)
+#pragma unroll
+            for (int m = 0; m < 2; ++m)
+#pragma unroll
+              for (int c = 0; c < 4; ++c) acc[m][t0 + u][c] = fmaf(sc[m], p[m][u][c], acc[m][t0 + u][c]);
+      } else {
+#pragma unroll
+        for (int s = 0; s < kS; ++s)
+#pragma unroll
+          for (int u = 0; u < kG; ++u)
+            if (t0 + u < nt)
+#pragma unroll
+              for (int m = 0; m < 2; ++m)
+                gemv::mma16816<T>(acc[m][t0 + u], af[m][s][0], af[m][s][1], af[m][s][2], af[m][s][3], b[u][2 * s],
+                                  b[u][2 * s + 1]);
       }
     }
   }
@@ -298,6 +346,22 @@ __device__ __forceinline__ void store_tile(const Args& a, const float (&acc)[2][
       rs[m][h] = 1.f;
       if (!a.block_scales && feat[m][h] < a.R) rs[m][h] = __ldg(a.s + int64_t(un.e) * rows + srow[m][h]);
     }
+  // += into fp32: every old value loaded before any store (the compiler may not move a load past a
+  // store that could alias it: one memory latency per element otherwise)
+  float prev[2][Sh::kNT][4] = {};
+  if (!kGateUp && a.out_mode == kOutAddF32) {
+#pragma unroll
+    for (int t = 0; t < Sh::kNT; ++t)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int slot = pass * XR + 8 * t + gemv::acc_col(lane, c);
+        if (t >= nt || slot >= un.n_e) continue;
+        const int64_t row = un.begin + slot;
+#pragma unroll
+        for (int m = 0; m < 2; ++m)
+          if (feat[m][c >> 1] < a.R) prev[m][t][c] = static_cast<const float*>(a.out)[row * a.R + feat[m][c >> 1]];
+      }
+  }
 #pragma unroll
   for (int t = 0; t < Sh::kNT; ++t) {
     if (t < nt) {
@@ -322,7 +386,7 @@ __device__ __forceinline__ void store_tile(const Args& a, const float (&acc)[2][
             else if (a.out_mode == kOutF32)
               static_cast<float*>(a.out)[row * a.R + f] = v;
             else
-              static_cast<float*>(a.out)[row * a.R + f] += v;
+              static_cast<float*>(a.out)[row * a.R + f] = prev[m][t][c] + v;
           }
         }
       }
@@ -348,8 +412,8 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_fp8_kernel(const Args a)
   constexpr int S = Sh::kStages, NT = Sh::kNT;
   static_assert(!kGateUp || KH == 2, "gate/up pairs the 64 j of a 128-row unit");
   extern __shared__ __align__(128) unsigned char smem[];
-  float* red = reinterpret_cast<float*>(smem + S * Sh::kStage);
-  int* s_off = reinterpret_cast<int*>(smem + S * Sh::kStage + Sh::kRed);
+  float* const red_fixed = reinterpret_cast<float*>(smem + S * Sh::kStage);
+  int* s_off = reinterpret_cast<int*>(smem + S * Sh::kStage + (Sh::kAlias ? 0 : Sh::kRed));
   int* s_touched = s_off + a.n_experts + 1;
   int& s_count = s_off[2 * kMaxExperts + 3];
   const uint32_t base = uint32_t(__cvta_generic_to_shared(smem));
@@ -391,7 +455,8 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_fp8_kernel(const Args a)
     return;
   }
   const int nk = int((a.K + kBK - 1) / kBK);
-  const bool blocks = a.block_scales != 0, widen = a.widen != 0;
+  const bool blocks = a.block_scales != 0;
+  const int widen = a.widen;
 
   Feeder<T, kGateUp, KH, XR> feed;
   moe_gemm::l2_policies(a.l2_hints != 0, feed.pol_w, feed.pol_x);
@@ -434,9 +499,10 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_fp8_kernel(const Args a)
   int nt = (min(XR, cun.n_e) + 7) / 8;
   int slot_c = 0, slot_p = S - 1;
   float acc[2][NT][4] = {};
-  // warps kh > 0 leave their sums at the end of a pass in red: [warp (kh - 1) kRG + rg][element][lane]
+  // warps kh > 0 leave their sums at the end of a pass in red: [warp (kh - 1) kRG + rg][element][lane],
+  // in the stage just consumed (kAlias) or beside the stages
   constexpr int kWarpRed = 8 * NT * 32;
-  float* my_red = red + (kh > 0 ? (kh - 1) * Sh::kRG + rg : 0) * kWarpRed + lane;
+  const int my_red = (kh > 0 ? (kh - 1) * Sh::kRG + rg : 0) * kWarpRed + lane;
   while (cu < u_end) {
     moe_gemm::wait_pending<S - 2>();  // this thread's copies of stage slot_c have landed
     __syncthreads();                  // everyone's have, and everyone is done with slot_p
@@ -455,8 +521,12 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_fp8_kernel(const Args a)
     }
     const uint32_t st = base + slot_c * Sh::kStage;
     stage_mma<T, KH, XR>(acc, st, st + Sh::kTileW, rg, kh, nt, sc, blocks, widen);
+    float* const red = Sh::kAlias ? reinterpret_cast<float*>(smem + slot_c * Sh::kStage) : red_fixed;
     slot_c = slot_c + 1 == S ? 0 : slot_c + 1;
     if (++ck == nk) {
+      // the stage is free once every warp is done with it (the producer refills it only after the
+      // next iteration's barrier, when warps kh = 0 have read the sums)
+      if constexpr (Sh::kAlias) __syncthreads();
       if (kh > 0) {
 #pragma unroll
         for (int m = 0; m < 2; ++m)
@@ -464,7 +534,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_fp8_kernel(const Args a)
           for (int t = 0; t < NT; ++t)
             if (t < nt)
 #pragma unroll
-              for (int c = 0; c < 4; ++c) my_red[((m * NT + t) * 4 + c) * 32] = acc[m][t][c];
+              for (int c = 0; c < 4; ++c) red[my_red + ((m * NT + t) * 4 + c) * 32] = acc[m][t][c];
       }
       __syncthreads();
       if (kh == 0) {
