@@ -23,6 +23,7 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 int g_widen = g8::kWidenBits;  // fp8_decode_force_skip_widen, fp8_decode_force_widen
 int g_linear_kh = 0;        // fp8_linear_force_split
 int64_t g_tile_rows = 0;    // fp8_decode_force_tile
+int g_variant = 0;          // fp8_decode_force_variant
 
 int n_sms() { return compute_sms(current_device()); }
 
@@ -31,6 +32,8 @@ int n_sms() { return compute_sms(current_device()); }
 template <typename T, bool kGateUp, int KH, int XR>
 void launch_xr(g8::Args a, int64_t max_units, cudaStream_t stream) {
   a.widen = g_widen;
+  a.variant = g_variant & 1;
+  if (g_variant & 2) a.l2_hints = 0;
   auto kernel = g8::moe_gemm_fp8_kernel<T, kGateUp, KH, XR>;
   constexpr int smem = g8::Shape<KH, XR>::kSmem;
   static_assert(smem <= g8::kSmemMax && g8::Shape<KH, XR>::kStages >= 4, "the pipeline's shared memory");
@@ -68,6 +71,7 @@ void fp8_decode_force_skip_widen(bool skip) { g_widen = skip ? g8::kWidenNone : 
 void fp8_decode_force_widen(int mode) { g_widen = mode; }
 void fp8_linear_force_split(int kh) { g_linear_kh = kh; }
 void fp8_decode_force_tile(int64_t rows) { g_tile_rows = rows; }
+void fp8_decode_force_variant(int v) { g_variant = v; }
 
 template <typename T>
 void moe_experts_decode_fp8(float* x, const T* in, const uint8_t* w13, const float* s13, const uint8_t* w2,

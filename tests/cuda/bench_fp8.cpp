@@ -119,6 +119,13 @@ void bench_moe(cudaStream_t s, const std::vector<int64_t>& rows) {
         cuda::fp8_decode_force_widen(1);
         std::printf("moe %4lld tok (%2.0f experts)  fp8 %-8s widened by cvt  %s\n", (long long)c.n, c.touched,
                     fp8_scheme_name(scheme), bw(bytes8, tc).c_str());
+        for (const int v : {1, 2}) {
+          cuda::fp8_decode_force_variant(v);
+          const double tv = median_ms(s, call);
+          cuda::fp8_decode_force_variant(0);
+          std::printf("moe %4lld tok (%2.0f experts)  fp8 %-8s %s %s\n", (long long)c.n, c.touched,
+                      fp8_scheme_name(scheme), v == 1 ? "tiles ungrouped" : "no L2 hints    ", bw(bytes8, tv).c_str());
+        }
       }
       // the token tile's height forced: 12 / 11 / 9 / 7 stages of 16 KB of weights
       for (const int64_t xr : {8, 16, 32, 64}) {

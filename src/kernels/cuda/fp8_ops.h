@@ -41,5 +41,8 @@ void fp8_linear_force_split(int kh);
 // Tuning only (cuda_bench_fp8): the token tile's height as if the call had `rows` rows (8..64:
 // more passes, fewer or more weight stages in flight; the same bits); 0: the call's rows.
 void fp8_decode_force_tile(int64_t rows);
+// Tuning only (cuda_bench_fp8): bit 0 = the products one token tile at a time (not in groups of 4),
+// bit 1 = no L2 eviction hints; the same bits. 0: the default.
+void fp8_decode_force_variant(int v);
 
 }  // namespace lfm2::cuda

@@ -79,6 +79,7 @@ struct Args {
   int out_mode;              // down only: OutMode
   int l2_hints;
   int widen = kWidenBits;    // Widen; kWidenNone: the e4m3 bits as they are (timing only: wrong results)
+  int variant = 0;           // bench only: 1 = token tiles one at a time in stage_mma (the same bits)
 };
 
 // The scale row of weight row `row` of an expert whose matrix is [first r1 rows; the rest].
@@ -230,7 +231,7 @@ __device__ __forceinline__ void lds128(uint32_t* v, uint32_t a) {
 // the stage, t < nt; with block scales (sc non-null) the slice's sum times sc[m].
 template <typename T, int KH, int XR>
 __device__ __forceinline__ void stage_mma(float (&acc)[2][XR / 8][4], uint32_t wt, uint32_t xt, int rg, int kh, int nt,
-                                          const float (&sc)[2], bool blocks, int widen) {
+                                          const float (&sc)[2], bool blocks, int widen, bool ungrouped) {
   using Sh = Shape<KH, XR>;
   constexpr int kS = Sh::kSteps;
   const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
@@ -270,8 +271,41 @@ __device__ __forceinline__ void stage_mma(float (&acc)[2][XR / 8][4], uint32_t w
     }
   const int xb = 2 * byte;  // the token row's first byte of the lane (16-bit k)
   // token tiles in groups of kG, the steps outermost inside a group: 2 kG independent mma chains
-  // in flight instead of 2 (a chain's steps wait on each other's accumulators)
+  // in flight instead of 2 (a chain's steps wait on each other's accumulators); ungrouped (bench):
+  // one tile at a time, the same arithmetic
   constexpr int kG = Sh::kNT < 4 ? Sh::kNT : 4;
+  if (ungrouped) {
+#pragma unroll
+    for (int t = 0; t < Sh::kNT; ++t) {
+      if (t < nt) {
+        const int n = 8 * t + g;
+        uint32_t b[2 * kS];
+        if constexpr (kS == 4) {
+          lds128(b, xt + xoff<KH>(n, xb >> 4));
+          lds128(b + 4, xt + xoff<KH>(n, (xb >> 4) + 1));
+        } else {
+          lds64(*reinterpret_cast<uint32_t(*)[2]>(b), xt + xoff<KH>(n, xb >> 4) + (xb & 15));
+        }
+#pragma unroll
+        for (int m = 0; m < 2; ++m) {
+          if (blocks) {
+            float p[4];
+            mma_first<T>(p, af[m][0], b[0], b[1]);
+#pragma unroll
+            for (int s = 1; s < kS; ++s)
+              gemv::mma16816<T>(p, af[m][s][0], af[m][s][1], af[m][s][2], af[m][s][3], b[2 * s], b[2 * s + 1]);
+#pragma unroll
+            for (int c = 0; c < 4; ++c) acc[m][t][c] = fmaf(sc[m], p[c], acc[m][t][c]);
+          } else {
+#pragma unroll
+            for (int s = 0; s < kS; ++s)
+              gemv::mma16816<T>(acc[m][t], af[m][s][0], af[m][s][1], af[m][s][2], af[m][s][3], b[2 * s], b[2 * s + 1]);
+          }
+        }
+      }
+    }
+    return;
+  }
 #pragma unroll
   for (int t0 = 0; t0 < Sh::kNT; t0 += kG) {
     if (t0 < nt) {
@@ -457,6 +491,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_fp8_kernel(const Args a)
   const int nk = int((a.K + kBK - 1) / kBK);
   const bool blocks = a.block_scales != 0;
   const int widen = a.widen;
+  const bool ungrouped = (a.variant & 1) != 0;
 
   Feeder<T, kGateUp, KH, XR> feed;
   moe_gemm::l2_policies(a.l2_hints != 0, feed.pol_w, feed.pol_x);
@@ -520,7 +555,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_fp8_kernel(const Args a)
       for (int m = 0; m < 2; ++m) sc[m] = sp[m] ? __ldg(sp[m] + ck) : 0.f;
     }
     const uint32_t st = base + slot_c * Sh::kStage;
-    stage_mma<T, KH, XR>(acc, st, st + Sh::kTileW, rg, kh, nt, sc, blocks, widen);
+    stage_mma<T, KH, XR>(acc, st, st + Sh::kTileW, rg, kh, nt, sc, blocks, widen, ungrouped);
     float* const red = Sh::kAlias ? reinterpret_cast<float*>(smem + slot_c * Sh::kStage) : red_fixed;
     slot_c = slot_c + 1 == S ? 0 : slot_c + 1;
     if (++ck == nk) {
