@@ -2,6 +2,7 @@
 // moe_experts_decode around moe_decode_gemm_fp8.cuh's two products, and the dense projection as
 // one "expert" holding every row.
 #include <algorithm>
+#include <cmath>
 
 #include "common/cuda_check.h"
 #include "kernels/cuda/device_info.h"
@@ -14,23 +15,49 @@ namespace lfm2::cuda {
 namespace {
 
 namespace g8 = moe_gemm_fp8;
-constexpr int kStages = 7;
 constexpr int64_t kAlign = 256;
 int64_t align_up(int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-bool g_skip_widen = false;  // fp8_decode_force_skip_widen
+int g_widen = g8::kWidenBits;  // fp8_decode_force_skip_widen, fp8_decode_force_widen
+int g_linear_kh = 0;        // fp8_linear_force_split
+int64_t g_tile_rows = 0;    // fp8_decode_force_tile
+int g_variant = 0;          // fp8_decode_force_variant
 
-template <typename T, bool kGateUp>
-void launch(g8::Args a, int64_t max_units, cudaStream_t stream) {
-  a.widen = g_skip_widen ? 0 : 1;
-  auto kernel = g8::moe_gemm_fp8_kernel<T, kGateUp, kStages>;
-  constexpr int smem = g8::smem_bytes(kStages);
+int n_sms() { return compute_sms(current_device()); }
+
+// KH warps along k: 2 (128-row units) or 8 (32-row units); XR token slots per pass; max_units
+// bounds the grid.
+template <typename T, bool kGateUp, int KH, int XR>
+void launch_xr(g8::Args a, int64_t max_units, cudaStream_t stream) {
+  a.widen = g_widen;
+  a.variant = g_variant & 1;
+  if (g_variant & 2) a.l2_hints = 0;
+  auto kernel = g8::moe_gemm_fp8_kernel<T, kGateUp, KH, XR>;
+  constexpr int smem = g8::Shape<KH, XR>::kSmem;
+  static_assert(smem <= g8::kSmemMax && g8::Shape<KH, XR>::kStages >= 4, "the pipeline's shared memory");
   raise_smem_limit(reinterpret_cast<const void*>(kernel), smem);
-  const int64_t grid = std::max<int64_t>(1, std::min<int64_t>(max_units, int64_t(compute_sms(current_device()))));
+  const int64_t grid = std::max<int64_t>(1, std::min<int64_t>(max_units, int64_t(n_sms())));
   launch_pdl(kernel, dim3(unsigned(grid)), dim3(g8::kThreads), smem, stream, true, a);
   CUDA_CHECK_LAUNCH(kGateUp ? "moe_gemm_fp8_kernel (gate/up)" : "moe_gemm_fp8_kernel (down)");
+}
+
+// The token tile as tall as a unit's rows need (one pass), no taller: a short tile leaves room for
+// more weight stages in flight (12 / 11 / 9 / 7 of 16 KB at 8 / 16 / 32 / 64 rows). rows: the rows
+// a unit is expected to hold at most; the height only sets passes and stages, never an output's
+// arithmetic.
+template <typename T, bool kGateUp, int KH>
+void launch(const g8::Args& a, int64_t max_units, int64_t rows, cudaStream_t stream) {
+  if (g_tile_rows > 0) rows = g_tile_rows;
+  if (rows <= 8)
+    launch_xr<T, kGateUp, KH, 8>(a, max_units, stream);
+  else if (rows <= 16)
+    launch_xr<T, kGateUp, KH, 16>(a, max_units, stream);
+  else if (rows <= 32)
+    launch_xr<T, kGateUp, KH, 32>(a, max_units, stream);
+  else
+    launch_xr<T, kGateUp, KH, 64>(a, max_units, stream);
 }
 
 void check_shapes(const char* what, const void* in, const void* w, const void* w2, int64_t k, int64_t r) {
@@ -40,7 +67,11 @@ void check_shapes(const char* what, const void* in, const void* w, const void* w
 
 }  // namespace
 
-void fp8_decode_force_skip_widen(bool skip) { g_skip_widen = skip; }
+void fp8_decode_force_skip_widen(bool skip) { g_widen = skip ? g8::kWidenNone : g8::kWidenBits; }
+void fp8_decode_force_widen(int mode) { g_widen = mode; }
+void fp8_linear_force_split(int kh) { g_linear_kh = kh; }
+void fp8_decode_force_tile(int64_t rows) { g_tile_rows = rows; }
+void fp8_decode_force_variant(int v) { g_variant = v; }
 
 template <typename T>
 void moe_experts_decode_fp8(float* x, const T* in, const uint8_t* w13, const float* s13, const uint8_t* w2,
@@ -62,11 +93,17 @@ void moe_experts_decode_fp8(float* x, const T* in, const uint8_t* w13, const flo
   auto* y = reinterpret_cast<float*>(reinterpret_cast<char*>(act) + align_up(P * I * int64_t(sizeof(T))));
   moe_permute_one_block(offsets, src_token, dest_row, experts, n_tokens, E, top_k, stream);
   const int blocks = scheme == Fp8Scheme::Block128;
+  // an expert's rows: P / E on average; the tile covers the mean + 2.5 standard deviations of a
+  // uniform router (a hotter expert takes a second pass over its weights), never more than n_tokens.
+  // H100, one LFM2-8B-A1B layer, tiles forced (docs/fp8.md): 8 / 32 / 64 / 128 / 256 tokens are
+  // fastest at 8 / 16 / 16 / 32 / 64 rows, which this picks
+  const double mean = double(P) / double(E);
+  const int64_t rows = std::min<int64_t>(n_tokens, int64_t(std::ceil(mean + 2.5 * std::sqrt(mean))));
   const int64_t touched = std::min(E, P);
   const g8::Args a{w13, s13, in, offsets, src_token, act, H, I, int(E), 0, blocks, g8::kOutT, 1};
-  launch<T, true>(a, touched * ((I + 63) / 64), stream);
+  launch<T, true, 2>(a, touched * ((I + 63) / 64), rows, stream);
   const g8::Args b{w2, s2, act, offsets, nullptr, y, I, H, int(E), 0, blocks, g8::kOutF32, 1};
-  launch<T, false>(b, touched * ((H + g8::kBM - 1) / g8::kBM), stream);
+  launch<T, false, 2>(b, touched * ((H + 127) / 128), rows, stream);
   moe_combine_rmsnorm<T>(nullptr, x, y, dest_row, weights, nullptr, n_tokens, top_k, H, 0.f, stream);
 }
 
@@ -79,7 +116,15 @@ void linear_fp8_decode(void* out, Fp8Out out_kind, const T* in, const uint8_t* w
   const int mode = out_kind == Fp8Out::T ? g8::kOutT : out_kind == Fp8Out::F32 ? g8::kOutF32 : g8::kOutAddF32;
   const g8::Args a{w, s, in, nullptr, nullptr, out, n_in, n_out, 1, int(n_rows), scheme == Fp8Scheme::Block128,
                    mode, 1};
-  launch<T, false>(a, (n_out + g8::kBM - 1) / g8::kBM, stream);
+  // 32-row units (4x the blocks) for the small projections (n_out < 4096: qkv, out, dense w2 of
+  // LFM2-8B-A1B), 128-row units past them; by the shape only, so that a row's bits never depend on
+  // n_rows
+  const int64_t units128 = (n_out + 127) / 128;
+  const int kh = g_linear_kh ? g_linear_kh : n_out < 4096 ? 8 : 2;
+  if (kh == 2)
+    launch<T, false, 2>(a, units128, n_rows, stream);
+  else
+    launch<T, false, 8>(a, (n_out + 31) / 32, n_rows, stream);
 }
 
 #define INST(T)                                                                                                   \

@@ -1,5 +1,6 @@
 // FP8 decode products beside the bf16 ones at LFM2-8B-A1B shapes (not a test; run by hand on a GPU
-// machine): cuda_bench_fp8 [rows,...] (default 8,32,64,128,256).
+// machine): cuda_bench_fp8 [moe rows,... [projection rows,...]] (default 8,32,64,128,256 for both;
+// moe rows 0: no MoE).
 //  - one MoE layer (top-4 of 32, hidden 2048, moe 1792, random inputs and router): the bf16
 //    moe_experts_decode and moe_experts_decode_fp8 under both schemes, the same routing; effective
 //    bandwidth = the bytes that must move (touched experts' weights once, their scales, the tokens)
@@ -45,53 +46,102 @@ DevQ8 rand_fp8(int64_t n_mat, int64_t rows, int64_t cols, Fp8Scheme scheme, uint
   return {upload(q), upload(s), int64_t(s.size())};
 }
 
-void bench_moe(cudaStream_t s, int64_t n) {
+// One token count's routing and buffers; the weights are made once (quantizing them takes seconds).
+struct MoeCase {
+  int64_t n, P;
+  double touched, act;
+  __nv_bfloat16* y;
+  float *x, *logits, *wts;
+  int32_t* ids;
+  void* scratch;
+};
+constexpr int64_t kH = 2048, kE = 32, kI = 1792, kTopK = 4;
+
+MoeCase moe_case(cudaStream_t s, int64_t n, const __nv_bfloat16* wg) {
   using T = __nv_bfloat16;
-  const int64_t H = 2048, E = 32, I = 1792, k = 4, P = n * k;
-  T* y = rand_dev<__nv_bfloat16>(n * H, 1, 1.f);
-  T* w13 = rand_dev<__nv_bfloat16>(E * 2 * I * H, 2, 0.02f);
-  T* w2 = rand_dev<__nv_bfloat16>(E * H * I, 3, 0.02f);
-  T* wg = rand_dev<__nv_bfloat16>(E * H, 4, 0.05f);
-  float* x = upload(rand_host(n * H, 5, 1.f));
-  float* logits = dev_alloc<float>(n * E);
-  float* wts = dev_alloc<float>(P);
-  int32_t* ids = dev_alloc<int32_t>(P);
-  void* scratch = dev_alloc<char>(cuda::moe_experts_decode_scratch_bytes(n, H, E, I, k, sizeof(T)));
-  cuda::linear_f32out(logits, y, wg, n, H, E, s);
-  cuda::moe_router_drop(wts, ids, logits, nullptr, nullptr, n, E, k, true, 1.f, s);
+  MoeCase c{n, n * kTopK, 0, double(n) * kH * (sizeof(T) + 8), rand_dev<T>(n * kH, 1, 1.f),
+            upload(rand_host(n * kH, 5, 1.f)), dev_alloc<float>(n * kE), dev_alloc<float>(n * kTopK),
+            dev_alloc<int32_t>(n * kTopK), dev_alloc<char>(cuda::moe_experts_decode_scratch_bytes(n, kH, kE, kI, kTopK, sizeof(T)))};
+  cuda::linear_f32out(c.logits, c.y, wg, n, kH, kE, s);
+  cuda::moe_router_drop(c.wts, c.ids, c.logits, nullptr, nullptr, n, kE, kTopK, true, 1.f, s);
   CUDA_CHECK(cudaStreamSynchronize(s));
-  std::vector<int32_t> h(static_cast<size_t>(P));
-  CUDA_CHECK(cudaMemcpy(h.data(), ids, size_t(P) * 4, cudaMemcpyDeviceToHost));
-  std::vector<bool> used(size_t(E), false);
+  std::vector<int32_t> h(static_cast<size_t>(c.P));
+  CUDA_CHECK(cudaMemcpy(h.data(), c.ids, size_t(c.P) * 4, cudaMemcpyDeviceToHost));
+  std::vector<bool> used(size_t(kE), false);
   for (int32_t e : h) used[size_t(e)] = true;
-  const double touched = double(std::count(used.begin(), used.end(), true));
-  const double act = double(n) * H * (sizeof(T) + 8);
-  const double bytes16 = touched * 3 * I * H * 2 + act;
-  const double t16 = median_ms(s, [&] { cuda::moe_experts_decode(x, y, w13, w2, ids, wts, n, H, E, I, k, scratch, s); });
-  std::printf("moe %4lld tok (%2.0f experts)  bf16 experts_decode      %s\n", (long long)n, touched,
-              bw(bytes16, t16).c_str());
-  cudaFree(w13), cudaFree(w2);
+  c.touched = double(std::count(used.begin(), used.end(), true));
+  return c;
+}
+
+void bench_moe(cudaStream_t s, const std::vector<int64_t>& rows) {
+  using T = __nv_bfloat16;
+  const int64_t H = kH, E = kE, I = kI, k = kTopK;
+  T* wg = rand_dev<__nv_bfloat16>(E * H, 4, 0.05f);
+  std::vector<MoeCase> cases;
+  for (int64_t n : rows) cases.push_back(moe_case(s, n, wg));
+  std::vector<double> t16(cases.size());
+  {
+    T* w13 = rand_dev<__nv_bfloat16>(E * 2 * I * H, 2, 0.02f);
+    T* w2 = rand_dev<__nv_bfloat16>(E * H * I, 3, 0.02f);
+    for (size_t i = 0; i < cases.size(); ++i) {
+      const MoeCase& c = cases[i];
+      t16[i] = median_ms(s, [&] {
+        cuda::moe_experts_decode(c.x, c.y, w13, w2, c.ids, c.wts, c.n, H, E, I, k, c.scratch, s);
+      });
+      std::printf("moe %4lld tok (%2.0f experts)  bf16 experts_decode      %s\n", (long long)c.n, c.touched,
+                  bw(c.touched * 3 * I * H * 2 + c.act, t16[i]).c_str());
+    }
+    cudaFree(w13), cudaFree(w2);
+  }
   for (const Fp8Scheme scheme : {Fp8Scheme::Channel, Fp8Scheme::Block128}) {
     // w13 stacked per expert as [w1; w3] with w1's scales then w3's: random data, so one stack of 2I rows
     // quantized as two halves is the same as quantizing (E * 2, I, H)
     DevQ8 q13 = rand_fp8(E * 2, I, H, scheme, 12, 0.02f), q2 = rand_fp8(E, H, I, scheme, 13, 0.02f);
-    const double scales = touched / E * double(q13.scale_count + q2.scale_count) * 4;
-    const double bytes8 = touched * 3 * I * H + scales + act;
-    const double t8 = median_ms(s, [&] {
-      cuda::moe_experts_decode_fp8(x, y, q13.q, q13.s, q2.q, q2.s, scheme, ids, wts, n, H, E, I, k, scratch, s);
-    });
-    std::printf("moe %4lld tok (%2.0f experts)  fp8 %-8s experts_decode %s  %.2fx bf16\n", (long long)n, touched,
-                fp8_scheme_name(scheme), bw(bytes8, t8).c_str(), t16 / t8);
-    cuda::fp8_decode_force_skip_widen(true);  // the pipeline alone (wrong results)
-    const double tp = median_ms(s, [&] {
-      cuda::moe_experts_decode_fp8(x, y, q13.q, q13.s, q2.q, q2.s, scheme, ids, wts, n, H, E, I, k, scratch, s);
-    });
-    cuda::fp8_decode_force_skip_widen(false);
-    std::printf("moe %4lld tok (%2.0f experts)  fp8 %-8s without widening %s (timing only)\n", (long long)n, touched,
-                fp8_scheme_name(scheme), bw(bytes8, tp).c_str());
+    for (size_t i = 0; i < cases.size(); ++i) {
+      const MoeCase& c = cases[i];
+      const double scales = c.touched / E * double(q13.scale_count + q2.scale_count) * 4;
+      const double bytes8 = c.touched * 3 * I * H + scales + c.act;
+      auto call = [&] {
+        cuda::moe_experts_decode_fp8(c.x, c.y, q13.q, q13.s, q2.q, q2.s, scheme, c.ids, c.wts, c.n, H, E, I, k,
+                                     c.scratch, s);
+      };
+      const double t8 = median_ms(s, call);
+      std::printf("moe %4lld tok (%2.0f experts)  fp8 %-8s experts_decode %s  %.2fx bf16\n", (long long)c.n,
+                  c.touched, fp8_scheme_name(scheme), bw(bytes8, t8).c_str(), t16[i] / t8);
+      cuda::fp8_decode_force_skip_widen(true);  // the raw bits into the mma (wrong results)
+      const double tp = median_ms(s, call);
+      cuda::fp8_decode_force_skip_widen(false);
+      std::printf("moe %4lld tok (%2.0f experts)  fp8 %-8s without widening %s (timing only)\n", (long long)c.n,
+                  c.touched, fp8_scheme_name(scheme), bw(bytes8, tp).c_str());
+      if (scheme == Fp8Scheme::Channel) {
+        cuda::fp8_decode_force_widen(2);  // the hardware e4m3 -> fp16 conversion (the same values)
+        const double tc = median_ms(s, call);
+        cuda::fp8_decode_force_widen(1);
+        std::printf("moe %4lld tok (%2.0f experts)  fp8 %-8s widened by cvt  %s\n", (long long)c.n, c.touched,
+                    fp8_scheme_name(scheme), bw(bytes8, tc).c_str());
+        for (const int v : {1, 2}) {
+          cuda::fp8_decode_force_variant(v);
+          const double tv = median_ms(s, call);
+          cuda::fp8_decode_force_variant(0);
+          std::printf("moe %4lld tok (%2.0f experts)  fp8 %-8s %s %s\n", (long long)c.n, c.touched,
+                      fp8_scheme_name(scheme), v == 1 ? "tiles ungrouped" : "no L2 hints    ", bw(bytes8, tv).c_str());
+        }
+      }
+      // the token tile's height forced: 12 / 11 / 9 / 7 stages of 16 KB of weights
+      for (const int64_t xr : {8, 16, 32, 64}) {
+        if (scheme == Fp8Scheme::Block128) break;
+        cuda::fp8_decode_force_tile(xr);
+        const double tx = median_ms(s, call);
+        cuda::fp8_decode_force_tile(0);
+        std::printf("moe %4lld tok (%2.0f experts)  fp8 %-8s tile %2lld rows    %s\n", (long long)c.n, c.touched,
+                    fp8_scheme_name(scheme), (long long)xr, bw(bytes8, tx).c_str());
+      }
+    }
     cudaFree(q13.q), cudaFree(q13.s), cudaFree(q2.q), cudaFree(q2.s);
   }
-  for (void* p : std::initializer_list<void*>{y, wg, x, logits, wts, ids, scratch}) cudaFree(p);
+  for (const MoeCase& c : cases)
+    for (void* p : std::initializer_list<void*>{c.y, c.x, c.logits, c.wts, c.ids, c.scratch}) cudaFree(p);
+  cudaFree(wg);
 }
 
 void bench_projections(cudaStream_t s, int64_t n) {
@@ -112,12 +162,22 @@ void bench_projections(cudaStream_t s, int64_t n) {
                 bw(double(sh.n_out) * sh.n_in * 2 + act, t16).c_str());
     for (const Fp8Scheme scheme : {Fp8Scheme::Channel, Fp8Scheme::Block128}) {
       DevQ8 q = rand_fp8(1, sh.n_out, sh.n_in, scheme, 23, 0.02f);
-      const double t8 = median_ms(s, [&] {
+      const double bytes8 = double(sh.n_out) * sh.n_in + q.scale_count * 4.0 + act;
+      auto call = [&] {
         cuda::linear_fp8_decode(out, cuda::Fp8Out::AddF32, in, q.q, q.s, scheme, n, sh.n_in, sh.n_out, s);
-      });
+      };
+      const double t8 = median_ms(s, call);
       std::printf("proj %-9s %4lld rows  fp8 %-8s linear_fp8     %s  %.2fx bf16\n", sh.name, (long long)n,
-                  fp8_scheme_name(scheme), bw(double(sh.n_out) * sh.n_in + q.scale_count * 4.0 + act, t8).c_str(),
-                  t16 / t8);
+                  fp8_scheme_name(scheme), bw(bytes8, t8).c_str(), t16 / t8);
+      // the two splits forced (the default picks one by the shape)
+      for (const int kh : {2, 8}) {
+        if (scheme == Fp8Scheme::Block128) break;
+        cuda::fp8_linear_force_split(kh);
+        const double tk = median_ms(s, call);
+        cuda::fp8_linear_force_split(0);
+        std::printf("proj %-9s %4lld rows  fp8 %-8s linear_fp8 kh %d %s\n", sh.name, (long long)n,
+                    fp8_scheme_name(scheme), kh, bw(bytes8, tk).c_str());
+      }
       cudaFree(q.q), cudaFree(q.s);
     }
     cudaFree(in), cudaFree(out);
@@ -127,23 +187,29 @@ void bench_projections(cudaStream_t s, int64_t n) {
 }  // namespace
 }  // namespace lfm2
 
+std::vector<int64_t> parse_rows(const char* arg) {
+  std::vector<int64_t> rows;
+  for (const char* p = arg; *p;) {
+    char* end = nullptr;
+    rows.push_back(std::strtoll(p, &end, 10));
+    if (end == p) break;
+    p = end;
+    if (*p == ',') ++p;
+  }
+  return rows;
+}
+
 int main(int argc, char** argv) {
   using namespace lfm2;
-  std::vector<int64_t> rows = {8, 32, 64, 128, 256};
-  if (argc > 1) {
-    rows.clear();
-    for (char* p = argv[1]; *p;) {
-      rows.push_back(std::strtoll(p, &p, 10));
-      if (*p == ',') ++p;
-    }
-  }
+  const std::vector<int64_t> rows = argc > 1 ? parse_rows(argv[1]) : std::vector<int64_t>{8, 32, 64, 128, 256};
+  const std::vector<int64_t> proj_rows = argc > 2 ? parse_rows(argv[2]) : rows;
   try {
     cudaStream_t s;
     CUDA_CHECK(cudaSetDevice(0));
     CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     bench_copy(s);
-    for (int64_t n : rows) bench_moe(s, n);
-    for (int64_t n : rows) bench_projections(s, n);
+    if (!rows.empty() && rows[0] > 0) bench_moe(s, rows);
+    for (int64_t n : proj_rows) bench_projections(s, n);
     CUDA_CHECK(cudaStreamDestroy(s));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cuda_bench_fp8: %s\n", e.what());

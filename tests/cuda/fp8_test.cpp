@@ -124,7 +124,8 @@ TYPED_TEST(CudaFp8, MoeExpertsMatchCpuTwin) {
 TYPED_TEST(CudaFp8, LinearMatchesCpuTwin) {
   using T = TypeParam;
   const std::vector<std::tuple<int64_t, int64_t, int64_t>> shapes = {
-      {5, 160, 200}, {65, 64, 136}, {1, 2048, 3072}, {32, 2048, 2048}, {7, 7168, 2048}, {256, 2048, 6144}};
+      {5, 160, 200}, {65, 64, 136}, {1, 2048, 3072}, {32, 2048, 2048}, {7, 7168, 2048}, {256, 2048, 6144},
+      {9, 256, 17408}};
   const size_t n_shapes = std::getenv("LFM2_TEST_QUICK") ? 2 : shapes.size();
   for (size_t si = 0; si < n_shapes; ++si) {
     const auto& [n, K, N] = shapes[si];
@@ -163,6 +164,22 @@ TYPED_TEST(CudaFp8, LinearMatchesCpuTwin) {
                                  this->stream_);
       this->sync();
       EXPECT_TRUE(same_bits(download(d_out.get(), size_t(N)), std::vector<float>(got.begin(), got.begin() + N)));
+      // the other split of k over the warps (the shape picks one: 8 for these sizes, 2 past 132 units of
+      // 128 rows): within tolerance, and a row alone still the bits of its batch
+      for (const int kh : {2, 8}) {
+        SCOPED_TRACE(cat("split ", kh));
+        cuda::fp8_linear_force_split(kh);
+        cuda::linear_fp8_decode<T>(d_out.get(), cuda::Fp8Out::F32, d_in.get(), d_w.get(), d_s.get(), scheme, n, K,
+                                   N, this->stream_);
+        this->sync();
+        const auto split = download(d_out.get(), ref.size());
+        cuda::linear_fp8_decode<T>(d_out.get(), cuda::Fp8Out::F32, d_in.get(), d_w.get(), d_s.get(), scheme, 1, K,
+                                   N, this->stream_);
+        this->sync();
+        cuda::fp8_linear_force_split(0);
+        EXPECT_TRUE(close_t<T>(split, ref));
+        EXPECT_TRUE(same_bits(download(d_out.get(), size_t(N)), std::vector<float>(split.begin(), split.begin() + N)));
+      }
     }
   }
 }

@@ -1,6 +1,7 @@
 // The CUDA FP8 products (docs/fp8.md), twins of kernels/fp8_products.h: e4m3 weights and fp32
 // scales as the weight file holds them, 16-bit activations (bf16 or fp16), fp32 accumulation, each
-// weight widened in shared memory to T(e4m3 * scale) (kernels/cuda/moe_decode_gemm_fp8.cuh). Hopper
+// weight widened exactly to T in registers and its scale applied to the fp32 sums (per row at the
+// end, or per 128-k block) (kernels/cuda/moe_decode_gemm_fp8.cuh). Hopper
 // (sm_90); hidden and inter multiples of 16, buffers 16-byte aligned. Queue kernels only
 // (capturable in a CUDA graph); a row's bits do not depend on the other rows or their number.
 #pragma once
@@ -35,8 +36,20 @@ template <typename T>
 void fp8_dequantize(T* out, const uint8_t* q, const float* scale, Fp8Scheme scheme, int64_t n_mats, int64_t rows,
                     int64_t cols, cudaStream_t stream);
 
-// Tuning only (cuda_bench_fp8): skip the widening of the weight tiles, so the products run on stale
-// shared memory (wrong results): what the pipeline alone costs.
+// Tuning only (cuda_bench_fp8): skip the widening of the e4m3 weights, so the products run on the
+// raw bits (wrong results): what the pipeline alone costs.
 void fp8_decode_force_skip_widen(bool skip);
+// Tuning only (cuda_bench_fp8): how the e4m3 weights are widened: 1 by bit placement (the default),
+// 2 by the hardware e4m3 -> fp16 conversion (the same values), 0 not at all (as skip_widen).
+void fp8_decode_force_widen(int mode);
+// Tuning only (cuda_bench_fp8): linear_fp8_decode's warps along k (2: 128-row units, 8: 32-row
+// units; 0: by the shape, the default).
+void fp8_linear_force_split(int kh);
+// Tuning only (cuda_bench_fp8): the token tile's height as if the call had `rows` rows (8..64:
+// more passes, fewer or more weight stages in flight; the same bits); 0: the call's rows.
+void fp8_decode_force_tile(int64_t rows);
+// Tuning only (cuda_bench_fp8): bit 0 = the products one token tile at a time (not in groups of 4),
+// bit 1 = no L2 eviction hints; the same bits. 0: the default.
+void fp8_decode_force_variant(int v);
 
 }  // namespace lfm2::cuda

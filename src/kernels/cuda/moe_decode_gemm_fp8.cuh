@@ -1,23 +1,33 @@
-// The decode products on FP8 weights (docs/fp8.md): moe_decode_gemm.cuh's persistent pipelined
-// grouped GEMM with e4m3 weight tiles. Each touched expert's e4m3 weights are streamed once (half
-// the bytes of bf16) through the same multi-stage cp.async pipeline; per stage the block widens the
-// kBM x 64 e4m3 tile to 16-bit in one shared buffer, multiplying each weight by its scale
-// (w = T(e4m3 * scale), the scale of its row or of its 128 x 128 block), and the warps multiply it
-// with mma.sync m16n8k16 exactly as the bf16 kernel does (fp32 accumulation, swap-AB).
+// The decode products on FP8 weights (docs/fp8.md): a persistent pipelined grouped GEMM that
+// streams each touched expert's e4m3 weights once (half the bytes of bf16) and widens them in
+// registers, straight into the mma.sync A fragments.
 //
-// A stage: the e4m3 tile (kBM rows of 64 bytes, 16-byte chunks in row order), the token tile (kTB
-// rows of 64 16-bit k, swizzled as in moe_decode_gemm.cuh) and the kBM scales of the stage's k block
-// (4-byte cp.async beside the tile, so they land with it). The widened tile has the bf16 kernel's
-// layout (kBM rows of 128 bytes, XOR-swizzled), read by ldmatrix; there are two, so that the block
-// widens stage i + 1 while its warps multiply stage i, with one barrier a stage.
+// Work, units, passes, the producer/consumer walk and PDL are moe_decode_gemm.cuh's; what differs:
+// - A stage is 128 k: the e4m3 tile (kRows rows of 128 bytes: 16 KB for 128 rows, what a 64-k bf16
+//   stage holds) and the token tile (kTB rows of 128 16-bit k). One 128-k stage is one 128 x 128
+//   scale block's k range, so a block128 scale is constant over a warp's stage.
+// - Warps: warp w = (rg = w % kRG, kh = w / kRG) multiplies weight rows [32 rg, +32) (two m16 tiles;
+//   gate/up: the gate and up rows of the same 16 j) by every live token n8 tile, over its k slice
+//   [kh kSlice, +kSlice) of each stage (split-K inside the block: each weight is widened once). At
+//   the end of a (unit, pass) warps kh > 0 leave their sums in shared memory and warps kh = 0 add
+//   them in kh order, scale (channel) and store. KH = 2 (128-row units) for the MoE; KH = 8 (32-row
+//   units, 4x as many) for the small dense projections.
+// - Widening: lane (g, q) reads its rows' kSlice / 4 contiguous bytes; word s (4 e4m3) is mma step
+//   s: the low pair its k columns {2q, 2q + 1}, the high pair {2q + 8, 2q + 9}. The token fragments
+//   are read with the same k permutation (8 bytes of the token row per step), so every step
+//   multiplies matching k. e4m3 -> fp16 is exact (hardware cvt); bf16 from that fp16 by bit
+//   placement (x 2^-112, always a bf16 normal) and one exact multiply by 2^112.
+// - Scales: channel: the row's scale multiplies the fp32 sum at the store. block128: each warp's
+//   stage slice is an mma chain from zero, added into the accumulator times the block's scale.
 //
-// Units, passes, the producer/consumer walk, PDL and exactness are moe_decode_gemm.cuh's: an output
-// element is the sum over 64-k stages in ascending k of four mma steps from its weight row and
-// token row alone, so a row's bits depend only on its input and experts. Dense mode (dense_rows > 0)
-// is one "expert" holding every row (the projections of linear_fp8_decode): no offsets are read.
+// Exactness: an output element (feature, token) is, per warp slice kh, a fixed sequence over the
+// stages in ascending k of mma steps from that feature's weight row and that token's row alone,
+// then the kh sums added in kh order; the split (KH) depends on the shape only, never on the rows.
+// A row's bits therefore depend on its own input and experts only.
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include <cuda_fp8.h>
 
@@ -25,27 +35,39 @@
 
 namespace lfm2::cuda::moe_gemm_fp8 {
 
-using moe_gemm::kBK;
-using moe_gemm::kBM;
-using moe_gemm::kMaxExperts;
-using moe_gemm::kTB;
-using moe_gemm::kThreads;
-using moe_gemm::kWarps;
+constexpr int kMaxExperts = 256;
+constexpr int kWarps = 8;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kBK = 128;            // k per stage
+constexpr int kSmemMax = 232448;    // an H100 block's shared memory (227 KB)
 
-constexpr int kTileQ = kBM * kBK;                 // e4m3 tile, 8 KB
-constexpr int kTileX = kTB * kBK * 2;             // token tile, 8 KB
-constexpr int kStageBytes = kTileQ + kTileX + kBM * 4;
-constexpr int kWideBytes = kBM * kBK * 2;         // the widened 16-bit tile, 16 KB
-
-// S stages, two widened tiles (the current stage's, being multiplied, and the next one's, being
-// widened), offsets and the touched list.
-constexpr int smem_bytes(int stages) { return stages * kStageBytes + 2 * kWideBytes + (2 * kMaxExperts + 4) * 4; }
+// KH warps along k (2 or 8), XR token slots per pass (8, 32 or 64: the token tile's rows).
+template <int KH, int XR>
+struct Shape {
+  static constexpr int kRG = kWarps / KH;     // row groups of 32 rows
+  static constexpr int kRows = 32 * kRG;      // weight rows per unit
+  static constexpr int kSlice = kBK / KH;     // k of a warp in a stage
+  static constexpr int kLaneB = kSlice / 4;   // e4m3 bytes of a lane's row per stage
+  static constexpr int kSteps = kSlice / 16;  // mma k steps of a warp per stage
+  static constexpr int kNT = XR / 8;          // token n8 tiles
+  static constexpr int kTileW = kRows * kBK;  // e4m3 tile
+  static constexpr int kTileX = XR * kBK * 2;  // token tile (256-byte rows)
+  static constexpr int kStage = kTileW + kTileX;
+  static constexpr int kRed = (KH - 1) * kRG * 32 * (8 * kNT) * 4;  // the sums of warps kh > 0
+  static constexpr bool kAlias = kRed <= kStage;  // the sums go into the stage just consumed
+  static constexpr int kFixed = (kAlias ? 0 : kRed) + (2 * kMaxExperts + 4) * 4;  // + offsets, touched, count
+  // as many stages as fit (the weight bytes in flight set the bandwidth), at most 16
+  static constexpr int kStages = (kSmemMax - kFixed) / kStage < 16 ? (kSmemMax - kFixed) / kStage : 16;
+  static constexpr int kSmem = kStages * kStage + kFixed;
+};
 
 enum OutMode { kOutT = 0, kOutF32 = 1, kOutAddF32 = 2 };
+// The widening of the e4m3 weights (widen_bits, widen_cvt; none: timing only).
+enum Widen { kWidenNone = 0, kWidenBits = 1, kWidenCvt = 2 };
 
 struct Args {
   const uint8_t* w;          // (E, rows, K) e4m3: gate/up w13 (rows 2 R: w1 rows then w3 rows), down w2 / dense (R)
-  const float* s;            // scales (E, row blocks, k blocks): see row_block
+  const float* s;            // scales: channel (E, rows); block128 (E, row blocks, k blocks), see row_block
   const void* x;             // gate/up: in (n_tokens, K); down: act or the dense rows (P, K), T
   const int32_t* offsets;    // (E + 1); null in dense mode
   const int32_t* src_token;  // (P), gate/up only
@@ -56,72 +78,109 @@ struct Args {
   int block_scales;          // 1: 128 x 128 blocks; 0: one scale per row
   int out_mode;              // down only: OutMode
   int l2_hints;
-  int widen = 1;             // 0: skip the widening (timing only: wrong results; the pipeline's bound)
+  int widen = kWidenBits;    // Widen; kWidenNone: the e4m3 bits as they are (timing only: wrong results)
+  int variant = 0;           // bench only: 1 = token tiles one at a time in stage_mma (the same bits)
 };
 
-// The scale row of weight row `row` of an expert whose matrix is [first R1 rows; the rest]
-// (gate/up: w1 then w3, each with its own blocks; down: R1 = all rows).
+// The scale row of weight row `row` of an expert whose matrix is [first r1 rows; the rest].
 __device__ __forceinline__ int64_t row_block(int64_t row, int64_t r1, bool blocks) {
   if (!blocks) return row;
   return row < r1 ? row / 128 : (r1 + 127) / 128 + (row - r1) / 128;
 }
 
-__device__ __forceinline__ void cp4(uint32_t dst, const void* src, bool live) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(live ? 4 : 0) : "memory");
+// Shared-memory offsets. Weight tile: 128-byte rows, chunk c of row r at c ^ wsw(r) (rows g and
+// g + 1 in opposite halves for the 16-byte reads of KH = 2; the 8 rows of a 4-byte read of KH = 8
+// in 8 different chunks). Token tile: 256-byte rows, the swizzle by KH's read pattern.
+__device__ __forceinline__ uint32_t woff(int r, int c) {
+  return uint32_t(r * kBK + ((c ^ (((r & 1) << 2) | ((r >> 1) & 3))) << 4));
+}
+template <int KH>
+__device__ __forceinline__ uint32_t xoff(int n, int c) {
+  return uint32_t(n * 2 * kBK + ((c ^ (KH == 2 ? (n & 1) : 2 * (n & 3))) << 4));
 }
 
+// Bytes 2 kHi and 2 kHi + 1 of v (element 0 low) to T x 2, exactly, on the integer and FMA pipes:
+// each byte into the top of its 16-bit half (one byte_perm), its 7 exponent-significand bits moved
+// under T's sign so that the half reads as the value x 2^-8 (fp16) or x 2^-120 (bf16) (e4m3
+// subnormals land on T subnormals), then one multiply by 2^8 / 2^120.
+template <typename T, int kHi>
+__device__ __forceinline__ uint32_t widen_bits(uint32_t v) {
+  const uint32_t t = __byte_perm(v, 0u, kHi ? 0x3424u : 0x1404u);  // b1 << 24 | b0 << 8
+  if constexpr (std::is_same_v<T, __half>) {
+    const uint32_t h = ((t >> 1) & 0x3f803f80u) | (t & 0x80008000u);
+    const __half2 r = __hmul2(*reinterpret_cast<const __half2*>(&h), __half2(__ushort_as_half(0x5c00), __ushort_as_half(0x5c00)));
+    return *reinterpret_cast<const uint32_t*>(&r);
+  } else {
+    const uint32_t b = ((t >> 4) & 0x07f007f0u) | (t & 0x80008000u);
+    const __nv_bfloat162 r = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&b),
+                                     __halves2bfloat162(__ushort_as_bfloat16(0x7b80), __ushort_as_bfloat16(0x7b80)));
+    return *reinterpret_cast<const uint32_t*>(&r);
+  }
+}
+
+// The same by the hardware conversion (e4m3x2 -> f16x2, exact), then for bf16 from that fp16 by bit
+// placement (the value x 2^-112, a bf16 normal) and one multiply by 2^112. (Kept for the bench: the
+// conversion instruction issues at a quarter of the integer rate.)
+template <typename T, int kHi>
+__device__ __forceinline__ uint32_t widen_cvt(uint32_t v) {
+  const __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t((v >> (16 * kHi)) & 0xffffu), __NV_E4M3);
+  const uint32_t h = uint32_t(hr.x) | (uint32_t(hr.y) << 16);
+  if constexpr (std::is_same_v<T, __half>) {
+    return h;
+  } else {
+    const uint32_t b = ((h >> 3) & 0x0fff0fffu) | (h & 0x80008000u);
+    const __nv_bfloat162 r = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&b),
+                                     __halves2bfloat162(__ushort_as_bfloat16(0x7780), __ushort_as_bfloat16(0x7780)));
+    return *reinterpret_cast<const uint32_t*>(&r);
+  }
+}
+
+// moe_gemm::unit_of with passes of XR token slots.
+template <int XR>
+__device__ __forceinline__ moe_gemm::Unit unit_of(int64_t u, int64_t tiles, const int* s_touched, const int* s_off) {
+  moe_gemm::Unit un = moe_gemm::unit_of(u, tiles, s_touched, s_off);
+  un.passes = (un.n_e + XR - 1) / XR;
+  return un;
+}
+
+// d = A B (C = 0) and d += A B, m16n8k16, fp32 accumulation.
 template <typename T>
-__device__ __forceinline__ uint32_t pack2(float a, float b);
-template <>
-__device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float a, float b) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
-template <>
-__device__ __forceinline__ uint32_t pack2<__half>(float a, float b) {
-  const __half2 v = __floats2half2_rn(a, b);
-  return *reinterpret_cast<const uint32_t*>(&v);
+__device__ __forceinline__ void mma_first(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  d[0] = d[1] = d[2] = d[3] = 0.f;
+  gemv::mma16816<T>(d, a[0], a[1], a[2], a[3], b0, b1);
 }
 
-// Two e4m3 (the low 16 bits of v, element 0 first) to float: exact (e4m3 is a subset of fp16).
-__device__ __forceinline__ float2 e4m3x2_to_float2(uint32_t v) {
-  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(v & 0xffffu), __NV_E4M3);
-  return __half22float2(*reinterpret_cast<const __half2*>(&h));
-}
-
-template <typename T, bool kGateUp>
+template <typename T, bool kGateUp, int KH, int XR>
 struct Feeder {
-  const uint8_t* w[2];  // the thread's two weight rows (t / 4 + 64 i); null past the end
-  const float* s[2];    // their scale rows
-  const T* x[2];
-  bool fill[2];
+  using Sh = Shape<KH, XR>;
+  static constexpr int kX = (XR + 15) / 16;  // token rows per thread (XR = 8: threads 0..127)
+  const uint8_t* w[Sh::kRG];  // the thread's weight rows (t / 8 + 32 i); null past the end
+  const T* x[kX];             // token rows (t / 16 + 16 i); null: zeros
+  bool fill[kX];              // whether the token row is written at all (rows of live n8 tiles)
   uint64_t pol_w, pol_x;
 
   __device__ __forceinline__ void set_unit(const Args& a, const moe_gemm::Unit& un) {
     const int64_t rows = (kGateUp ? 2 : 1) * a.R;
     const uint8_t* we = a.w + int64_t(un.e) * rows * a.K;
-    const int64_t kb = a.block_scales ? (a.K + 127) / 128 : 1;
-    const int64_t rb = a.block_scales ? (kGateUp ? 2 * ((a.R + 127) / 128) : (a.R + 127) / 128) : rows;
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int r = (threadIdx.x >> 2) + 64 * i;
+    for (int i = 0; i < Sh::kRG; ++i) {
+      const int r = (threadIdx.x >> 3) + 32 * i;
       int64_t f, row;
       if constexpr (kGateUp) {
         f = un.tile * 64 + 16 * (r >> 5) + (r & 15);
         row = ((r >> 4) & 1) * a.R + f;
       } else {
-        f = un.tile * kBM + r;
+        f = un.tile * Sh::kRows + r;
         row = f;
       }
       w[i] = f < a.R ? we + row * a.K : nullptr;
-      s[i] = a.s + (int64_t(un.e) * rb + row_block(row, a.R, a.block_scales != 0)) * kb;
     }
   }
   __device__ __forceinline__ void set_pass(const Args& a, const moe_gemm::Unit& un, int pass) {
-    const int live = min(kTB, un.n_e - pass * kTB), rows = (live + 7) & ~7;
+    const int live = min(XR, un.n_e - pass * XR), rows = (live + 7) & ~7;
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int n = (threadIdx.x >> 3) + 32 * i, slot = un.begin + pass * kTB + n;
+    for (int i = 0; i < kX; ++i) {
+      const int n = (threadIdx.x >> 4) + 16 * i, slot = un.begin + pass * XR + n;
       fill[i] = n < rows;
       x[i] = nullptr;
       if (n < live) {
@@ -130,148 +189,272 @@ struct Feeder {
       }
     }
   }
-  // The e4m3 chunks (16 k each) of the thread's rows and, by one thread of each row, its scale.
   __device__ __forceinline__ void load_w(const Args& a, uint32_t stage, int ks) const {
-    const int c = threadIdx.x & 3;
+    const int c = threadIdx.x & 7;
     const int64_t k = int64_t(ks) * kBK + 16 * c;
     const bool kin = k < a.K;
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int r = (threadIdx.x >> 2) + 64 * i;
+    for (int i = 0; i < Sh::kRG; ++i) {
+      const int r = (threadIdx.x >> 3) + 32 * i;
       const bool live = kin && w[i] != nullptr;
-      moe_gemm::cp16<true>(stage + uint32_t(r * kBK + 16 * c), live ? static_cast<const void*>(w[i] + k) : a.w, live,
-                           pol_w);
-      if (c == 0) {
-        const bool sl = w[i] != nullptr;
-        cp4(stage + kTileQ + kTileX + 4 * r, sl ? static_cast<const void*>(s[i] + (a.block_scales ? ks / 2 : 0)) : a.s,
-            sl);
-      }
+      moe_gemm::cp16<true>(stage + woff(r, c), live ? static_cast<const void*>(w[i] + k) : a.w, live, pol_w);
     }
   }
   __device__ __forceinline__ void load_x(const Args& a, uint32_t stage, int ks) const {
-    const int c = threadIdx.x & 7;
+    const int c = threadIdx.x & 15;
     const int64_t k = int64_t(ks) * kBK + 8 * c;
     const bool kin = k < a.K;
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
+    for (int i = 0; i < kX; ++i) {
       if (!fill[i]) continue;
-      const int n = (threadIdx.x >> 3) + 32 * i;
+      const int n = (threadIdx.x >> 4) + 16 * i;
       const bool live = kin && x[i] != nullptr;
-      moe_gemm::cp16<false>(stage + kTileQ + moe_gemm::swz(n, c), live ? static_cast<const void*>(x[i] + k) : a.x,
+      moe_gemm::cp16<false>(stage + Sh::kTileW + xoff<KH>(n, c), live ? static_cast<const void*>(x[i] + k) : a.x,
                             live, pol_x);
     }
   }
 };
 
-// The stage's e4m3 tile times its scales into the widened tile: thread t takes chunks t and t + 256
-// (row c / 4, 16 k from 16 (c % 4)). A row past the end has scale 0 copied as zeros: it stays 0.
-template <typename T>
-__device__ __forceinline__ void widen(const unsigned char* stage, unsigned char* wide) {
-  const float* sc = reinterpret_cast<const float*>(stage + kTileQ + kTileX);
+__device__ __forceinline__ uint32_t lds32(uint32_t a) {
+  uint32_t v;
+  asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(a) : "memory");
+  return v;
+}
+__device__ __forceinline__ void lds64(uint32_t (&v)[2], uint32_t a) {
+  asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];\n" : "=r"(v[0]), "=r"(v[1]) : "r"(a) : "memory");
+}
+__device__ __forceinline__ void lds128(uint32_t* v, uint32_t a) {
+  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3])
+               : "r"(a)
+               : "memory");
+}
+
+// The warp's stage: acc[m][t] += W[rows 32 rg + 16 m, +16) . X[tokens 8 t, +8) over its k slice of
+// the stage, t < nt; with block scales (sc non-null) the slice's sum times sc[m].
+template <typename T, int KH, int XR>
+__device__ __forceinline__ void stage_mma(float (&acc)[2][XR / 8][4], uint32_t wt, uint32_t xt, int rg, int kh, int nt,
+                                          const float (&sc)[2], bool blocks, int widen, bool ungrouped) {
+  using Sh = Shape<KH, XR>;
+  constexpr int kS = Sh::kSteps;
+  const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+  const int byte = kh * Sh::kSlice + q * Sh::kLaneB;  // the lane's first e4m3 byte (= k) in the stage
+  uint32_t raw[2][2][kS];
 #pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const int c = threadIdx.x + kThreads * i, r = c >> 2, q = c & 3;
-    const uint4 v = *reinterpret_cast<const uint4*>(stage + r * kBK + 16 * q);
-    const float s = sc[r];
-    const uint32_t in[4] = {v.x, v.y, v.z, v.w};
-    uint32_t o[8];
+  for (int m = 0; m < 2; ++m)
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const float2 lo = e4m3x2_to_float2(in[j]), hi = e4m3x2_to_float2(in[j] >> 16);
-      o[2 * j] = pack2<T>(lo.x * s, lo.y * s);
-      o[2 * j + 1] = pack2<T>(hi.x * s, hi.y * s);
+    for (int h = 0; h < 2; ++h) {
+      const uint32_t at = wt + woff(32 * rg + 16 * m + 8 * h + g, byte >> 4) + (byte & 15);
+      if constexpr (kS == 4)
+        lds128(raw[m][h], at);
+      else
+        raw[m][h][0] = lds32(at);
     }
-    *reinterpret_cast<uint4*>(wide + moe_gemm::swz(r, 2 * q)) = make_uint4(o[0], o[1], o[2], o[3]);
-    *reinterpret_cast<uint4*>(wide + moe_gemm::swz(r, 2 * q + 1)) = make_uint4(o[4], o[5], o[6], o[7]);
+  uint32_t af[2][kS][4];
+#pragma unroll
+  for (int m = 0; m < 2; ++m)
+#pragma unroll
+    for (int s = 0; s < kS; ++s) {
+      if (widen == kWidenBits) {
+        af[m][s][0] = widen_bits<T, 0>(raw[m][0][s]);
+        af[m][s][1] = widen_bits<T, 0>(raw[m][1][s]);
+        af[m][s][2] = widen_bits<T, 1>(raw[m][0][s]);
+        af[m][s][3] = widen_bits<T, 1>(raw[m][1][s]);
+      } else if (widen == kWidenCvt) {
+        af[m][s][0] = widen_cvt<T, 0>(raw[m][0][s]);
+        af[m][s][1] = widen_cvt<T, 0>(raw[m][1][s]);
+        af[m][s][2] = widen_cvt<T, 1>(raw[m][0][s]);
+        af[m][s][3] = widen_cvt<T, 1>(raw[m][1][s]);
+      } else {
+        af[m][s][0] = raw[m][0][s];
+        af[m][s][1] = raw[m][1][s];
+        af[m][s][2] = raw[m][0][s] >> 16;
+        af[m][s][3] = raw[m][1][s] >> 16;
+      }
+    }
+  const int xb = 2 * byte;  // the token row's first byte of the lane (16-bit k)
+  // token tiles in groups of kG, the steps outermost inside a group: 2 kG independent mma chains
+  // in flight instead of 2 (a chain's steps wait on each other's accumulators); ungrouped (bench):
+  // one tile at a time, the same arithmetic
+  constexpr int kG = Sh::kNT < 4 ? Sh::kNT : 4;
+  if (ungrouped) {
+#pragma unroll
+    for (int t = 0; t < Sh::kNT; ++t) {
+      if (t < nt) {
+        const int n = 8 * t + g;
+        uint32_t b[2 * kS];
+        if constexpr (kS == 4) {
+          lds128(b, xt + xoff<KH>(n, xb >> 4));
+          lds128(b + 4, xt + xoff<KH>(n, (xb >> 4) + 1));
+        } else {
+          lds64(*reinterpret_cast<uint32_t(*)[2]>(b), xt + xoff<KH>(n, xb >> 4) + (xb & 15));
+        }
+#pragma unroll
+        for (int m = 0; m < 2; ++m) {
+          if (blocks) {
+            float p[4];
+            mma_first<T>(p, af[m][0], b[0], b[1]);
+#pragma unroll
+            for (int s = 1; s < kS; ++s)
+              gemv::mma16816<T>(p, af[m][s][0], af[m][s][1], af[m][s][2], af[m][s][3], b[2 * s], b[2 * s + 1]);
+#pragma unroll
+            for (int c = 0; c < 4; ++c) acc[m][t][c] = fmaf(sc[m], p[c], acc[m][t][c]);
+          } else {
+#pragma unroll
+            for (int s = 0; s < kS; ++s)
+              gemv::mma16816<T>(acc[m][t], af[m][s][0], af[m][s][1], af[m][s][2], af[m][s][3], b[2 * s], b[2 * s + 1]);
+          }
+        }
+      }
+    }
+    return;
+  }
+#pragma unroll
+  for (int t0 = 0; t0 < Sh::kNT; t0 += kG) {
+    if (t0 < nt) {
+      uint32_t b[kG][2 * kS];
+#pragma unroll
+      for (int u = 0; u < kG; ++u) {
+        if (t0 + u < nt) {
+          const int n = 8 * (t0 + u) + g;
+          if constexpr (kS == 4) {
+            lds128(b[u], xt + xoff<KH>(n, xb >> 4));
+            lds128(b[u] + 4, xt + xoff<KH>(n, (xb >> 4) + 1));
+          } else {
+            lds64(*reinterpret_cast<uint32_t(*)[2]>(b[u]), xt + xoff<KH>(n, xb >> 4) + (xb & 15));
+          }
+        }
+      }
+      if (blocks) {
+        float p[2][kG][4];
+#pragma unroll
+        for (int s = 0; s < kS; ++s)
+#pragma unroll
+          for (int u = 0; u < kG; ++u)
+            if (t0 + u < nt)
+#pragma unroll
+              for (int m = 0; m < 2; ++m) {
+                if (s == 0)
+                  mma_first<T>(p[m][u], af[m][0], b[u][0], b[u][1]);
+                else
+                  gemv::mma16816<T>(p[m][u], af[m][s][0], af[m][s][1], af[m][s][2], af[m][s][3], b[u][2 * s],
+                                    b[u][2 * s + 1]);
+              }
+#pragma unroll
+        for (int u = 0; u < kG; ++u)
+          if (t0 + u < nt)
+#pragma unroll
+            for (int m = 0; m < 2; ++m)
+#pragma unroll
+              for (int c = 0; c < 4; ++c) acc[m][t0 + u][c] = fmaf(sc[m], p[m][u][c], acc[m][t0 + u][c]);
+      } else {
+#pragma unroll
+        for (int s = 0; s < kS; ++s)
+#pragma unroll
+          for (int u = 0; u < kG; ++u)
+            if (t0 + u < nt)
+#pragma unroll
+              for (int m = 0; m < 2; ++m)
+                gemv::mma16816<T>(acc[m][t0 + u], af[m][s][0], af[m][s][1], af[m][s][2], af[m][s][3], b[u][2 * s],
+                                  b[u][2 * s + 1]);
+      }
+    }
   }
 }
 
-// moe_gemm::stage_mma with the weights from the widened tile and the tokens from the stage.
-template <typename T>
-__device__ __forceinline__ void stage_mma(float (&acc)[2][4][4], uint32_t wide, uint32_t xt, int rg, int th, int nt) {
+// The end of a (unit, pass) for a warp kh = 0 (the other slices already added): the accumulators,
+// times the channel scales, to act (gate/up, SwiGLU) or out (down / dense).
+template <typename T, bool kGateUp, int KH, int XR>
+__device__ __forceinline__ void store_tile(const Args& a, const float (&acc)[2][XR / 8][4], const moe_gemm::Unit& un,
+                                           int pass, int rg, int nt) {
+  using Sh = Shape<KH, XR>;
   const int lane = threadIdx.x & 31;
+  const int64_t rows = (kGateUp ? 2 : 1) * a.R;
+  // the rows of the lane's accumulators: [m][c / 2] (gate/up: m = 0 gate row j, m = 1 up row R + j)
+  int64_t feat[2][2], srow[2][2];
+  float rs[2][2];
 #pragma unroll
-  for (int kk = 0; kk < 4; ++kk) {
-    uint32_t af[2][4];
+  for (int m = 0; m < 2; ++m)
 #pragma unroll
-    for (int m = 0; m < 2; ++m) {
-      const int row = 32 * rg + 16 * m + (lane & 7) + 8 * ((lane >> 3) & 1);
-      moe_gemm::ldsm_x4(af[m], wide + moe_gemm::swz(row, 2 * kk + (lane >> 4)));
+    for (int h = 0; h < 2; ++h) {
+      const int r = gemv::acc_row(lane, 2 * h);
+      feat[m][h] = kGateUp ? un.tile * 64 + 16 * rg + r : un.tile * Sh::kRows + 32 * rg + 16 * m + r;
+      srow[m][h] = kGateUp && m == 1 ? a.R + feat[m][h] : feat[m][h];
+      rs[m][h] = 1.f;
+      if (!a.block_scales && feat[m][h] < a.R) rs[m][h] = __ldg(a.s + int64_t(un.e) * rows + srow[m][h]);
     }
-    uint32_t bf[4][2];
+  // += into fp32: every old value loaded before any store (the compiler may not move a load past a
+  // store that could alias it: one memory latency per element otherwise)
+  float prev[2][Sh::kNT][4] = {};
+  if (!kGateUp && a.out_mode == kOutAddF32) {
 #pragma unroll
-    for (int np = 0; np < 2; ++np) {
-      if (2 * np < nt) {
-        const int tok = 8 * (4 * np + th + 2 * (lane >> 4)) + (lane & 7);
-        uint32_t r[4];
-        moe_gemm::ldsm_x4(r, xt + moe_gemm::swz(tok, 2 * kk + ((lane >> 3) & 1)));
-        bf[2 * np][0] = r[0];
-        bf[2 * np][1] = r[1];
-        bf[2 * np + 1][0] = r[2];
-        bf[2 * np + 1][1] = r[3];
-      }
-    }
+    for (int t = 0; t < Sh::kNT; ++t)
 #pragma unroll
-    for (int t = 0; t < 4; ++t) {
-      if (t < nt) {
+      for (int c = 0; c < 4; ++c) {
+        const int slot = pass * XR + 8 * t + gemv::acc_col(lane, c);
+        if (t >= nt || slot >= un.n_e) continue;
+        const int64_t row = un.begin + slot;
 #pragma unroll
         for (int m = 0; m < 2; ++m)
-          gemv::mma16816<T>(acc[m][t], af[m][0], af[m][1], af[m][2], af[m][3], bf[t][0], bf[t][1]);
+          if (feat[m][c >> 1] < a.R) prev[m][t][c] = static_cast<const float*>(a.out)[row * a.R + feat[m][c >> 1]];
       }
-    }
   }
-}
-
-template <typename T, bool kGateUp>
-__device__ __forceinline__ void store_tile(const Args& a, float (&acc)[2][4][4], const moe_gemm::Unit& un, int pass,
-                                           int rg, int th, int nt) {
-  const int lane = threadIdx.x & 31;
 #pragma unroll
-  for (int t = 0; t < 4; ++t) {
+  for (int t = 0; t < Sh::kNT; ++t) {
     if (t < nt) {
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
-        const int slot = pass * kTB + 8 * (2 * t + th) + gemv::acc_col(lane, c);
+        const int slot = pass * XR + 8 * t + gemv::acc_col(lane, c);
         if (slot >= un.n_e) continue;
         const int64_t row = un.begin + slot;
+        const int h = c >> 1;
         if constexpr (kGateUp) {
-          const int64_t j = un.tile * 64 + 16 * rg + gemv::acc_row(lane, c);
-          const float g = acc[0][t][c];
-          if (j < a.R) static_cast<T*>(a.out)[row * a.R + j] = from_f32<T>(g / (1.0f + expf(-g)) * acc[1][t][c]);
+          const int64_t j = feat[0][h];
+          const float gv = acc[0][t][c] * rs[0][h], u = acc[1][t][c] * rs[1][h];
+          if (j < a.R) static_cast<T*>(a.out)[row * a.R + j] = from_f32<T>(gv / (1.0f + expf(-gv)) * u);
         } else {
 #pragma unroll
           for (int m = 0; m < 2; ++m) {
-            const int64_t h = un.tile * kBM + 32 * rg + 16 * m + gemv::acc_row(lane, c);
-            if (h >= a.R) continue;
+            const int64_t f = feat[m][h];
+            if (f >= a.R) continue;
+            const float v = acc[m][t][c] * rs[m][h];
             if (a.out_mode == kOutT)
-              static_cast<T*>(a.out)[row * a.R + h] = from_f32<T>(acc[m][t][c]);
+              static_cast<T*>(a.out)[row * a.R + f] = from_f32<T>(v);
             else if (a.out_mode == kOutF32)
-              static_cast<float*>(a.out)[row * a.R + h] = acc[m][t][c];
+              static_cast<float*>(a.out)[row * a.R + f] = v;
             else
-              static_cast<float*>(a.out)[row * a.R + h] += acc[m][t][c];
+              static_cast<float*>(a.out)[row * a.R + f] = prev[m][t][c] + v;
           }
         }
       }
     }
   }
-#pragma unroll
-  for (int m = 0; m < 2; ++m)
-#pragma unroll
-    for (int t = 0; t < 4; ++t)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) acc[m][t][c] = 0.f;
 }
 
-template <typename T, bool kGateUp, int S>
+// The block128 scale rows of the warp's two m-tiles in unit `un` (null: the tile is past the end).
+template <bool kGateUp, int kRows>
+__device__ __forceinline__ void scale_rows(const float* (&sp)[2], const Args& a, const moe_gemm::Unit& un, int rg) {
+  const int64_t kb = (a.K + 127) / 128, rb1 = (a.R + 127) / 128, rb = (kGateUp ? 2 : 1) * rb1;
+#pragma unroll
+  for (int m = 0; m < 2; ++m) {
+    const int64_t f = kGateUp ? un.tile * 64 + 16 * rg : un.tile * kRows + 32 * rg + 16 * m;
+    const int64_t b = (kGateUp && m == 1 ? rb1 : 0) + f / 128;
+    sp[m] = f < a.R ? a.s + (int64_t(un.e) * rb + b) * kb : nullptr;
+  }
+}
+
+template <typename T, bool kGateUp, int KH, int XR>
 __global__ void __launch_bounds__(kThreads, 1) moe_gemm_fp8_kernel(const Args a) {
+  using Sh = Shape<KH, XR>;
+  constexpr int S = Sh::kStages, NT = Sh::kNT;
+  static_assert(!kGateUp || KH == 2, "gate/up pairs the 64 j of a 128-row unit");
   extern __shared__ __align__(128) unsigned char smem[];
-  __shared__ int s_count;
-  unsigned char* wide = smem + S * kStageBytes;  // two widened tiles
-  int* s_off = reinterpret_cast<int*>(wide + 2 * kWideBytes);
+  float* const red_fixed = reinterpret_cast<float*>(smem + S * Sh::kStage);
+  int* s_off = reinterpret_cast<int*>(smem + S * Sh::kStage + (Sh::kAlias ? 0 : Sh::kRed));
   int* s_touched = s_off + a.n_experts + 1;
+  int& s_count = s_off[2 * kMaxExperts + 3];
   const uint32_t base = uint32_t(__cvta_generic_to_shared(smem));
-  const uint32_t wide_s = uint32_t(__cvta_generic_to_shared(wide));
-  const int tid = threadIdx.x, warp = tid >> 5, rg = warp & 3, th = warp >> 2;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, rg = warp % Sh::kRG, kh = warp / Sh::kRG;
 
   if (a.dense_rows > 0) {
     if (tid == 0) {
@@ -300,7 +483,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_fp8_kernel(const Args a)
   }
   if constexpr (kGateUp) moe_gemm::griddep_launch();
 
-  const int64_t tiles = kGateUp ? (a.R + 63) / 64 : (a.R + kBM - 1) / kBM;
+  const int64_t tiles = kGateUp ? (a.R + 63) / 64 : (a.R + Sh::kRows - 1) / Sh::kRows;
   const int64_t units = int64_t(s_count) * tiles;
   const int64_t u_end = units * (blockIdx.x + 1) / gridDim.x;
   int64_t pu = units * blockIdx.x / gridDim.x;
@@ -309,10 +492,13 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_fp8_kernel(const Args a)
     return;
   }
   const int nk = int((a.K + kBK - 1) / kBK);
+  const bool blocks = a.block_scales != 0;
+  const int widen = a.widen;
+  const bool ungrouped = (a.variant & 1) != 0;
 
-  Feeder<T, kGateUp> feed;
+  Feeder<T, kGateUp, KH, XR> feed;
   moe_gemm::l2_policies(a.l2_hints != 0, feed.pol_w, feed.pol_x);
-  moe_gemm::Unit pun = moe_gemm::unit_of(pu, tiles, s_touched, s_off);
+  moe_gemm::Unit pun = unit_of<XR>(pu, tiles, s_touched, s_off);
   feed.set_unit(a, pun);
   feed.set_pass(a, pun, 0);
   int pp = 0, pk = 0;
@@ -322,7 +508,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_fp8_kernel(const Args a)
     if (++pp >= pun.passes) {
       pp = 0;
       if (++pu >= u_end) return;
-      pun = moe_gemm::unit_of(pu, tiles, s_touched, s_off);
+      pun = unit_of<XR>(pu, tiles, s_touched, s_off);
       feed.set_unit(a, pun);
     }
     feed.set_pass(a, pun, pp);
@@ -331,53 +517,93 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_fp8_kernel(const Args a)
   int pre = 0;
   if constexpr (!kGateUp) {
     pre = min(S - 1, nk);
-    for (int s = 0; s < pre; ++s) feed.load_w(a, base + s * kStageBytes, s);
+    for (int s = 0; s < pre; ++s) feed.load_w(a, base + s * Sh::kStage, s);
     moe_gemm::griddep_wait();
   }
   for (int s = 0; s < S - 1; ++s) {
     if (pu < u_end) {
-      if (s >= pre) feed.load_w(a, base + s * kStageBytes, pk);
-      feed.load_x(a, base + s * kStageBytes, pk);
+      if (s >= pre) feed.load_w(a, base + s * Sh::kStage, pk);
+      feed.load_x(a, base + s * Sh::kStage, pk);
     }
     moe_gemm::commit();
     if (pu < u_end) advance();
   }
 
   int64_t cu = units * blockIdx.x / gridDim.x;
-  moe_gemm::Unit cun = moe_gemm::unit_of(cu, tiles, s_touched, s_off);
+  moe_gemm::Unit cun = unit_of<XR>(cu, tiles, s_touched, s_off);
+  const float* sp[2];
+  scale_rows<kGateUp, Sh::kRows>(sp, a, cun, rg);
   int cp = 0, ck = 0;
-  int nt = moe_gemm::live_tiles(cun, 0, th);
-  int slot_c = 0, slot_p = S - 1, wb = 0;
-  float acc[2][4][4] = {};
-  // The widening runs one stage ahead of the products, into the other tile: one barrier a stage.
-  moe_gemm::wait_pending<S - 2>();  // stage 0 landed
-  __syncthreads();
-  if (a.widen) widen<T>(smem, wide);
+  int nt = (min(XR, cun.n_e) + 7) / 8;
+  int slot_c = 0, slot_p = S - 1;
+  float acc[2][NT][4] = {};
+  // warps kh > 0 leave their sums at the end of a pass in red: [warp (kh - 1) kRG + rg][element][lane],
+  // in the stage just consumed (kAlias) or beside the stages
+  constexpr int kWarpRed = 8 * NT * 32;
+  const int my_red = (kh > 0 ? (kh - 1) * Sh::kRG + rg : 0) * kWarpRed + lane;
   while (cu < u_end) {
-    moe_gemm::wait_pending<S - 3>();  // stage slot_c + 1 landed (an empty group past the last)
-    __syncthreads();  // wide[wb] is whole; everyone is done with wide[wb ^ 1] and with slot_p
+    moe_gemm::wait_pending<S - 2>();  // this thread's copies of stage slot_c have landed
+    __syncthreads();                  // everyone's have, and everyone is done with slot_p
     if (pu < u_end) {
-      feed.load_w(a, base + slot_p * kStageBytes, pk);
-      feed.load_x(a, base + slot_p * kStageBytes, pk);
+      feed.load_w(a, base + slot_p * Sh::kStage, pk);
+      feed.load_x(a, base + slot_p * Sh::kStage, pk);
     }
     moe_gemm::commit();
     if (pu < u_end) advance();
     slot_p = slot_p + 1 == S ? 0 : slot_p + 1;
 
-    const int slot_n = slot_c + 1 == S ? 0 : slot_c + 1;
-    // the next stage's weights (past the block's last stage the slot holds stale bytes: never read)
-    if (a.widen) widen<T>(smem + slot_n * kStageBytes, wide + (wb ^ 1) * kWideBytes);
-    if (nt > 0) stage_mma<T>(acc, wide_s + wb * kWideBytes, base + slot_c * kStageBytes + kTileQ, rg, th, nt);
-    slot_c = slot_n;
-    wb ^= 1;
+    float sc[2] = {1.f, 1.f};
+    if (blocks) {
+#pragma unroll
+      for (int m = 0; m < 2; ++m) sc[m] = sp[m] ? __ldg(sp[m] + ck) : 0.f;
+    }
+    const uint32_t st = base + slot_c * Sh::kStage;
+    stage_mma<T, KH, XR>(acc, st, st + Sh::kTileW, rg, kh, nt, sc, blocks, widen, ungrouped);
+    float* const red = Sh::kAlias ? reinterpret_cast<float*>(smem + slot_c * Sh::kStage) : red_fixed;
+    slot_c = slot_c + 1 == S ? 0 : slot_c + 1;
     if (++ck == nk) {
-      if (nt > 0) store_tile<T, kGateUp>(a, acc, cun, cp, rg, th, nt);
+      // the stage is free once every warp is done with it (the producer refills it only after the
+      // next iteration's barrier, when warps kh = 0 have read the sums)
+      if constexpr (Sh::kAlias) __syncthreads();
+      if (kh > 0) {
+#pragma unroll
+        for (int m = 0; m < 2; ++m)
+#pragma unroll
+          for (int t = 0; t < NT; ++t)
+            if (t < nt)
+#pragma unroll
+              for (int c = 0; c < 4; ++c) red[my_red + ((m * NT + t) * 4 + c) * 32] = acc[m][t][c];
+      }
+      __syncthreads();
+      if (kh == 0) {
+#pragma unroll 1
+        for (int j = 1; j < KH; ++j) {
+          const float* r = red + ((j - 1) * Sh::kRG + rg) * kWarpRed + lane;
+#pragma unroll
+          for (int m = 0; m < 2; ++m)
+#pragma unroll
+            for (int t = 0; t < NT; ++t)
+              if (t < nt)
+#pragma unroll
+                for (int c = 0; c < 4; ++c) acc[m][t][c] += r[((m * NT + t) * 4 + c) * 32];
+        }
+        store_tile<T, kGateUp, KH, XR>(a, acc, cun, cp, rg, nt);
+      }
+#pragma unroll
+      for (int m = 0; m < 2; ++m)
+#pragma unroll
+        for (int t = 0; t < NT; ++t)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) acc[m][t][c] = 0.f;
       ck = 0;
       if (++cp >= cun.passes) {
         cp = 0;
-        if (++cu < u_end) cun = moe_gemm::unit_of(cu, tiles, s_touched, s_off);
+        if (++cu < u_end) {
+          cun = unit_of<XR>(cu, tiles, s_touched, s_off);
+          scale_rows<kGateUp, Sh::kRows>(sp, a, cun, rg);
+        }
       }
-      nt = moe_gemm::live_tiles(cun, cp, th);
+      nt = (min(XR, cun.n_e - cp * XR) + 7) / 8;
     }
   }
   moe_gemm::wait_pending<0>();
