@@ -24,6 +24,7 @@
 // 0.252 / 0.258 / 0.291 / 0.414 ms; one 64-k block in flight per warp and a fixed grid of (row tiles
 // x experts) blocks left 256 tokens at 57 % of the floor.
 #include <algorithm>
+#include <cstdlib>
 #include <type_traits>
 
 #include "common/cuda_check.h"
@@ -186,6 +187,27 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 // ---- the persistent pipelined products (moe_decode_gemm.cuh)
 
 int g_variant = 0;  // moe_experts_decode_force_variant
+int g_prefetch = -1, g_down_prefetch = -1;  // moe_decode_force_prefetch; -1: the environment or the default
+
+// The L2 prefetches of moe_decode_gemm.cuh, in 64-k stages of a block's first unit (16 KB each):
+// gate/up's while the router runs (moe_decode only), down's past its first S - 1 stages.
+constexpr int kDefaultPrefetch = 12, kDefaultDownPrefetch = 23;
+int env_or(const char* name, int dflt) {
+  const char* e = std::getenv(name);
+  return e ? std::max(0, std::atoi(e)) : dflt;
+}
+int prefetch_stages() {
+  static const int env = env_or("LFM2_MOE_PREFETCH", kDefaultPrefetch);
+  return g_prefetch >= 0 ? g_prefetch : env;
+}
+bool after_enabled() {  // LFM2_MOE_AFTER=0 turns moe_decode's prefetch of the next weights off (tuning)
+  static const bool on = env_or("LFM2_MOE_AFTER", 1) != 0;
+  return on;
+}
+int down_prefetch_stages() {
+  static const int env = env_or("LFM2_MOE_DOWN_PREFETCH", kDefaultDownPrefetch);
+  return g_down_prefetch >= 0 ? g_down_prefetch : env;
+}
 
 struct GemmConfig {
   int stages, ctas_per_sm, l2_hints;
@@ -215,19 +237,21 @@ void launch_gemm(const moe_gemm::Args& a, int64_t max_units, int ctas_per_sm, cu
 template <typename T, int S>
 void launch_pipelined(T* act, float* y, const T* in, const T* w13, const T* w2, const int32_t* offsets,
                       const int32_t* src_token, int64_t P, int64_t H, int64_t E, int64_t I, const GemmConfig& c,
-                      cudaStream_t stream) {
+                      int prefetch, const L2Prefetch& after, cudaStream_t stream) {
   const int64_t touched = std::min(E, P);
-  moe_gemm::Args a{w13, in, offsets, src_token, act, H, I, int(E), c.l2_hints};
+  moe_gemm::Args a{w13, in, offsets, src_token, act, H, I, int(E), c.l2_hints, prefetch, nullptr, 0};
   launch_gemm<T, true, S>(a, touched * ((I + 63) / 64), c.ctas_per_sm, stream);
-  moe_gemm::Args b{w2, act, offsets, nullptr, y, I, H, int(E), c.l2_hints};
+  moe_gemm::Args b{w2, act, offsets, nullptr, y, I, H, int(E), c.l2_hints, down_prefetch_stages(), after.ptr,
+                   after.bytes};
   launch_gemm<T, false, S>(b, touched * ((H + moe_gemm::kBM - 1) / moe_gemm::kBM), c.ctas_per_sm, stream);
 }
 
-// act and y from the permutation: the variant's products.
+// act and y from the permutation: the variant's products. prefetch: stages gate/up prefetches
+// before its wait (moe_decode, whose router lets it launch early; 0 after moe_permute_one_block).
 template <typename T>
 void run_products(T* act, float* y, const T* in, const T* w13, const T* w2, const int32_t* offsets,
                   const int32_t* src_token, int64_t n_tokens, int64_t H, int64_t E, int64_t I, int64_t top_k,
-                  cudaStream_t stream) {
+                  int prefetch, const L2Prefetch& after, cudaStream_t stream) {
   if (g_variant == 1) {
     switch (pick_nt(n_tokens, E, top_k)) {
       case 1: launch_products<T, 1>(act, y, in, w13, w2, offsets, src_token, H, E, I, stream); break;
@@ -240,9 +264,9 @@ void run_products(T* act, float* y, const T* in, const T* w13, const T* w2, cons
   const GemmConfig c = gemm_config();
   const int64_t P = n_tokens * top_k;
   switch (c.stages) {
-    case 4: launch_pipelined<T, 4>(act, y, in, w13, w2, offsets, src_token, P, H, E, I, c, stream); break;
-    case 8: launch_pipelined<T, 8>(act, y, in, w13, w2, offsets, src_token, P, H, E, I, c, stream); break;
-    default: launch_pipelined<T, 6>(act, y, in, w13, w2, offsets, src_token, P, H, E, I, c, stream);
+    case 4: launch_pipelined<T, 4>(act, y, in, w13, w2, offsets, src_token, P, H, E, I, c, prefetch, after, stream); break;
+    case 8: launch_pipelined<T, 8>(act, y, in, w13, w2, offsets, src_token, P, H, E, I, c, prefetch, after, stream); break;
+    default: launch_pipelined<T, 6>(act, y, in, w13, w2, offsets, src_token, P, H, E, I, c, prefetch, after, stream);
   }
 }
 
@@ -261,6 +285,11 @@ void check_decode_shapes(const char* what, const void* in, const void* w13, cons
 void moe_experts_decode_force_nt(int nt) {
   LFM2_CHECK(nt == 0 || nt == 1 || nt == 2 || nt == 4 || nt == 8, "moe_experts_decode_force_nt: ", nt);
   g_force_nt = nt;
+}
+
+void moe_decode_force_prefetch(int stages, int down_stages) {
+  g_prefetch = stages;
+  g_down_prefetch = down_stages;
 }
 
 void moe_experts_decode_force_variant(int variant) {
@@ -291,7 +320,8 @@ void moe_experts_decode(float* x, const T* in, const T* w13, const T* w2, const 
     auto* act = reinterpret_cast<T*>(base + l.act);
     auto* y = reinterpret_cast<float*>(base + l.y);
     moe_permute_one_block(offsets, src_token, dest_row, experts, n_tokens, n_experts, top_k, stream);
-    run_products<T>(act, y, in, w13, w2, offsets, src_token, n_tokens, hidden, n_experts, inter, top_k, stream);
+    run_products<T>(act, y, in, w13, w2, offsets, src_token, n_tokens, hidden, n_experts, inter, top_k, 0, {},
+                    stream);
     moe_combine_rmsnorm<T>(nullptr, x, y, dest_row, weights, nullptr, n_tokens, top_k, hidden, 0.f, stream);
   }
 }
@@ -307,7 +337,7 @@ int64_t moe_decode_scratch_bytes(int64_t n_tokens, const MoeDims& d, int64_t ele
 template <typename T>
 void moe_decode(float* x, T* norm_out, const T* in, const T* gate, const float* expert_bias, const T* w13,
                 const T* w2, const float* done, const float* next_norm, float eps, int64_t n_tokens, const MoeDims& d,
-                void* scratch, cudaStream_t stream) {
+                void* scratch, cudaStream_t stream, const L2Prefetch& after) {
   if (n_tokens == 0) return;
   const int64_t H = d.hidden, E = d.n_experts, I = d.inter, k = d.top_k, P = n_tokens * k;
   char* base = static_cast<char*>(scratch);
@@ -333,7 +363,8 @@ void moe_decode(float* x, T* norm_out, const T* in, const T* gate, const float* 
     auto* experts = reinterpret_cast<int32_t*>(base + l.experts);
     moe_route_decode<T>(weights, experts, offsets, src_token, dest_row, in, gate, expert_bias, done, n_tokens, H, E, k,
                         d.norm_topk_prob, d.routed_scaling_factor, stream);
-    run_products<T>(act, y, in, w13, w2, offsets, src_token, n_tokens, H, E, I, k, stream);
+    run_products<T>(act, y, in, w13, w2, offsets, src_token, n_tokens, H, E, I, k, prefetch_stages(),
+                    after_enabled() ? after : L2Prefetch{}, stream);
     moe_combine_rmsnorm<T>(norm_out, x, y, dest_row, weights, next_norm, n_tokens, k, H, eps, stream);
   }
 }
@@ -345,7 +376,7 @@ LFM2_FOR_EACH_T(INST)
 #undef INST
 #define INST(T)                                                                                                  \
   template void moe_decode<T>(float*, T*, const T*, const T*, const float*, const T*, const T*, const float*,   \
-                              const float*, float, int64_t, const MoeDims&, void*, cudaStream_t);
+                              const float*, float, int64_t, const MoeDims&, void*, cudaStream_t, const L2Prefetch&);
 LFM2_FOR_EACH_T(INST)
 #undef INST
 

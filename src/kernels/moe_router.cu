@@ -6,7 +6,8 @@
 // launch. Block b takes rows [8 b, +8): its warps compute the 8 x n_experts logits on the tensor
 // cores (fp32 accumulation in an order fixed by hidden alone: per row the same arithmetic whatever
 // the batch), then warp w picks row 8 b + w's experts; the last block to finish (a counter of the
-// decode workspace, which it resets) runs the one-block permutation. H100: 13.6 us at 32 rows,
+// decode workspace, which it resets) runs the one-block permutation. A programmatic dependent of
+// the launch before it, and it lets the expert products launch at its start. H100: 13.6 us at 32 rows,
 // 17.9 at 256 (logits by cuBLASLt + moe_router_drop + moe_permute_one_block: 22.5 / 26.1); fp32
 // dot products on the CUDA cores took 22-26 us (four to 32 blocks issuing ~8k instructions a lane).
 #include "common/cuda_check.h"
@@ -118,6 +119,16 @@ __global__ void __launch_bounds__(kRouteThreads) route_decode_kernel(RouteOut o,
   __shared__ bool s_last;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
   const int r0 = blockIdx.x * kRouteRows, nr = min(kRouteRows, n_rows - r0);
+  // Launched as a programmatic dependent of the kernel before (the rows' norm): the expert
+  // products may launch at once (their blocks prefetch weights into L2 while this grid runs; they
+  // wait for its end before reading anything it writes), the gate's rows are fetched into L2 (the
+  // blocks share them out), and only then does the grid wait for its input rows.
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+  for (int e = int(blockIdx.x) + int(gridDim.x) * int(threadIdx.x); e < n_experts; e += int(gridDim.x) * kRouteThreads)
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(gate + int64_t(e) * hidden),
+                 "r"(uint32_t(hidden * int(sizeof(T))))
+                 : "memory");
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
   // the logits on the tensor cores, 32 experts at a time: gate rows as the A operand (two m16
   // tiles), the block's rows as the B operand (one n8 tile), fragments straight from global memory
   // (gemv_mma.cuh); warp w sums the 64-k blocks w, w + 8, ... in order, then the warps' partial
@@ -245,9 +256,9 @@ void moe_route_decode(float* weights, int32_t* experts, int32_t* offsets, int32_
   }
   const DecodeWorkspace ws = decode_gemm_workspace();
   const unsigned blocks = unsigned((n_tokens + kRouteRows - 1) / kRouteRows);
-  route_decode_kernel<T><<<blocks, kRouteThreads, 0, stream>>>(
-      RouteOut{weights, experts, offsets, src_token, dest_row}, in, gate, expert_bias, done, int(n_tokens),
-      int(hidden), int(n_experts), int(top_k), norm_topk_prob, routed_scaling_factor, ws.route_counter);
+  launch_pdl(route_decode_kernel<T>, dim3(blocks), dim3(kRouteThreads), 0, stream, true,
+             RouteOut{weights, experts, offsets, src_token, dest_row}, in, gate, expert_bias, done, int(n_tokens),
+             int(hidden), int(n_experts), int(top_k), norm_topk_prob, routed_scaling_factor, ws.route_counter);
   CUDA_CHECK_LAUNCH("route_decode_kernel");
 }
 

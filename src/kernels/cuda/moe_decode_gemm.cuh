@@ -25,10 +25,12 @@
 // block, unit, pass, slot or warp computes it never changes its arithmetic. A row's bits therefore
 // depend on its own input and experts only (not on n_tokens, the other rows, or the grid).
 //
-// Programmatic dependent launch: gate/up waits for the router before reading offsets and lets its
-// dependent (down) launch once it has them; down reads offsets (finished two grids back), issues
-// its first weight stages, and only then waits for gate/up's act; it lets the combine launch at
-// its end.
+// Programmatic dependent launch: the router lets gate/up launch at its start; gate/up prefetches
+// its first weights into L2 (prefetch_first_unit), waits for the router before reading offsets and
+// lets its dependent (down) launch once it has them; down reads offsets (finished two grids back), issues
+// its first weight stages (and prefetches more of its first unit into L2: its blocks start on the
+// SMs of gate/up's blocks that finish first), and only then waits for gate/up's act; it lets the
+// combine launch at its end.
 #pragma once
 
 #include <cstdint>
@@ -67,6 +69,10 @@ struct Args {
   int64_t K, R;              // k; output features (gate/up: I, down: H)
   int n_experts;
   int l2_hints;              // 1: weights evict-first, tokens evict-last in L2; 0: no hints
+  int prefetch;              // 64-k stages of the first unit prefetched into L2 before the wait (gate/up: while
+                             // the router runs; down: past the S - 1 it loads, while gate/up ends)
+  const void* after;         // down: bytes the next kernel reads (the next layer's first weights), or null,
+  int64_t after_bytes;       // prefetched into L2 in slices, each block's once its own work is done
 };
 
 __device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
@@ -105,6 +111,38 @@ __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(addr)
                : "memory");
+}
+
+// gate/up, before the router's offsets exist (the router lets this grid launch at its start): the
+// first `a.prefetch` stages of the unit this block starts with when every expert is touched (at 32+
+// rows nearly always; otherwise the lines belong to a unit some block streams later) into L2, so
+// the router's latency is spent reading weights. Speed only: smem still receives every stage.
+template <typename T>
+__device__ __forceinline__ void prefetch_first_unit(const Args& a) {
+  const int64_t tiles = (a.R + 63) / 64, units = int64_t(a.n_experts) * tiles;
+  const int64_t u = units * blockIdx.x / gridDim.x, e = u / tiles, tile = u - e * tiles;
+  const uint32_t bytes = uint32_t(min(int64_t(a.prefetch) * kRowBytes, a.K * int64_t(sizeof(T))));
+  const T* we = static_cast<const T*>(a.w) + e * 2 * a.R * a.K;
+  for (int r = threadIdx.x; r < kBM; r += kThreads) {
+    const int64_t f = tile * 64 + 16 * (r >> 5) + (r & 15);
+    if (f < a.R)
+      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(we + (((r >> 4) & 1) * a.R + f) * a.K),
+                   "r"(bytes)
+                   : "memory");
+  }
+}
+
+// down, once this block's units are done: its slice of a.after into L2, in bulk prefetches of at
+// most 64 KB (blocks that finish first use the HBM the grid's tail leaves idle).
+__device__ __forceinline__ void prefetch_after(const Args& a) {
+  if (a.after == nullptr || threadIdx.x >= 32) return;
+  constexpr int64_t kPiece = 64 * 1024;
+  const int64_t lines = a.after_bytes / 16;  // 16-byte granules
+  const int64_t b0 = lines * blockIdx.x / gridDim.x * 16, b1 = lines * (blockIdx.x + 1) / gridDim.x * 16;
+  const char* p = static_cast<const char*>(a.after);
+  for (int64_t o = b0 + int64_t(threadIdx.x) * kPiece; o < b1; o += 32 * kPiece)
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p + o), "r"(uint32_t(min(kPiece, b1 - o)))
+                 : "memory");
 }
 
 // Byte offset of 16-byte chunk c of row r in a tile of 128-byte rows.
@@ -175,6 +213,18 @@ struct Feeder {
       const bool live = kin && w[i] != nullptr;
       cp16<true>(stage + swz(r, c), live ? static_cast<const void*>(w[i] + k) : a.w, live, pol_w);
     }
+  }
+  // Stages [ks, ks + n) of the unit's weight rows into L2 (one bulk prefetch per row).
+  __device__ __forceinline__ void prefetch_w(const Args& a, int ks, int n) const {
+    if (threadIdx.x & 7) return;
+    const int64_t k0 = int64_t(ks) * kBK, k1 = min(a.K, int64_t(ks + n) * kBK);
+    if (k1 <= k0) return;
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      if (w[i] != nullptr)
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(w[i] + k0),
+                     "r"(uint32_t((k1 - k0) * int64_t(sizeof(T))))
+                     : "memory");
   }
   __device__ __forceinline__ void load_x(const Args& a, uint32_t stage, int ks) const {
     const int c = threadIdx.x & 7;
@@ -279,7 +329,10 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_kernel(const Args a) {
 
   // the touched experts, ascending (offsets come from the router, finished before gate/up's wait
   // returns and before down starts)
-  if constexpr (kGateUp) griddep_wait();
+  if constexpr (kGateUp) {
+    if (a.prefetch > 0) prefetch_first_unit<T>(a);
+    griddep_wait();
+  }
   for (int i = tid; i <= a.n_experts; i += kThreads) s_off[i] = __ldcg(a.offsets + i);
   __syncthreads();
   if (tid < 32) {
@@ -302,7 +355,10 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_kernel(const Args a) {
   int64_t pu = units * blockIdx.x / gridDim.x;  // the producer's unit
   if (pu >= u_end) {
     // down still waits: its grid must not finish before gate/up's (kernels after it rely on that)
-    if constexpr (!kGateUp) griddep_wait();
+    if constexpr (!kGateUp) {
+      prefetch_after(a);
+      griddep_wait();
+    }
     return;
   }
   const int nk = int((a.K + kBK - 1) / kBK);
@@ -332,6 +388,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_kernel(const Args a) {
   if constexpr (!kGateUp) {
     pre = min(S - 1, nk);
     for (int s = 0; s < pre; ++s) feed.load_w(a, base + s * kStageBytes, s);
+    if (a.prefetch > 0) feed.prefetch_w(a, pre, a.prefetch);  // the blocks that start early use the idle time
     griddep_wait();
   }
   for (int s = 0; s < S - 1; ++s) {
@@ -374,7 +431,10 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_kernel(const Args a) {
   }
   wait_pending<0>();
   // down lets the combine launch only now: blocks waiting beside it would take issue slots
-  if constexpr (!kGateUp) griddep_launch();
+  if constexpr (!kGateUp) {
+    prefetch_after(a);
+    griddep_launch();
+  }
 }
 
 }  // namespace lfm2::cuda::moe_gemm

@@ -250,6 +250,10 @@ void moe_experts_decode(float* x, const T* in, const T* w13, const T* w2, const 
 // tokens per pass (0: by the mean rows; speed only).
 void moe_experts_decode_force_variant(int variant);
 void moe_experts_decode_force_nt(int nt);
+// Tuning only (speed, not bits): the 64-k stages (16 KB each) of weights that each gate/up block of
+// moe_decode prefetches into L2 while the router runs, and each down block past its first stages
+// before it waits for gate/up; -1: LFM2_MOE_PREFETCH / LFM2_MOE_DOWN_PREFETCH or the default.
+void moe_decode_force_prefetch(int stages, int down_stages);
 
 // moe_decode: the routed MoE block of decode rows (HF Lfm2MoeSparseMoeBlock) in four launches:
 // moe_route_decode (rows flagged in done, or none, get nothing), the products above, and
@@ -263,10 +267,16 @@ struct MoeDims {
   float routed_scaling_factor;
 };
 int64_t moe_decode_scratch_bytes(int64_t n_tokens, const MoeDims& dims, int64_t elem_bytes);
+// after (speed only, never bits): bytes the kernel after the block reads first (the next layer's
+// first projection weight), prefetched into L2 by the down product's blocks as each finishes.
+struct L2Prefetch {
+  const void* ptr = nullptr;
+  int64_t bytes = 0;
+};
 template <typename T>
 void moe_decode(float* x, T* norm_out, const T* in, const T* gate, const float* expert_bias, const T* w13,
                 const T* w2, const float* done, const float* next_norm, float eps, int64_t n_tokens,
-                const MoeDims& dims, void* scratch, cudaStream_t stream);
+                const MoeDims& dims, void* scratch, cudaStream_t stream, const L2Prefetch& after = {});
 
 // --- sample.cu: token choice's end-of-sequence rules (greedy generation chooses on the device;
 // sampling on the host, cpu::choose_tokens). apply_eos (cpu::choose_tokens' rule, its arguments in
