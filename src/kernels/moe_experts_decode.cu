@@ -191,7 +191,7 @@ int g_prefetch = -1, g_down_prefetch = -1;  // moe_decode_force_prefetch; -1: th
 
 // The L2 prefetches of moe_decode_gemm.cuh, in 64-k stages of a block's first unit (16 KB each):
 // gate/up's while the router runs (moe_decode only), down's past its first S - 1 stages.
-constexpr int kDefaultPrefetch = 12, kDefaultDownPrefetch = 23;
+constexpr int kDefaultPrefetch = 8, kDefaultDownPrefetch = 0;
 int env_or(const char* name, int dflt) {
   const char* e = std::getenv(name);
   return e ? std::max(0, std::atoi(e)) : dflt;
@@ -209,10 +209,21 @@ int down_prefetch_stages() {
   return g_down_prefetch >= 0 ? g_down_prefetch : env;
 }
 
+// Token slots per pass of the products (moe_decode_gemm.cuh's TB; speed only): 128 from a mean of
+// 32 rows per expert (256 tokens at top-4 of 32), where crowded experts pass 64 rows, else 64.
+// Variants 7 / 8 or LFM2_MOE_TB=128 / 64 force one (tuning).
+int token_slots(int64_t P, int64_t E) {
+  static const int env = env_or("LFM2_MOE_TB", 0);
+  if (g_variant == 7 || g_variant == 8) return g_variant == 7 ? 128 : 64;
+  if (env == 64 || env == 128) return env;
+  return P >= 32 * E ? 128 : 64;
+}
+
 struct GemmConfig {
   int stages, ctas_per_sm, l2_hints;
 };
-// Variants 2..6: (stages, blocks per SM, L2 hints). 0 picks the default.
+// Variants 2..6: (stages, blocks per SM, L2 hints); 7, 8: the default's with 128 / 64 token slots
+// (token_slots). 0 picks the default.
 GemmConfig gemm_config() {
   switch (g_variant) {
     case 3: return {8, 1, 1};
@@ -223,10 +234,10 @@ GemmConfig gemm_config() {
   }
 }
 
-template <typename T, bool kGateUp, int S>
+template <typename T, bool kGateUp, int S, int TB>
 void launch_gemm(const moe_gemm::Args& a, int64_t max_units, int ctas_per_sm, cudaStream_t stream) {
-  auto kernel = moe_gemm::moe_gemm_kernel<T, kGateUp, S>;
-  constexpr int smem = moe_gemm::smem_bytes(S);
+  auto kernel = moe_gemm::moe_gemm_kernel<T, kGateUp, S, TB>;
+  constexpr int smem = moe_gemm::smem_bytes(S, TB);
   raise_smem_limit(reinterpret_cast<const void*>(kernel), smem);
   const int64_t grid = std::max<int64_t>(
       1, std::min<int64_t>(max_units, int64_t(compute_sms(current_device())) * ctas_per_sm));
@@ -234,16 +245,16 @@ void launch_gemm(const moe_gemm::Args& a, int64_t max_units, int ctas_per_sm, cu
   CUDA_CHECK_LAUNCH(kGateUp ? "moe_gemm_kernel (gate/up)" : "moe_gemm_kernel (down)");
 }
 
-template <typename T, int S>
+template <typename T, int S, int TB>
 void launch_pipelined(T* act, float* y, const T* in, const T* w13, const T* w2, const int32_t* offsets,
                       const int32_t* src_token, int64_t P, int64_t H, int64_t E, int64_t I, const GemmConfig& c,
                       int prefetch, const L2Prefetch& after, cudaStream_t stream) {
   const int64_t touched = std::min(E, P);
   moe_gemm::Args a{w13, in, offsets, src_token, act, H, I, int(E), c.l2_hints, prefetch, nullptr, 0};
-  launch_gemm<T, true, S>(a, touched * ((I + 63) / 64), c.ctas_per_sm, stream);
+  launch_gemm<T, true, S, TB>(a, touched * ((I + 63) / 64), c.ctas_per_sm, stream);
   moe_gemm::Args b{w2, act, offsets, nullptr, y, I, H, int(E), c.l2_hints, down_prefetch_stages(), after.ptr,
                    after.bytes};
-  launch_gemm<T, false, S>(b, touched * ((H + moe_gemm::kBM - 1) / moe_gemm::kBM), c.ctas_per_sm, stream);
+  launch_gemm<T, false, S, TB>(b, touched * ((H + moe_gemm::kBM - 1) / moe_gemm::kBM), c.ctas_per_sm, stream);
 }
 
 // act and y from the permutation: the variant's products. prefetch: stages gate/up prefetches
@@ -263,10 +274,14 @@ void run_products(T* act, float* y, const T* in, const T* w13, const T* w2, cons
   }
   const GemmConfig c = gemm_config();
   const int64_t P = n_tokens * top_k;
+  if (c.stages == 6 && c.ctas_per_sm == 1 && token_slots(P, E) == 128) {
+    launch_pipelined<T, 6, 128>(act, y, in, w13, w2, offsets, src_token, P, H, E, I, c, prefetch, after, stream);
+    return;
+  }
   switch (c.stages) {
-    case 4: launch_pipelined<T, 4>(act, y, in, w13, w2, offsets, src_token, P, H, E, I, c, prefetch, after, stream); break;
-    case 8: launch_pipelined<T, 8>(act, y, in, w13, w2, offsets, src_token, P, H, E, I, c, prefetch, after, stream); break;
-    default: launch_pipelined<T, 6>(act, y, in, w13, w2, offsets, src_token, P, H, E, I, c, prefetch, after, stream);
+    case 4: launch_pipelined<T, 4, 64>(act, y, in, w13, w2, offsets, src_token, P, H, E, I, c, prefetch, after, stream); break;
+    case 8: launch_pipelined<T, 8, 64>(act, y, in, w13, w2, offsets, src_token, P, H, E, I, c, prefetch, after, stream); break;
+    default: launch_pipelined<T, 6, 64>(act, y, in, w13, w2, offsets, src_token, P, H, E, I, c, prefetch, after, stream);
   }
 }
 
@@ -293,7 +308,7 @@ void moe_decode_force_prefetch(int stages, int down_stages) {
 }
 
 void moe_experts_decode_force_variant(int variant) {
-  LFM2_CHECK(variant >= 0 && variant <= 6, "moe_experts_decode_force_variant: ", variant);
+  LFM2_CHECK(variant >= 0 && variant <= 8, "moe_experts_decode_force_variant: ", variant);
   g_variant = variant;
 }
 

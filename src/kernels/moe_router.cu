@@ -10,6 +10,8 @@
 // the launch before it, and it lets the expert products launch at its start. H100: 13.6 us at 32 rows,
 // 17.9 at 256 (logits by cuBLASLt + moe_router_drop + moe_permute_one_block: 22.5 / 26.1); fp32
 // dot products on the CUDA cores took 22-26 us (four to 32 blocks issuing ~8k instructions a lane).
+#include <cstdlib>
+
 #include "common/cuda_check.h"
 #include "kernels/cuda/cublas_ctx.h"
 #include "kernels/cuda/device_util.cuh"
@@ -111,7 +113,7 @@ __global__ void __launch_bounds__(kRouteThreads) route_decode_kernel(RouteOut o,
                                                                      const float* expert_bias, const float* done,
                                                                      int n_rows, int hidden, int n_experts,
                                                                      int top_k, bool norm_topk, float scaling,
-                                                                     int* counter) {
+                                                                     int* counter, bool early) {
   __shared__ float s_logit[kRouteRows][kRouteMaxExperts];
   __shared__ float s_part[kRouteWarps][kRouteGroup][kRouteRows];
   __shared__ int wcount[permute::kWarps][kRouteMaxExperts];
@@ -119,11 +121,12 @@ __global__ void __launch_bounds__(kRouteThreads) route_decode_kernel(RouteOut o,
   __shared__ bool s_last;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
   const int r0 = blockIdx.x * kRouteRows, nr = min(kRouteRows, n_rows - r0);
-  // Launched as a programmatic dependent of the kernel before (the rows' norm): the expert
-  // products may launch at once (their blocks prefetch weights into L2 while this grid runs; they
-  // wait for its end before reading anything it writes), the gate's rows are fetched into L2 (the
-  // blocks share them out), and only then does the grid wait for its input rows.
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+  // Launched as a programmatic dependent of the kernel before (the rows' norm): the gate's rows are
+  // fetched into L2 (the blocks share them out) before the grid waits for its input rows. The
+  // expert products may launch once the logits are read (their blocks prefetch weights into L2
+  // while the top-k and the permutation run, not against this grid's loads; `early`: at once,
+  // tuning); they wait for this grid's end before reading anything it writes.
+  if (early) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   for (int e = int(blockIdx.x) + int(gridDim.x) * int(threadIdx.x); e < n_experts; e += int(gridDim.x) * kRouteThreads)
     asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(gate + int64_t(e) * hidden),
                  "r"(uint32_t(hidden * int(sizeof(T))))
@@ -172,6 +175,7 @@ __global__ void __launch_bounds__(kRouteThreads) route_decode_kernel(RouteOut o,
     }
     __syncthreads();  // s_part is rewritten by the next group
   }
+  if (!early) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   if (warp < nr) {
     const int64_t t = r0 + warp;
     route_token(o.weights + t * top_k, o.experts + t * top_k, s_logit[warp], expert_bias,
@@ -187,6 +191,15 @@ __global__ void __launch_bounds__(kRouteThreads) route_decode_kernel(RouteOut o,
   permute::permute_block<kRouteMaxExperts>(o.offsets, o.src_token, o.dest_row, o.experts, n_rows * top_k,
                                            n_experts, top_k, wcount, base);
   if (threadIdx.x == 0) *counter = 0;  // ready for the next call (and graph replays)
+}
+
+// LFM2_ROUTER_EARLY=1 (tuning): moe_route_decode lets its dependents launch at its start.
+bool router_early() {
+  static const bool on = [] {
+    const char* e = std::getenv("LFM2_ROUTER_EARLY");
+    return e != nullptr && std::atoi(e) != 0;
+  }();
+  return on;
 }
 
 }  // namespace
@@ -258,7 +271,8 @@ void moe_route_decode(float* weights, int32_t* experts, int32_t* offsets, int32_
   const unsigned blocks = unsigned((n_tokens + kRouteRows - 1) / kRouteRows);
   launch_pdl(route_decode_kernel<T>, dim3(blocks), dim3(kRouteThreads), 0, stream, true,
              RouteOut{weights, experts, offsets, src_token, dest_row}, in, gate, expert_bias, done, int(n_tokens),
-             int(hidden), int(n_experts), int(top_k), norm_topk_prob, routed_scaling_factor, ws.route_counter);
+             int(hidden), int(n_experts), int(top_k), norm_topk_prob, routed_scaling_factor, ws.route_counter,
+             router_early());
   CUDA_CHECK_LAUNCH("route_decode_kernel");
 }
 

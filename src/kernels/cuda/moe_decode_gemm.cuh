@@ -46,19 +46,20 @@ namespace lfm2::cuda::moe_gemm {
 
 constexpr int kBM = 128;  // weight rows per unit
 constexpr int kBK = 64;   // k per stage
-constexpr int kTB = 64;   // token slots per pass
+constexpr int kTB = 64;   // token slots per pass (the default; 128: see moe_gemm_kernel's TB)
 constexpr int kWarps = 8;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kRowBytes = kBK * 2;         // one 64-k row of 16-bit elements
 constexpr int kTileW = kBM * kRowBytes;    // 16 KB
 constexpr int kTileX = kTB * kRowBytes;    // 8 KB
 constexpr int kStageBytes = kTileW + kTileX;
+__host__ __device__ constexpr int stage_bytes(int tb) { return kTileW + tb * kRowBytes; }
 
 constexpr int kMaxExperts = 1024;
 
 // Dynamic shared memory of a block: S stages, then offsets (E + 1) and the touched list (E) as ints,
 // sized for kMaxExperts so that a kernel's size never changes (raise_smem_limit keys on it).
-constexpr int smem_bytes(int stages) { return stages * kStageBytes + (2 * kMaxExperts + 4) * 4; }
+__host__ __device__ constexpr int smem_bytes(int stages, int tb = kTB) { return stages * stage_bytes(tb) + (2 * kMaxExperts + 4) * 4; }
 
 struct Args {
   const void* w;             // (E, rows, K): gate/up w13 (rows 2 R), down w2 (rows R)
@@ -153,6 +154,7 @@ struct Unit {
   int64_t tile;
 };
 
+template <int TB = kTB>
 __device__ __forceinline__ Unit unit_of(int64_t u, int64_t tiles, const int* s_touched, const int* s_off) {
   Unit un;
   const int64_t i = u / tiles;
@@ -160,18 +162,19 @@ __device__ __forceinline__ Unit unit_of(int64_t u, int64_t tiles, const int* s_t
   un.e = s_touched[i];
   un.begin = s_off[un.e];
   un.n_e = s_off[un.e + 1] - un.begin;
-  un.passes = (un.n_e + kTB - 1) / kTB;
+  un.passes = (un.n_e + TB - 1) / TB;
   return un;
 }
 
 // The producer side of one thread: which global rows its cp.async copies read for the current
 // (unit, pass). Thread t copies chunk t % 8 of weight rows t / 8 + 32 i (i < 4) and of token rows
-// t / 8 + 32 i (i < 2).
-template <typename T, bool kGateUp>
+// t / 8 + 32 i (i < TB / 32).
+template <typename T, bool kGateUp, int TB = kTB>
 struct Feeder {
+  static constexpr int kX = TB / 32;
   const T* w[4];   // weight rows (nullptr: past the end, zeros)
-  const T* x[2];   // token rows (nullptr: no token, zeros)
-  bool fill[2];    // whether the token row is written at all (rows of n8 tiles with live tokens)
+  const T* x[kX];  // token rows (nullptr: no token, zeros)
+  bool fill[kX];   // whether the token row is written at all (rows of n8 tiles with live tokens)
   uint64_t pol_w, pol_x;  // L2 policies
 
   __device__ __forceinline__ void set_unit(const Args& a, const Unit& un) {
@@ -191,10 +194,10 @@ struct Feeder {
     }
   }
   __device__ __forceinline__ void set_pass(const Args& a, const Unit& un, int pass) {
-    const int live = min(kTB, un.n_e - pass * kTB), rows = (live + 7) & ~7;
+    const int live = min(TB, un.n_e - pass * TB), rows = (live + 7) & ~7;
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int n = (threadIdx.x >> 3) + 32 * i, slot = un.begin + pass * kTB + n;
+    for (int i = 0; i < kX; ++i) {
+      const int n = (threadIdx.x >> 3) + 32 * i, slot = un.begin + pass * TB + n;
       fill[i] = n < rows;
       x[i] = nullptr;
       if (n < live) {
@@ -231,7 +234,7 @@ struct Feeder {
     const int64_t k = int64_t(ks) * kBK + 8 * c;
     const bool kin = k < a.K;
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
+    for (int i = 0; i < kX; ++i) {
       if (!fill[i]) continue;
       const int n = (threadIdx.x >> 3) + 32 * i;
       const bool live = kin && x[i] != nullptr;
@@ -240,15 +243,16 @@ struct Feeder {
   }
 };
 
-// The warp's n8 tiles (2 t + th, t < 4) that hold live tokens in pass `pass` of `un`: t < result.
+// The warp's n8 tiles (2 t + th, t < TB / 16) that hold live tokens in pass `pass` of `un`: t < result.
+template <int TB = kTB>
 __device__ __forceinline__ int live_tiles(const Unit& un, int pass, int th) {
-  const int tiles = (min(kTB, un.n_e - pass * kTB) + 7) / 8;
-  return max(0, min(4, (tiles - th + 1) / 2));
+  const int tiles = (min(TB, un.n_e - pass * TB) + 7) / 8;
+  return max(0, min(TB / 16, (tiles - th + 1) / 2));
 }
 
 // acc[m][t] += W[rows 32 rg + 16 m, +16) . X[tokens 8 (2 t + th), +8) over the stage's 64 k, t < nt.
-template <typename T>
-__device__ __forceinline__ void stage_mma(float (&acc)[2][4][4], uint32_t stage, int rg, int th, int nt) {
+template <typename T, int TB = kTB>
+__device__ __forceinline__ void stage_mma(float (&acc)[2][TB / 16][4], uint32_t stage, int rg, int th, int nt) {
   const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) {
@@ -258,9 +262,9 @@ __device__ __forceinline__ void stage_mma(float (&acc)[2][4][4], uint32_t stage,
       const int row = 32 * rg + 16 * m + (lane & 7) + 8 * ((lane >> 3) & 1);
       ldsm_x4(af[m], stage + swz(row, 2 * kk + (lane >> 4)));
     }
-    uint32_t bf[4][2];
+    uint32_t bf[TB / 16][2];
 #pragma unroll
-    for (int np = 0; np < 2; ++np) {
+    for (int np = 0; np < TB / 32; ++np) {
       if (2 * np < nt) {
         // lanes 0-15: tile 2 (2 np) + th, lanes 16-31: tile 2 (2 np + 1) + th
         const int tok = 8 * (4 * np + th + 2 * (lane >> 4)) + (lane & 7);
@@ -273,7 +277,7 @@ __device__ __forceinline__ void stage_mma(float (&acc)[2][4][4], uint32_t stage,
       }
     }
 #pragma unroll
-    for (int t = 0; t < 4; ++t) {
+    for (int t = 0; t < TB / 16; ++t) {
       if (t < nt) {
 #pragma unroll
         for (int m = 0; m < 2; ++m)
@@ -284,16 +288,16 @@ __device__ __forceinline__ void stage_mma(float (&acc)[2][4][4], uint32_t stage,
 }
 
 // The end of a (unit, pass): the warp's accumulators to act (gate/up, SwiGLU) or y (down); zeroed.
-template <typename T, bool kGateUp>
-__device__ __forceinline__ void store_tile(const Args& a, float (&acc)[2][4][4], const Unit& un, int pass, int rg,
-                                           int th, int nt) {
+template <typename T, bool kGateUp, int TB = kTB>
+__device__ __forceinline__ void store_tile(const Args& a, float (&acc)[2][TB / 16][4], const Unit& un, int pass,
+                                           int rg, int th, int nt) {
   const int lane = threadIdx.x & 31;
 #pragma unroll
-  for (int t = 0; t < 4; ++t) {
+  for (int t = 0; t < TB / 16; ++t) {
     if (t < nt) {
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
-        const int slot = pass * kTB + 8 * (2 * t + th) + gemv::acc_col(lane, c);
+        const int slot = pass * TB + 8 * (2 * t + th) + gemv::acc_col(lane, c);
         if (slot >= un.n_e) continue;
         const int64_t row = un.begin + slot;
         if constexpr (kGateUp) {
@@ -313,16 +317,20 @@ __device__ __forceinline__ void store_tile(const Args& a, float (&acc)[2][4][4],
 #pragma unroll
   for (int m = 0; m < 2; ++m)
 #pragma unroll
-    for (int t = 0; t < 4; ++t)
+    for (int t = 0; t < TB / 16; ++t)
 #pragma unroll
       for (int c = 0; c < 4; ++c) acc[m][t][c] = 0.f;
 }
 
-template <typename T, bool kGateUp, int S>
+// TB: token slots per pass, 64 or 128 (an expert with more rows streams its weights once per pass;
+// 128 holds twice the rows in a stage's token tile, for large batches). Neither TB nor S changes
+// any element's arithmetic.
+template <typename T, bool kGateUp, int S, int TB = kTB>
 __global__ void __launch_bounds__(kThreads, 1) moe_gemm_kernel(const Args a) {
+  constexpr int kStage = stage_bytes(TB);
   extern __shared__ __align__(128) unsigned char smem[];
   __shared__ int s_count;
-  int* s_off = reinterpret_cast<int*>(smem + S * kStageBytes);
+  int* s_off = reinterpret_cast<int*>(smem + S * kStage);
   int* s_touched = s_off + a.n_experts + 1;
   const uint32_t base = uint32_t(__cvta_generic_to_shared(smem));
   const int tid = threadIdx.x, warp = tid >> 5, rg = warp & 3, th = warp >> 2;
@@ -363,9 +371,9 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_kernel(const Args a) {
   }
   const int nk = int((a.K + kBK - 1) / kBK);
 
-  Feeder<T, kGateUp> feed;
+  Feeder<T, kGateUp, TB> feed;
   l2_policies(a.l2_hints != 0, feed.pol_w, feed.pol_x);
-  Unit pun = unit_of(pu, tiles, s_touched, s_off);
+  Unit pun = unit_of<TB>(pu, tiles, s_touched, s_off);
   feed.set_unit(a, pun);
   feed.set_pass(a, pun, 0);
   int pp = 0, pk = 0;  // the producer's pass and k step
@@ -376,7 +384,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_kernel(const Args a) {
     if (++pp >= pun.passes) {
       pp = 0;
       if (++pu >= u_end) return;
-      pun = unit_of(pu, tiles, s_touched, s_off);
+      pun = unit_of<TB>(pu, tiles, s_touched, s_off);
       feed.set_unit(a, pun);
     }
     feed.set_pass(a, pun, pp);
@@ -387,46 +395,46 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_kernel(const Args a) {
   int pre = 0;
   if constexpr (!kGateUp) {
     pre = min(S - 1, nk);
-    for (int s = 0; s < pre; ++s) feed.load_w(a, base + s * kStageBytes, s);
+    for (int s = 0; s < pre; ++s) feed.load_w(a, base + s * kStage, s);
     if (a.prefetch > 0) feed.prefetch_w(a, pre, a.prefetch);  // the blocks that start early use the idle time
     griddep_wait();
   }
   for (int s = 0; s < S - 1; ++s) {
     if (pu < u_end) {
-      if (s >= pre) feed.load_w(a, base + s * kStageBytes, pk);
-      feed.load_x(a, base + s * kStageBytes, pk);
+      if (s >= pre) feed.load_w(a, base + s * kStage, pk);
+      feed.load_x(a, base + s * kStage, pk);
     }
     commit();
     if (pu < u_end) advance();
   }
 
   int64_t cu = units * blockIdx.x / gridDim.x;  // the consumer's unit, pass and k step
-  Unit cun = unit_of(cu, tiles, s_touched, s_off);
+  Unit cun = unit_of<TB>(cu, tiles, s_touched, s_off);
   int cp = 0, ck = 0;
-  int nt = live_tiles(cun, 0, th);
+  int nt = live_tiles<TB>(cun, 0, th);
   int slot_c = 0, slot_p = S - 1;
-  float acc[2][4][4] = {};
+  float acc[2][TB / 16][4] = {};
   while (cu < u_end) {
     wait_pending<S - 2>();  // this thread's copies of stage slot_c have landed
     __syncthreads();        // everyone's have, and everyone is done with slot_p (consumed last round)
     if (pu < u_end) {
-      feed.load_w(a, base + slot_p * kStageBytes, pk);
-      feed.load_x(a, base + slot_p * kStageBytes, pk);
+      feed.load_w(a, base + slot_p * kStage, pk);
+      feed.load_x(a, base + slot_p * kStage, pk);
     }
     commit();
     if (pu < u_end) advance();
     slot_p = slot_p + 1 == S ? 0 : slot_p + 1;
 
-    if (nt > 0) stage_mma<T>(acc, base + slot_c * kStageBytes, rg, th, nt);
+    if (nt > 0) stage_mma<T, TB>(acc, base + slot_c * kStage, rg, th, nt);
     slot_c = slot_c + 1 == S ? 0 : slot_c + 1;
     if (++ck == nk) {
-      if (nt > 0) store_tile<T, kGateUp>(a, acc, cun, cp, rg, th, nt);
+      if (nt > 0) store_tile<T, kGateUp, TB>(a, acc, cun, cp, rg, th, nt);
       ck = 0;
       if (++cp >= cun.passes) {
         cp = 0;
-        if (++cu < u_end) cun = unit_of(cu, tiles, s_touched, s_off);
+        if (++cu < u_end) cun = unit_of<TB>(cu, tiles, s_touched, s_off);
       }
-      nt = live_tiles(cun, cp, th);
+      nt = live_tiles<TB>(cun, cp, th);
     }
   }
   wait_pending<0>();

@@ -246,8 +246,9 @@ void moe_experts_decode(float* x, const T* in, const T* w13, const T* w2, const 
                         void* scratch, cudaStream_t stream);
 // Tuning only (cuda_bench_decode): the products' variant (0: default; 1: the first decode kernels,
 // other bits; 2-6 pipelined, the same bits: 6 stages, 8 stages, 4 stages at two blocks per SM, each
-// with L2 hints, then 6 stages and 4 stages at two blocks per SM without) and, for variant 1, 8 nt
-// tokens per pass (0: by the mean rows; speed only).
+// with L2 hints, then 6 stages and 4 stages at two blocks per SM without; 7, 8: the default with 128
+// / 64 token slots a pass, which it picks by the batch) and, for variant 1, 8 nt tokens per pass (0:
+// by the mean rows; speed only).
 void moe_experts_decode_force_variant(int variant);
 void moe_experts_decode_force_nt(int nt);
 // Tuning only (speed, not bits): the 64-k stages (16 KB each) of weights that each gate/up block of
