@@ -29,15 +29,17 @@ __device__ __forceinline__ float sigmoid_f32(float x) { return 1.0f / (1.0f + ex
 
 // The top-k of one token by its warp (all 32 lanes call it): lg, the token's n_experts logits
 // (global or shared memory); its top_k (weight, expert) pairs written to weights / experts, every
-// expert -1 when `dropped` (moe_drop_rows fused).
+// expert -1 when `dropped` (moe_drop_rows fused). kPerLane: experts per lane at most (n_experts <=
+// 32 kPerLane); a smaller one only drops the loop iterations no lane uses (the same picks).
+template <int kPerLane = kMaxPerLane>
 __device__ __forceinline__ void route_token(float* weights, int32_t* experts, const float* lg,
                                             const float* expert_bias, bool dropped, int n_experts, int top_k,
                                             bool norm_topk, float scaling) {
   const int lane = threadIdx.x & 31;
-  float score[kMaxPerLane];
+  float score[kPerLane];
   uint32_t taken = 0;
 #pragma unroll
-  for (int i = 0; i < kMaxPerLane; ++i) {
+  for (int i = 0; i < kPerLane; ++i) {
     const int x = lane + 32 * i;
     score[i] = -INFINITY;
     if (x < n_experts) {
@@ -54,7 +56,7 @@ __device__ __forceinline__ void route_token(float* weights, int32_t* experts, co
     float best = -INFINITY;
     int best_x = 0x7fffffff;
 #pragma unroll
-    for (int i = 0; i < kMaxPerLane; ++i) {
+    for (int i = 0; i < kPerLane; ++i) {
       const int x = lane + 32 * i;
       if (x < n_experts && !((taken >> i) & 1u) && (best_x == 0x7fffffff || score[i] > best)) {
         best = score[i];
@@ -178,8 +180,17 @@ __global__ void __launch_bounds__(kRouteThreads) route_decode_kernel(RouteOut o,
   if (!early) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   if (warp < nr) {
     const int64_t t = r0 + warp;
-    route_token(o.weights + t * top_k, o.experts + t * top_k, s_logit[warp], expert_bias,
-                done != nullptr && done[t] != 0.f, n_experts, top_k, norm_topk, scaling);
+    const bool dropped = done != nullptr && done[t] != 0.f;
+    float* w = o.weights + t * top_k;
+    int32_t* e = o.experts + t * top_k;
+    // the lanes' share of the experts bounds the top-k's loops (32 experts: one each, as the model)
+    if (n_experts <= 32)
+      route_token<1>(w, e, s_logit[warp], expert_bias, dropped, n_experts, top_k, norm_topk, scaling);
+    else if (n_experts <= 64)
+      route_token<2>(w, e, s_logit[warp], expert_bias, dropped, n_experts, top_k, norm_topk, scaling);
+    else
+      route_token<kRouteMaxExperts / 32>(w, e, s_logit[warp], expert_bias, dropped, n_experts, top_k, norm_topk,
+                                         scaling);
   }
   // the last block to get here permutes every row's pairs
   __threadfence();
