@@ -21,8 +21,8 @@ __device__ __forceinline__ void sorted_pairs(int* s_row, float* s_w, const int32
   __shared__ int s_in_row[kMaxTopK];
   __shared__ float s_in_w[kMaxTopK];
   if (threadIdx.x < top_k) {
-    s_in_row[threadIdx.x] = dest_row[t * top_k + threadIdx.x];
-    s_in_w[threadIdx.x] = topk_w[t * top_k + threadIdx.x];
+    s_in_row[threadIdx.x] = __ldcg(dest_row + t * top_k + threadIdx.x);  // L2: see combine_rmsnorm_kernel
+    s_in_w[threadIdx.x] = __ldcg(topk_w + t * top_k + threadIdx.x);
   }
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -73,7 +73,8 @@ constexpr int kMaxVec = 8;  // float4 chunks per thread: hidden <= kThreads * 4 
 
 // One block per token: x += its k fp32 expert rows (moe_combine_kernel<float, 4>'s sums: chunk c of
 // thread t is channels 4 (t + kThreads j)), then out = rmsnorm(x) (rmsnorm_vec_kernel's sums over
-// the same chunks) when norm_w is not null. A programmatic dependent: waits before reading.
+// the same chunks) when norm_w is not null. A programmatic dependent: waits before reading the
+// expert rows and x (the pairs, written two launches back, before).
 template <typename T>
 __global__ void __launch_bounds__(kThreads) combine_rmsnorm_kernel(T* out, float* x, const float* expert_out,
                                                                    const int32_t* dest_row, const float* topk_w,
@@ -82,9 +83,11 @@ __global__ void __launch_bounds__(kThreads) combine_rmsnorm_kernel(T* out, float
   __shared__ int s_row[kMaxTopK];
   __shared__ float s_w[kMaxTopK];
   __shared__ float scratch[32];
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  // the pairs come from the router, complete before the kernel this one depends on could start
+  // its work (moe_decode: router, gate/up, down, this), so they are read before the wait
   const int64_t t = blockIdx.x;
   sorted_pairs(s_row, s_w, dest_row, topk_w, t, top_k);
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
   float4* xr = reinterpret_cast<float4*>(x + t * hidden);
   const float4* y4 = reinterpret_cast<const float4*>(expert_out);
   const int chunks = int(hidden / 4);
