@@ -186,19 +186,27 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 
 // ---- the persistent pipelined products (moe_decode_gemm.cuh)
 
-int g_variant = 0;  // moe_experts_decode_force_variant
-int g_prefetch = -1, g_down_prefetch = -1;  // moe_decode_force_prefetch; -1: the environment or the default
+int g_variant = -1;  // moe_experts_decode_force_variant; -1: LFM2_MOE_VARIANT (tuning) or 0
+int g_prefetch = -2, g_down_prefetch = -1;  // moe_decode_force_prefetch; < -1 / -1: the environment or default
 
-// The L2 prefetches of moe_decode_gemm.cuh, in 64-k stages of a block's first unit (16 KB each):
-// gate/up's while the router runs (moe_decode only), down's past its first S - 1 stages.
-constexpr int kDefaultPrefetch = 8, kDefaultDownPrefetch = 0;
+// moe_decode_gemm.cuh's loads before the wait, in 64-k stages of a block's first unit (16 KB each):
+// gate/up guesses its first unit while the router runs (moe_decode only) and loads S - 1 stages,
+// then prefetches this many into L2 (-1: no guess); down prefetches past its first S - 1 stages.
+constexpr int kDefaultPrefetch = 4, kDefaultDownPrefetch = 0;
 int env_or(const char* name, int dflt) {
   const char* e = std::getenv(name);
   return e ? std::max(0, std::atoi(e)) : dflt;
 }
+int variant() {
+  static const int env = std::min(8, env_or("LFM2_MOE_VARIANT", 0));
+  return g_variant >= 0 ? g_variant : env;
+}
 int prefetch_stages() {
-  static const int env = env_or("LFM2_MOE_PREFETCH", kDefaultPrefetch);
-  return g_prefetch >= 0 ? g_prefetch : env;
+  static const int env = [] {
+    const char* e = std::getenv("LFM2_MOE_PREFETCH");
+    return e ? std::max(-1, std::atoi(e)) : kDefaultPrefetch;
+  }();
+  return g_prefetch >= -1 ? g_prefetch : env;
 }
 bool after_enabled() {  // LFM2_MOE_AFTER=0 turns moe_decode's prefetch of the next weights off (tuning)
   static const bool on = env_or("LFM2_MOE_AFTER", 1) != 0;
@@ -214,7 +222,7 @@ int down_prefetch_stages() {
 // Variants 7 / 8 or LFM2_MOE_TB=128 / 64 force one (tuning).
 int token_slots(int64_t P, int64_t E) {
   static const int env = env_or("LFM2_MOE_TB", 0);
-  if (g_variant == 7 || g_variant == 8) return g_variant == 7 ? 128 : 64;
+  if (variant() == 7 || variant() == 8) return variant() == 7 ? 128 : 64;
   if (env == 64 || env == 128) return env;
   return P >= 32 * E ? 128 : 64;
 }
@@ -225,7 +233,7 @@ struct GemmConfig {
 // Variants 2..6: (stages, blocks per SM, L2 hints); 7, 8: the default's with 128 / 64 token slots
 // (token_slots). 0 picks the default.
 GemmConfig gemm_config() {
-  switch (g_variant) {
+  switch (variant()) {
     case 3: return {8, 1, 1};
     case 4: return {4, 2, 1};
     case 5: return {6, 1, 0};
@@ -250,20 +258,23 @@ void launch_pipelined(T* act, float* y, const T* in, const T* w13, const T* w2, 
                       const int32_t* src_token, int64_t P, int64_t H, int64_t E, int64_t I, const GemmConfig& c,
                       int prefetch, const L2Prefetch& after, cudaStream_t stream) {
   const int64_t touched = std::min(E, P);
-  moe_gemm::Args a{w13, in, offsets, src_token, act, H, I, int(E), c.l2_hints, prefetch, nullptr, 0};
+  // the guess (every expert touched) pays from 4 rows per expert on average (32 tokens at top-4 of 32)
+  const int guess = prefetch >= 0 && P >= 4 * E ? 1 : 0;
+  moe_gemm::Args a{w13, in, offsets, src_token, act, H, I, int(E), c.l2_hints, prefetch, guess, nullptr, 0};
   launch_gemm<T, true, S, TB>(a, touched * ((I + 63) / 64), c.ctas_per_sm, stream);
-  moe_gemm::Args b{w2, act, offsets, nullptr, y, I, H, int(E), c.l2_hints, down_prefetch_stages(), after.ptr,
+  moe_gemm::Args b{w2, act, offsets, nullptr, y, I, H, int(E), c.l2_hints, down_prefetch_stages(), 0, after.ptr,
                    after.bytes};
   launch_gemm<T, false, S, TB>(b, touched * ((H + moe_gemm::kBM - 1) / moe_gemm::kBM), c.ctas_per_sm, stream);
 }
 
-// act and y from the permutation: the variant's products. prefetch: stages gate/up prefetches
-// before its wait (moe_decode, whose router lets it launch early; 0 after moe_permute_one_block).
+// act and y from the permutation: the variant's products. prefetch: -1, or gate/up guesses its
+// first unit and prefetches this many more stages into L2 before its wait (moe_decode, whose router
+// lets it launch early).
 template <typename T>
 void run_products(T* act, float* y, const T* in, const T* w13, const T* w2, const int32_t* offsets,
                   const int32_t* src_token, int64_t n_tokens, int64_t H, int64_t E, int64_t I, int64_t top_k,
                   int prefetch, const L2Prefetch& after, cudaStream_t stream) {
-  if (g_variant == 1) {
+  if (variant() == 1) {
     switch (pick_nt(n_tokens, E, top_k)) {
       case 1: launch_products<T, 1>(act, y, in, w13, w2, offsets, src_token, H, E, I, stream); break;
       case 2: launch_products<T, 2>(act, y, in, w13, w2, offsets, src_token, H, E, I, stream); break;
@@ -302,7 +313,7 @@ void moe_experts_decode_force_nt(int nt) {
   g_force_nt = nt;
 }
 
-void moe_decode_force_prefetch(int stages, int down_stages) {
+void moe_decode_force_prefetch(int stages, int down_stages) {  // stages -2: the default
   g_prefetch = stages;
   g_down_prefetch = down_stages;
 }
@@ -335,7 +346,7 @@ void moe_experts_decode(float* x, const T* in, const T* w13, const T* w2, const 
     auto* act = reinterpret_cast<T*>(base + l.act);
     auto* y = reinterpret_cast<float*>(base + l.y);
     moe_permute_one_block(offsets, src_token, dest_row, experts, n_tokens, n_experts, top_k, stream);
-    run_products<T>(act, y, in, w13, w2, offsets, src_token, n_tokens, hidden, n_experts, inter, top_k, 0, {},
+    run_products<T>(act, y, in, w13, w2, offsets, src_token, n_tokens, hidden, n_experts, inter, top_k, -1, {},
                     stream);
     moe_combine_rmsnorm<T>(nullptr, x, y, dest_row, weights, nullptr, n_tokens, top_k, hidden, 0.f, stream);
   }

@@ -63,12 +63,12 @@ void bench_prefetch(const char* name, cudaStream_t s, int64_t n, const cuda::Moe
   };
   int best = 0;
   double best_t = 1e30;
-  for (const int pf : {0, 4, 8, 16}) {
+  for (const int pf : {-1, 0, 4, 8, 16}) {
     const double t = time_with(pf, 0);
     if (t < best_t) best_t = t, best = pf;
   }
   time_with(best, 8);
-  cuda::moe_decode_force_prefetch(-1, -1);
+  cuda::moe_decode_force_prefetch(-2, -1);
   for (void* p : std::initializer_list<void*>{w13b, w2b, f}) cudaFree(p);
 }
 

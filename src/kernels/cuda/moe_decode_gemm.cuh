@@ -70,8 +70,10 @@ struct Args {
   int64_t K, R;              // k; output features (gate/up: I, down: H)
   int n_experts;
   int l2_hints;              // 1: weights evict-first, tokens evict-last in L2; 0: no hints
-  int prefetch;              // 64-k stages of the first unit prefetched into L2 before the wait (gate/up: while
-                             // the router runs; down: past the S - 1 it loads, while gate/up ends)
+  int prefetch;              // 64-k stages of the first unit prefetched into L2 before the wait, past the S - 1
+                             // it loads (gate/up: while the router runs, if it speculates; down: while gate/up
+                             // ends)
+  int speculate;             // gate/up: guess the first unit and load its weights before the routing is known
   const void* after;         // down: bytes the next kernel reads (the next layer's first weights), or null,
   int64_t after_bytes;       // prefetched into L2 in slices, each block's once its own work is done
 };
@@ -112,25 +114,6 @@ __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(addr)
                : "memory");
-}
-
-// gate/up, before the router's offsets exist (the router lets this grid launch at its start): the
-// first `a.prefetch` stages of the unit this block starts with when every expert is touched (at 32+
-// rows nearly always; otherwise the lines belong to a unit some block streams later) into L2, so
-// the router's latency is spent reading weights. Speed only: smem still receives every stage.
-template <typename T>
-__device__ __forceinline__ void prefetch_first_unit(const Args& a) {
-  const int64_t tiles = (a.R + 63) / 64, units = int64_t(a.n_experts) * tiles;
-  const int64_t u = units * blockIdx.x / gridDim.x, e = u / tiles, tile = u - e * tiles;
-  const uint32_t bytes = uint32_t(min(int64_t(a.prefetch) * kRowBytes, a.K * int64_t(sizeof(T))));
-  const T* we = static_cast<const T*>(a.w) + e * 2 * a.R * a.K;
-  for (int r = threadIdx.x; r < kBM; r += kThreads) {
-    const int64_t f = tile * 64 + 16 * (r >> 5) + (r & 15);
-    if (f < a.R)
-      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(we + (((r >> 4) & 1) * a.R + f) * a.K),
-                   "r"(bytes)
-                   : "memory");
-  }
 }
 
 // down, once this block's units are done: its slice of a.after into L2, in bulk prefetches of at
@@ -335,12 +318,32 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_kernel(const Args a) {
   const uint32_t base = uint32_t(__cvta_generic_to_shared(smem));
   const int tid = threadIdx.x, warp = tid >> 5, rg = warp & 3, th = warp >> 2;
 
-  // the touched experts, ascending (offsets come from the router, finished before gate/up's wait
-  // returns and before down starts)
+  const int nk = int((a.K + kBK - 1) / kBK);
+  Feeder<T, kGateUp, TB> feed;
+  l2_policies(a.l2_hints != 0, feed.pol_w, feed.pol_x);
+  // gate/up, before the routing exists (the router lets this grid launch once its logits are
+  // read): the weight part of the first S - 1 stages, and `a.prefetch` more into L2, of the unit
+  // this block starts with when every expert is touched (at 32+ rows nearly always). Kept if the
+  // block's real first unit is that one, else waited for and loaded again (speed only).
+  int spec = 0;
+  int64_t spec_u = -1;
   if constexpr (kGateUp) {
-    if (a.prefetch > 0) prefetch_first_unit<T>(a);
+    if (a.speculate) {
+      const int64_t tiles = (a.R + 63) / 64;
+      spec_u = int64_t(a.n_experts) * tiles * blockIdx.x / gridDim.x;
+      Unit un{};
+      un.e = int(spec_u / tiles);
+      un.tile = spec_u - int64_t(un.e) * tiles;
+      feed.set_unit(a, un);
+      spec = min(S - 1, nk);
+      for (int s = 0; s < spec; ++s) feed.load_w(a, base + s * kStage, s);
+      if (a.prefetch > 0) feed.prefetch_w(a, spec, a.prefetch);
+      spec_u = int64_t(un.e) * tiles + un.tile;  // as (expert, tile), compared below
+    }
     griddep_wait();
   }
+  // the touched experts, ascending (offsets come from the router, finished before gate/up's wait
+  // returns and before down starts)
   for (int i = tid; i <= a.n_experts; i += kThreads) s_off[i] = __ldcg(a.offsets + i);
   __syncthreads();
   if (tid < 32) {
@@ -367,13 +370,17 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_kernel(const Args a) {
       prefetch_after(a);
       griddep_wait();
     }
+    commit();
+    wait_pending<0>();  // gate/up's speculative stages, if any, land before the block exits
     return;
   }
-  const int nk = int((a.K + kBK - 1) / kBK);
 
-  Feeder<T, kGateUp, TB> feed;
-  l2_policies(a.l2_hints != 0, feed.pol_w, feed.pol_x);
   Unit pun = unit_of<TB>(pu, tiles, s_touched, s_off);
+  if (spec > 0 && int64_t(pun.e) * tiles + pun.tile != spec_u) {
+    commit();
+    wait_pending<0>();  // a wrong guess: its copies land before the slots are loaded again
+    spec = 0;
+  }
   feed.set_unit(a, pun);
   feed.set_pass(a, pun, 0);
   int pp = 0, pk = 0;  // the producer's pass and k step
@@ -391,8 +398,8 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_kernel(const Args a) {
   };
 
   // prologue: S - 1 stages. down issues the weight part of its first stages before waiting for
-  // gate/up (the weights do not depend on it), then the token part.
-  int pre = 0;
+  // gate/up (the weights do not depend on it), then the token part; so does gate/up's guess.
+  int pre = spec;
   if constexpr (!kGateUp) {
     pre = min(S - 1, nk);
     for (int s = 0; s < pre; ++s) feed.load_w(a, base + s * kStage, s);

@@ -252,8 +252,9 @@ void moe_experts_decode(float* x, const T* in, const T* w13, const T* w2, const 
 void moe_experts_decode_force_variant(int variant);
 void moe_experts_decode_force_nt(int nt);
 // Tuning only (speed, not bits): the 64-k stages (16 KB each) of weights that each gate/up block of
-// moe_decode prefetches into L2 while the router runs, and each down block past its first stages
-// before it waits for gate/up; -1: LFM2_MOE_PREFETCH / LFM2_MOE_DOWN_PREFETCH or the default.
+// moe_decode prefetches into L2 while the router runs, past the stages of its guessed first unit
+// it loads (-1: no guess; -2: LFM2_MOE_PREFETCH or the default), and each down block past its first
+// stages before it waits for gate/up (-1: LFM2_MOE_DOWN_PREFETCH or the default).
 void moe_decode_force_prefetch(int stages, int down_stages);
 
 // moe_decode: the routed MoE block of decode rows (HF Lfm2MoeSparseMoeBlock) in four launches:
