@@ -208,9 +208,13 @@ int prefetch_stages() {
   }();
   return g_prefetch >= -1 ? g_prefetch : env;
 }
-bool after_enabled() {  // LFM2_MOE_AFTER=0 turns moe_decode's prefetch of the next weights off (tuning)
-  static const bool on = env_or("LFM2_MOE_AFTER", 1) != 0;
-  return on;
+// moe_decode's prefetch of the next weights (tuning): LFM2_MOE_AFTER=0 none, 1 the first range only,
+// else both.
+L2Prefetch after_ranges(const L2Prefetch& after) {
+  static const int mode = env_or("LFM2_MOE_AFTER", 2);
+  L2Prefetch a = mode == 0 ? L2Prefetch{} : after;
+  if (mode == 1) a.ptr[1] = nullptr;
+  return a;
 }
 int down_prefetch_stages() {
   static const int env = env_or("LFM2_MOE_DOWN_PREFETCH", kDefaultDownPrefetch);
@@ -260,10 +264,10 @@ void launch_pipelined(T* act, float* y, const T* in, const T* w13, const T* w2, 
   const int64_t touched = std::min(E, P);
   // the guess (every expert touched) pays from 4 rows per expert on average (32 tokens at top-4 of 32)
   const int guess = prefetch >= 0 && P >= 4 * E ? 1 : 0;
-  moe_gemm::Args a{w13, in, offsets, src_token, act, H, I, int(E), c.l2_hints, prefetch, guess, nullptr, 0};
+  moe_gemm::Args a{w13, in, offsets, src_token, act, H, I, int(E), c.l2_hints, prefetch, guess, {}, {}};
   launch_gemm<T, true, S, TB>(a, touched * ((I + 63) / 64), c.ctas_per_sm, stream);
-  moe_gemm::Args b{w2, act, offsets, nullptr, y, I, H, int(E), c.l2_hints, down_prefetch_stages(), 0, after.ptr,
-                   after.bytes};
+  moe_gemm::Args b{w2, act, offsets, nullptr, y, I, H, int(E), c.l2_hints, down_prefetch_stages(), 0,
+                   {after.ptr[0], after.ptr[1]}, {after.bytes[0], after.bytes[1]}};
   launch_gemm<T, false, S, TB>(b, touched * ((H + moe_gemm::kBM - 1) / moe_gemm::kBM), c.ctas_per_sm, stream);
 }
 
@@ -390,7 +394,7 @@ void moe_decode(float* x, T* norm_out, const T* in, const T* gate, const float* 
     moe_route_decode<T>(weights, experts, offsets, src_token, dest_row, in, gate, expert_bias, done, n_tokens, H, E, k,
                         d.norm_topk_prob, d.routed_scaling_factor, stream);
     run_products<T>(act, y, in, w13, w2, offsets, src_token, n_tokens, H, E, I, k, prefetch_stages(),
-                    after_enabled() ? after : L2Prefetch{}, stream);
+                    after_ranges(after), stream);
     moe_combine_rmsnorm<T>(norm_out, x, y, dest_row, weights, next_norm, n_tokens, k, H, eps, stream);
   }
 }

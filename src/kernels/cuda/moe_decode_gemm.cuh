@@ -74,8 +74,8 @@ struct Args {
                              // it loads (gate/up: while the router runs, if it speculates; down: while gate/up
                              // ends)
   int speculate;             // gate/up: guess the first unit and load its weights before the routing is known
-  const void* after;         // down: bytes the next kernel reads (the next layer's first weights), or null,
-  int64_t after_bytes;       // prefetched into L2 in slices, each block's once its own work is done
+  const void* after[2];      // down: bytes the next kernels read (the next layer's weights), or null,
+  int64_t after_bytes[2];    // prefetched into L2 in slices, each block's once its own work is done
 };
 
 __device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
@@ -116,17 +116,21 @@ __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
                : "memory");
 }
 
-// down, once this block's units are done: its slice of a.after into L2, in bulk prefetches of at
-// most 64 KB (blocks that finish first use the HBM the grid's tail leaves idle).
+// down, once this block's units are done: its slice of each a.after range into L2, in bulk
+// prefetches of at most 64 KB (blocks that finish first use the HBM the grid's tail leaves idle).
 __device__ __forceinline__ void prefetch_after(const Args& a) {
-  if (a.after == nullptr || threadIdx.x >= 32) return;
+  if (threadIdx.x >= 32) return;
   constexpr int64_t kPiece = 64 * 1024;
-  const int64_t lines = a.after_bytes / 16;  // 16-byte granules
-  const int64_t b0 = lines * blockIdx.x / gridDim.x * 16, b1 = lines * (blockIdx.x + 1) / gridDim.x * 16;
-  const char* p = static_cast<const char*>(a.after);
-  for (int64_t o = b0 + int64_t(threadIdx.x) * kPiece; o < b1; o += 32 * kPiece)
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p + o), "r"(uint32_t(min(kPiece, b1 - o)))
-                 : "memory");
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (a.after[r] == nullptr) continue;
+    const int64_t lines = a.after_bytes[r] / 16;  // 16-byte granules
+    const int64_t b0 = lines * blockIdx.x / gridDim.x * 16, b1 = lines * (blockIdx.x + 1) / gridDim.x * 16;
+    const char* p = static_cast<const char*>(a.after[r]);
+    for (int64_t o = b0 + int64_t(threadIdx.x) * kPiece; o < b1; o += 32 * kPiece)
+      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p + o), "r"(uint32_t(min(kPiece, b1 - o)))
+                   : "memory");
+  }
 }
 
 // Byte offset of 16-byte chunk c of row r in a tile of 128-byte rows.

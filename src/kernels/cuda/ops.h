@@ -269,11 +269,11 @@ struct MoeDims {
   float routed_scaling_factor;
 };
 int64_t moe_decode_scratch_bytes(int64_t n_tokens, const MoeDims& dims, int64_t elem_bytes);
-// after (speed only, never bits): bytes the kernel after the block reads first (the next layer's
-// first projection weight), prefetched into L2 by the down product's blocks as each finishes.
+// after (speed only, never bits): bytes the kernels after the block read (the next layer's two
+// projection weights), prefetched into L2 by the down product's blocks as each finishes.
 struct L2Prefetch {
-  const void* ptr = nullptr;
-  int64_t bytes = 0;
+  const void* ptr[2] = {nullptr, nullptr};
+  int64_t bytes[2] = {0, 0};
 };
 template <typename T>
 void moe_decode(float* x, T* norm_out, const T* in, const T* gate, const float* expert_bias, const T* w13,
