@@ -16,8 +16,11 @@
 // 0.297 ms at 8 / 32 / 64 / 128 / 256 tokens; moe_experts_decode alone 0.176 / 0.251 / 0.255 /
 // 0.257 / 0.284 (83 / 93 / 92 / 91 / 83 % of the floor); torch grouped_mm 0.215 / 0.292 / 0.293 /
 // 0.287 / 0.290 in the same call. The default products are variant 2 (6 stages, one block per SM,
-// L2 hints); the hints are worth 4-6 % (variant 5), 8 stages or two blocks per SM of 4 stages are
-// within 1-2 % (variants 3, 4).
+// L2 hints) below a mean of 32 rows per expert and variant 4 (two blocks per SM of 4 stages) from
+// it: alone they are within 1-2 % of each other, but inside the step at 256 rows (the model's
+// routing, some experts crowded) variant 4 took a layer's router-to-combine from 320 to 301 us,
+// and at 32 rows variant 2 is 10 us a layer ahead (gemm_config). The hints are worth 4-6 %
+// (variant 5); 8 stages (variant 3) changes nothing.
 //
 // Variant 1 (moe_experts_decode_force_variant, tuning only) runs the first decode kernels instead:
 // gemv_mma.cuh's register-streamed warp tiles, grid (row tiles, E), NT tokens per pass: 0.167 /
@@ -186,70 +189,38 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 
 // ---- the persistent pipelined products (moe_decode_gemm.cuh)
 
-int g_variant = -1;  // moe_experts_decode_force_variant; -1: LFM2_MOE_VARIANT (tuning) or 0
-int g_prefetch = -2, g_down_prefetch = -1;  // moe_decode_force_prefetch; < -1 / -1: the environment or default
+int g_variant = -1;  // moe_experts_decode_force_variant; -1: LFM2_MOE_VARIANT (tuning), else 0
 
-// moe_decode_gemm.cuh's loads before the wait, in 64-k stages of a block's first unit (16 KB each):
-// gate/up guesses its first unit while the router runs (moe_decode only) and loads S - 1 stages,
-// then prefetches this many into L2 (-1: no guess); down prefetches past its first S - 1 stages.
-constexpr int kDefaultPrefetch = 4, kDefaultDownPrefetch = 0;
-int env_or(const char* name, int dflt) {
-  const char* e = std::getenv(name);
-  return e ? std::max(0, std::atoi(e)) : dflt;
-}
 int variant() {
-  static const int env = std::min(8, env_or("LFM2_MOE_VARIANT", 0));
-  return g_variant >= 0 ? g_variant : env;
-}
-int prefetch_stages() {
   static const int env = [] {
-    const char* e = std::getenv("LFM2_MOE_PREFETCH");
-    return e ? std::max(-1, std::atoi(e)) : kDefaultPrefetch;
+    const char* e = std::getenv("LFM2_MOE_VARIANT");
+    return e ? std::min(6, std::max(0, std::atoi(e))) : 0;
   }();
-  return g_prefetch >= -1 ? g_prefetch : env;
-}
-// moe_decode's prefetch of the next weights (tuning): LFM2_MOE_AFTER=0 none, 1 the first range only,
-// else both.
-L2Prefetch after_ranges(const L2Prefetch& after) {
-  static const int mode = env_or("LFM2_MOE_AFTER", 2);
-  L2Prefetch a = mode == 0 ? L2Prefetch{} : after;
-  if (mode == 1) a.ptr[1] = nullptr;
-  return a;
-}
-int down_prefetch_stages() {
-  static const int env = env_or("LFM2_MOE_DOWN_PREFETCH", kDefaultDownPrefetch);
-  return g_down_prefetch >= 0 ? g_down_prefetch : env;
-}
-
-// Token slots per pass of the products (moe_decode_gemm.cuh's TB; speed only): 128 from a mean of
-// 32 rows per expert (256 tokens at top-4 of 32), where crowded experts pass 64 rows, else 64.
-// Variants 7 / 8 or LFM2_MOE_TB=128 / 64 force one (tuning).
-int token_slots(int64_t P, int64_t E) {
-  static const int env = env_or("LFM2_MOE_TB", 0);
-  if (variant() == 7 || variant() == 8) return variant() == 7 ? 128 : 64;
-  if (env == 64 || env == 128) return env;
-  return P >= 32 * E ? 128 : 64;
+  return g_variant >= 0 ? g_variant : env;
 }
 
 struct GemmConfig {
   int stages, ctas_per_sm, l2_hints;
 };
-// Variants 2..6: (stages, blocks per SM, L2 hints); 7, 8: the default's with 128 / 64 token slots
-// (token_slots). 0 picks the default.
-GemmConfig gemm_config() {
+// Variants 2..6: (stages, blocks per SM, L2 hints). 0, the default, picks by the mean rows per
+// expert: variant 4 (two blocks of 4 stages per SM) from 32 (256 tokens at top-4 of 32), else 2.
+// One H100, the whole step at 256 x 64: 8.06 ms with 4, 8.33 with 2 (a layer's router to combine
+// 301 vs 320 us); at 32 x 8192: 8.01 with 4, 7.79 with 2 (.bench/k3/run2.sh).
+GemmConfig gemm_config(int64_t P, int64_t E) {
   switch (variant()) {
+    case 2: return {6, 1, 1};
     case 3: return {8, 1, 1};
     case 4: return {4, 2, 1};
     case 5: return {6, 1, 0};
     case 6: return {4, 2, 0};
-    default: return {6, 1, 1};
+    default: return P >= 32 * E ? GemmConfig{4, 2, 1} : GemmConfig{6, 1, 1};
   }
 }
 
-template <typename T, bool kGateUp, int S, int TB>
+template <typename T, bool kGateUp, int S>
 void launch_gemm(const moe_gemm::Args& a, int64_t max_units, int ctas_per_sm, cudaStream_t stream) {
-  auto kernel = moe_gemm::moe_gemm_kernel<T, kGateUp, S, TB>;
-  constexpr int smem = moe_gemm::smem_bytes(S, TB);
+  auto kernel = moe_gemm::moe_gemm_kernel<T, kGateUp, S>;
+  constexpr int smem = moe_gemm::smem_bytes(S);
   raise_smem_limit(reinterpret_cast<const void*>(kernel), smem);
   const int64_t grid = std::max<int64_t>(
       1, std::min<int64_t>(max_units, int64_t(compute_sms(current_device())) * ctas_per_sm));
@@ -257,27 +228,22 @@ void launch_gemm(const moe_gemm::Args& a, int64_t max_units, int ctas_per_sm, cu
   CUDA_CHECK_LAUNCH(kGateUp ? "moe_gemm_kernel (gate/up)" : "moe_gemm_kernel (down)");
 }
 
-template <typename T, int S, int TB>
+template <typename T, int S>
 void launch_pipelined(T* act, float* y, const T* in, const T* w13, const T* w2, const int32_t* offsets,
                       const int32_t* src_token, int64_t P, int64_t H, int64_t E, int64_t I, const GemmConfig& c,
-                      int prefetch, const L2Prefetch& after, cudaStream_t stream) {
+                      cudaStream_t stream) {
   const int64_t touched = std::min(E, P);
-  // the guess (every expert touched) pays from 4 rows per expert on average (32 tokens at top-4 of 32)
-  const int guess = prefetch >= 0 && P >= 4 * E ? 1 : 0;
-  moe_gemm::Args a{w13, in, offsets, src_token, act, H, I, int(E), c.l2_hints, prefetch, guess, {}, {}};
-  launch_gemm<T, true, S, TB>(a, touched * ((I + 63) / 64), c.ctas_per_sm, stream);
-  moe_gemm::Args b{w2, act, offsets, nullptr, y, I, H, int(E), c.l2_hints, down_prefetch_stages(), 0,
-                   {after.ptr[0], after.ptr[1]}, {after.bytes[0], after.bytes[1]}};
-  launch_gemm<T, false, S, TB>(b, touched * ((H + moe_gemm::kBM - 1) / moe_gemm::kBM), c.ctas_per_sm, stream);
+  moe_gemm::Args a{w13, in, offsets, src_token, act, H, I, int(E), c.l2_hints};
+  launch_gemm<T, true, S>(a, touched * ((I + 63) / 64), c.ctas_per_sm, stream);
+  moe_gemm::Args b{w2, act, offsets, nullptr, y, I, H, int(E), c.l2_hints};
+  launch_gemm<T, false, S>(b, touched * ((H + moe_gemm::kBM - 1) / moe_gemm::kBM), c.ctas_per_sm, stream);
 }
 
-// act and y from the permutation: the variant's products. prefetch: -1, or gate/up guesses its
-// first unit and prefetches this many more stages into L2 before its wait (moe_decode, whose router
-// lets it launch early).
+// act and y from the permutation: the variant's products.
 template <typename T>
 void run_products(T* act, float* y, const T* in, const T* w13, const T* w2, const int32_t* offsets,
                   const int32_t* src_token, int64_t n_tokens, int64_t H, int64_t E, int64_t I, int64_t top_k,
-                  int prefetch, const L2Prefetch& after, cudaStream_t stream) {
+                  cudaStream_t stream) {
   if (variant() == 1) {
     switch (pick_nt(n_tokens, E, top_k)) {
       case 1: launch_products<T, 1>(act, y, in, w13, w2, offsets, src_token, H, E, I, stream); break;
@@ -287,16 +253,12 @@ void run_products(T* act, float* y, const T* in, const T* w13, const T* w2, cons
     }
     return;
   }
-  const GemmConfig c = gemm_config();
   const int64_t P = n_tokens * top_k;
-  if (c.stages == 6 && c.ctas_per_sm == 1 && token_slots(P, E) == 128) {
-    launch_pipelined<T, 6, 128>(act, y, in, w13, w2, offsets, src_token, P, H, E, I, c, prefetch, after, stream);
-    return;
-  }
+  const GemmConfig c = gemm_config(P, E);
   switch (c.stages) {
-    case 4: launch_pipelined<T, 4, 64>(act, y, in, w13, w2, offsets, src_token, P, H, E, I, c, prefetch, after, stream); break;
-    case 8: launch_pipelined<T, 8, 64>(act, y, in, w13, w2, offsets, src_token, P, H, E, I, c, prefetch, after, stream); break;
-    default: launch_pipelined<T, 6, 64>(act, y, in, w13, w2, offsets, src_token, P, H, E, I, c, prefetch, after, stream);
+    case 4: launch_pipelined<T, 4>(act, y, in, w13, w2, offsets, src_token, P, H, E, I, c, stream); break;
+    case 8: launch_pipelined<T, 8>(act, y, in, w13, w2, offsets, src_token, P, H, E, I, c, stream); break;
+    default: launch_pipelined<T, 6>(act, y, in, w13, w2, offsets, src_token, P, H, E, I, c, stream);
   }
 }
 
@@ -317,13 +279,8 @@ void moe_experts_decode_force_nt(int nt) {
   g_force_nt = nt;
 }
 
-void moe_decode_force_prefetch(int stages, int down_stages) {  // stages -2: the default
-  g_prefetch = stages;
-  g_down_prefetch = down_stages;
-}
-
 void moe_experts_decode_force_variant(int variant) {
-  LFM2_CHECK(variant >= 0 && variant <= 8, "moe_experts_decode_force_variant: ", variant);
+  LFM2_CHECK(variant >= 0 && variant <= 6, "moe_experts_decode_force_variant: ", variant);
   g_variant = variant;
 }
 
@@ -350,8 +307,7 @@ void moe_experts_decode(float* x, const T* in, const T* w13, const T* w2, const 
     auto* act = reinterpret_cast<T*>(base + l.act);
     auto* y = reinterpret_cast<float*>(base + l.y);
     moe_permute_one_block(offsets, src_token, dest_row, experts, n_tokens, n_experts, top_k, stream);
-    run_products<T>(act, y, in, w13, w2, offsets, src_token, n_tokens, hidden, n_experts, inter, top_k, -1, {},
-                    stream);
+    run_products<T>(act, y, in, w13, w2, offsets, src_token, n_tokens, hidden, n_experts, inter, top_k, stream);
     moe_combine_rmsnorm<T>(nullptr, x, y, dest_row, weights, nullptr, n_tokens, top_k, hidden, 0.f, stream);
   }
 }
@@ -367,7 +323,7 @@ int64_t moe_decode_scratch_bytes(int64_t n_tokens, const MoeDims& d, int64_t ele
 template <typename T>
 void moe_decode(float* x, T* norm_out, const T* in, const T* gate, const float* expert_bias, const T* w13,
                 const T* w2, const float* done, const float* next_norm, float eps, int64_t n_tokens, const MoeDims& d,
-                void* scratch, cudaStream_t stream, const L2Prefetch& after) {
+                void* scratch, cudaStream_t stream) {
   if (n_tokens == 0) return;
   const int64_t H = d.hidden, E = d.n_experts, I = d.inter, k = d.top_k, P = n_tokens * k;
   char* base = static_cast<char*>(scratch);
@@ -393,8 +349,7 @@ void moe_decode(float* x, T* norm_out, const T* in, const T* gate, const float* 
     auto* experts = reinterpret_cast<int32_t*>(base + l.experts);
     moe_route_decode<T>(weights, experts, offsets, src_token, dest_row, in, gate, expert_bias, done, n_tokens, H, E, k,
                         d.norm_topk_prob, d.routed_scaling_factor, stream);
-    run_products<T>(act, y, in, w13, w2, offsets, src_token, n_tokens, H, E, I, k, prefetch_stages(),
-                    after_ranges(after), stream);
+    run_products<T>(act, y, in, w13, w2, offsets, src_token, n_tokens, H, E, I, k, stream);
     moe_combine_rmsnorm<T>(norm_out, x, y, dest_row, weights, next_norm, n_tokens, k, H, eps, stream);
   }
 }
@@ -406,7 +361,7 @@ LFM2_FOR_EACH_T(INST)
 #undef INST
 #define INST(T)                                                                                                  \
   template void moe_decode<T>(float*, T*, const T*, const T*, const float*, const T*, const T*, const float*,   \
-                              const float*, float, int64_t, const MoeDims&, void*, cudaStream_t, const L2Prefetch&);
+                              const float*, float, int64_t, const MoeDims&, void*, cudaStream_t);
 LFM2_FOR_EACH_T(INST)
 #undef INST
 

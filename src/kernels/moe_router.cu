@@ -7,11 +7,11 @@
 // cores (fp32 accumulation in an order fixed by hidden alone: per row the same arithmetic whatever
 // the batch), then warp w picks row 8 b + w's experts; the last block to finish (a counter of the
 // decode workspace, which it resets) runs the one-block permutation. A programmatic dependent of
-// the launch before it, and it lets the expert products launch at its start. H100: 13.6 us at 32 rows,
-// 17.9 at 256 (logits by cuBLASLt + moe_router_drop + moe_permute_one_block: 22.5 / 26.1); fp32
-// dot products on the CUDA cores took 22-26 us (four to 32 blocks issuing ~8k instructions a lane).
-#include <cstdlib>
-
+// the launch before it; it lets the expert products launch once its logits are read. H100: 13.6 us
+// at 32 rows, 17.9 at 256 (logits by cuBLASLt + moe_router_drop + moe_permute_one_block: 22.5 /
+// 26.1); fp32 dot products on the CUDA cores took 22-26 us (four to 32 blocks issuing ~8k
+// instructions a lane). In the step at 32 x 8192, 15.3 us a layer before the top-k's loops were
+// bounded by the experts a lane holds (and the launch made programmatic), 14.4 after.
 #include "common/cuda_check.h"
 #include "kernels/cuda/cublas_ctx.h"
 #include "kernels/cuda/device_util.cuh"
@@ -115,7 +115,7 @@ __global__ void __launch_bounds__(kRouteThreads) route_decode_kernel(RouteOut o,
                                                                      const float* expert_bias, const float* done,
                                                                      int n_rows, int hidden, int n_experts,
                                                                      int top_k, bool norm_topk, float scaling,
-                                                                     int* counter, bool early) {
+                                                                     int* counter) {
   __shared__ float s_logit[kRouteRows][kRouteMaxExperts];
   __shared__ float s_part[kRouteWarps][kRouteGroup][kRouteRows];
   __shared__ int wcount[permute::kWarps][kRouteMaxExperts];
@@ -125,11 +125,11 @@ __global__ void __launch_bounds__(kRouteThreads) route_decode_kernel(RouteOut o,
   const int r0 = blockIdx.x * kRouteRows, nr = min(kRouteRows, n_rows - r0);
   // Launched as a programmatic dependent of the kernel before (the rows' norm): the gate's rows are
   // fetched into L2 (the blocks share them out) before the grid waits for its input rows. The
-  // expert products may launch once the logits are read (their blocks prefetch weights into L2
-  // while the top-k and the permutation run, not against this grid's loads; `early`: at once,
-  // tuning); they wait for this grid's end before reading anything it writes.
-  if (early) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-  for (int e = int(blockIdx.x) + int(gridDim.x) * int(threadIdx.x); e < n_experts; e += int(gridDim.x) * kRouteThreads)
+  // expert products may launch once the logits are read (they wait for this grid's end before
+  // reading anything it writes; at this grid's start they slowed its loads: 7.90 vs 7.79 ms a step
+  // at 32 x 8192).
+  const int stride = int(gridDim.x) * kRouteThreads;
+  for (int e = int(blockIdx.x) + int(gridDim.x) * int(threadIdx.x); e < n_experts; e += stride)
     asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(gate + int64_t(e) * hidden),
                  "r"(uint32_t(hidden * int(sizeof(T))))
                  : "memory");
@@ -177,7 +177,7 @@ __global__ void __launch_bounds__(kRouteThreads) route_decode_kernel(RouteOut o,
     }
     __syncthreads();  // s_part is rewritten by the next group
   }
-  if (!early) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   if (warp < nr) {
     const int64_t t = r0 + warp;
     const bool dropped = done != nullptr && done[t] != 0.f;
@@ -202,15 +202,6 @@ __global__ void __launch_bounds__(kRouteThreads) route_decode_kernel(RouteOut o,
   permute::permute_block<kRouteMaxExperts>(o.offsets, o.src_token, o.dest_row, o.experts, n_rows * top_k,
                                            n_experts, top_k, wcount, base);
   if (threadIdx.x == 0) *counter = 0;  // ready for the next call (and graph replays)
-}
-
-// LFM2_ROUTER_EARLY=1 (tuning): moe_route_decode lets its dependents launch at its start.
-bool router_early() {
-  static const bool on = [] {
-    const char* e = std::getenv("LFM2_ROUTER_EARLY");
-    return e != nullptr && std::atoi(e) != 0;
-  }();
-  return on;
 }
 
 }  // namespace
@@ -282,8 +273,7 @@ void moe_route_decode(float* weights, int32_t* experts, int32_t* offsets, int32_
   const unsigned blocks = unsigned((n_tokens + kRouteRows - 1) / kRouteRows);
   launch_pdl(route_decode_kernel<T>, dim3(blocks), dim3(kRouteThreads), 0, stream, true,
              RouteOut{weights, experts, offsets, src_token, dest_row}, in, gate, expert_bias, done, int(n_tokens),
-             int(hidden), int(n_experts), int(top_k), norm_topk_prob, routed_scaling_factor, ws.route_counter,
-             router_early());
+             int(hidden), int(n_experts), int(top_k), norm_topk_prob, routed_scaling_factor, ws.route_counter);
   CUDA_CHECK_LAUNCH("route_decode_kernel");
 }
 

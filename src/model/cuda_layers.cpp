@@ -178,18 +178,8 @@ bool CudaLayers<T>::moe_block(size_t li, const T* f, float* x, const Pass& p) {
   const float* next_norm = li + 1 < w_.layers.size() ? w_.layers[li + 1].operator_norm : nullptr;
   if (nd) {
     const cuda::MoeDims dims{H, E, Im, top_k, cfg_.norm_topk_prob, float(cfg_.routed_scaling_factor)};
-    cuda::L2Prefetch after;  // the next layer's mixer projections, read into L2 while the experts end (speed only)
-    if (li + 1 < w_.layers.size()) {
-      const DeviceLayerWeights<T>& nx = w_.layers[li + 1];
-      const int64_t att = cfg_.num_attention_heads * cfg_.head_dim();
-      const int64_t width = nx.is_attention ? att + 2 * cfg_.num_key_value_heads * cfg_.head_dim() : 3 * H;
-      after.ptr[0] = nx.is_attention ? nx.qkv_proj : nx.conv_in_proj;
-      after.bytes[0] = H * width * int64_t(sizeof(T));
-      after.ptr[1] = nx.is_attention ? nx.out_proj : nx.conv_out_proj;
-      after.bytes[1] = (nx.is_attention ? att : H) * H * int64_t(sizeof(T));
-    }
     cuda::moe_decode(x, y_, f, lw.gate, lw.expert_bias, lw.experts_w13, lw.experts_w2, p.step->done, next_norm,
-                     float(cfg_.norm_eps), nd, dims, state_.moe_scratch(), stream_, after);
+                     float(cfg_.norm_eps), nd, dims, state_.moe_scratch(), stream_);
   }
   if (np) {
     cuda::linear_f32out(router_logits_, f + nd * H, lw.gate, np, H, E, stream_, tf32_);

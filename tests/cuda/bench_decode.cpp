@@ -35,43 +35,6 @@ using namespace bench;
 
 // ------------------------------------------------------------------------------------------ MoE
 
-// moe_decode after an rmsnorm (as the stage queues it), over two copies of the experts taken in
-// turn (two layers: no weight is still in L2 from the call before), for each count of 64-k stages
-// gate/up prefetches into L2 while the router runs (then down's, past its first stages, with
-// gate/up's best).
-template <typename T>
-void bench_prefetch(const char* name, cudaStream_t s, int64_t n, const cuda::MoeDims& d, float* x, T* yn,
-                    const float* nw, const T* wg, const T* w13, const T* w2, void* scratch, double bytes) {
-  const int64_t n13 = d.n_experts * 2 * d.inter * d.hidden, n2 = d.n_experts * d.hidden * d.inter;
-  T* w13b = dev_alloc<T>(n13);
-  T* w2b = dev_alloc<T>(n2);
-  CUDA_CHECK(cudaMemcpy(w13b, w13, size_t(n13) * sizeof(T), cudaMemcpyDeviceToDevice));
-  CUDA_CHECK(cudaMemcpy(w2b, w2, size_t(n2) * sizeof(T), cudaMemcpyDeviceToDevice));
-  T* f = dev_alloc<T>(n * d.hidden);
-  int flip = 0;
-  auto time_with = [&](int pf, int down_pf) {
-    cuda::moe_decode_force_prefetch(pf, down_pf);
-    const double t = median_ms(s, [&] {
-      flip ^= 1;
-      cuda::rmsnorm<T>(f, x, nw, n, d.hidden, 1e-5f, s);
-      cuda::moe_decode<T>(x, yn, f, wg, nullptr, flip ? w13b : w13, flip ? w2b : w2, nullptr, nw, 1e-5f, n, d, scratch,
-                          s);
-    });
-    std::printf("prefetch %-5s moe %4lld tok, gate/up %2d stages, down %2d: rmsnorm + moe_decode %s\n", name,
-                (long long)n, pf, down_pf, bw(bytes, t).c_str());
-    return t;
-  };
-  int best = 0;
-  double best_t = 1e30;
-  for (const int pf : {-1, 0, 4, 8, 16}) {
-    const double t = time_with(pf, 0);
-    if (t < best_t) best_t = t, best = pf;
-  }
-  time_with(best, 8);
-  cuda::moe_decode_force_prefetch(-2, -1);
-  for (void* p : std::initializer_list<void*>{w13b, w2b, f}) cudaFree(p);
-}
-
 template <typename T>
 void bench_moe(const char* name, cudaStream_t s, int64_t n, bool variants) {
   const int64_t H = 2048, E = 32, I = 1792, k = 4, P = n * k;
@@ -129,9 +92,9 @@ void bench_moe(const char* name, cudaStream_t s, int64_t n, bool variants) {
               name, (long long)n, (long long)touched, bytes * 1e-6, bw(bytes, t_block).c_str(), t_block_norm, t_graph,
               bw(bytes, t_exp).c_str(), t_round1, t_pf);
   if (variants) {  // the products' variants (speed only), moe_experts_decode alone
-    const char* what[] = {"",          "first kernels", "6 st 1/SM L2", "8 st 1/SM L2",  "4 st 2/SM L2",
-                          "6 st 1/SM", "4 st 2/SM",     "6 st TB 128",  "6 st TB 64"};
-    for (int v = 1; v <= 8; ++v) {
+    const char* what[] = {"",           "first kernels", "6 st 1/SM L2", "8 st 1/SM L2", "4 st 2/SM L2",
+                          "6 st 1/SM",  "4 st 2/SM"};
+    for (int v = 1; v <= 6; ++v) {
       cuda::moe_experts_decode_force_variant(v);
       const double t = median_ms(s, [&] { cuda::moe_experts_decode(x, y, w13, w2, ids, wts, n, H, E, I, k, scratch, s); });
       const double tb = median_ms(s, [&] { block(false); });
@@ -139,7 +102,6 @@ void bench_moe(const char* name, cudaStream_t s, int64_t n, bool variants) {
                   (long long)n, v, what[v], bw(bytes, t).c_str(), tb);
     }
     cuda::moe_experts_decode_force_variant(0);
-    bench_prefetch<T>(name, s, n, dims, x, yn, nw, wg, w13, w2, scratch_blk, bytes);
   }
   for (void* p : std::initializer_list<void*>{y, w13, w2, wg, nw, x, yn, logits, wts, ids, scratch, scratch_blk,
                                               scratch_pf})

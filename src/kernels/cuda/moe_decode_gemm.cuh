@@ -25,12 +25,10 @@
 // block, unit, pass, slot or warp computes it never changes its arithmetic. A row's bits therefore
 // depend on its own input and experts only (not on n_tokens, the other rows, or the grid).
 //
-// Programmatic dependent launch: the router lets gate/up launch at its start; gate/up prefetches
-// its first weights into L2 (prefetch_first_unit), waits for the router before reading offsets and
-// lets its dependent (down) launch once it has them; down reads offsets (finished two grids back), issues
-// its first weight stages (and prefetches more of its first unit into L2: its blocks start on the
-// SMs of gate/up's blocks that finish first), and only then waits for gate/up's act; it lets the
-// combine launch at its end.
+// Programmatic dependent launch: the fused router lets gate/up launch once its logits are read;
+// gate/up waits for the router before reading offsets and lets its dependent (down) launch once it
+// has them; down reads offsets (finished two grids back), issues its first weight stages, and only
+// then waits for gate/up's act; it lets the combine launch at its end.
 #pragma once
 
 #include <cstdint>
@@ -46,20 +44,19 @@ namespace lfm2::cuda::moe_gemm {
 
 constexpr int kBM = 128;  // weight rows per unit
 constexpr int kBK = 64;   // k per stage
-constexpr int kTB = 64;   // token slots per pass (the default; 128: see moe_gemm_kernel's TB)
+constexpr int kTB = 64;   // token slots per pass
 constexpr int kWarps = 8;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kRowBytes = kBK * 2;         // one 64-k row of 16-bit elements
 constexpr int kTileW = kBM * kRowBytes;    // 16 KB
 constexpr int kTileX = kTB * kRowBytes;    // 8 KB
 constexpr int kStageBytes = kTileW + kTileX;
-__host__ __device__ constexpr int stage_bytes(int tb) { return kTileW + tb * kRowBytes; }
 
 constexpr int kMaxExperts = 1024;
 
 // Dynamic shared memory of a block: S stages, then offsets (E + 1) and the touched list (E) as ints,
 // sized for kMaxExperts so that a kernel's size never changes (raise_smem_limit keys on it).
-__host__ __device__ constexpr int smem_bytes(int stages, int tb = kTB) { return stages * stage_bytes(tb) + (2 * kMaxExperts + 4) * 4; }
+constexpr int smem_bytes(int stages) { return stages * kStageBytes + (2 * kMaxExperts + 4) * 4; }
 
 struct Args {
   const void* w;             // (E, rows, K): gate/up w13 (rows 2 R), down w2 (rows R)
@@ -70,12 +67,6 @@ struct Args {
   int64_t K, R;              // k; output features (gate/up: I, down: H)
   int n_experts;
   int l2_hints;              // 1: weights evict-first, tokens evict-last in L2; 0: no hints
-  int prefetch;              // 64-k stages of the first unit prefetched into L2 before the wait, past the S - 1
-                             // it loads (gate/up: while the router runs, if it speculates; down: while gate/up
-                             // ends)
-  int speculate;             // gate/up: guess the first unit and load its weights before the routing is known
-  const void* after[2];      // down: bytes the next kernels read (the next layer's weights), or null,
-  int64_t after_bytes[2];    // prefetched into L2 in slices, each block's once its own work is done
 };
 
 __device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
@@ -116,23 +107,6 @@ __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
                : "memory");
 }
 
-// down, once this block's units are done: its slice of each a.after range into L2, in bulk
-// prefetches of at most 64 KB (blocks that finish first use the HBM the grid's tail leaves idle).
-__device__ __forceinline__ void prefetch_after(const Args& a) {
-  if (threadIdx.x >= 32) return;
-  constexpr int64_t kPiece = 64 * 1024;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    if (a.after[r] == nullptr) continue;
-    const int64_t lines = a.after_bytes[r] / 16;  // 16-byte granules
-    const int64_t b0 = lines * blockIdx.x / gridDim.x * 16, b1 = lines * (blockIdx.x + 1) / gridDim.x * 16;
-    const char* p = static_cast<const char*>(a.after[r]);
-    for (int64_t o = b0 + int64_t(threadIdx.x) * kPiece; o < b1; o += 32 * kPiece)
-      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p + o), "r"(uint32_t(min(kPiece, b1 - o)))
-                   : "memory");
-  }
-}
-
 // Byte offset of 16-byte chunk c of row r in a tile of 128-byte rows.
 __device__ __forceinline__ uint32_t swz(int r, int c) { return uint32_t(r * kRowBytes + ((c ^ (r & 7)) << 4)); }
 
@@ -141,7 +115,6 @@ struct Unit {
   int64_t tile;
 };
 
-template <int TB = kTB>
 __device__ __forceinline__ Unit unit_of(int64_t u, int64_t tiles, const int* s_touched, const int* s_off) {
   Unit un;
   const int64_t i = u / tiles;
@@ -149,19 +122,18 @@ __device__ __forceinline__ Unit unit_of(int64_t u, int64_t tiles, const int* s_t
   un.e = s_touched[i];
   un.begin = s_off[un.e];
   un.n_e = s_off[un.e + 1] - un.begin;
-  un.passes = (un.n_e + TB - 1) / TB;
+  un.passes = (un.n_e + kTB - 1) / kTB;
   return un;
 }
 
 // The producer side of one thread: which global rows its cp.async copies read for the current
 // (unit, pass). Thread t copies chunk t % 8 of weight rows t / 8 + 32 i (i < 4) and of token rows
-// t / 8 + 32 i (i < TB / 32).
-template <typename T, bool kGateUp, int TB = kTB>
+// t / 8 + 32 i (i < 2).
+template <typename T, bool kGateUp>
 struct Feeder {
-  static constexpr int kX = TB / 32;
   const T* w[4];   // weight rows (nullptr: past the end, zeros)
-  const T* x[kX];  // token rows (nullptr: no token, zeros)
-  bool fill[kX];   // whether the token row is written at all (rows of n8 tiles with live tokens)
+  const T* x[2];   // token rows (nullptr: no token, zeros)
+  bool fill[2];    // whether the token row is written at all (rows of n8 tiles with live tokens)
   uint64_t pol_w, pol_x;  // L2 policies
 
   __device__ __forceinline__ void set_unit(const Args& a, const Unit& un) {
@@ -181,10 +153,10 @@ struct Feeder {
     }
   }
   __device__ __forceinline__ void set_pass(const Args& a, const Unit& un, int pass) {
-    const int live = min(TB, un.n_e - pass * TB), rows = (live + 7) & ~7;
+    const int live = min(kTB, un.n_e - pass * kTB), rows = (live + 7) & ~7;
 #pragma unroll
-    for (int i = 0; i < kX; ++i) {
-      const int n = (threadIdx.x >> 3) + 32 * i, slot = un.begin + pass * TB + n;
+    for (int i = 0; i < 2; ++i) {
+      const int n = (threadIdx.x >> 3) + 32 * i, slot = un.begin + pass * kTB + n;
       fill[i] = n < rows;
       x[i] = nullptr;
       if (n < live) {
@@ -204,24 +176,12 @@ struct Feeder {
       cp16<true>(stage + swz(r, c), live ? static_cast<const void*>(w[i] + k) : a.w, live, pol_w);
     }
   }
-  // Stages [ks, ks + n) of the unit's weight rows into L2 (one bulk prefetch per row).
-  __device__ __forceinline__ void prefetch_w(const Args& a, int ks, int n) const {
-    if (threadIdx.x & 7) return;
-    const int64_t k0 = int64_t(ks) * kBK, k1 = min(a.K, int64_t(ks + n) * kBK);
-    if (k1 <= k0) return;
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-      if (w[i] != nullptr)
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(w[i] + k0),
-                     "r"(uint32_t((k1 - k0) * int64_t(sizeof(T))))
-                     : "memory");
-  }
   __device__ __forceinline__ void load_x(const Args& a, uint32_t stage, int ks) const {
     const int c = threadIdx.x & 7;
     const int64_t k = int64_t(ks) * kBK + 8 * c;
     const bool kin = k < a.K;
 #pragma unroll
-    for (int i = 0; i < kX; ++i) {
+    for (int i = 0; i < 2; ++i) {
       if (!fill[i]) continue;
       const int n = (threadIdx.x >> 3) + 32 * i;
       const bool live = kin && x[i] != nullptr;
@@ -230,16 +190,15 @@ struct Feeder {
   }
 };
 
-// The warp's n8 tiles (2 t + th, t < TB / 16) that hold live tokens in pass `pass` of `un`: t < result.
-template <int TB = kTB>
+// The warp's n8 tiles (2 t + th, t < 4) that hold live tokens in pass `pass` of `un`: t < result.
 __device__ __forceinline__ int live_tiles(const Unit& un, int pass, int th) {
-  const int tiles = (min(TB, un.n_e - pass * TB) + 7) / 8;
-  return max(0, min(TB / 16, (tiles - th + 1) / 2));
+  const int tiles = (min(kTB, un.n_e - pass * kTB) + 7) / 8;
+  return max(0, min(4, (tiles - th + 1) / 2));
 }
 
 // acc[m][t] += W[rows 32 rg + 16 m, +16) . X[tokens 8 (2 t + th), +8) over the stage's 64 k, t < nt.
-template <typename T, int TB = kTB>
-__device__ __forceinline__ void stage_mma(float (&acc)[2][TB / 16][4], uint32_t stage, int rg, int th, int nt) {
+template <typename T>
+__device__ __forceinline__ void stage_mma(float (&acc)[2][4][4], uint32_t stage, int rg, int th, int nt) {
   const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) {
@@ -249,9 +208,9 @@ __device__ __forceinline__ void stage_mma(float (&acc)[2][TB / 16][4], uint32_t 
       const int row = 32 * rg + 16 * m + (lane & 7) + 8 * ((lane >> 3) & 1);
       ldsm_x4(af[m], stage + swz(row, 2 * kk + (lane >> 4)));
     }
-    uint32_t bf[TB / 16][2];
+    uint32_t bf[4][2];
 #pragma unroll
-    for (int np = 0; np < TB / 32; ++np) {
+    for (int np = 0; np < 2; ++np) {
       if (2 * np < nt) {
         // lanes 0-15: tile 2 (2 np) + th, lanes 16-31: tile 2 (2 np + 1) + th
         const int tok = 8 * (4 * np + th + 2 * (lane >> 4)) + (lane & 7);
@@ -264,7 +223,7 @@ __device__ __forceinline__ void stage_mma(float (&acc)[2][TB / 16][4], uint32_t 
       }
     }
 #pragma unroll
-    for (int t = 0; t < TB / 16; ++t) {
+    for (int t = 0; t < 4; ++t) {
       if (t < nt) {
 #pragma unroll
         for (int m = 0; m < 2; ++m)
@@ -275,16 +234,16 @@ __device__ __forceinline__ void stage_mma(float (&acc)[2][TB / 16][4], uint32_t 
 }
 
 // The end of a (unit, pass): the warp's accumulators to act (gate/up, SwiGLU) or y (down); zeroed.
-template <typename T, bool kGateUp, int TB = kTB>
-__device__ __forceinline__ void store_tile(const Args& a, float (&acc)[2][TB / 16][4], const Unit& un, int pass,
-                                           int rg, int th, int nt) {
+template <typename T, bool kGateUp>
+__device__ __forceinline__ void store_tile(const Args& a, float (&acc)[2][4][4], const Unit& un, int pass, int rg,
+                                           int th, int nt) {
   const int lane = threadIdx.x & 31;
 #pragma unroll
-  for (int t = 0; t < TB / 16; ++t) {
+  for (int t = 0; t < 4; ++t) {
     if (t < nt) {
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
-        const int slot = pass * TB + 8 * (2 * t + th) + gemv::acc_col(lane, c);
+        const int slot = pass * kTB + 8 * (2 * t + th) + gemv::acc_col(lane, c);
         if (slot >= un.n_e) continue;
         const int64_t row = un.begin + slot;
         if constexpr (kGateUp) {
@@ -304,50 +263,23 @@ __device__ __forceinline__ void store_tile(const Args& a, float (&acc)[2][TB / 1
 #pragma unroll
   for (int m = 0; m < 2; ++m)
 #pragma unroll
-    for (int t = 0; t < TB / 16; ++t)
+    for (int t = 0; t < 4; ++t)
 #pragma unroll
       for (int c = 0; c < 4; ++c) acc[m][t][c] = 0.f;
 }
 
-// TB: token slots per pass, 64 or 128 (an expert with more rows streams its weights once per pass;
-// 128 holds twice the rows in a stage's token tile, for large batches). Neither TB nor S changes
-// any element's arithmetic.
-template <typename T, bool kGateUp, int S, int TB = kTB>
+template <typename T, bool kGateUp, int S>
 __global__ void __launch_bounds__(kThreads, 1) moe_gemm_kernel(const Args a) {
-  constexpr int kStage = stage_bytes(TB);
   extern __shared__ __align__(128) unsigned char smem[];
   __shared__ int s_count;
-  int* s_off = reinterpret_cast<int*>(smem + S * kStage);
+  int* s_off = reinterpret_cast<int*>(smem + S * kStageBytes);
   int* s_touched = s_off + a.n_experts + 1;
   const uint32_t base = uint32_t(__cvta_generic_to_shared(smem));
   const int tid = threadIdx.x, warp = tid >> 5, rg = warp & 3, th = warp >> 2;
 
-  const int nk = int((a.K + kBK - 1) / kBK);
-  Feeder<T, kGateUp, TB> feed;
-  l2_policies(a.l2_hints != 0, feed.pol_w, feed.pol_x);
-  // gate/up, before the routing exists (the router lets this grid launch once its logits are
-  // read): the weight part of the first S - 1 stages, and `a.prefetch` more into L2, of the unit
-  // this block starts with when every expert is touched (at 32+ rows nearly always). Kept if the
-  // block's real first unit is that one, else waited for and loaded again (speed only).
-  int spec = 0;
-  int64_t spec_u = -1;
-  if constexpr (kGateUp) {
-    if (a.speculate) {
-      const int64_t tiles = (a.R + 63) / 64;
-      spec_u = int64_t(a.n_experts) * tiles * blockIdx.x / gridDim.x;
-      Unit un{};
-      un.e = int(spec_u / tiles);
-      un.tile = spec_u - int64_t(un.e) * tiles;
-      feed.set_unit(a, un);
-      spec = min(S - 1, nk);
-      for (int s = 0; s < spec; ++s) feed.load_w(a, base + s * kStage, s);
-      if (a.prefetch > 0) feed.prefetch_w(a, spec, a.prefetch);
-      spec_u = int64_t(un.e) * tiles + un.tile;  // as (expert, tile), compared below
-    }
-    griddep_wait();
-  }
   // the touched experts, ascending (offsets come from the router, finished before gate/up's wait
   // returns and before down starts)
+  if constexpr (kGateUp) griddep_wait();
   for (int i = tid; i <= a.n_experts; i += kThreads) s_off[i] = __ldcg(a.offsets + i);
   __syncthreads();
   if (tid < 32) {
@@ -370,21 +302,14 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_kernel(const Args a) {
   int64_t pu = units * blockIdx.x / gridDim.x;  // the producer's unit
   if (pu >= u_end) {
     // down still waits: its grid must not finish before gate/up's (kernels after it rely on that)
-    if constexpr (!kGateUp) {
-      prefetch_after(a);
-      griddep_wait();
-    }
-    commit();
-    wait_pending<0>();  // gate/up's speculative stages, if any, land before the block exits
+    if constexpr (!kGateUp) griddep_wait();
     return;
   }
+  const int nk = int((a.K + kBK - 1) / kBK);
 
-  Unit pun = unit_of<TB>(pu, tiles, s_touched, s_off);
-  if (spec > 0 && int64_t(pun.e) * tiles + pun.tile != spec_u) {
-    commit();
-    wait_pending<0>();  // a wrong guess: its copies land before the slots are loaded again
-    spec = 0;
-  }
+  Feeder<T, kGateUp> feed;
+  l2_policies(a.l2_hints != 0, feed.pol_w, feed.pol_x);
+  Unit pun = unit_of(pu, tiles, s_touched, s_off);
   feed.set_unit(a, pun);
   feed.set_pass(a, pun, 0);
   int pp = 0, pk = 0;  // the producer's pass and k step
@@ -395,65 +320,61 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_kernel(const Args a) {
     if (++pp >= pun.passes) {
       pp = 0;
       if (++pu >= u_end) return;
-      pun = unit_of<TB>(pu, tiles, s_touched, s_off);
+      pun = unit_of(pu, tiles, s_touched, s_off);
       feed.set_unit(a, pun);
     }
     feed.set_pass(a, pun, pp);
   };
 
   // prologue: S - 1 stages. down issues the weight part of its first stages before waiting for
-  // gate/up (the weights do not depend on it), then the token part; so does gate/up's guess.
-  int pre = spec;
+  // gate/up (the weights do not depend on it), then the token part.
+  int pre = 0;
   if constexpr (!kGateUp) {
     pre = min(S - 1, nk);
-    for (int s = 0; s < pre; ++s) feed.load_w(a, base + s * kStage, s);
-    if (a.prefetch > 0) feed.prefetch_w(a, pre, a.prefetch);  // the blocks that start early use the idle time
+    for (int s = 0; s < pre; ++s) feed.load_w(a, base + s * kStageBytes, s);
     griddep_wait();
   }
   for (int s = 0; s < S - 1; ++s) {
     if (pu < u_end) {
-      if (s >= pre) feed.load_w(a, base + s * kStage, pk);
-      feed.load_x(a, base + s * kStage, pk);
+      if (s >= pre) feed.load_w(a, base + s * kStageBytes, pk);
+      feed.load_x(a, base + s * kStageBytes, pk);
     }
     commit();
     if (pu < u_end) advance();
   }
 
   int64_t cu = units * blockIdx.x / gridDim.x;  // the consumer's unit, pass and k step
-  Unit cun = unit_of<TB>(cu, tiles, s_touched, s_off);
+  Unit cun = unit_of(cu, tiles, s_touched, s_off);
   int cp = 0, ck = 0;
-  int nt = live_tiles<TB>(cun, 0, th);
+  int nt = live_tiles(cun, 0, th);
   int slot_c = 0, slot_p = S - 1;
-  float acc[2][TB / 16][4] = {};
+  float acc[2][4][4] = {};
   while (cu < u_end) {
     wait_pending<S - 2>();  // this thread's copies of stage slot_c have landed
     __syncthreads();        // everyone's have, and everyone is done with slot_p (consumed last round)
     if (pu < u_end) {
-      feed.load_w(a, base + slot_p * kStage, pk);
-      feed.load_x(a, base + slot_p * kStage, pk);
+      feed.load_w(a, base + slot_p * kStageBytes, pk);
+      feed.load_x(a, base + slot_p * kStageBytes, pk);
     }
     commit();
     if (pu < u_end) advance();
     slot_p = slot_p + 1 == S ? 0 : slot_p + 1;
 
-    if (nt > 0) stage_mma<T, TB>(acc, base + slot_c * kStage, rg, th, nt);
+    if (nt > 0) stage_mma<T>(acc, base + slot_c * kStageBytes, rg, th, nt);
     slot_c = slot_c + 1 == S ? 0 : slot_c + 1;
     if (++ck == nk) {
-      if (nt > 0) store_tile<T, kGateUp, TB>(a, acc, cun, cp, rg, th, nt);
+      if (nt > 0) store_tile<T, kGateUp>(a, acc, cun, cp, rg, th, nt);
       ck = 0;
       if (++cp >= cun.passes) {
         cp = 0;
-        if (++cu < u_end) cun = unit_of<TB>(cu, tiles, s_touched, s_off);
+        if (++cu < u_end) cun = unit_of(cu, tiles, s_touched, s_off);
       }
-      nt = live_tiles<TB>(cun, cp, th);
+      nt = live_tiles(cun, cp, th);
     }
   }
   wait_pending<0>();
   // down lets the combine launch only now: blocks waiting beside it would take issue slots
-  if constexpr (!kGateUp) {
-    prefetch_after(a);
-    griddep_launch();
-  }
+  if constexpr (!kGateUp) griddep_launch();
 }
 
 }  // namespace lfm2::cuda::moe_gemm

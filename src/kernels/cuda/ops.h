@@ -244,18 +244,13 @@ template <typename T>
 void moe_experts_decode(float* x, const T* in, const T* w13, const T* w2, const int32_t* experts, const float* weights,
                         int64_t n_tokens, int64_t hidden, int64_t n_experts, int64_t inter, int64_t top_k,
                         void* scratch, cudaStream_t stream);
-// Tuning only (cuda_bench_decode): the products' variant (0: default; 1: the first decode kernels,
+// Tuning only (cuda_bench_decode; LFM2_MOE_VARIANT for a run): the products' variant (0: the
+// default, 2 or 4 by the batch; 1: the first decode kernels,
 // other bits; 2-6 pipelined, the same bits: 6 stages, 8 stages, 4 stages at two blocks per SM, each
-// with L2 hints, then 6 stages and 4 stages at two blocks per SM without; 7, 8: the default with 128
-// / 64 token slots a pass, which it picks by the batch) and, for variant 1, 8 nt tokens per pass (0:
-// by the mean rows; speed only).
+// with L2 hints, then 6 stages and 4 stages at two blocks per SM without) and, for variant 1, 8 nt
+// tokens per pass (0: by the mean rows; speed only).
 void moe_experts_decode_force_variant(int variant);
 void moe_experts_decode_force_nt(int nt);
-// Tuning only (speed, not bits): the 64-k stages (16 KB each) of weights that each gate/up block of
-// moe_decode prefetches into L2 while the router runs, past the stages of its guessed first unit
-// it loads (-1: no guess; -2: LFM2_MOE_PREFETCH or the default), and each down block past its first
-// stages before it waits for gate/up (-1: LFM2_MOE_DOWN_PREFETCH or the default).
-void moe_decode_force_prefetch(int stages, int down_stages);
 
 // moe_decode: the routed MoE block of decode rows (HF Lfm2MoeSparseMoeBlock) in four launches:
 // moe_route_decode (rows flagged in done, or none, get nothing), the products above, and
@@ -269,16 +264,10 @@ struct MoeDims {
   float routed_scaling_factor;
 };
 int64_t moe_decode_scratch_bytes(int64_t n_tokens, const MoeDims& dims, int64_t elem_bytes);
-// after (speed only, never bits): bytes the kernels after the block read (the next layer's two
-// projection weights), prefetched into L2 by the down product's blocks as each finishes.
-struct L2Prefetch {
-  const void* ptr[2] = {nullptr, nullptr};
-  int64_t bytes[2] = {0, 0};
-};
 template <typename T>
 void moe_decode(float* x, T* norm_out, const T* in, const T* gate, const float* expert_bias, const T* w13,
                 const T* w2, const float* done, const float* next_norm, float eps, int64_t n_tokens,
-                const MoeDims& dims, void* scratch, cudaStream_t stream, const L2Prefetch& after = {});
+                const MoeDims& dims, void* scratch, cudaStream_t stream);
 
 // --- sample.cu: token choice's end-of-sequence rules (greedy generation chooses on the device;
 // sampling on the host, cpu::choose_tokens). apply_eos (cpu::choose_tokens' rule, its arguments in
