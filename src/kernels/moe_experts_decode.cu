@@ -194,15 +194,17 @@ int g_variant = -1;  // moe_experts_decode_force_variant; -1: LFM2_MOE_VARIANT (
 int variant() {
   static const int env = [] {
     const char* e = std::getenv("LFM2_MOE_VARIANT");
-    return e ? std::min(6, std::max(0, std::atoi(e))) : 0;
+    return e ? std::min(8, std::max(0, std::atoi(e))) : 0;
   }();
   return g_variant >= 0 ? g_variant : env;
 }
 
 struct GemmConfig {
-  int stages, ctas_per_sm, l2_hints;
+  int stages, ctas_per_sm, l2_hints, items = 0;
 };
-// Variants 2..6: (stages, blocks per SM, L2 hints). 0, the default, picks by the mean rows per
+// Variants 2..6: (stages, blocks per SM, L2 hints); 7, 8: 2 and 4 with blocks taking (unit, pass)
+// items (moe_decode_gemm.cuh's item_of: for experts crowded past 64 rows; not measured yet, so not
+// a default). 0, the default, picks by the mean rows per
 // expert: variant 4 (two blocks of 4 stages per SM) from 32 (256 tokens at top-4 of 32), else 2.
 // One H100, the whole step at 256 x 64: 8.06 ms with 4, 8.33 with 2 (a layer's router to combine
 // 301 vs 320 us); at 32 x 8192: 8.01 with 4, 7.79 with 2 (.bench/k3/run2.sh).
@@ -213,6 +215,8 @@ GemmConfig gemm_config(int64_t P, int64_t E) {
     case 4: return {4, 2, 1};
     case 5: return {6, 1, 0};
     case 6: return {4, 2, 0};
+    case 7: return {6, 1, 1, 1};
+    case 8: return {4, 2, 1, 1};
     default: return P >= 32 * E ? GemmConfig{4, 2, 1} : GemmConfig{6, 1, 1};
   }
 }
@@ -233,9 +237,9 @@ void launch_pipelined(T* act, float* y, const T* in, const T* w13, const T* w2, 
                       const int32_t* src_token, int64_t P, int64_t H, int64_t E, int64_t I, const GemmConfig& c,
                       cudaStream_t stream) {
   const int64_t touched = std::min(E, P);
-  moe_gemm::Args a{w13, in, offsets, src_token, act, H, I, int(E), c.l2_hints};
+  moe_gemm::Args a{w13, in, offsets, src_token, act, H, I, int(E), c.l2_hints, c.items};
   launch_gemm<T, true, S>(a, touched * ((I + 63) / 64), c.ctas_per_sm, stream);
-  moe_gemm::Args b{w2, act, offsets, nullptr, y, I, H, int(E), c.l2_hints};
+  moe_gemm::Args b{w2, act, offsets, nullptr, y, I, H, int(E), c.l2_hints, c.items};
   launch_gemm<T, false, S>(b, touched * ((H + moe_gemm::kBM - 1) / moe_gemm::kBM), c.ctas_per_sm, stream);
 }
 
@@ -255,7 +259,7 @@ void run_products(T* act, float* y, const T* in, const T* w13, const T* w2, cons
   }
   const int64_t P = n_tokens * top_k;
   const GemmConfig c = gemm_config(P, E);
-  switch (c.stages) {
+  switch (c.stages) {  // (variants 7 and 8 share 2's and 4's kernels)
     case 4: launch_pipelined<T, 4>(act, y, in, w13, w2, offsets, src_token, P, H, E, I, c, stream); break;
     case 8: launch_pipelined<T, 8>(act, y, in, w13, w2, offsets, src_token, P, H, E, I, c, stream); break;
     default: launch_pipelined<T, 6>(act, y, in, w13, w2, offsets, src_token, P, H, E, I, c, stream);
@@ -280,7 +284,7 @@ void moe_experts_decode_force_nt(int nt) {
 }
 
 void moe_experts_decode_force_variant(int variant) {
-  LFM2_CHECK(variant >= 0 && variant <= 6, "moe_experts_decode_force_variant: ", variant);
+  LFM2_CHECK(variant >= 0 && variant <= 8, "moe_experts_decode_force_variant: ", variant);
   g_variant = variant;
 }
 
