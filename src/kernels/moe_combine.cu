@@ -14,17 +14,21 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kMaxTopK = 32;
 
-// V consecutive channels per thread: 16-byte loads of the expert rows where the rows allow.
-template <typename T, int V>
-__global__ void __launch_bounds__(kThreads) moe_combine_kernel(float* x, const T* expert_out, const int32_t* dest_row,
-                                                               const float* topk_w, int top_k, int64_t hidden) {
-  __shared__ int s_row[kMaxTopK];
-  __shared__ float s_w[kMaxTopK];
-  const int64_t t = blockIdx.x;
-  if (threadIdx.x == 0) {  // insertion sort of the k (row, weight) pairs by row
+// The k (row, weight) pairs of token t sorted by row (dropped pairs, row -1, first): read by the
+// first k threads at once (one L2 round trip, not k in a row), insertion-sorted by thread 0.
+__device__ __forceinline__ void sorted_pairs(int* s_row, float* s_w, const int32_t* dest_row, const float* topk_w,
+                                             int64_t t, int top_k) {
+  __shared__ int s_in_row[kMaxTopK];
+  __shared__ float s_in_w[kMaxTopK];
+  if (threadIdx.x < top_k) {
+    s_in_row[threadIdx.x] = __ldcg(dest_row + t * top_k + threadIdx.x);  // L2: see combine_rmsnorm_kernel
+    s_in_w[threadIdx.x] = __ldcg(topk_w + t * top_k + threadIdx.x);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
     for (int k = 0; k < top_k; ++k) {
-      const int r = dest_row[t * top_k + k];
-      const float w = topk_w[t * top_k + k];
+      const int r = s_in_row[k];
+      const float w = s_in_w[k];
       int j = k;
       while (j > 0 && s_row[j - 1] > r) {
         s_row[j] = s_row[j - 1];
@@ -36,6 +40,16 @@ __global__ void __launch_bounds__(kThreads) moe_combine_kernel(float* x, const T
     }
   }
   __syncthreads();
+}
+
+// V consecutive channels per thread: 16-byte loads of the expert rows where the rows allow.
+template <typename T, int V>
+__global__ void __launch_bounds__(kThreads) moe_combine_kernel(float* x, const T* expert_out, const int32_t* dest_row,
+                                                               const float* topk_w, int top_k, int64_t hidden) {
+  __shared__ int s_row[kMaxTopK];
+  __shared__ float s_w[kMaxTopK];
+  const int64_t t = blockIdx.x;
+  sorted_pairs(s_row, s_w, dest_row, topk_w, t, top_k);
   float* xr = x + t * hidden;
   for (int64_t c = int64_t(threadIdx.x) * V; c < hidden; c += int64_t(kThreads) * V) {
     float acc[V] = {};
@@ -55,31 +69,12 @@ __global__ void __launch_bounds__(kThreads) moe_combine_kernel(float* x, const T
   }
 }
 
-// The k (row, weight) pairs of token t sorted by row (dropped pairs, row -1, first), by thread 0.
-__device__ __forceinline__ void sorted_pairs(int* s_row, float* s_w, const int32_t* dest_row, const float* topk_w,
-                                             int64_t t, int top_k) {
-  if (threadIdx.x == 0) {
-    for (int k = 0; k < top_k; ++k) {
-      const int r = dest_row[t * top_k + k];
-      const float w = topk_w[t * top_k + k];
-      int j = k;
-      while (j > 0 && s_row[j - 1] > r) {
-        s_row[j] = s_row[j - 1];
-        s_w[j] = s_w[j - 1];
-        --j;
-      }
-      s_row[j] = r;
-      s_w[j] = w;
-    }
-  }
-  __syncthreads();
-}
-
 constexpr int kMaxVec = 8;  // float4 chunks per thread: hidden <= kThreads * 4 * kMaxVec
 
 // One block per token: x += its k fp32 expert rows (moe_combine_kernel<float, 4>'s sums: chunk c of
 // thread t is channels 4 (t + kThreads j)), then out = rmsnorm(x) (rmsnorm_vec_kernel's sums over
-// the same chunks) when norm_w is not null. A programmatic dependent: waits before reading.
+// the same chunks) when norm_w is not null. A programmatic dependent: waits before reading the
+// expert rows and x (the pairs, written two launches back, before).
 template <typename T>
 __global__ void __launch_bounds__(kThreads) combine_rmsnorm_kernel(T* out, float* x, const float* expert_out,
                                                                    const int32_t* dest_row, const float* topk_w,
@@ -88,9 +83,11 @@ __global__ void __launch_bounds__(kThreads) combine_rmsnorm_kernel(T* out, float
   __shared__ int s_row[kMaxTopK];
   __shared__ float s_w[kMaxTopK];
   __shared__ float scratch[32];
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  // the pairs come from the router, complete before the kernel this one depends on could start
+  // its work (moe_decode: router, gate/up, down, this), so they are read before the wait
   const int64_t t = blockIdx.x;
   sorted_pairs(s_row, s_w, dest_row, topk_w, t, top_k);
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
   float4* xr = reinterpret_cast<float4*>(x + t * hidden);
   const float4* y4 = reinterpret_cast<const float4*>(expert_out);
   const int chunks = int(hidden / 4);

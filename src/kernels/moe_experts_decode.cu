@@ -16,14 +16,18 @@
 // 0.297 ms at 8 / 32 / 64 / 128 / 256 tokens; moe_experts_decode alone 0.176 / 0.251 / 0.255 /
 // 0.257 / 0.284 (83 / 93 / 92 / 91 / 83 % of the floor); torch grouped_mm 0.215 / 0.292 / 0.293 /
 // 0.287 / 0.290 in the same call. The default products are variant 2 (6 stages, one block per SM,
-// L2 hints); the hints are worth 4-6 % (variant 5), 8 stages or two blocks per SM of 4 stages are
-// within 1-2 % (variants 3, 4).
+// L2 hints) below a mean of 32 rows per expert and variant 4 (two blocks per SM of 4 stages) from
+// it: alone they are within 1-2 % of each other, but inside the step at 256 rows (the model's
+// routing, some experts crowded) variant 4 took a layer's router-to-combine from 320 to 301 us,
+// and at 32 rows variant 2 is 10 us a layer ahead (gemm_config). The hints are worth 4-6 %
+// (variant 5); 8 stages (variant 3) changes nothing.
 //
 // Variant 1 (moe_experts_decode_force_variant, tuning only) runs the first decode kernels instead:
 // gemv_mma.cuh's register-streamed warp tiles, grid (row tiles, E), NT tokens per pass: 0.167 /
 // 0.252 / 0.258 / 0.291 / 0.414 ms; one 64-k block in flight per warp and a fixed grid of (row tiles
 // x experts) blocks left 256 tokens at 57 % of the floor.
 #include <algorithm>
+#include <cstdlib>
 #include <type_traits>
 
 #include "common/cuda_check.h"
@@ -185,19 +189,35 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 
 // ---- the persistent pipelined products (moe_decode_gemm.cuh)
 
-int g_variant = 0;  // moe_experts_decode_force_variant
+int g_variant = -1;  // moe_experts_decode_force_variant; -1: LFM2_MOE_VARIANT (tuning), else 0
+
+int variant() {
+  static const int env = [] {
+    const char* e = std::getenv("LFM2_MOE_VARIANT");
+    return e ? std::min(8, std::max(0, std::atoi(e))) : 0;
+  }();
+  return g_variant >= 0 ? g_variant : env;
+}
 
 struct GemmConfig {
-  int stages, ctas_per_sm, l2_hints;
+  int stages, ctas_per_sm, l2_hints, items = 0;
 };
-// Variants 2..6: (stages, blocks per SM, L2 hints). 0 picks the default.
-GemmConfig gemm_config() {
-  switch (g_variant) {
+// Variants 2..6: (stages, blocks per SM, L2 hints); 7, 8: 2 and 4 with blocks taking (unit, pass)
+// items (moe_decode_gemm.cuh's item_of: for experts crowded past 64 rows; not measured yet, so not
+// a default). 0, the default, picks by the mean rows per
+// expert: variant 4 (two blocks of 4 stages per SM) from 32 (256 tokens at top-4 of 32), else 2.
+// One H100, the whole step at 256 x 64: 8.06 ms with 4, 8.33 with 2 (a layer's router to combine
+// 301 vs 320 us); at 32 x 8192: 8.01 with 4, 7.79 with 2 (.bench/k3/run2.sh).
+GemmConfig gemm_config(int64_t P, int64_t E) {
+  switch (variant()) {
+    case 2: return {6, 1, 1};
     case 3: return {8, 1, 1};
     case 4: return {4, 2, 1};
     case 5: return {6, 1, 0};
     case 6: return {4, 2, 0};
-    default: return {6, 1, 1};
+    case 7: return {6, 1, 1, 1};
+    case 8: return {4, 2, 1, 1};
+    default: return P >= 32 * E ? GemmConfig{4, 2, 1} : GemmConfig{6, 1, 1};
   }
 }
 
@@ -217,9 +237,9 @@ void launch_pipelined(T* act, float* y, const T* in, const T* w13, const T* w2, 
                       const int32_t* src_token, int64_t P, int64_t H, int64_t E, int64_t I, const GemmConfig& c,
                       cudaStream_t stream) {
   const int64_t touched = std::min(E, P);
-  moe_gemm::Args a{w13, in, offsets, src_token, act, H, I, int(E), c.l2_hints};
+  moe_gemm::Args a{w13, in, offsets, src_token, act, H, I, int(E), c.l2_hints, c.items};
   launch_gemm<T, true, S>(a, touched * ((I + 63) / 64), c.ctas_per_sm, stream);
-  moe_gemm::Args b{w2, act, offsets, nullptr, y, I, H, int(E), c.l2_hints};
+  moe_gemm::Args b{w2, act, offsets, nullptr, y, I, H, int(E), c.l2_hints, c.items};
   launch_gemm<T, false, S>(b, touched * ((H + moe_gemm::kBM - 1) / moe_gemm::kBM), c.ctas_per_sm, stream);
 }
 
@@ -228,7 +248,7 @@ template <typename T>
 void run_products(T* act, float* y, const T* in, const T* w13, const T* w2, const int32_t* offsets,
                   const int32_t* src_token, int64_t n_tokens, int64_t H, int64_t E, int64_t I, int64_t top_k,
                   cudaStream_t stream) {
-  if (g_variant == 1) {
+  if (variant() == 1) {
     switch (pick_nt(n_tokens, E, top_k)) {
       case 1: launch_products<T, 1>(act, y, in, w13, w2, offsets, src_token, H, E, I, stream); break;
       case 2: launch_products<T, 2>(act, y, in, w13, w2, offsets, src_token, H, E, I, stream); break;
@@ -237,9 +257,9 @@ void run_products(T* act, float* y, const T* in, const T* w13, const T* w2, cons
     }
     return;
   }
-  const GemmConfig c = gemm_config();
   const int64_t P = n_tokens * top_k;
-  switch (c.stages) {
+  const GemmConfig c = gemm_config(P, E);
+  switch (c.stages) {  // (variants 7 and 8 share 2's and 4's kernels)
     case 4: launch_pipelined<T, 4>(act, y, in, w13, w2, offsets, src_token, P, H, E, I, c, stream); break;
     case 8: launch_pipelined<T, 8>(act, y, in, w13, w2, offsets, src_token, P, H, E, I, c, stream); break;
     default: launch_pipelined<T, 6>(act, y, in, w13, w2, offsets, src_token, P, H, E, I, c, stream);
@@ -264,7 +284,7 @@ void moe_experts_decode_force_nt(int nt) {
 }
 
 void moe_experts_decode_force_variant(int variant) {
-  LFM2_CHECK(variant >= 0 && variant <= 6, "moe_experts_decode_force_variant: ", variant);
+  LFM2_CHECK(variant >= 0 && variant <= 8, "moe_experts_decode_force_variant: ", variant);
   g_variant = variant;
 }
 

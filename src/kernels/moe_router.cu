@@ -6,9 +6,12 @@
 // launch. Block b takes rows [8 b, +8): its warps compute the 8 x n_experts logits on the tensor
 // cores (fp32 accumulation in an order fixed by hidden alone: per row the same arithmetic whatever
 // the batch), then warp w picks row 8 b + w's experts; the last block to finish (a counter of the
-// decode workspace, which it resets) runs the one-block permutation. H100: 13.6 us at 32 rows,
-// 17.9 at 256 (logits by cuBLASLt + moe_router_drop + moe_permute_one_block: 22.5 / 26.1); fp32
-// dot products on the CUDA cores took 22-26 us (four to 32 blocks issuing ~8k instructions a lane).
+// decode workspace, which it resets) runs the one-block permutation. A programmatic dependent of
+// the launch before it; it lets the expert products launch once its logits are read. H100: 13.6 us
+// at 32 rows, 17.9 at 256 (logits by cuBLASLt + moe_router_drop + moe_permute_one_block: 22.5 /
+// 26.1); fp32 dot products on the CUDA cores took 22-26 us (four to 32 blocks issuing ~8k
+// instructions a lane). In the step at 32 x 8192, 15.3 us a layer before the top-k's loops were
+// bounded by the experts a lane holds (and the launch made programmatic), 14.4 after.
 #include "common/cuda_check.h"
 #include "kernels/cuda/cublas_ctx.h"
 #include "kernels/cuda/device_util.cuh"
@@ -26,15 +29,17 @@ __device__ __forceinline__ float sigmoid_f32(float x) { return 1.0f / (1.0f + ex
 
 // The top-k of one token by its warp (all 32 lanes call it): lg, the token's n_experts logits
 // (global or shared memory); its top_k (weight, expert) pairs written to weights / experts, every
-// expert -1 when `dropped` (moe_drop_rows fused).
+// expert -1 when `dropped` (moe_drop_rows fused). kPerLane: experts per lane at most (n_experts <=
+// 32 kPerLane); a smaller one only drops the loop iterations no lane uses (the same picks).
+template <int kPerLane = kMaxPerLane>
 __device__ __forceinline__ void route_token(float* weights, int32_t* experts, const float* lg,
                                             const float* expert_bias, bool dropped, int n_experts, int top_k,
                                             bool norm_topk, float scaling) {
   const int lane = threadIdx.x & 31;
-  float score[kMaxPerLane];
+  float score[kPerLane];
   uint32_t taken = 0;
 #pragma unroll
-  for (int i = 0; i < kMaxPerLane; ++i) {
+  for (int i = 0; i < kPerLane; ++i) {
     const int x = lane + 32 * i;
     score[i] = -INFINITY;
     if (x < n_experts) {
@@ -51,7 +56,7 @@ __device__ __forceinline__ void route_token(float* weights, int32_t* experts, co
     float best = -INFINITY;
     int best_x = 0x7fffffff;
 #pragma unroll
-    for (int i = 0; i < kMaxPerLane; ++i) {
+    for (int i = 0; i < kPerLane; ++i) {
       const int x = lane + 32 * i;
       if (x < n_experts && !((taken >> i) & 1u) && (best_x == 0x7fffffff || score[i] > best)) {
         best = score[i];
@@ -118,6 +123,17 @@ __global__ void __launch_bounds__(kRouteThreads) route_decode_kernel(RouteOut o,
   __shared__ bool s_last;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
   const int r0 = blockIdx.x * kRouteRows, nr = min(kRouteRows, n_rows - r0);
+  // Launched as a programmatic dependent of the kernel before (the rows' norm): the gate's rows are
+  // fetched into L2 (the blocks share them out) before the grid waits for its input rows. The
+  // expert products may launch once the logits are read (they wait for this grid's end before
+  // reading anything it writes; at this grid's start they slowed its loads: 7.90 vs 7.79 ms a step
+  // at 32 x 8192).
+  const int stride = int(gridDim.x) * kRouteThreads;
+  for (int e = int(blockIdx.x) + int(gridDim.x) * int(threadIdx.x); e < n_experts; e += stride)
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(gate + int64_t(e) * hidden),
+                 "r"(uint32_t(hidden * int(sizeof(T))))
+                 : "memory");
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
   // the logits on the tensor cores, 32 experts at a time: gate rows as the A operand (two m16
   // tiles), the block's rows as the B operand (one n8 tile), fragments straight from global memory
   // (gemv_mma.cuh); warp w sums the 64-k blocks w, w + 8, ... in order, then the warps' partial
@@ -161,10 +177,20 @@ __global__ void __launch_bounds__(kRouteThreads) route_decode_kernel(RouteOut o,
     }
     __syncthreads();  // s_part is rewritten by the next group
   }
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   if (warp < nr) {
     const int64_t t = r0 + warp;
-    route_token(o.weights + t * top_k, o.experts + t * top_k, s_logit[warp], expert_bias,
-                done != nullptr && done[t] != 0.f, n_experts, top_k, norm_topk, scaling);
+    const bool dropped = done != nullptr && done[t] != 0.f;
+    float* w = o.weights + t * top_k;
+    int32_t* e = o.experts + t * top_k;
+    // the lanes' share of the experts bounds the top-k's loops (32 experts: one each, as the model)
+    if (n_experts <= 32)
+      route_token<1>(w, e, s_logit[warp], expert_bias, dropped, n_experts, top_k, norm_topk, scaling);
+    else if (n_experts <= 64)
+      route_token<2>(w, e, s_logit[warp], expert_bias, dropped, n_experts, top_k, norm_topk, scaling);
+    else
+      route_token<kRouteMaxExperts / 32>(w, e, s_logit[warp], expert_bias, dropped, n_experts, top_k, norm_topk,
+                                         scaling);
   }
   // the last block to get here permutes every row's pairs
   __threadfence();
@@ -245,9 +271,9 @@ void moe_route_decode(float* weights, int32_t* experts, int32_t* offsets, int32_
   }
   const DecodeWorkspace ws = decode_gemm_workspace();
   const unsigned blocks = unsigned((n_tokens + kRouteRows - 1) / kRouteRows);
-  route_decode_kernel<T><<<blocks, kRouteThreads, 0, stream>>>(
-      RouteOut{weights, experts, offsets, src_token, dest_row}, in, gate, expert_bias, done, int(n_tokens),
-      int(hidden), int(n_experts), int(top_k), norm_topk_prob, routed_scaling_factor, ws.route_counter);
+  launch_pdl(route_decode_kernel<T>, dim3(blocks), dim3(kRouteThreads), 0, stream, true,
+             RouteOut{weights, experts, offsets, src_token, dest_row}, in, gate, expert_bias, done, int(n_tokens),
+             int(hidden), int(n_experts), int(top_k), norm_topk_prob, routed_scaling_factor, ws.route_counter);
   CUDA_CHECK_LAUNCH("route_decode_kernel");
 }
 

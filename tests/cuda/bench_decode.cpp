@@ -92,9 +92,9 @@ void bench_moe(const char* name, cudaStream_t s, int64_t n, bool variants) {
               name, (long long)n, (long long)touched, bytes * 1e-6, bw(bytes, t_block).c_str(), t_block_norm, t_graph,
               bw(bytes, t_exp).c_str(), t_round1, t_pf);
   if (variants) {  // the products' variants (speed only), moe_experts_decode alone
-    const char* what[] = {"",           "first kernels", "6 st 1/SM L2", "8 st 1/SM L2", "4 st 2/SM L2",
-                          "6 st 1/SM",  "4 st 2/SM"};
-    for (int v = 1; v <= 6; ++v) {
+    const char* what[] = {"",          "first kernels", "6 st 1/SM L2",   "8 st 1/SM L2",  "4 st 2/SM L2",
+                          "6 st 1/SM", "4 st 2/SM",     "6 st 1/SM items", "4 st 2/SM items"};
+    for (int v = 1; v <= 8; ++v) {
       cuda::moe_experts_decode_force_variant(v);
       const double t = median_ms(s, [&] { cuda::moe_experts_decode(x, y, w13, w2, ids, wts, n, H, E, I, k, scratch, s); });
       const double tb = median_ms(s, [&] { block(false); });

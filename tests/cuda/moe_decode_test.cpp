@@ -69,7 +69,8 @@ TYPED_TEST_SUITE(CudaMoeRouteDecode, HalfTypes, ElemNames);
 TYPED_TEST(CudaMoeRouteDecode, MatchesCpuAndPermutation) {
   using T = TypeParam;
   for (auto [n, H, E, k] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{1, 256, 32, 4}, {5, 64, 8, 2},
-                            {37, 2048, 32, 4}, {256, 2048, 32, 4}, {100, 512, 200, 6}, {19, 128, 256, 8}}) {
+                            {37, 2048, 32, 4}, {256, 2048, 32, 4}, {23, 256, 48, 3}, {100, 512, 200, 6},
+                            {19, 128, 256, 8}}) {
     for (const bool with_bias : {false, true}) {
       auto in = rand_vec(static_cast<size_t>(n * H), 100 + uint64_t(n));
       auto gate = rand_vec(static_cast<size_t>(E * H), 101, float(2.0 / std::sqrt(double(H))));

@@ -25,10 +25,10 @@
 // block, unit, pass, slot or warp computes it never changes its arithmetic. A row's bits therefore
 // depend on its own input and experts only (not on n_tokens, the other rows, or the grid).
 //
-// Programmatic dependent launch: gate/up waits for the router before reading offsets and lets its
-// dependent (down) launch once it has them; down reads offsets (finished two grids back), issues
-// its first weight stages, and only then waits for gate/up's act; it lets the combine launch at
-// its end.
+// Programmatic dependent launch: the fused router lets gate/up launch once its logits are read;
+// gate/up waits for the router before reading offsets and lets its dependent (down) launch once it
+// has them; down reads offsets (finished two grids back), issues its first weight stages, and only
+// then waits for gate/up's act; it lets the combine launch at its end.
 #pragma once
 
 #include <cstdint>
@@ -54,9 +54,10 @@ constexpr int kStageBytes = kTileW + kTileX;
 
 constexpr int kMaxExperts = 1024;
 
-// Dynamic shared memory of a block: S stages, then offsets (E + 1) and the touched list (E) as ints,
-// sized for kMaxExperts so that a kernel's size never changes (raise_smem_limit keys on it).
-constexpr int smem_bytes(int stages) { return stages * kStageBytes + (2 * kMaxExperts + 4) * 4; }
+// Dynamic shared memory of a block: S stages, then offsets (E + 1), the touched list (E) and the
+// items' prefix (E + 1) as ints, sized for kMaxExperts so that a kernel's size never changes
+// (raise_smem_limit keys on it).
+constexpr int smem_bytes(int stages) { return stages * kStageBytes + (3 * kMaxExperts + 8) * 4; }
 
 struct Args {
   const void* w;             // (E, rows, K): gate/up w13 (rows 2 R), down w2 (rows R)
@@ -67,6 +68,7 @@ struct Args {
   int64_t K, R;              // k; output features (gate/up: I, down: H)
   int n_experts;
   int l2_hints;              // 1: weights evict-first, tokens evict-last in L2; 0: no hints
+  int items;                 // 1: blocks share (unit, pass) items, not units (see item_of)
 };
 
 __device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
@@ -113,6 +115,7 @@ __device__ __forceinline__ uint32_t swz(int r, int c) { return uint32_t(r * kRow
 struct Unit {
   int e, begin, n_e, passes;
   int64_t tile;
+  int pass0 = 0;  // the first pass (items: the item's pass, passes = 1)
 };
 
 __device__ __forceinline__ Unit unit_of(int64_t u, int64_t tiles, const int* s_touched, const int* s_off) {
@@ -123,6 +126,25 @@ __device__ __forceinline__ Unit unit_of(int64_t u, int64_t tiles, const int* s_t
   un.begin = s_off[un.e];
   un.n_e = s_off[un.e + 1] - un.begin;
   un.passes = (un.n_e + kTB - 1) / kTB;
+  return un;
+}
+
+// Items (Args::items): every (unit, pass) is a work item, so that an expert crowded past kTB rows
+// (several passes over each of its units) spreads over more blocks instead of lengthening the few
+// that hold its units. s_cum[i]: the items of the touched experts before the i-th (tiles x passes
+// each), in order expert, tile, pass (a tile's passes back to back: its weights again from L2).
+// hint: the touched index of the previous lookup (items are visited in ascending order).
+__device__ __forceinline__ Unit item_of(int64_t w, int64_t tiles, const int* s_touched, const int* s_off,
+                                       const int* s_cum, int& hint) {
+  while (s_cum[hint + 1] <= w) ++hint;
+  Unit un;
+  un.e = s_touched[hint];
+  un.begin = s_off[un.e];
+  un.n_e = s_off[un.e + 1] - un.begin;
+  const int64_t passes = (un.n_e + kTB - 1) / kTB, local = w - s_cum[hint];
+  un.tile = local / passes;
+  un.pass0 = int(local - un.tile * passes);
+  un.passes = 1;
   return un;
 }
 
@@ -274,6 +296,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_kernel(const Args a) {
   __shared__ int s_count;
   int* s_off = reinterpret_cast<int*>(smem + S * kStageBytes);
   int* s_touched = s_off + a.n_experts + 1;
+  int* s_cum = s_touched + a.n_experts;
   const uint32_t base = uint32_t(__cvta_generic_to_shared(smem));
   const int tid = threadIdx.x, warp = tid >> 5, rg = warp & 3, th = warp >> 2;
 
@@ -297,7 +320,31 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_kernel(const Args a) {
   if constexpr (kGateUp) griddep_launch();
 
   const int64_t tiles = kGateUp ? (a.R + 63) / 64 : (a.R + kBM - 1) / kBM;
-  const int64_t units = int64_t(s_count) * tiles;
+  if (a.items && tid < 32) {  // s_cum: an exclusive scan of tiles x passes over the touched experts
+    int run = 0;
+    for (int b = 0; b < s_count; b += 32) {
+      const int i = b + tid;
+      int v = 0;
+      if (i < s_count) {
+        const int e = s_touched[i];
+        v = int(tiles) * ((s_off[e + 1] - s_off[e] + kTB - 1) / kTB);
+      }
+      int incl = v;
+      for (int o = 1; o < 32; o <<= 1) {
+        const int u = __shfl_up_sync(0xffffffffu, incl, o);
+        if (tid >= o) incl += u;
+      }
+      if (i < s_count) s_cum[i] = run + incl - v;
+      run += __shfl_sync(0xffffffffu, incl, 31);
+    }
+    if (tid == 0) s_cum[s_count] = run;
+  }
+  if (a.items) __syncthreads();
+  const int64_t units = a.items ? int64_t(s_cum[s_count]) : int64_t(s_count) * tiles;
+  int p_hint = 0, c_hint = 0;  // item_of's hints: producer, consumer
+  auto unit_at = [&](int64_t u, int& hint) {
+    return a.items ? item_of(u, tiles, s_touched, s_off, s_cum, hint) : unit_of(u, tiles, s_touched, s_off);
+  };
   const int64_t u_end = units * (blockIdx.x + 1) / gridDim.x;
   int64_t pu = units * blockIdx.x / gridDim.x;  // the producer's unit
   if (pu >= u_end) {
@@ -309,9 +356,9 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_kernel(const Args a) {
 
   Feeder<T, kGateUp> feed;
   l2_policies(a.l2_hints != 0, feed.pol_w, feed.pol_x);
-  Unit pun = unit_of(pu, tiles, s_touched, s_off);
+  Unit pun = unit_at(pu, p_hint);
   feed.set_unit(a, pun);
-  feed.set_pass(a, pun, 0);
+  feed.set_pass(a, pun, pun.pass0);
   int pp = 0, pk = 0;  // the producer's pass and k step
   // moves the producer one stage on; false once it has passed the block's last unit
   auto advance = [&]() {
@@ -320,10 +367,10 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_kernel(const Args a) {
     if (++pp >= pun.passes) {
       pp = 0;
       if (++pu >= u_end) return;
-      pun = unit_of(pu, tiles, s_touched, s_off);
+      pun = unit_at(pu, p_hint);
       feed.set_unit(a, pun);
     }
-    feed.set_pass(a, pun, pp);
+    feed.set_pass(a, pun, pun.pass0 + pp);
   };
 
   // prologue: S - 1 stages. down issues the weight part of its first stages before waiting for
@@ -344,9 +391,9 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_kernel(const Args a) {
   }
 
   int64_t cu = units * blockIdx.x / gridDim.x;  // the consumer's unit, pass and k step
-  Unit cun = unit_of(cu, tiles, s_touched, s_off);
+  Unit cun = unit_at(cu, c_hint);
   int cp = 0, ck = 0;
-  int nt = live_tiles(cun, 0, th);
+  int nt = live_tiles(cun, cun.pass0, th);
   int slot_c = 0, slot_p = S - 1;
   float acc[2][4][4] = {};
   while (cu < u_end) {
@@ -363,13 +410,13 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_kernel(const Args a) {
     if (nt > 0) stage_mma<T>(acc, base + slot_c * kStageBytes, rg, th, nt);
     slot_c = slot_c + 1 == S ? 0 : slot_c + 1;
     if (++ck == nk) {
-      if (nt > 0) store_tile<T, kGateUp>(a, acc, cun, cp, rg, th, nt);
+      if (nt > 0) store_tile<T, kGateUp>(a, acc, cun, cun.pass0 + cp, rg, th, nt);
       ck = 0;
       if (++cp >= cun.passes) {
         cp = 0;
-        if (++cu < u_end) cun = unit_of(cu, tiles, s_touched, s_off);
+        if (++cu < u_end) cun = unit_at(cu, c_hint);
       }
-      nt = live_tiles(cun, cp, th);
+      nt = live_tiles(cun, cun.pass0 + cp, th);
     }
   }
   wait_pending<0>();
