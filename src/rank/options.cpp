@@ -22,7 +22,7 @@ namespace {
 // Options whose text becomes a RankOptions field after parsing.
 struct Spelled {
   bool fp16 = false, quiet = false, verbose = false;
-  std::string graphs = "on", verify = "on", prefill_first = "off";
+  std::string graphs = "on", verify = "on", prefill_first = "on";
   std::vector<std::string> eos;  // ids, or "none"
 };
 
@@ -123,7 +123,7 @@ void add_batching_options(CLI::App& app, RankOptions& opt, Spelled& x) {
       ->check(cli::whole(1, int64_t(1) << 20));
   app.add_option("--prefill-first", x.prefill_first,
                  "continuous: a wave of prompts (or a prompt's next chunk) gets steps of its own while the running "
-                 "sequences' decode rows wait (on), or rides with them (off: chunked prefill, vLLM V1's order)")
+                 "sequences' decode rows wait (on: vLLM V0's order), or rides with them (off: chunked prefill, V1's)")
       ->capture_default_str()
       ->check(cli::one_of({"on", "off"}));
   app.add_option("--page-size", opt.page_size,

@@ -49,7 +49,7 @@ struct RankOptions {
   int64_t max_seqs = 256;                // sequences running at once
   int64_t max_batched_tokens = 0;        // rows per step; 0: 8192
   int64_t admit_wave = 0;                // free slots new prompts wait for while others decode; 0: max_seqs / 24
-  bool prefill_first = false;            // continuous: due prompt rows get steps of their own
+  bool prefill_first = true;             // continuous: due prompt rows get steps of their own
   int64_t page_size = 0;                 // positions per KV page; 0: by the longest sequence
   int64_t kv_pages = 0;                  // pages in the pool; 0: from gpu_memory (GPU) or enough (CPU)
   double gpu_memory = 0.9;               // the fraction of a GPU the job may fill
