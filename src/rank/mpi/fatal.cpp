@@ -49,6 +49,11 @@ bool startup_step(const std::function<void()>& step, bool report) {
   try {
     step();
     return true;
+  } catch (const TimeoutError&) {
+    // Its collective is still pending on this rank while the others may have completed it: a next
+    // agreement would pair with the wrong operations (MPI_ERR_TRUNCATE, garbled reports). The job
+    // ends here (main's abort_job, which lets the rank that can name the stalled one speak).
+    throw;
   } catch (const std::exception& e) {
     if (report) kept_errors().push_back(e.what());
     return false;

@@ -40,7 +40,8 @@ inline double unnamed_wait_s(const WorldConfig& world, double timeout_s) {
 
 // Runs one start-up step; on lfm2::Error (or std::exception) keeps its message for the agreement's
 // report when `report` and returns false. Errors every rank would find alike (the plan) are kept by
-// rank 0 only.
+// rank 0 only. A TimeoutError goes on up: a wait that ran out leaves its collective pending, and no
+// agreement can follow it.
 bool startup_step(const std::function<void()>& step, bool report = true);
 
 // Element-wise maximum over all ranks, waiting at most timeout_s (a non-blocking MPI_Iallreduce
