@@ -203,8 +203,9 @@ struct GemmConfig {
   int stages, ctas_per_sm, l2_hints, items = 0;
 };
 // Variants 2..6: (stages, blocks per SM, L2 hints); 7, 8: 2 and 4 with blocks taking (unit, pass)
-// items (moe_decode_gemm.cuh's item_of: for experts crowded past 64 rows; not measured yet, so not
-// a default). 0, the default, picks by the mean rows per
+// items (moe_decode_gemm.cuh's item_of: for experts crowded past 64 rows). Not defaults: one H100,
+// the step at 32 x 8192 / 256 x 64, 7.65 / 8.53 ms (7) and 7.77 / 8.06 (8) against the default's
+// 7.58-7.62 / 8.02-8.03 in the same call (results.md, fifth session, call 6). 0, the default, picks by the mean rows per
 // expert: variant 4 (two blocks of 4 stages per SM) from 32 (256 tokens at top-4 of 32), else 2.
 // One H100, the whole step at 256 x 64: 8.06 ms with 4, 8.33 with 2 (a layer's router to combine
 // 301 vs 320 us); at 32 x 8192: 8.01 with 4, 7.79 with 2 (.bench/k3/run2.sh).
