@@ -185,12 +185,12 @@ bool CudaLayers<T>::moe_block(size_t li, const T* f, float* x, const Pass& p) {
   const int64_t top_k = cfg_.num_experts_per_tok, nd = p.n_decode(), np = p.n_tokens - nd;
   const float* next_norm = li + 1 < w_.layers.size() ? w_.layers[li + 1].operator_norm : nullptr;
   const cuda::MoeDims dims{H, E, Im, top_k, cfg_.norm_topk_prob, float(cfg_.routed_scaling_factor)};
-  const bool fp8 = lw.experts_w13_q != nullptr;  // 16-bit stages only (DeviceWeights::fp8_experts)
+  const bool fp8 = lw.experts_w13_q != nullptr;  // 16-bit stages only (cuda_weights.h)
   if constexpr (sizeof(T) == 2) {
     if (nd && fp8)
-      moe_fp8_decode_rows(x, y_, f, lw, w_.fp8_scheme, p.step->done, next_norm, float(cfg_.norm_eps), nd, dims,
+      moe_fp8_decode_rows(x, y_, f, lw, cfg_.fp8.scheme, p.step->done, next_norm, float(cfg_.norm_eps), nd, dims,
                           state_.moe_scratch(), stream_);
-    if (np && fp8) moe_fp8_widen_experts(wide_w13_, wide_w2_, lw, w_.fp8_scheme, dims, stream_);
+    if (np && fp8) moe_fp8_widen_experts(wide_w13_, wide_w2_, lw, cfg_.fp8.scheme, dims, stream_);
   }
   if (nd && !fp8)
     cuda::moe_decode(x, y_, f, lw.gate, lw.expert_bias, lw.experts_w13, lw.experts_w2, p.step->done, next_norm,

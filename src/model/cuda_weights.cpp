@@ -70,8 +70,7 @@ void DeviceWeights<T>::upload(WeightReader& reader, const StageLayers& stage, in
   const ModelConfig& cfg = reader.config();
   const int il0 = stage.layer_begin, il1 = stage.layer_end;
   WeightUploader up(reader, stage_tensor_specs(cfg, stage), device);
-  fp8_experts = cfg.fp8.on && sizeof(T) == 2;  // the e4m3 products take 16-bit activations
-  fp8_scheme = cfg.fp8.scheme;
+  const bool fp8_experts = cfg.fp8.on && sizeof(T) == 2;  // the e4m3 products take 16-bit activations
   layers.assign(size_t(il1 - il0), DeviceLayerWeights<T>{});
   std::vector<bool> has_bias;
   std::vector<int64_t> offsets;  // of every layer block, in for_each_block order

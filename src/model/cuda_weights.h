@@ -46,8 +46,9 @@ struct DeviceLayerWeights {
   const float* expert_bias = nullptr;  // (E), null when the file has none
   const T* experts_w13 = nullptr;      // (E, 2Im, H): per expert its w1 rows, then its w3 rows
   const T* experts_w2 = nullptr;       // (E, H, Im)
-  // The same experts of an FP8 file on a 16-bit stage (DeviceWeights::fp8_experts): e4m3 with their
-  // fp32 scales (w1's then w3's per expert; docs/fp8.md), and experts_w13 / experts_w2 null.
+  // The same experts of an FP8 file on a 16-bit stage (an fp32 stage, and a file's other quantized
+  // matrices, are dequantized at upload): e4m3 with their fp32 scales (w1's then w3's per expert,
+  // under the file's cfg.fp8.scheme; docs/fp8.md), and experts_w13 / experts_w2 null.
   const uint8_t* experts_w13_q = nullptr;
   const float* experts_w13_s = nullptr;
   const uint8_t* experts_w2_q = nullptr;
@@ -69,10 +70,6 @@ class DeviceWeights {
   const float* embedding_norm = nullptr;      // (H)
   const T* lm_head = nullptr;                 // (V, H): untied heads only
   const float* rope_inv_freq = nullptr;       // (hd / 2)
-  // An FP8 file's experts stay e4m3 on the device (16-bit stages; an fp32 stage and the file's other
-  // quantized matrices are dequantized at upload), under this scheme.
-  bool fp8_experts = false;
-  Fp8Scheme fp8_scheme = Fp8Scheme::Channel;
   // The LM head matrix (V, H): lm_head, or embed_tokens when tied.
   const T* head_matrix() const { return tied_ ? embed_tokens : lm_head; }
 

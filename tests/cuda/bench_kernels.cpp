@@ -88,6 +88,21 @@ void bench_moe_fp8(cudaStream_t s, int64_t n_tokens, const __nv_bfloat16* xs, co
   for (void* p : std::initializer_list<void*>{w13, w2, s13, s2, q1, q2, sa1, sa2, out, ws}) cudaFree(p);
 }
 
+// Every tile configuration of the grouped GEMM: `products(offsets)` (gate/up ms, down ms) on the
+// balanced and the routed groups.
+template <typename F>
+void sweep_tiles(const char* name, int64_t n_tokens, F&& products, const int32_t* bal, const int32_t* off,
+                 double flops) {
+  for (int c = 0; c < cuda::grouped::kGroupedConfigCount; ++c) {
+    cuda::grouped::force_config(c);
+    const auto [t1, t2] = products(bal);
+    const auto [r1, r2] = products(off);
+    std::printf("sweep %-5s %5lld tok  %-26s balanced both %s | routed both %s\n", name, (long long)n_tokens,
+                cuda::grouped::kGroupedTiles[c].name, tf(flops, t1 + t2).c_str(), tf(flops, r1 + r2).c_str());
+  }
+  cuda::grouped::force_config(-1);
+}
+
 // The MoE experts at n_tokens tokens: products on balanced groups (rows / 32 per expert, like
 // roofline.py's torch._grouped_mm) and on the routing of random logits, then the whole path.
 template <typename T>
@@ -134,28 +149,17 @@ void bench_moe(const char* name, cudaStream_t s, int64_t n_tokens, bool sweep) {
                 pass == 0 ? "balanced" : "routed", tf(f1, t1).c_str(), tf(f2, t2).c_str(), tf(f1 + f2, t1 + t2).c_str(),
                 cfg_name);
   }
-  if (sweep && !std::is_same<T, float>::value) {
-    for (int c = 0; c < cuda::grouped::kGroupedConfigCount; ++c) {
-      cuda::grouped::force_config(c);
-      const auto [t1, t2] = products(bal);
-      const auto [r1, r2] = products(off);
-      std::printf("sweep %-5s %5lld tok  %-26s balanced both %s | routed both %s\n", name, (long long)n_tokens,
-                  cuda::grouped::kGroupedTiles[c].name, tf(f1 + f2, t1 + t2).c_str(), tf(f1 + f2, r1 + r2).c_str());
-    }
-    cuda::grouped::force_config(-1);
-  }
-  if (!std::is_same<T, float>::value) {  // the gate/up product with SwiGLU fused in its epilogue
-    if constexpr (!std::is_same<T, float>::value) {
-      for (int pass = 0; pass < 2; ++pass) {
-        const int32_t* o = pass == 0 ? bal : off;
-        const double tf1 = median_ms(s, [&] { cuda::moe_grouped_swiglu(act, xs, w13, o, P, E, H, Im, ws, s); });
-        const double tu1 = median_ms(s, [&] {
-          cuda::moe_grouped_matmul(gu, xs, w13, o, P, E, H, 2 * Im, ws, s);
-          cuda::swiglu_pairs(act, gu, P, Im, s);
-        });
-        std::printf("%-5s moe %5lld tok %-8s gate_up+SwiGLU fused %s | product + swiglu_pairs %s\n", name,
-                    (long long)n_tokens, pass == 0 ? "balanced" : "routed", tf(f1, tf1).c_str(), tf(f1, tu1).c_str());
-      }
+  if (sweep && !std::is_same<T, float>::value) sweep_tiles(name, n_tokens, products, bal, off, f1 + f2);
+  if constexpr (!std::is_same<T, float>::value) {  // the gate/up product with SwiGLU fused in its epilogue
+    for (int pass = 0; pass < 2; ++pass) {
+      const int32_t* o = pass == 0 ? bal : off;
+      const double tf1 = median_ms(s, [&] { cuda::moe_grouped_swiglu(act, xs, w13, o, P, E, H, Im, ws, s); });
+      const double tu1 = median_ms(s, [&] {
+        cuda::moe_grouped_matmul(gu, xs, w13, o, P, E, H, 2 * Im, ws, s);
+        cuda::swiglu_pairs(act, gu, P, Im, s);
+      });
+      std::printf("%-5s moe %5lld tok %-8s gate_up+SwiGLU fused %s | product + swiglu_pairs %s\n", name,
+                  (long long)n_tokens, pass == 0 ? "balanced" : "routed", tf(f1, tf1).c_str(), tf(f1, tu1).c_str());
     }
   }
   if constexpr (std::is_same<T, __nv_bfloat16>::value)
