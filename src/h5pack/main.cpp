@@ -17,6 +17,7 @@
 #include "common/parallel.h"
 #include "common/pending_file.h"
 #include "h5pack/convert.h"
+#include "h5pack/convert_fp8.h"
 #include "h5pack/inspect.h"
 #include "h5pack/presets.h"
 #include "h5pack/quantize.h"
@@ -98,6 +99,7 @@ struct Args {
   int threads = 0, stages = 0;
   CLI::App *convert = nullptr, *synth = nullptr, *quantize = nullptr, *split = nullptr, *inspect = nullptr,
            *verify = nullptr;
+  CLI::Option *convert_scheme = nullptr, *convert_dense = nullptr;
 };
 
 // convert and synth: weight files from a checkpoint or from a seed.
@@ -107,8 +109,13 @@ void add_writers(CLI::App& app, Args& a) {
       ->required()
       ->check(cli::path());
   a.convert->add_option("OUT", a.out, "output weight file (.h5)")->required()->check(cli::path());
-  a.convert->add_option("--dtype", a.dtype_text, "stored matrix dtype: fp32|bf16|fp16 (default: the checkpoint's)")
-      ->check(cli::one_of({"fp32", "bf16", "fp16"}));
+  a.convert->add_option("--dtype", a.dtype_text,
+                        "stored matrix dtype: fp32|bf16|fp16|fp8 (default: the checkpoint's; fp8: = convert, then "
+                        "quantize --fp8, through a temporary file beside OUT)")
+      ->check(cli::one_of({"fp32", "bf16", "fp16", "fp8"}));
+  a.convert_scheme = a.convert->add_option("--scheme", a.scheme, "with --dtype fp8: as quantize --scheme (default channel)")
+                         ->check(cli::one_of({"channel", "block128"}));
+  a.convert_dense = a.convert->add_flag("--dense", a.dense, "with --dtype fp8: as quantize --dense");
 
   a.synth = app.add_subcommand("synth", "seeded random weights at a preset or config shape");
   a.synth->add_option("OUT", a.out, "output weight file (.h5)")->required()->check(cli::path());
@@ -156,10 +163,26 @@ void add_readers(CLI::App& app, Args& a) {
   a.verify->add_option("FILE", a.in, "weight or stage file")->required()->check(cli::path());
 }
 
-void run_convert(const Args& a, const std::optional<DType>& dtype) {
+QuantizeOptions quantize_options(const Args& a) {
+  QuantizeOptions opt;
+  opt.scheme = parse_fp8_scheme(a.scheme);
+  opt.projections = a.dense;
+  opt.progress = !a.quiet;
+  return opt;
+}
+
+void run_convert(const Args& a) {
   // The checkpoint's own files are checked against OUT inside, once its shards are known.
   check_output("OUT", a.out, {{"checkpoint directory", a.dir}});
-  convert_checkpoint(a.dir, a.out, dtype, !a.quiet);
+  const bool scheme_given = a.convert_scheme->count() > 0 || a.convert_dense->count() > 0;
+  if (a.dtype_text == "fp8") {
+    convert_checkpoint_fp8(a.dir, a.out, quantize_options(a), scheme_given);
+  } else {
+    LFM2_CHECK(!scheme_given, a.out, ": --scheme and --dense go with --dtype fp8");
+    std::optional<DType> dtype;
+    if (!a.dtype_text.empty()) dtype = parse_dtype(a.dtype_text);
+    convert_checkpoint(a.dir, a.out, dtype, !a.quiet);
+  }
   log_info(cat("wrote ", a.out));
 }
 
@@ -179,11 +202,7 @@ void run_synth(const Args& a, const std::optional<DType>& dtype) {
 
 void run_quantize(const Args& a) {
   check_output("OUT", a.out, {{"IN", a.in}});
-  QuantizeOptions opt;
-  opt.scheme = parse_fp8_scheme(a.scheme);
-  opt.projections = a.dense;
-  opt.progress = !a.quiet;
-  quantize_weights(a.in, a.out, opt);
+  quantize_weights(a.in, a.out, quantize_options(a));
   log_info(cat("wrote ", a.out));
 }
 
@@ -201,11 +220,11 @@ void run_verify(const Args& a) {
 
 // The parsed subcommand; throws on any error.
 void run(const Args& a) {
-  std::optional<DType> dtype;
-  if (!a.dtype_text.empty()) dtype = parse_dtype(a.dtype_text);
   if (a.convert->parsed()) {
-    run_convert(a, dtype);
+    run_convert(a);
   } else if (a.synth->parsed()) {
+    std::optional<DType> dtype;
+    if (!a.dtype_text.empty()) dtype = parse_dtype(a.dtype_text);
     run_synth(a, dtype);
   } else if (a.quantize->parsed()) {
     run_quantize(a);

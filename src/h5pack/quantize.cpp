@@ -75,8 +75,9 @@ void quantize_weights(const std::string& in, const std::string& out, const Quant
   }
   const ModelText text = read_model_text(reader.file(), in);
   WeightWriter w(out, cfg, reader.weight_dtype());
-  w.set_attr("source", cat("h5pack quantize --fp8 --scheme ", fp8_scheme_name(opt.scheme),
-                           opt.projections ? " --dense " : " ", in));
+  w.set_attr("source", !opt.source.empty() ? opt.source
+                                            : cat("h5pack quantize --fp8 --scheme ", fp8_scheme_name(opt.scheme),
+                                                  opt.projections ? " --dense " : " ", in));
   w.set_text(text);
   double total = 0;
   for (const auto& s : specs) total += double(s.numel());

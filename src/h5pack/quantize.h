@@ -13,6 +13,7 @@ struct QuantizeOptions {
   Fp8Scheme scheme = Fp8Scheme::Channel;
   bool projections = false;  // --dense
   bool progress = false;
+  std::string source;  // the output's "source" attribute; empty: "h5pack quantize ... IN"
 };
 
 // Writes `out` atomically (a temporary name renamed into place); `in` must be a whole-model file

@@ -67,6 +67,10 @@ TEST(H5packCli, SubcommandsEndToEnd) {
   ASSERT_EQ(r.code, 0) << r.err;
   r = run(dir, "inspect --brief " + dir.file("c.h5"));
   EXPECT_NE(r.out.find("weights fp32"), std::string::npos) << r.out;
+  r = run(dir, "-q convert " + dir.file("ckpt") + " " + dir.file("c8.h5") + " --dtype fp8 --scheme block128");
+  ASSERT_EQ(r.code, 0) << r.err;
+  r = run(dir, "inspect --brief " + dir.file("c8.h5"));
+  EXPECT_NE(r.out.find("fp8: e4m3 experts, fp32 scales per 128 x 128 block"), std::string::npos) << r.out;
   std::ofstream(dir.file("untied.json")) << test::small_config(false).to_json_text();
   r = run(dir, "-q synth " + dir.file("u.h5") + " --config " + dir.file("untied.json") + " --threads 1");
   ASSERT_EQ(r.code, 0) << r.err;
@@ -103,7 +107,9 @@ TEST(H5packCli, ErrorsAreOneLine) {
   expect_one_line_error(run(dir, "convert " + dir.file("ckpt") + " " + dir.file("x.h5")),
                         dir.file("ckpt/model.safetensors"), "truncated");
   expect_one_line_error(run(dir, "convert " + dir.file("ckpt") + " " + dir.file("x.h5") + " --dtype int4"), "",
-                        "--dtype: 'int4' is not fp32, bf16 or fp16");
+                        "--dtype: 'int4' is not fp32, bf16, fp16 or fp8");
+  expect_one_line_error(run(dir, "convert " + dir.file("ckpt") + " " + dir.file("x.h5") + " --scheme block128"),
+                        dir.file("x.h5"), "--scheme and --dense go with --dtype fp8");
   expect_one_line_error(run(dir, "frobnicate"), "", "unknown subcommand 'frobnicate'");
   expect_one_line_error(run(dir, "synth " + dir.file("x.h5") + " --preset lfm2-tiny --threads 100000"), "",
                         "--threads: 100000 is more than 1024");

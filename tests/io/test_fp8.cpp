@@ -1,7 +1,8 @@
 // FP8 weights: the e4m3 codec (OCP E4M3FN: RNE, saturating at 448, NaN 0x7f), the quantizer's
 // round trip, `h5pack quantize` (both schemes, experts or every projection), the scales in split /
 // verify / load, a file with bad scales refused naming the dataset, and the conversion of a
-// published-style FP8 checkpoint (F8_E4M3 weights + F32 weight_scale_inv, 128 x 128 blocks).
+// published-style FP8 checkpoint (F8_E4M3 weights + F32 weight_scale_inv, 128 x 128 blocks), and
+// `convert --dtype fp8` (the bits of convert + quantize, no temporary left).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -14,6 +15,7 @@
 #include "common/fp8.h"
 #include "common/rng.h"
 #include "h5pack/convert.h"
+#include "h5pack/convert_fp8.h"
 #include "h5pack/presets.h"
 #include "h5pack/quantize.h"
 #include "h5pack/split.h"
@@ -424,6 +426,53 @@ TEST(Fp8Convert, RefusesE4m3WithoutConfigBadScalesAndMissingScales) {
             t.end());
     write_fp8_checkpoint(dir.file("ck"), cfg, t, true);
     EXPECT_THROW(convert_checkpoint(dir.file("ck"), dir.file("o.h5"), std::nullopt, false), Error);
+  }
+}
+
+// `convert --dtype fp8`: every dataset's digest and the config equal those of `convert` then
+// `quantize`, for both schemes, experts only or every projection; nothing but OUT is left.
+TEST(Fp8Convert, DtypeFp8IsConvertThenQuantize) {
+  for (const QuantCase c : {QuantCase{Fp8Scheme::Channel, false}, QuantCase{Fp8Scheme::Block128, true}}) {
+    ScratchDir dir;
+    const ModelConfig cfg = test::small_config();
+    test::write_checkpoint(dir.file("ck"), cfg, {});
+    QuantizeOptions opt;
+    opt.scheme = c.scheme;
+    opt.projections = c.projections;
+    convert_checkpoint(dir.file("ck"), dir.file("bf16.h5"), std::nullopt, false);
+    quantize_weights(dir.file("bf16.h5"), dir.file("want.h5"), opt);
+    convert_checkpoint_fp8(dir.file("ck"), dir.file("out.h5"), opt, true);
+    EXPECT_EQ(dir.entries(), (std::vector<std::string>{"bf16.h5", "ck", "out.h5", "want.h5"}));
+    WeightReader got(dir.file("out.h5")), want(dir.file("want.h5"));
+    EXPECT_EQ(got.config().to_json_text(), want.config().to_json_text());
+    EXPECT_EQ(got.identity()->fingerprint, want.identity()->fingerprint);
+    for (const auto& spec : model_tensor_specs(got.config()))
+      EXPECT_EQ(got.expected_digest(spec.path), want.expected_digest(spec.path)) << spec.path;
+  }
+}
+
+TEST(Fp8Convert, DtypeFp8RefusesLeavingNothingBehind) {
+  const ModelConfig cfg = test::small_config();
+  {  // a broken checkpoint: the first pass fails; neither OUT nor the temporary is left
+    ScratchDir dir;
+    auto t = test::checkpoint_tensors(cfg, {});
+    t.pop_back();
+    test::write_checkpoint_tensors(dir.file("ck"), cfg, t, 1);
+    EXPECT_THROW(convert_checkpoint_fp8(dir.file("ck"), dir.file("o.h5"), {}, false), Error);
+    EXPECT_EQ(dir.entries(), std::vector<std::string>{"ck"});
+  }
+  {  // an FP8 checkpoint: converted as it is, but not re-quantized to another scheme
+    ScratchDir dir;
+    write_fp8_checkpoint(dir.file("ck"), cfg, fp8_checkpoint(cfg, true), true);
+    try {
+      convert_checkpoint_fp8(dir.file("ck"), dir.file("o.h5"), {}, true);
+      ADD_FAILURE() << "--scheme was accepted for an FP8 checkpoint";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("FP8 already"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(dir.entries(), std::vector<std::string>{"ck"});
+    convert_checkpoint_fp8(dir.file("ck"), dir.file("o.h5"), {}, false);
+    EXPECT_EQ(WeightReader(dir.file("o.h5")).config().fp8.scheme, Fp8Scheme::Block128);
   }
 }
 
