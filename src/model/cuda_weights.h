@@ -53,6 +53,11 @@ struct DeviceLayerWeights {
   const float* experts_w13_s = nullptr;
   const uint8_t* experts_w2_q = nullptr;
   const float* experts_w2_s = nullptr;
+  // block128 with hidden and inter multiples of 128: the same block scales per expert transposed
+  // to (cols / 128, rows / 128), k-block major (w13: (H / 128, 2 Im / 128)), as the prompt rows'
+  // FP8 grouped GEMM reads them (kernels/cuda/grouped_gemm_fp8.h); else null.
+  const float* experts_w13_st = nullptr;
+  const float* experts_w2_st = nullptr;
 };
 
 // The stage's layers plus the embedding (first stage, or last when tied), the final norm and the

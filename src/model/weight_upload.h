@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,11 @@ class WeightUploader {
   int64_t reserve(const std::string& path, DType as) { return reserve(std::vector<std::string>{path}, as); }
   // A block of host data (fp32), copied as it is.
   int64_t reserve_host(const std::vector<float>& data);
+  // The 128 x 128 block scales (block128 scheme) of stacked fp8 matrices (n, rows_i, cols) with
+  // rows_i and cols multiples of 128, as the FP8 grouped GEMM reads them: for each of the n, the
+  // matrices' (rows_i / 128, cols / 128) scales stacked along rows (as reserve's interleave stacks
+  // the matrices), then transposed to (cols / 128, sum rows_i / 128): k-block major. fp32.
+  int64_t reserve_block_scales_kn(const std::vector<std::string>& matrices);
   bool has(const std::string& path) const;
 
   int64_t total_bytes() const { return total_; }
@@ -60,6 +66,7 @@ class WeightUploader {
   std::vector<Piece> pieces_;
   int64_t total_ = 0;
   std::map<std::string, std::vector<float>> scales_;  // scale dataset path -> its values
+  std::vector<std::unique_ptr<std::vector<float>>> host_blocks_;  // made here, until the upload
 };
 
 }  // namespace lfm2
