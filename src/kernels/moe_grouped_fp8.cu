@@ -67,9 +67,10 @@ __device__ __forceinline__ uint2 to_e4m3(const float (&v)[kVec], float s) {
 }
 
 // One warp per row (rows from offsets[n_experts] on belong to no expert and are skipped), 8
-// columns a lane, 256 a step. Per (row, 128 columns): each half-warp's group in one pass, its
-// scale at the expert's k-block-major place (the row's expert by binary search over the offsets).
-// Per row: the row's amax first, then a second pass over the (cached) row.
+// columns a lane, 256 a step; the scales at the row's expert's k-block-major places (the expert by
+// binary search over the offsets). Per (row, 128 columns): each half-warp's group in one pass. Per
+// row: the row's amax first, then a second pass over the (cached) row, and its one scale written
+// for every 128 columns (CUTLASS's grouped kernel derives the scale layout from the problem shape).
 template <class Src>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     quantize_e4m3_kernel(uint8_t* q, float* scales, Src src, const int32_t* offsets, int64_t n_rows, int n_experts,
@@ -80,6 +81,20 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   const int64_t cols = src.cols, G = cols / kGroup;
   const auto* base = src.row(row);
   uint8_t* qrow = q + row * cols;
+  int64_t r0 = 0, m = 0;
+  {
+    int lo = 0, hi = n_experts - 1;  // the last expert whose first row is <= row
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) >> 1;
+      if (offsets[mid] <= row)
+        lo = mid;
+      else
+        hi = mid - 1;
+    }
+    r0 = offsets[lo];
+    m = offsets[lo + 1] - r0;
+  }
+  float* srow = scales + r0 * G + (row - r0);  // group g's scale at srow[g * m]
   float v[kVec];
   if (per_row) {
     float amax = 0;
@@ -96,21 +111,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
       src.load(v, base, c);
       *reinterpret_cast<uint2*>(qrow + c) = to_e4m3(v, s);
     }
-    if (lane == 0) scales[row] = s;
+    for (int64_t g = lane; g < G; g += 32) srow[g * m] = s;
     return;
-  }
-  int64_t r0 = 0, m = 0;
-  {
-    int lo = 0, hi = n_experts - 1;  // the last expert whose first row is <= row
-    while (lo < hi) {
-      const int mid = (lo + hi + 1) >> 1;
-      if (offsets[mid] <= row)
-        lo = mid;
-      else
-        hi = mid - 1;
-    }
-    r0 = offsets[lo];
-    m = offsets[lo + 1] - r0;
   }
   // cols % 128 == 0: a half-warp is wholly inside the row or wholly past it, and the warp's
   // shuffles stay converged (lanes past the end take part with zeros)
@@ -130,7 +132,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     const float s = amax > 0 ? amax / kE4m3MaxF : 1.0f;
     if (!in) continue;
     *reinterpret_cast<uint2*>(qrow + c) = to_e4m3(v, s);
-    if ((lane & 15) == 0) scales[r0 * G + (c / kGroup) * m + (row - r0)] = s;
+    if ((lane & 15) == 0) srow[(c / kGroup) * m] = s;
   }
 }
 
@@ -171,10 +173,9 @@ int64_t moe_grouped_matmul_fp8_workspace_bytes(int64_t n_experts) {
   return int64_t(grouped::fp8_workspace_bytes(n_experts, compute_sms(current_device())));
 }
 
-void moe_grouped_matmul_fp8(__nv_bfloat16* out, const uint8_t* in, const float* in_scales, bool in_per_row,
-                            const uint8_t* w, const float* w_scales, Fp8Scheme w_scheme, const int32_t* offsets,
-                            int64_t max_rows, int64_t n_experts, int64_t n_in, int64_t n_out, void* workspace,
-                            cudaStream_t stream) {
+void moe_grouped_matmul_fp8(__nv_bfloat16* out, const uint8_t* in, const float* in_scales, const uint8_t* w,
+                            const float* w_scales, Fp8Scheme w_scheme, const int32_t* offsets, int64_t max_rows,
+                            int64_t n_experts, int64_t n_in, int64_t n_out, void* workspace, cudaStream_t stream) {
   if (max_rows == 0 || n_out == 0) return;
   LFM2_CHECK(n_experts >= 1 && n_in % 128 == 0 && n_out % 128 == 0 && n_in > 0 && n_in < (int64_t(1) << 31) &&
                  n_out < (int64_t(1) << 31) && max_rows < (int64_t(1) << 31),
@@ -187,8 +188,8 @@ void moe_grouped_matmul_fp8(__nv_bfloat16* out, const uint8_t* in, const float* 
   LFM2_CHECK(aligned16(in) && aligned16(w) && aligned16(out) && aligned16(workspace) &&
                  reinterpret_cast<uintptr_t>(in_scales) % 4 == 0 && reinterpret_cast<uintptr_t>(w_scales) % 4 == 0,
              "moe_grouped_matmul_fp8: 16-byte aligned operands and a workspace");
-  grouped::run_fp8(out, in, in_scales, in_per_row, w, w_scales, w_scheme == Fp8Scheme::Channel, offsets, n_experts,
-                   n_in, n_out, workspace, compute_sms(device), device, stream);
+  grouped::run_fp8(out, in, in_scales, w, w_scales, w_scheme == Fp8Scheme::Channel, offsets, n_experts, n_in, n_out,
+                   workspace, compute_sms(device), device, stream);
 }
 
 template void moe_quantize_e4m3<__nv_bfloat16>(uint8_t*, float*, const __nv_bfloat16*, const int32_t*,

@@ -12,9 +12,9 @@
 namespace lfm2::cpu {
 
 // q (n_rows, cols) = e4m3(x[src] / s), src = src_row[r] (or r when null), s = amax / 448 of the row
-// (per_row) or of each 128 columns of it (amax 0: 1). Scales as cuda::moe_e4m3_scale_count says:
-// per_row scales[r]; else expert e's at scales + offsets[e] * (cols / 128), k-block major. Rows from
-// offsets[n_experts] on are skipped. cols a multiple of 128.
+// (per_row) or of each 128 columns of it (amax 0: 1). One scale per (row, 128 columns) (a row's one
+// scale repeated under per_row), expert e's at scales + offsets[e] * (cols / 128), k-block major.
+// Rows from offsets[n_experts] on are skipped. cols a multiple of 128.
 void moe_quantize_e4m3(uint8_t* q, float* scales, const float* x, const int32_t* src_row, const int32_t* offsets,
                        int64_t n_rows, int64_t n_experts, int64_t cols, bool per_row);
 
@@ -24,10 +24,10 @@ void moe_swiglu_quantize_e4m3(uint8_t* q, float* scales, const float* gate_up, c
                               int64_t n_rows, int64_t n_experts, int64_t inter, bool per_row);
 
 // out (rows, n_out) = deq(in) deq(W_e)^T for expert e's rows [offsets[e], offsets[e+1]); in_scales
-// per row or per 128 columns (moe_quantize_e4m3); w (n_experts, n_out, n_in) with w_scales
-// (n_experts, n_out) (Channel) or (n_experts, n_in / 128, n_out / 128) (Block128). n_in, n_out
-// multiples of 128.
-void moe_grouped_matmul_fp8(float* out, const uint8_t* in, const float* in_scales, bool in_per_row, const uint8_t* w,
+// as moe_quantize_e4m3 writes them; w (n_experts, n_out, n_in) with w_scales k-block major per
+// expert: (n_experts, n_in / 128, n_out) (Channel: each row's scale repeated per k block) or
+// (n_experts, n_in / 128, n_out / 128) (Block128). n_in, n_out multiples of 128.
+void moe_grouped_matmul_fp8(float* out, const uint8_t* in, const float* in_scales, const uint8_t* w,
                             const float* w_scales, Fp8Scheme w_scheme, const int32_t* offsets, int64_t n_experts,
                             int64_t n_in, int64_t n_out);
 

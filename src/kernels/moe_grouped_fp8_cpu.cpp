@@ -20,10 +20,7 @@ void quantize_row(uint8_t* q, float* scales, const float* v, int64_t r, int64_t 
     for (int64_t c = c0; c < c0 + group; ++c) amax = std::max(amax, std::fabs(v[c]));
     const float s = amax > 0 ? amax / kE4m3Max : 1.0f;
     for (int64_t c = c0; c < c0 + group; ++c) q[r * cols + c] = float_to_e4m3(v[c] / s);
-    if (per_row)
-      scales[r] = s;
-    else
-      scales[r0 * G + (c0 / kFp8Block) * m + (r - r0)] = s;
+    for (int64_t g = c0 / kFp8Block; g < (c0 + group) / kFp8Block; ++g) scales[r0 * G + g * m + (r - r0)] = s;
   }
 }
 
@@ -57,7 +54,7 @@ void moe_swiglu_quantize_e4m3(uint8_t* q, float* scales, const float* gate_up, c
   });
 }
 
-void moe_grouped_matmul_fp8(float* out, const uint8_t* in, const float* in_scales, bool in_per_row, const uint8_t* w,
+void moe_grouped_matmul_fp8(float* out, const uint8_t* in, const float* in_scales, const uint8_t* w,
                             const float* w_scales, Fp8Scheme w_scheme, const int32_t* offsets, int64_t n_experts,
                             int64_t n_in, int64_t n_out) {
   LFM2_CHECK(n_in % kFp8Block == 0 && n_out % kFp8Block == 0, "moe_grouped_matmul_fp8: ", n_in, " -> ", n_out,
@@ -68,7 +65,7 @@ void moe_grouped_matmul_fp8(float* out, const uint8_t* in, const float* in_scale
   for (int64_t e = 0; e < n_experts; ++e) {
     const int64_t r0 = offsets[e], m = offsets[e + 1] - r0;
     if (m == 0) continue;
-    const float* se = w_scales + e * (channel ? n_out : KB * NB);
+    const float* se = w_scales + e * KB * (channel ? n_out : NB);
     for (int64_t i = 0; i < n_out * n_in; ++i) wf[size_t(i)] = e4m3_to_float(w[e * n_out * n_in + i]);
     for (int64_t r = r0; r < r0 + m; ++r) {
       for (int64_t k = 0; k < n_in; ++k) a[size_t(k)] = e4m3_to_float(in[r * n_in + k]);
@@ -78,9 +75,9 @@ void moe_grouped_matmul_fp8(float* out, const uint8_t* in, const float* in_scale
         for (int64_t kb = 0; kb < KB; ++kb) {
           float part = 0;
           for (int64_t k = kb * kFp8Block; k < (kb + 1) * kFp8Block; ++k) part += a[size_t(k)] * wn[k];
-          const float sa = in_per_row ? in_scales[r] : in_scales[r0 * KB + kb * m + (r - r0)];
+          const float sa = in_scales[r0 * KB + kb * m + (r - r0)];
           // the GPU's order: (sum x scale_a) x scale_w per channel, sum x (scale_a x scale_w) per block
-          acc += channel ? part * sa * se[n] : part * (sa * se[kb * NB + n / kFp8Block]);
+          acc += channel ? part * sa * se[kb * n_out + n] : part * (sa * se[kb * NB + n / kFp8Block]);
         }
         out[r * n_out + n] = acc;
       }

@@ -16,7 +16,7 @@ namespace {
 constexpr int64_t kAlign = 256;
 int64_t align_up(int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
-// Byte offsets. The scales are sized for per (row, 128 columns), the larger of the two layouts.
+// Byte offsets.
 struct Layout {
   int64_t offsets, src_token, dest_row, permute, grouped_ws, q_in, s_in, gate_up, q_act, s_act, total;
 };
@@ -31,11 +31,11 @@ Layout layout(int64_t n_tokens, int64_t hidden, int64_t n_experts, int64_t inter
   l.grouped_ws = l.permute + align_up(moe_permute_scratch_ints(n_tokens, n_experts, top_k) * 4);
   l.q_in = l.grouped_ws + align_up(moe_grouped_matmul_fp8_workspace_bytes(n_experts));
   l.s_in = l.q_in + align_up(P * hidden);
-  l.gate_up = l.s_in + align_up(moe_e4m3_scale_count(P, hidden, false) * 4);
+  l.gate_up = l.s_in + align_up(moe_e4m3_scale_count(P, hidden) * 4);
   // gate_up (P, 2 inter) bf16 is dead after the SwiGLU, so the expert outputs (P, hidden) reuse it
   l.q_act = l.gate_up + align_up(P * std::max(2 * inter, hidden) * 2);
   l.s_act = l.q_act + align_up(P * inter);
-  l.total = l.s_act + align_up(moe_e4m3_scale_count(P, inter, false) * 4);
+  l.total = l.s_act + align_up(moe_e4m3_scale_count(P, inter) * 4);
   return l;
 }
 
@@ -69,10 +69,10 @@ void moe_experts_fp8(float* x, const T* in, const uint8_t* w13, const float* s13
               stream);
   moe_quantize_e4m3<T>(bytes(l.q_in), floats(l.s_in), in, ints(l.src_token), offsets, P, n_experts, hidden, per_row,
                        stream);
-  moe_grouped_matmul_fp8(gate_up, bytes(l.q_in), floats(l.s_in), per_row, w13, s13, scheme, offsets, P, n_experts,
+  moe_grouped_matmul_fp8(gate_up, bytes(l.q_in), floats(l.s_in), w13, s13, scheme, offsets, P, n_experts,
                          hidden, 2 * inter, ws, stream);
   moe_swiglu_quantize_e4m3(bytes(l.q_act), floats(l.s_act), gate_up, offsets, P, n_experts, inter, per_row, stream);
-  moe_grouped_matmul_fp8(expert_out, bytes(l.q_act), floats(l.s_act), per_row, w2, s2, scheme, offsets, P, n_experts,
+  moe_grouped_matmul_fp8(expert_out, bytes(l.q_act), floats(l.s_act), w2, s2, scheme, offsets, P, n_experts,
                          inter, hidden, ws, stream);
   moe_combine<__nv_bfloat16>(x, expert_out, ints(l.dest_row), weights, n_tokens, top_k, hidden, stream);
 }

@@ -4,13 +4,12 @@
 // pointers and scale layouts:
 //   A_e = in + offsets[e] * K            e4m3 row-major (M_e, K)
 //   SFA_e = in_scales + offsets[e] * K/128   (K/128, M_e) fp32: one per (row, 128 columns)
-//         = in_scales + offsets[e]           (M_e), its k-block stride 0: one per row
 //   B_e = W + e * N * K                  e4m3 (N, K) K-contiguous
 //   SFB_e = w_scales + e * (K/128)(N/128)    (K/128, N/128): one per 128 x 128 block (block128)
-//         = w_scales + e * N                 (N), its k-block stride 0: one per output row (channel)
+//         = w_scales + e * (K/128) N         (K/128, N): one per output row and k block (channel)
 //   D_e = out + offsets[e] * N           bf16 row-major (M_e, N)
-// A stride of 0 along k reads the same scale for every 128-deep block, so per-row and per-channel
-// scales need no copies. Tiles 128 x 128 x 128 (one scale block deep), cooperative, cluster 1 x 2;
+// CUTLASS's grouped kernel derives the scale layouts from each problem's shape (it ignores the
+// layout arguments), so per-row and per-channel scales come repeated per k block. Tiles 128 x 128 x 128 (one scale block deep), cooperative, cluster 1 x 2;
 // fp32 accumulation with the scales applied per 128-deep block (CUTLASS's software promotion), D =
 // acc (no C operand). Two kernels: weight scales per 128 output rows (block128) or per row (channel).
 #include <algorithm>
@@ -110,10 +109,9 @@ __host__ __device__ T* at(void* ws, size_t off) {
   return reinterpret_cast<T*>(static_cast<char*>(ws) + off);
 }
 
-// in_per_row: one activation scale per row (else per row and 128 columns); the weight scales per
-// K8's GranN.
+// The weight scales per K8's GranN output rows.
 template <class K8>
-__global__ void fp8_setup_kernel(void* ws, const int32_t* offsets, int n_experts, int n, int k, bool in_per_row,
+__global__ void fp8_setup_kernel(void* ws, const int32_t* offsets, int n_experts, int n, int k,
                                  const typename K8::ElementA* a, const float* sfa, const typename K8::ElementB* b,
                                  const float* sfb, typename K8::ElementD* d) {
   using ElementA = typename K8::ElementA;
@@ -133,8 +131,8 @@ __global__ void fp8_setup_kernel(void* ws, const int32_t* offsets, int n_experts
     at<Shape3>(ws, l.shapes)[e] = Shape3(m, n, k);
     at<const ElementA*>(ws, l.ptr_a)[e] = a + int64_t(r0) * k;
     at<const ElementB*>(ws, l.ptr_b)[e] = b + int64_t(e) * n * k;
-    at<const float*>(ws, l.ptr_sfa)[e] = sfa + int64_t(r0) * (in_per_row ? 1 : kb);
-    at<const float*>(ws, l.ptr_sfb)[e] = sfb + int64_t(e) * (kChannel ? n : kb * nb);
+    at<const float*>(ws, l.ptr_sfa)[e] = sfa + int64_t(r0) * kb;
+    at<const float*>(ws, l.ptr_sfb)[e] = sfb + int64_t(e) * kb * (kChannel ? n : nb);
     at<ElementD*>(ws, l.ptr_d)[e] = d + int64_t(r0) * n;
     StrideA sa{};
     StrideB sb{};
@@ -145,12 +143,9 @@ __global__ void fp8_setup_kernel(void* ws, const int32_t* offsets, int n_experts
     at<StrideA>(ws, l.stride_a)[e] = sa;
     at<StrideB>(ws, l.stride_b)[e] = sb;
     at<StrideD>(ws, l.stride_d)[e] = sd;
-    LayoutSFA lsa = K8::ScaleConfig::tile_atom_to_shape_SFA(make_shape(m, n, k, 1));
-    LayoutSFB lsb = K8::ScaleConfig::tile_atom_to_shape_SFB(make_shape(m, n, k, 1));
-    if (in_per_row) cute::get<1, 1>(lsa.stride()) = 0;  // the row's one scale for every k block
-    if (kChannel) cute::get<1, 1>(lsb.stride()) = 0;    // the output row's one scale for every k block
-    at<LayoutSFA>(ws, l.layout_sfa)[e] = lsa;
-    at<LayoutSFB>(ws, l.layout_sfb)[e] = lsb;
+    // (the grouped kernel derives the scale layouts from the shapes again; kept for its arguments)
+    at<LayoutSFA>(ws, l.layout_sfa)[e] = K8::ScaleConfig::tile_atom_to_shape_SFA(make_shape(m, n, k, 1));
+    at<LayoutSFB>(ws, l.layout_sfb)[e] = K8::ScaleConfig::tile_atom_to_shape_SFB(make_shape(m, n, k, 1));
   }
 }
 
@@ -189,10 +184,10 @@ size_t workspace_of(int64_t n_experts, int sm_count) {
 }
 
 template <class K8>
-void run_kernel(__nv_bfloat16* out, const uint8_t* in, const float* in_scales, bool in_per_row, const uint8_t* w,
+void run_kernel(__nv_bfloat16* out, const uint8_t* in, const float* in_scales, const uint8_t* w,
                 const float* w_scales, const int32_t* offsets, int64_t n_experts, int64_t n_in, int64_t n_out,
                 void* workspace, int sm_count, int device, cudaStream_t stream) {
-  fp8_setup_kernel<K8><<<1, 128, 0, stream>>>(workspace, offsets, int(n_experts), int(n_out), int(n_in), in_per_row,
+  fp8_setup_kernel<K8><<<1, 128, 0, stream>>>(workspace, offsets, int(n_experts), int(n_out), int(n_in),
                                               reinterpret_cast<const typename K8::ElementA*>(in), in_scales,
                                               reinterpret_cast<const typename K8::ElementB*>(w), w_scales,
                                               reinterpret_cast<typename K8::ElementD*>(out));
@@ -215,14 +210,14 @@ size_t fp8_workspace_bytes(int64_t n_experts, int sm_count) {
   return std::max(workspace_of<Fp8Kernel<128>>(n_experts, sm_count), workspace_of<Fp8Kernel<1>>(n_experts, sm_count));
 }
 
-void run_fp8(__nv_bfloat16* out, const uint8_t* in, const float* in_scales, bool in_per_row, const uint8_t* w,
+void run_fp8(__nv_bfloat16* out, const uint8_t* in, const float* in_scales, const uint8_t* w,
              const float* w_scales, bool w_per_channel, const int32_t* offsets, int64_t n_experts, int64_t n_in,
              int64_t n_out, void* workspace, int sm_count, int device, cudaStream_t stream) {
   if (w_per_channel)
-    run_kernel<Fp8Kernel<1>>(out, in, in_scales, in_per_row, w, w_scales, offsets, n_experts, n_in, n_out, workspace,
+    run_kernel<Fp8Kernel<1>>(out, in, in_scales, w, w_scales, offsets, n_experts, n_in, n_out, workspace,
                              sm_count, device, stream);
   else
-    run_kernel<Fp8Kernel<128>>(out, in, in_scales, in_per_row, w, w_scales, offsets, n_experts, n_in, n_out,
+    run_kernel<Fp8Kernel<128>>(out, in, in_scales, w, w_scales, offsets, n_experts, n_in, n_out,
                                workspace, sm_count, device, stream);
 }
 

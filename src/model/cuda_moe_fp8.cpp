@@ -71,13 +71,11 @@ void moe_fp8_prompt_rows(float* x, const T* in, const DeviceLayerWeights<T>& lw,
                                     stream);
     return;
   }
-  // block128: the scales transposed at upload (k-block major); channel: the file's, one per row
-  const bool block = scheme == Fp8Scheme::Block128;
-  const float* s13 = block ? lw.experts_w13_st : lw.experts_w13_s;
-  const float* s2 = block ? lw.experts_w2_st : lw.experts_w2_s;
-  LFM2_CHECK(s13 && s2, "layer ", lw.il, ": the FP8 experts' block scales were not transposed at upload");
-  cuda::moe_experts_fp8<T>(x, in, lw.experts_w13_q, s13, lw.experts_w2_q, s2, scheme, experts, weights, n, d.hidden,
-                           d.n_experts, d.inter, d.top_k, scratch, stream);
+  // the scales laid out k-block major at upload (cuda_weights.h)
+  LFM2_CHECK(lw.experts_w13_st && lw.experts_w2_st, "layer ", lw.il,
+             ": the FP8 experts' scales were not laid out for the grouped GEMM at upload");
+  cuda::moe_experts_fp8<T>(x, in, lw.experts_w13_q, lw.experts_w13_st, lw.experts_w2_q, lw.experts_w2_st, scheme,
+                           experts, weights, n, d.hidden, d.n_experts, d.inter, d.top_k, scratch, stream);
 }
 
 #define LFM2_MOE_FP8(T)                                                                                           \

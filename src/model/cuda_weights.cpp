@@ -87,15 +87,15 @@ void DeviceWeights<T>::upload(WeightReader& reader, const StageLayers& stage, in
       offsets.push_back(up.reserve(paths, dtype_of<Pointee<decltype(member)>>(), interleave));
     });
   }
-  // The prompt rows' FP8 grouped GEMM reads block scales k-block major: transposed here, once.
-  const bool scales_kn = fp8_experts && cfg.fp8.scheme == Fp8Scheme::Block128 &&
-                         cfg.hidden_size % kFp8Block == 0 && cfg.moe_intermediate_size % kFp8Block == 0;
+  // The prompt rows' FP8 grouped GEMM reads the scales k-block major: laid out here, once.
+  const bool scales_kn =
+      fp8_experts && cfg.hidden_size % kFp8Block == 0 && cfg.moe_intermediate_size % kFp8Block == 0;
   std::vector<std::pair<int64_t, int64_t>> off_kn(layers.size(), {-1, -1});  // w13's, w2's
   for (size_t li = 0; li < layers.size() && scales_kn; ++li)
     if (layers[li].is_moe) {
       const int il = layers[li].il;
-      off_kn[li] = {up.reserve_block_scales_kn({layer_path(il, names::kExpertsW1), layer_path(il, names::kExpertsW3)}),
-                    up.reserve_block_scales_kn({layer_path(il, names::kExpertsW2)})};
+      off_kn[li] = {up.reserve_scales_kn({layer_path(il, names::kExpertsW1), layer_path(il, names::kExpertsW3)}),
+                    up.reserve_scales_kn({layer_path(il, names::kExpertsW2)})};
     }
   tied_ = cfg.tie_word_embeddings;
   int64_t off_embed = -1, off_norm = -1, off_head = -1;

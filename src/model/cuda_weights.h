@@ -53,9 +53,10 @@ struct DeviceLayerWeights {
   const float* experts_w13_s = nullptr;
   const uint8_t* experts_w2_q = nullptr;
   const float* experts_w2_s = nullptr;
-  // block128 with hidden and inter multiples of 128: the same block scales per expert transposed
-  // to (cols / 128, rows / 128), k-block major (w13: (H / 128, 2 Im / 128)), as the prompt rows'
-  // FP8 grouped GEMM reads them (kernels/cuda/grouped_gemm_fp8.h); else null.
+  // With hidden and inter multiples of 128: the same scales per expert k-block major, as the
+  // prompt rows' FP8 grouped GEMM reads them (kernels/cuda/grouped_gemm_fp8.h): block128 the blocks
+  // transposed (w13: (H / 128, 2 Im / 128)), channel each row's scale repeated per 128 columns
+  // (w13: (H / 128, 2 Im)); else null.
   const float* experts_w13_st = nullptr;
   const float* experts_w2_st = nullptr;
 };

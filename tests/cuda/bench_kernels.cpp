@@ -67,7 +67,7 @@ void bench_moe_fp8(cudaStream_t s, int64_t n_tokens, const Fp8BenchIn& b, double
   auto* w2 = dev_alloc<uint8_t>(E * H * Im);
   CUDA_CHECK(cudaMemset(w13, 0x3a, size_t(E * 2 * Im * H)));  // e4m3 0x3a = 1.25: valid, not zero
   CUDA_CHECK(cudaMemset(w2, 0xb4, size_t(E * H * Im)));      // -0.75
-  std::vector<float> ones(size_t(E * 2 * Im), 1e-3f);        // the larger of both schemes' counts
+  std::vector<float> ones(size_t(E * (H / 128) * 2 * Im), 1e-3f);  // the larger of both schemes' counts
   auto* s13 = dev_alloc<float>(int64_t(ones.size()));
   auto* s2 = dev_alloc<float>(int64_t(ones.size()));
   CUDA_CHECK(cudaMemcpy(s13, ones.data(), ones.size() * 4, cudaMemcpyHostToDevice));
@@ -88,10 +88,10 @@ void bench_moe_fp8(cudaStream_t s, int64_t n_tokens, const Fp8BenchIn& b, double
     for (int pass = 0; pass < 2; ++pass) {
       const int32_t* o = pass == 0 ? b.bal : b.off;
       const double t1 = median_ms(s, [&] {
-        cuda::moe_grouped_matmul_fp8(gu, q1, sa1, per_row, w13, s13, scheme, o, P, E, H, 2 * Im, ws, s);
+        cuda::moe_grouped_matmul_fp8(gu, q1, sa1, w13, s13, scheme, o, P, E, H, 2 * Im, ws, s);
       });
       const double t2 = median_ms(s, [&] {
-        cuda::moe_grouped_matmul_fp8(gu, q2, sa2, per_row, w2, s2, scheme, o, P, E, Im, H, ws, s);
+        cuda::moe_grouped_matmul_fp8(gu, q2, sa2, w2, s2, scheme, o, P, E, Im, H, ws, s);
       });
       std::printf("fp8   moe %5lld tok %-8s %-8s gate_up %s | down %s | both %s | gather+quantize %.3f, "
                   "swiglu+quantize %.3f ms\n",

@@ -29,8 +29,9 @@ namespace {
 
 using namespace test;
 
-// Expert e's weights (n_out, n_in) quantized under scheme; the scales as the GPU kernel reads them
-// (channel: as quantized; block128: transposed per expert to (n_in / 128, n_out / 128)).
+// Expert e's weights (n_out, n_in) quantized under scheme; the scales as the GPU kernel reads them,
+// k-block major per expert (channel: each row's repeated, (n_in / 128, n_out); block128:
+// transposed to (n_in / 128, n_out / 128)).
 struct Experts {
   std::vector<uint8_t> q;
   std::vector<float> s;
@@ -39,15 +40,15 @@ struct Experts {
 Experts make_experts(int64_t E, int64_t n_out, int64_t n_in, Fp8Scheme scheme, uint64_t seed) {
   const auto w = rand_vec(size_t(E * n_out * n_in), seed, 0.05f);
   const int64_t NB = n_out / 128, KB = n_in / 128;
-  const int64_t per = scheme == Fp8Scheme::Channel ? n_out : NB * KB;
-  Experts x{std::vector<uint8_t>(w.size()), std::vector<float>(size_t(E * per))};
+  const bool channel = scheme == Fp8Scheme::Channel;
+  const int64_t per = channel ? n_out : NB * KB;
+  Experts x{std::vector<uint8_t>(w.size()), std::vector<float>(size_t(E * KB * (channel ? n_out : NB)))};
   std::vector<float> s(static_cast<size_t>(per));
   for (int64_t e = 0; e < E; ++e) {
     fp8_quantize(x.q.data() + e * n_out * n_in, s.data(), w.data() + e * n_out * n_in, n_out, n_in, scheme);
-    for (int64_t i = 0; i < per; ++i) {
-      const int64_t at = scheme == Fp8Scheme::Channel ? i : (i % KB) * NB + i / KB;  // (nb, kb) -> (kb, nb)
-      x.s[size_t(e * per + at)] = s[size_t(i)];
-    }
+    for (int64_t kb = 0; kb < KB; ++kb)
+      for (int64_t n = 0; n < (channel ? n_out : NB); ++n)  // (kb, n) <- channel (n); block128 (nb, kb)
+        x.s[size_t((e * KB + kb) * (channel ? n_out : NB) + n)] = s[size_t(channel ? n : n * KB + kb)];
   }
   return x;
 }
@@ -78,12 +79,12 @@ TYPED_TEST_SUITE(CudaFp8Grouped, HalfTypes, ElemNames);
 TYPED_TEST(CudaFp8Grouped, QuantizeMatchesCpu) {
   using T = TypeParam;
   const std::vector<int32_t> offsets = {0, 70, 70, 181, 250, 300};  // expert 1 empty
-  const int64_t E = int64_t(offsets.size()) - 1, rows = offsets.back(), cols = 384, n_src = 120;
+  const int64_t E = int64_t(offsets.size()) - 1, rows = offsets.back(), cols = 384, n_src = rows;
   auto x = rand_vec(size_t(n_src * cols), 5, 3.f);
   std::fill(x.begin() + 75 * cols + 128, x.begin() + 75 * cols + 256, 0.f);  // a zero group: scale 1
   x[size_t(9 * cols + 3)] = 1e4f;                                             // a large one: 448 exactly
   std::vector<int32_t> src(static_cast<size_t>(rows));
-  for (int64_t r = 0; r < rows; ++r) src[size_t(r)] = int32_t((r * 37 + 11) % n_src);  // the gather, repeats too
+  for (int64_t r = 0; r < rows; ++r) src[size_t(r)] = int32_t((r * 37 + 11) % 120);  // the gather, repeats too
   const auto raw = round_to<T>(x);
   DevBuf<T> d_x(raw.size());
   DevBuf<int32_t> d_off(offsets.size()), d_src(src.size());
@@ -95,7 +96,7 @@ TYPED_TEST(CudaFp8Grouped, QuantizeMatchesCpu) {
   for (const bool per_row : {false, true})
     for (const bool gather : {false, true}) {
       SCOPED_TRACE(cat(per_row ? "per row" : "per 128 columns", gather ? ", gathered" : ""));
-      const int64_t n_s = cuda::moe_e4m3_scale_count(rows, cols, per_row);
+      const int64_t n_s = cuda::moe_e4m3_scale_count(rows, cols);
       cuda::moe_quantize_e4m3(d_q.get(), d_s.get(), d_x.get(), gather ? d_src.get() : nullptr, d_off.get(), rows, E,
                               cols, per_row, this->stream_);
       this->sync();
@@ -121,7 +122,7 @@ TEST_F(CudaTest, Fp8SwigluQuantizeMatchesCpu) {
   upload(d_off, offsets);
   for (const bool per_row : {false, true}) {
     SCOPED_TRACE(per_row ? "per row" : "per 128 columns");
-    const int64_t n_s = cuda::moe_e4m3_scale_count(rows, inter, per_row);
+    const int64_t n_s = cuda::moe_e4m3_scale_count(rows, inter);
     cuda::moe_swiglu_quantize_e4m3(d_q.get(), d_s.get(), d_gu.get(), d_off.get(), rows, E, inter, per_row,
                                    this->stream_);
     this->sync();
@@ -174,13 +175,13 @@ TYPED_TEST(CudaFp8Grouped, ProductMatchesCpu) {
         upload(d_sw, w.s);
         cuda::moe_quantize_e4m3(d_q.get(), d_sa.get(), d_x.get(), nullptr, d_off.get(), rows, E, c.n_in, per_row,
                                 this->stream_);
-        cuda::moe_grouped_matmul_fp8(d_out.get(), d_q.get(), d_sa.get(), per_row, d_w.get(), d_sw.get(), scheme,
+        cuda::moe_grouped_matmul_fp8(d_out.get(), d_q.get(), d_sa.get(), d_w.get(), d_sw.get(), scheme,
                                      d_off.get(), rows, E, c.n_in, c.n_out, ws.get(), this->stream_);
         this->sync();
         std::vector<uint8_t> q(size_t(rows * c.n_in));
         std::vector<float> sa(size_t(rows * c.n_in / 128)), want(size_t(rows * c.n_out));
         cpu::moe_quantize_e4m3(q.data(), sa.data(), x.data(), nullptr, c.offsets.data(), rows, E, c.n_in, per_row);
-        cpu::moe_grouped_matmul_fp8(want.data(), q.data(), sa.data(), per_row, w.q.data(), w.s.data(), scheme,
+        cpu::moe_grouped_matmul_fp8(want.data(), q.data(), sa.data(), w.q.data(), w.s.data(), scheme,
                                     c.offsets.data(), E, c.n_in, c.n_out);
         EXPECT_TRUE(close_t<__nv_bfloat16>(download(d_out.get(), want.size()), want));
       }
@@ -198,33 +199,27 @@ TYPED_TEST(CudaFp8Grouped, ExpertsMatchTheOracle) {
       SCOPED_TRACE(cat(n, " tokens, H ", H, ", E ", E, ", I ", I, ", top-", k, ", ", fp8_scheme_name(scheme)));
       const Experts w1 = make_experts(E, I, H, scheme, 50), w3 = make_experts(E, I, H, scheme, 51);
       const Experts w2 = make_experts(E, H, I, scheme, 52);
-      // the GPU's w13: per expert w1's rows then w3's; its scales likewise (block128: the transposed
-      // blocks of w1 then w3 per k block)
+      // the GPU's w13: per expert w1's rows then w3's; its scales likewise per k block
       Experts w13{std::vector<uint8_t>(size_t(E * 2 * I * H)), {}};
-      const int64_t KB = H / 128, NBi = I / 128;
+      const int64_t KB = H / 128, Ns = scheme == Fp8Scheme::Channel ? I : I / 128;  // scale rows of w1
       for (int64_t e = 0; e < E; ++e) {
         std::copy_n(w1.q.begin() + e * I * H, I * H, w13.q.begin() + e * 2 * I * H);
         std::copy_n(w3.q.begin() + e * I * H, I * H, w13.q.begin() + e * 2 * I * H + I * H);
-        if (scheme == Fp8Scheme::Channel) {
-          w13.s.insert(w13.s.end(), w1.s.begin() + e * I, w1.s.begin() + (e + 1) * I);
-          w13.s.insert(w13.s.end(), w3.s.begin() + e * I, w3.s.begin() + (e + 1) * I);
-        } else {
-          for (int64_t kb = 0; kb < KB; ++kb) {
-            const int64_t at = (e * KB + kb) * NBi;
-            w13.s.insert(w13.s.end(), w1.s.begin() + at, w1.s.begin() + at + NBi);
-            w13.s.insert(w13.s.end(), w3.s.begin() + at, w3.s.begin() + at + NBi);
-          }
+        for (int64_t kb = 0; kb < KB; ++kb) {
+          const int64_t at = (e * KB + kb) * Ns;
+          w13.s.insert(w13.s.end(), w1.s.begin() + at, w1.s.begin() + at + Ns);
+          w13.s.insert(w13.s.end(), w3.s.begin() + at, w3.s.begin() + at + Ns);
         }
       }
       // the oracle's fp32 experts: e4m3 x scale
       auto deq = [&](const Experts& x, int64_t rows, int64_t cols) {
         std::vector<float> out(x.q.size());
-        const int64_t NB = rows / 128, CB = cols / 128;
+        const bool channel = scheme == Fp8Scheme::Channel;
+        const int64_t NS = channel ? rows : rows / 128, CB = cols / 128;
         for (int64_t e = 0; e < E; ++e)
           for (int64_t r = 0; r < rows; ++r)
             for (int64_t c = 0; c < cols; ++c) {
-              const float s = scheme == Fp8Scheme::Channel ? x.s[size_t(e * rows + r)]
-                                                           : x.s[size_t((e * CB + c / 128) * NB + r / 128)];
+              const float s = x.s[size_t((e * CB + c / 128) * NS + (channel ? r : r / 128))];
               out[size_t((e * rows + r) * cols + c)] = e4m3_to_float(x.q[size_t((e * rows + r) * cols + c)]) * s;
             }
         return out;

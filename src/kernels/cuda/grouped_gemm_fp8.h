@@ -19,14 +19,12 @@
 namespace lfm2::cuda {
 
 // The activation scales' layout for rows grouped by expert (offsets[e] .. offsets[e+1] - 1 are
-// expert e's; rows from offsets[n_experts] on belong to none):
-//   per_row:  scales[row], one per row (every row below n_rows gets one);
-//   else:     one per (row, 128 columns), expert e's block at scales + offsets[e] * (cols / 128),
-//             k-block major ((cols / 128) runs of its M_e rows): CUTLASS's sm90 scales are MN-major.
-// Floats needed: n_rows (per_row) or n_rows * cols / 128.
-inline int64_t moe_e4m3_scale_count(int64_t n_rows, int64_t cols, bool per_row) {
-  return per_row ? n_rows : n_rows * (cols / 128);
-}
+// expert e's; rows from offsets[n_experts] on belong to none and get nothing): one per (row, 128
+// columns), expert e's block at scales + offsets[e] * (cols / 128), k-block major ((cols / 128)
+// runs of its M_e rows): CUTLASS's sm90 scales are MN-major, and its grouped kernel derives their
+// layout from the problem shape, so a per-row scale is written once for every 128 columns.
+// Floats: n_rows * cols / 128.
+inline int64_t moe_e4m3_scale_count(int64_t n_rows, int64_t cols) { return n_rows * (cols / 128); }
 
 // q (n_rows, cols) = e4m3(x[src] / s) rounded to nearest even, saturating, s = amax / 448 of the
 // row (per_row) or of each 128 columns of it (amax 0: s = 1), fp8_quantize's rule; src = src_row[r]
@@ -41,18 +39,18 @@ void moe_quantize_e4m3(uint8_t* q, float* scales, const T* x, const int32_t* src
 void moe_swiglu_quantize_e4m3(uint8_t* q, float* scales, const __nv_bfloat16* gate_up, const int32_t* offsets,
                               int64_t n_rows, int64_t n_experts, int64_t inter, bool per_row, cudaStream_t stream);
 
-// out (rows, n_out) = deq(in) deq(W_e)^T for expert e's rows: in and in_scales (in_per_row or per
-// 128 columns) from moe_quantize_e4m3, W (n_experts, n_out, n_in) e4m3 with w_scales under
-// w_scheme: Channel (n_experts, n_out), the weight file's; Block128 (n_experts, n_in / 128,
-// n_out / 128), each expert's 128 x 128 block scales k-block major (the transpose of the file's
-// (n_out / 128, n_in / 128): DeviceLayerWeights::experts_w13_st). n_in, n_out multiples of 128;
+// out (rows, n_out) = deq(in) deq(W_e)^T for expert e's rows: in and in_scales from
+// moe_quantize_e4m3, W (n_experts, n_out, n_in) e4m3 with w_scales under
+// w_scheme, k-block major per expert (DeviceLayerWeights::experts_w13_st): Channel (n_experts,
+// n_in / 128, n_out), each output row's scale repeated for every 128-deep k block; Block128
+// (n_experts, n_in / 128, n_out / 128), the transpose of the file's 128 x 128 block scales
+// (n_out / 128, n_in / 128). n_in, n_out multiples of 128;
 // Hopper (sm_90a). workspace: moe_grouped_matmul_fp8_workspace_bytes. Queues two kernels (argument
 // setup, the GEMM); never allocates or synchronises. A row's bits depend on that row alone.
 int64_t moe_grouped_matmul_fp8_workspace_bytes(int64_t n_experts);
-void moe_grouped_matmul_fp8(__nv_bfloat16* out, const uint8_t* in, const float* in_scales, bool in_per_row,
-                            const uint8_t* w, const float* w_scales, Fp8Scheme w_scheme, const int32_t* offsets,
-                            int64_t max_rows, int64_t n_experts, int64_t n_in, int64_t n_out, void* workspace,
-                            cudaStream_t stream);
+void moe_grouped_matmul_fp8(__nv_bfloat16* out, const uint8_t* in, const float* in_scales, const uint8_t* w,
+                            const float* w_scales, Fp8Scheme w_scheme, const int32_t* offsets, int64_t max_rows,
+                            int64_t n_experts, int64_t n_in, int64_t n_out, void* workspace, cudaStream_t stream);
 
 // The routed experts of prompt rows on the FP8 tensor cores, moe_experts with e4m3 experts: x
 // (n_tokens, hidden) fp32 += experts(in). The permutation by expert; the gather into expert order
@@ -75,7 +73,7 @@ void moe_experts_fp8(float* x, const T* in, const uint8_t* w13, const float* s13
 // the argument arrays + CUTLASS's workspace, and the kernel on arguments already checked.
 namespace lfm2::cuda::grouped {
 size_t fp8_workspace_bytes(int64_t n_experts, int sm_count);
-void run_fp8(__nv_bfloat16* out, const uint8_t* in, const float* in_scales, bool in_per_row, const uint8_t* w,
+void run_fp8(__nv_bfloat16* out, const uint8_t* in, const float* in_scales, const uint8_t* w,
              const float* w_scales, bool w_per_channel, const int32_t* offsets, int64_t n_experts, int64_t n_in,
              int64_t n_out, void* workspace, int sm_count, int device, cudaStream_t stream);
 }  // namespace lfm2::cuda::grouped
