@@ -9,9 +9,10 @@
 //         = w_scales + e * (K/128) N         (K/128, N): one per output row and k block (channel)
 //   D_e = out + offsets[e] * N           bf16 row-major (M_e, N)
 // CUTLASS's grouped kernel derives the scale layouts from each problem's shape (it ignores the
-// layout arguments), so per-row and per-channel scales come repeated per k block. Tiles 128 x 128 x 128 (one scale block deep), cooperative, cluster 1 x 2;
-// fp32 accumulation with the scales applied per 128-deep block (CUTLASS's software promotion), D =
-// acc (no C operand). Two kernels: weight scales per 128 output rows (block128) or per row (channel).
+// layout arguments), so per-row and per-channel scales come repeated per k block. Tiles 128 x 128 x
+// 128 (one scale block deep), cooperative, cluster 1 x 2; fp32 accumulation with the scales
+// applied per 128-deep block (CUTLASS's software promotion), D = acc (no C operand). Two kernels:
+// weight scales per 128 output rows (block128) or per row (channel).
 #include <algorithm>
 
 #include <cuda_runtime.h>
