@@ -147,6 +147,13 @@ int64_t pool_capacity(Startup& s) {
 }
 
 // This rank's stage, transport and job; the last rank's answers.
+// What an FP8 file holds, for the load line: "; fp8 e4m3 experts, scales per output channel".
+std::string fp8_note(const Fp8Weights& f) {
+  if (!f.on) return "";
+  return cat("; fp8 e4m3 ", f.projections ? "experts and projections" : "experts", ", scales per ",
+             f.scheme == Fp8Scheme::Channel ? "output channel" : "128 x 128 block");
+}
+
 void load(Startup& s) {
   RankSetup& j = s.job;
   const RankOptions& opt = j.opt;
@@ -159,7 +166,7 @@ void load(Startup& s) {
   s.facts.bytes_read = s.weights->bytes_read();
   s.facts.load_us = s.backend.load_us;
   log_info(cat("read ", mib(s.facts.bytes_read), " of weights (layers ", stage.layer_begin, "-", stage.layer_end - 1,
-               ") from ", s.weight_path, " in ", s.backend.load_us / 1000, " ms",
+               fp8_note(j.cfg.fp8), ") from ", s.weight_path, " in ", s.backend.load_us / 1000, " ms",
                opt.verify_weights ? "" : " (digests not checked: --verify-weights off)"));
   // The rank that writes the output reads the answers: the job's last (continuous: its first).
   if ((j.continuous ? j.world.is_first() : j.world.is_last()) && !opt.answers.empty()) {
