@@ -1,6 +1,7 @@
 // The FP8 grouped GEMM's launchers (grouped_gemm_fp8.h): the e4m3 quantization of expert-ordered
-// rows with one scale per (row, 128 columns), and the checked call into the CUTLASS kernel
-// (moe_grouped_gemm_fp8.cu). Not yet used by the stage (issue 23's prefill).
+// rows, fused into the gather (gate/up's input) or the SwiGLU (down's input), with one scale per
+// row or per (row, 128 columns), and the checked call into the CUTLASS kernel
+// (moe_grouped_gemm_fp8.cu).
 #include <cuda_fp8.h>
 
 #include "common/cuda_check.h"
@@ -12,34 +13,76 @@ namespace lfm2::cuda {
 namespace {
 
 constexpr int kGroup = 128;          // columns per scale
+constexpr int kVec = 8;              // columns per lane and load (16 bytes of a 16-bit type)
+constexpr int kChunk = 32 * kVec;    // columns per warp step: two groups, a half-warp each
 constexpr float kE4m3MaxF = 448.0f;  // largest finite e4m3
 constexpr int kWarpsPerBlock = 8;
 
-// One warp per (row, group of 128 columns), 4 columns a lane: amax by a warp reduction, s =
-// amax / 448 (amax 0: 1), q = e4m3(x / s) rounded to nearest even and saturating (the hardware
-// conversion; fp8_quantize's rule). The row's expert from the offsets (binary search) places its
-// scale at scales + offsets[e] * G + g * M_e + (row - offsets[e]), G = cols / 128.
+// Eight consecutive values of a source row as fp32: the 16-bit rows (gathered) ...
 template <typename T>
+struct RowSource {
+  const T* x;
+  const int32_t* src_row;
+  int64_t cols;
+  __device__ __forceinline__ const T* row(int64_t r) const { return x + (src_row ? src_row[r] : r) * cols; }
+  __device__ __forceinline__ void load(float (&v)[kVec], const T* base, int64_t c) const {
+    alignas(16) T t[kVec];
+    *reinterpret_cast<uint4*>(t) = *reinterpret_cast<const uint4*>(base + c);
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) v[j] = to_f32(t[j]);
+  }
+};
+
+// ... or the SwiGLU of a [gate | up] row of bf16, silu(g) * u in fp32 (swiglu.cu's formula).
+struct SwigluSource {
+  const __nv_bfloat16* gate_up;
+  int64_t cols;  // inter
+  __device__ __forceinline__ const __nv_bfloat16* row(int64_t r) const { return gate_up + r * 2 * cols; }
+  __device__ __forceinline__ void load(float (&v)[kVec], const __nv_bfloat16* base, int64_t c) const {
+    alignas(16) __nv_bfloat16 g[kVec], u[kVec];
+    *reinterpret_cast<uint4*>(g) = *reinterpret_cast<const uint4*>(base + c);
+    *reinterpret_cast<uint4*>(u) = *reinterpret_cast<const uint4*>(base + cols + c);
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) {
+      const float gf = to_f32(g[j]);
+      v[j] = gf / (1.0f + expf(-gf)) * to_f32(u[j]);
+    }
+  }
+};
+
+__device__ __forceinline__ float abs_max(const float (&v)[kVec]) {
+  float m = 0;
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) m = fmaxf(m, fabsf(v[j]));
+  return m;
+}
+
+// e4m3(v / s), RNE and saturating (the hardware conversion; fp8_quantize's rule), 8 bytes.
+__device__ __forceinline__ uint2 to_e4m3(const float (&v)[kVec], float s) {
+  uint32_t w[2] = {0, 0};
+#pragma unroll
+  for (int j = 0; j < kVec; ++j)
+    w[j / 4] |= uint32_t(__nv_cvt_float_to_fp8(v[j] / s, __NV_SATFINITE, __NV_E4M3)) << (8 * (j % 4));
+  return make_uint2(w[0], w[1]);
+}
+
+// One warp per row (rows from offsets[n_experts] on belong to no expert and are skipped), 8
+// columns a lane, 256 a step; the scales at the row's expert's k-block-major places (the expert by
+// binary search over the offsets). Per (row, 128 columns): each half-warp's group in one pass. Per
+// row: the row's amax first, then a second pass over the (cached) row, and its one scale written
+// for every 128 columns (CUTLASS's grouped kernel derives the scale layout from the problem shape).
+template <class Src>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
-    quantize_e4m3_kernel(uint8_t* q, float* scales, const T* x, const int32_t* offsets, int64_t n_rows,
-                         int n_experts, int64_t cols) {
-  const int64_t G = cols / kGroup, item = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
-  if (item >= n_rows * G) return;
+    quantize_e4m3_kernel(uint8_t* q, float* scales, Src src, const int32_t* offsets, int64_t n_rows, int n_experts,
+                         bool per_row) {
+  const int64_t row = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  if (row >= n_rows || row >= offsets[n_experts]) return;
   const int lane = threadIdx.x & 31;
-  const int64_t row = item / G, g = item - row * G, c = g * kGroup + lane * 4;
-  float v[4];
-#pragma unroll
-  for (int j = 0; j < 4; ++j) v[j] = to_f32(x[row * cols + c + j]);
-  float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-  const float s = amax > 0 ? amax / kE4m3MaxF : 1.0f;
-  uint32_t packed = 0;
-#pragma unroll
-  for (int j = 0; j < 4; ++j)
-    packed |= uint32_t(__nv_cvt_float_to_fp8(v[j] / s, __NV_SATFINITE, __NV_E4M3)) << (8 * j);
-  *reinterpret_cast<uint32_t*>(q + row * cols + c) = packed;
-  if (lane == 0) {
+  const int64_t cols = src.cols, G = cols / kGroup;
+  const auto* base = src.row(row);
+  uint8_t* qrow = q + row * cols;
+  int64_t r0 = 0, m = 0;
+  {
     int lo = 0, hi = n_experts - 1;  // the last expert whose first row is <= row
     while (lo < hi) {
       const int mid = (lo + hi + 1) >> 1;
@@ -48,28 +91,82 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
       else
         hi = mid - 1;
     }
-    const int64_t r0 = offsets[lo], m = offsets[lo + 1] - r0;
-    if (row - r0 < m) scales[r0 * G + g * m + (row - r0)] = s;  // rows past the last expert have none
+    r0 = offsets[lo];
+    m = offsets[lo + 1] - r0;
+  }
+  float* srow = scales + r0 * G + (row - r0);  // group g's scale at srow[g * m]
+  float v[kVec];
+  if (per_row) {
+    float amax = 0;
+#pragma unroll 4
+    for (int64_t c = lane * kVec; c < cols; c += kChunk) {
+      src.load(v, base, c);
+      amax = fmaxf(amax, abs_max(v));
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float s = amax > 0 ? amax / kE4m3MaxF : 1.0f;
+#pragma unroll 4
+    for (int64_t c = lane * kVec; c < cols; c += kChunk) {
+      src.load(v, base, c);
+      *reinterpret_cast<uint2*>(qrow + c) = to_e4m3(v, s);
+    }
+    for (int64_t g = lane; g < G; g += 32) srow[g * m] = s;
+    return;
+  }
+  // cols % 128 == 0: a half-warp is wholly inside the row or wholly past it, and the warp's
+  // shuffles stay converged (lanes past the end take part with zeros)
+#pragma unroll 4
+  for (int64_t c0 = 0; c0 < cols; c0 += kChunk) {
+    const int64_t c = c0 + lane * kVec;
+    const bool in = c < cols;
+    if (in) {
+      src.load(v, base, c);
+    } else {
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) v[j] = 0;
+    }
+    float amax = abs_max(v);
+#pragma unroll
+    for (int o = 8; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float s = amax > 0 ? amax / kE4m3MaxF : 1.0f;
+    if (!in) continue;
+    *reinterpret_cast<uint2*>(qrow + c) = to_e4m3(v, s);
+    if ((lane & 15) == 0) srow[(c / kGroup) * m] = s;
   }
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+void check_quantize(const char* what, const void* q, const void* x, int64_t n_rows, int64_t n_experts,
+                    int64_t cols) {
+  LFM2_CHECK(cols > 0 && cols % kGroup == 0, what, ": ", cols, " columns (a multiple of 128)");
+  LFM2_CHECK(n_experts >= 1 && n_experts < (int64_t(1) << 31), what, ": ", n_experts, " experts");
+  LFM2_CHECK(aligned16(q) && aligned16(x), what, ": 16-byte aligned rows");
+  LFM2_CHECK(n_rows / kWarpsPerBlock < (int64_t(1) << 31), what, ": ", n_rows, " rows is too many for one launch");
+}
+
+unsigned quantize_blocks(int64_t n_rows) { return unsigned((n_rows + kWarpsPerBlock - 1) / kWarpsPerBlock); }
+
 }  // namespace
 
 template <typename T>
-void moe_quantize_e4m3(uint8_t* q, float* scales, const T* x, const int32_t* offsets, int64_t n_rows,
-                       int64_t n_experts, int64_t cols, cudaStream_t stream) {
-  LFM2_CHECK(cols > 0 && cols % kGroup == 0, "moe_quantize_e4m3: ", cols, " columns (a multiple of 128)");
-  LFM2_CHECK(n_experts >= 1 && n_experts < (int64_t(1) << 31), "moe_quantize_e4m3: ", n_experts, " experts");
-  LFM2_CHECK(aligned16(q) && aligned16(x), "moe_quantize_e4m3: 16-byte aligned rows");
-  const int64_t items = n_rows * (cols / kGroup);
-  if (items == 0) return;
-  const int64_t blocks = (items + kWarpsPerBlock - 1) / kWarpsPerBlock;
-  LFM2_CHECK(blocks < (int64_t(1) << 31), "moe_quantize_e4m3: ", n_rows, " rows is too many for one launch");
-  quantize_e4m3_kernel<T><<<unsigned(blocks), kWarpsPerBlock * 32, 0, stream>>>(q, scales, x, offsets, n_rows,
-                                                                                int(n_experts), cols);
+void moe_quantize_e4m3(uint8_t* q, float* scales, const T* x, const int32_t* src_row, const int32_t* offsets,
+                       int64_t n_rows, int64_t n_experts, int64_t cols, bool per_row, cudaStream_t stream) {
+  check_quantize("moe_quantize_e4m3", q, x, n_rows, n_experts, cols);
+  if (n_rows == 0) return;
+  quantize_e4m3_kernel<RowSource<T>><<<quantize_blocks(n_rows), kWarpsPerBlock * 32, 0, stream>>>(
+      q, scales, RowSource<T>{x, src_row, cols}, offsets, n_rows, int(n_experts), per_row);
   CUDA_CHECK_LAUNCH("quantize_e4m3_kernel");
+}
+
+void moe_swiglu_quantize_e4m3(uint8_t* q, float* scales, const __nv_bfloat16* gate_up, const int32_t* offsets,
+                              int64_t n_rows, int64_t n_experts, int64_t inter, bool per_row, cudaStream_t stream) {
+  check_quantize("moe_swiglu_quantize_e4m3", q, gate_up, n_rows, n_experts, inter);
+  if (n_rows == 0) return;
+  quantize_e4m3_kernel<SwigluSource><<<quantize_blocks(n_rows), kWarpsPerBlock * 32, 0, stream>>>(
+      q, scales, SwigluSource{gate_up, inter}, offsets, n_rows, int(n_experts), per_row);
+  CUDA_CHECK_LAUNCH("quantize_e4m3_kernel (SwiGLU)");
 }
 
 int64_t moe_grouped_matmul_fp8_workspace_bytes(int64_t n_experts) {
@@ -77,8 +174,8 @@ int64_t moe_grouped_matmul_fp8_workspace_bytes(int64_t n_experts) {
 }
 
 void moe_grouped_matmul_fp8(__nv_bfloat16* out, const uint8_t* in, const float* in_scales, const uint8_t* w,
-                            const float* w_scales, const int32_t* offsets, int64_t max_rows, int64_t n_experts,
-                            int64_t n_in, int64_t n_out, void* workspace, cudaStream_t stream) {
+                            const float* w_scales, Fp8Scheme w_scheme, const int32_t* offsets, int64_t max_rows,
+                            int64_t n_experts, int64_t n_in, int64_t n_out, void* workspace, cudaStream_t stream) {
   if (max_rows == 0 || n_out == 0) return;
   LFM2_CHECK(n_experts >= 1 && n_in % 128 == 0 && n_out % 128 == 0 && n_in > 0 && n_in < (int64_t(1) << 31) &&
                  n_out < (int64_t(1) << 31) && max_rows < (int64_t(1) << 31),
@@ -91,13 +188,13 @@ void moe_grouped_matmul_fp8(__nv_bfloat16* out, const uint8_t* in, const float* 
   LFM2_CHECK(aligned16(in) && aligned16(w) && aligned16(out) && aligned16(workspace) &&
                  reinterpret_cast<uintptr_t>(in_scales) % 4 == 0 && reinterpret_cast<uintptr_t>(w_scales) % 4 == 0,
              "moe_grouped_matmul_fp8: 16-byte aligned operands and a workspace");
-  grouped::run_fp8(out, in, in_scales, w, w_scales, offsets, n_experts, n_in, n_out, workspace, compute_sms(device),
-                   device, stream);
+  grouped::run_fp8(out, in, in_scales, w, w_scales, w_scheme == Fp8Scheme::Channel, offsets, n_experts, n_in, n_out,
+                   workspace, compute_sms(device), device, stream);
 }
 
-template void moe_quantize_e4m3<__nv_bfloat16>(uint8_t*, float*, const __nv_bfloat16*, const int32_t*, int64_t,
-                                               int64_t, int64_t, cudaStream_t);
-template void moe_quantize_e4m3<__half>(uint8_t*, float*, const __half*, const int32_t*, int64_t, int64_t, int64_t,
-                                        cudaStream_t);
+template void moe_quantize_e4m3<__nv_bfloat16>(uint8_t*, float*, const __nv_bfloat16*, const int32_t*,
+                                               const int32_t*, int64_t, int64_t, int64_t, bool, cudaStream_t);
+template void moe_quantize_e4m3<__half>(uint8_t*, float*, const __half*, const int32_t*, const int32_t*, int64_t,
+                                        int64_t, int64_t, bool, cudaStream_t);
 
 }  // namespace lfm2::cuda

@@ -9,36 +9,63 @@
 #include "common/fp8.h"
 
 namespace lfm2::cpu {
+namespace {
 
-void moe_quantize_e4m3(uint8_t* q, float* scales, const float* x, const int32_t* offsets, int64_t n_rows,
-                       int64_t n_experts, int64_t cols) {
-  LFM2_CHECK(cols > 0 && cols % kFp8Block == 0, "moe_quantize_e4m3: ", cols, " columns (a multiple of 128)");
-  const int64_t G = cols / kFp8Block;
-  for (int64_t e = 0; e < n_experts; ++e) {
-    const int64_t r0 = offsets[e], m = offsets[e + 1] - r0;
-    for (int64_t r = r0; r < r0 + m && r < n_rows; ++r)
-      for (int64_t g = 0; g < G; ++g) {
-        const float* xg = x + r * cols + g * kFp8Block;
-        float amax = 0;
-        for (int64_t c = 0; c < kFp8Block; ++c) amax = std::max(amax, std::fabs(xg[c]));
-        const float s = amax > 0 ? amax / kE4m3Max : 1.0f;
-        for (int64_t c = 0; c < kFp8Block; ++c) q[r * cols + g * kFp8Block + c] = float_to_e4m3(xg[c] / s);
-        scales[r0 * G + g * m + (r - r0)] = s;
-      }
+// Row r's values (cols of them, in v) quantized into q with its scale(s) placed as documented.
+void quantize_row(uint8_t* q, float* scales, const float* v, int64_t r, int64_t r0, int64_t m, int64_t cols,
+                  bool per_row) {
+  const int64_t G = cols / kFp8Block, group = per_row ? cols : kFp8Block;
+  for (int64_t c0 = 0; c0 < cols; c0 += group) {
+    float amax = 0;
+    for (int64_t c = c0; c < c0 + group; ++c) amax = std::max(amax, std::fabs(v[c]));
+    const float s = amax > 0 ? amax / kE4m3Max : 1.0f;
+    for (int64_t c = c0; c < c0 + group; ++c) q[r * cols + c] = float_to_e4m3(v[c] / s);
+    for (int64_t g = c0 / kFp8Block; g < (c0 + group) / kFp8Block; ++g) scales[r0 * G + g * m + (r - r0)] = s;
   }
 }
 
+// Calls f(r, r0, m) for every row of every expert.
+template <class F>
+void for_each_row(const int32_t* offsets, int64_t n_rows, int64_t n_experts, F&& f) {
+  for (int64_t e = 0; e < n_experts; ++e) {
+    const int64_t r0 = offsets[e], m = offsets[e + 1] - r0;
+    for (int64_t r = r0; r < r0 + m && r < n_rows; ++r) f(r, r0, m);
+  }
+}
+
+}  // namespace
+
+void moe_quantize_e4m3(uint8_t* q, float* scales, const float* x, const int32_t* src_row, const int32_t* offsets,
+                       int64_t n_rows, int64_t n_experts, int64_t cols, bool per_row) {
+  LFM2_CHECK(cols > 0 && cols % kFp8Block == 0, "moe_quantize_e4m3: ", cols, " columns (a multiple of 128)");
+  for_each_row(offsets, n_rows, n_experts, [&](int64_t r, int64_t r0, int64_t m) {
+    quantize_row(q, scales, x + (src_row ? src_row[r] : r) * cols, r, r0, m, cols, per_row);
+  });
+}
+
+void moe_swiglu_quantize_e4m3(uint8_t* q, float* scales, const float* gate_up, const int32_t* offsets,
+                              int64_t n_rows, int64_t n_experts, int64_t inter, bool per_row) {
+  LFM2_CHECK(inter > 0 && inter % kFp8Block == 0, "moe_swiglu_quantize_e4m3: ", inter, " columns (a multiple of 128)");
+  std::vector<float> a(static_cast<size_t>(inter));
+  for_each_row(offsets, n_rows, n_experts, [&](int64_t r, int64_t r0, int64_t m) {
+    const float* g = gate_up + r * 2 * inter;
+    for (int64_t c = 0; c < inter; ++c) a[size_t(c)] = g[c] / (1.0f + std::exp(-g[c])) * g[inter + c];
+    quantize_row(q, scales, a.data(), r, r0, m, inter, per_row);
+  });
+}
+
 void moe_grouped_matmul_fp8(float* out, const uint8_t* in, const float* in_scales, const uint8_t* w,
-                            const float* w_scales, const int32_t* offsets, int64_t n_experts, int64_t n_in,
-                            int64_t n_out) {
+                            const float* w_scales, Fp8Scheme w_scheme, const int32_t* offsets, int64_t n_experts,
+                            int64_t n_in, int64_t n_out) {
   LFM2_CHECK(n_in % kFp8Block == 0 && n_out % kFp8Block == 0, "moe_grouped_matmul_fp8: ", n_in, " -> ", n_out,
              " (multiples of 128)");
   const int64_t KB = n_in / kFp8Block, NB = n_out / kFp8Block;
+  const bool channel = w_scheme == Fp8Scheme::Channel;
   std::vector<float> a(static_cast<size_t>(n_in)), wf(static_cast<size_t>(n_out * n_in));
   for (int64_t e = 0; e < n_experts; ++e) {
     const int64_t r0 = offsets[e], m = offsets[e + 1] - r0;
     if (m == 0) continue;
-    const float* se = w_scales + e * KB * NB;
+    const float* se = w_scales + e * KB * (channel ? n_out : NB);
     for (int64_t i = 0; i < n_out * n_in; ++i) wf[size_t(i)] = e4m3_to_float(w[e * n_out * n_in + i]);
     for (int64_t r = r0; r < r0 + m; ++r) {
       for (int64_t k = 0; k < n_in; ++k) a[size_t(k)] = e4m3_to_float(in[r * n_in + k]);
@@ -48,7 +75,9 @@ void moe_grouped_matmul_fp8(float* out, const uint8_t* in, const float* in_scale
         for (int64_t kb = 0; kb < KB; ++kb) {
           float part = 0;
           for (int64_t k = kb * kFp8Block; k < (kb + 1) * kFp8Block; ++k) part += a[size_t(k)] * wn[k];
-          acc += part * (in_scales[r0 * KB + kb * m + (r - r0)] * se[kb * NB + n / kFp8Block]);
+          const float sa = in_scales[r0 * KB + kb * m + (r - r0)];
+          // the GPU's order: (sum x scale_a) x scale_w per channel, sum x (scale_a x scale_w) per block
+          acc += channel ? part * sa * se[kb * n_out + n] : part * (sa * se[kb * NB + n / kFp8Block]);
         }
         out[r * n_out + n] = acc;
       }

@@ -23,15 +23,13 @@ void CudaLayers<T>::reserve(int64_t max_tokens, int64_t y_rows, int device) {
   const int64_t o_y = scratch_.reserve(std::max(N, y_rows) * H * et), o_big = scratch_.reserve(N * big_w * et);
   const int64_t o_mid = scratch_.reserve(N * mid_w * et), o_logits = scratch_.reserve(N * E * 4);
   const int64_t o_w = scratch_.reserve(N * k * 4), o_ids = scratch_.reserve(N * k * 4);
-  const int64_t o_moe = scratch_.reserve(cuda::moe_experts_scratch_bytes(N, H, E, Im, k, et));
+  // e4m3 experts: the prompt rows' FP8 products (cuda_moe_fp8.h)
+  const bool fp8 = std::any_of(w_.layers.begin(), w_.layers.end(), [](const auto& l) { return l.experts_w13_q; });
+  const cuda::MoeDims dims{H, E, Im, k, cfg_.norm_topk_prob, float(cfg_.routed_scaling_factor)};
+  const int64_t o_moe = scratch_.reserve(fp8 ? moe_fp8_prompt_scratch_bytes(N, dims, et)
+                                             : cuda::moe_experts_scratch_bytes(N, H, E, Im, k, et));
   const int64_t o_tok = scratch_.reserve(N * 4);
-  // e4m3 experts: one layer's widened to T for the prompt rows (cuda_moe_fp8.h)
-  const bool widen = std::any_of(w_.layers.begin(), w_.layers.end(), [](const auto& l) { return l.experts_w13_q; });
-  const int64_t o_w13 = widen ? scratch_.reserve(E * 2 * Im * H * et) : -1;
-  const int64_t o_w2 = widen ? scratch_.reserve(E * H * Im * et) : -1;
   scratch_.allocate(cat("scratch for ", N, " tokens"), device);
-  wide_w13_ = widen ? scratch_.at<T>(o_w13) : nullptr;
-  wide_w2_ = widen ? scratch_.at<T>(o_w2) : nullptr;
   y_ = scratch_.at<T>(o_y);
   big_ = scratch_.at<T>(o_big);
   mid_ = scratch_.at<T>(o_mid);
@@ -176,8 +174,8 @@ void CudaLayers<T>::dense_block(const DeviceLayerWeights<T>& lw, const T* f, flo
 
 // x += routed experts of f, HF Lfm2MoeSparseMoeBlock. Decode rows: moe_decode, or for e4m3 experts
 // cuda_moe_fp8.h's (the rows flagged finished get nothing; the next layer's operator norm into y
-// where there is one); the other rows: the router's product, moe_router and the CUTLASS experts (on
-// e4m3 experts widened to T first).
+// where there is one); the other rows: the router's product, moe_router and the CUTLASS experts (for
+// e4m3 experts the FP8 ones, cuda_moe_fp8.h).
 template <typename T>
 bool CudaLayers<T>::moe_block(size_t li, const T* f, float* x, const Pass& p) {
   const DeviceLayerWeights<T>& lw = w_.layers[li];
@@ -186,11 +184,10 @@ bool CudaLayers<T>::moe_block(size_t li, const T* f, float* x, const Pass& p) {
   const float* next_norm = li + 1 < w_.layers.size() ? w_.layers[li + 1].operator_norm : nullptr;
   const cuda::MoeDims dims{H, E, Im, top_k, cfg_.norm_topk_prob, float(cfg_.routed_scaling_factor)};
   const bool fp8 = lw.experts_w13_q != nullptr;  // 16-bit stages only (cuda_weights.h)
-  if constexpr (sizeof(T) == 2) {
-    if (nd && fp8)
+  if (nd && fp8) {
+    if constexpr (sizeof(T) == 2)
       moe_fp8_decode_rows(x, y_, f, lw, cfg_.fp8.scheme, p.step->done, next_norm, float(cfg_.norm_eps), nd, dims,
                           state_.moe_scratch(), stream_);
-    if (np && fp8) moe_fp8_widen_experts(wide_w13_, wide_w2_, lw, cfg_.fp8.scheme, dims, stream_);
   }
   if (nd && !fp8)
     cuda::moe_decode(x, y_, f, lw.gate, lw.expert_bias, lw.experts_w13, lw.experts_w2, p.step->done, next_norm,
@@ -199,8 +196,14 @@ bool CudaLayers<T>::moe_block(size_t li, const T* f, float* x, const Pass& p) {
     cuda::linear_f32out(router_logits_, f + nd * H, lw.gate, np, H, E, stream_, tf32_);
     cuda::moe_router(topk_w_, topk_ids_, router_logits_, lw.expert_bias, np, E, top_k, cfg_.norm_topk_prob,
                      float(cfg_.routed_scaling_factor), stream_);
-    cuda::moe_experts(x + nd * H, f + nd * H, fp8 ? wide_w13_ : lw.experts_w13, fp8 ? wide_w2_ : lw.experts_w2,
-                      topk_ids_, topk_w_, np, H, E, Im, top_k, moe_scratch_, stream_);
+    if (fp8) {
+      if constexpr (sizeof(T) == 2)
+        moe_fp8_prompt_rows(x + nd * H, f + nd * H, lw, cfg_.fp8.scheme, topk_ids_, topk_w_, np, dims, moe_scratch_,
+                            stream_);
+    } else {
+      cuda::moe_experts(x + nd * H, f + nd * H, lw.experts_w13, lw.experts_w2, topk_ids_, topk_w_, np, H, E, Im,
+                        top_k, moe_scratch_, stream_);
+    }
   }
   return nd > 0 && next_norm;
 }

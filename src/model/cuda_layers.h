@@ -88,7 +88,6 @@ class CudaLayers {
   float *router_logits_ = nullptr, *topk_w_ = nullptr;
   int32_t *topk_ids_ = nullptr, *ids_ = nullptr;
   void* moe_scratch_ = nullptr;
-  T *wide_w13_ = nullptr, *wide_w2_ = nullptr;  // e4m3 experts widened for prompt rows, or null
 };
 
 }  // namespace lfm2

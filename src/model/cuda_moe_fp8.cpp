@@ -3,7 +3,9 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "common/error.h"
 #include "kernels/cuda/fp8_ops.h"
+#include "kernels/cuda/grouped_gemm_fp8.h"
 
 namespace lfm2 {
 namespace {
@@ -51,19 +53,36 @@ void moe_fp8_decode_rows(float* x, T* norm_out, const T* in, const DeviceLayerWe
   if (next_norm) cuda::rmsnorm<T>(norm_out, x, next_norm, n, d.hidden, eps, stream);
 }
 
+bool moe_fp8_prompt_on_tensor_cores(const cuda::MoeDims& d) { return d.hidden % 128 == 0 && d.inter % 128 == 0; }
+
+int64_t moe_fp8_prompt_scratch_bytes(int64_t n, const cuda::MoeDims& d, int64_t elem_bytes) {
+  if (moe_fp8_prompt_on_tensor_cores(d))
+    return cuda::moe_experts_fp8_scratch_bytes(n, d.hidden, d.n_experts, d.inter, d.top_k);
+  return cuda::moe_experts_decode_scratch_bytes(n, d.hidden, d.n_experts, d.inter, d.top_k, elem_bytes);
+}
+
 template <typename T>
-void moe_fp8_widen_experts(T* w13, T* w2, const DeviceLayerWeights<T>& lw, Fp8Scheme scheme, const cuda::MoeDims& d,
-                           cudaStream_t stream) {
-  // w13 is 2 E matrices (Im, H): each expert's w1, then its w3, each with its own scales
-  cuda::fp8_dequantize<T>(w13, lw.experts_w13_q, lw.experts_w13_s, scheme, 2 * d.n_experts, d.inter, d.hidden, stream);
-  cuda::fp8_dequantize<T>(w2, lw.experts_w2_q, lw.experts_w2_s, scheme, d.n_experts, d.hidden, d.inter, stream);
+void moe_fp8_prompt_rows(float* x, const T* in, const DeviceLayerWeights<T>& lw, Fp8Scheme scheme,
+                         const int32_t* experts, const float* weights, int64_t n, const cuda::MoeDims& d,
+                         void* scratch, cudaStream_t stream) {
+  if (!moe_fp8_prompt_on_tensor_cores(d)) {
+    cuda::moe_experts_decode_fp8<T>(x, in, lw.experts_w13_q, lw.experts_w13_s, lw.experts_w2_q, lw.experts_w2_s,
+                                    scheme, experts, weights, n, d.hidden, d.n_experts, d.inter, d.top_k, scratch,
+                                    stream);
+    return;
+  }
+  // the scales laid out k-block major at upload (cuda_weights.h)
+  LFM2_CHECK(lw.experts_w13_st && lw.experts_w2_st, "layer ", lw.il,
+             ": the FP8 experts' scales were not laid out for the grouped GEMM at upload");
+  cuda::moe_experts_fp8<T>(x, in, lw.experts_w13_q, lw.experts_w13_st, lw.experts_w2_q, lw.experts_w2_st, scheme,
+                           experts, weights, n, d.hidden, d.n_experts, d.inter, d.top_k, scratch, stream);
 }
 
 #define LFM2_MOE_FP8(T)                                                                                           \
   template void moe_fp8_decode_rows<T>(float*, T*, const T*, const DeviceLayerWeights<T>&, Fp8Scheme, const float*, \
                                        const float*, float, int64_t, const cuda::MoeDims&, void*, cudaStream_t);   \
-  template void moe_fp8_widen_experts<T>(T*, T*, const DeviceLayerWeights<T>&, Fp8Scheme, const cuda::MoeDims&,     \
-                                         cudaStream_t);
+  template void moe_fp8_prompt_rows<T>(float*, const T*, const DeviceLayerWeights<T>&, Fp8Scheme, const int32_t*, \
+                                       const float*, int64_t, const cuda::MoeDims&, void*, cudaStream_t);
 LFM2_MOE_FP8(__nv_bfloat16)
 LFM2_MOE_FP8(__half)
 #undef LFM2_MOE_FP8

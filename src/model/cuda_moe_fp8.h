@@ -1,9 +1,11 @@
 // The MoE block of an FP8 file's experts kept in e4m3 on a 16-bit CUDA stage (docs/fp8.md): the
 // routed experts read half the bytes a step. Decode rows: the router of moe_decode
-// (moe_route_decode), the e4m3 products (moe_experts_decode_fp8, its combine into x), and the next
-// layer's operator norm. Prompt rows: the layer's experts widened to T (fp8_dequantize) into a
-// scratch, then the bf16 path (router, CUTLASS grouped GEMM, combine) - the numbers the stage had
-// when it dequantized at upload, bit for bit. Each kind's bits depend on its rows alone.
+// (moe_route_decode), the e4m3 products with 16-bit activations (moe_experts_decode_fp8, its
+// combine into x), and the next layer's operator norm. Prompt rows (routed by the caller): the FP8
+// tensor cores, e4m3 x e4m3 with the activations quantized per row (channel) or per (row, 128
+// columns) (block128) as the CPU oracle's fp8_activations (cuda::moe_experts_fp8); where hidden or
+// inter is not a multiple of 128 (the small test models), the decode rows' e4m3 products. Each
+// kind's bits depend on its rows alone; a prompt row's and a decode row's differ.
 #pragma once
 
 #include <cstdint>
@@ -26,9 +28,16 @@ void moe_fp8_decode_rows(float* x, T* norm_out, const T* in, const DeviceLayerWe
                          const float* done, const float* next_norm, float eps, int64_t n, const cuda::MoeDims& d,
                          void* scratch, cudaStream_t stream);
 
-// The layer's experts as T: w13 (E, 2 Im, H) and w2 (E, H, Im), for the prompt rows' grouped GEMM.
+// Whether prompt rows run on the FP8 tensor cores (hidden and inter multiples of 128).
+bool moe_fp8_prompt_on_tensor_cores(const cuda::MoeDims& d);
+
+// Bytes of the prompt rows' scratch for n rows.
+int64_t moe_fp8_prompt_scratch_bytes(int64_t n, const cuda::MoeDims& d, int64_t elem_bytes);
+
+// x (n, H) fp32 += experts(in) for prompt rows routed to experts with weights (n, top_k).
 template <typename T>
-void moe_fp8_widen_experts(T* w13, T* w2, const DeviceLayerWeights<T>& lw, Fp8Scheme scheme, const cuda::MoeDims& d,
-                           cudaStream_t stream);
+void moe_fp8_prompt_rows(float* x, const T* in, const DeviceLayerWeights<T>& lw, Fp8Scheme scheme,
+                         const int32_t* experts, const float* weights, int64_t n, const cuda::MoeDims& d,
+                         void* scratch, cudaStream_t stream);
 
 }  // namespace lfm2

@@ -6,6 +6,7 @@
 #include <initializer_list>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "common/error.h"
 #include "io/weight_names.h"
@@ -86,6 +87,16 @@ void DeviceWeights<T>::upload(WeightReader& reader, const StageLayers& stage, in
       offsets.push_back(up.reserve(paths, dtype_of<Pointee<decltype(member)>>(), interleave));
     });
   }
+  // The prompt rows' FP8 grouped GEMM reads the scales k-block major: laid out here, once.
+  const bool scales_kn =
+      fp8_experts && cfg.hidden_size % kFp8Block == 0 && cfg.moe_intermediate_size % kFp8Block == 0;
+  std::vector<std::pair<int64_t, int64_t>> off_kn(layers.size(), {-1, -1});  // w13's, w2's
+  for (size_t li = 0; li < layers.size() && scales_kn; ++li)
+    if (layers[li].is_moe) {
+      const int il = layers[li].il;
+      off_kn[li] = {up.reserve_scales_kn({layer_path(il, names::kExpertsW1), layer_path(il, names::kExpertsW3)}),
+                    up.reserve_scales_kn({layer_path(il, names::kExpertsW2)})};
+    }
   tied_ = cfg.tie_word_embeddings;
   int64_t off_embed = -1, off_norm = -1, off_head = -1;
   if (stage.is_first() || (stage.is_last() && tied_)) off_embed = up.reserve(names::kEmbedTokens, dtype_of<T>());
@@ -106,6 +117,10 @@ void DeviceWeights<T>::upload(WeightReader& reader, const StageLayers& stage, in
   for (size_t li = 0; li < layers.size(); ++li)
     for_each_block(cfg, has_bias[li], fp8_experts, layers[li],
                    [&](auto& member, Leaves, bool) { at(member, offsets[next++]); });
+  for (size_t li = 0; li < layers.size(); ++li) {
+    at(layers[li].experts_w13_st, off_kn[li].first);
+    at(layers[li].experts_w2_st, off_kn[li].second);
+  }
   at(embed_tokens, off_embed);
   at(embedding_norm, off_norm);
   at(lm_head, off_head);

@@ -53,6 +53,12 @@ struct DeviceLayerWeights {
   const float* experts_w13_s = nullptr;
   const uint8_t* experts_w2_q = nullptr;
   const float* experts_w2_s = nullptr;
+  // With hidden and inter multiples of 128: the same scales per expert k-block major, as the
+  // prompt rows' FP8 grouped GEMM reads them (kernels/cuda/grouped_gemm_fp8.h): block128 the blocks
+  // transposed (w13: (H / 128, 2 Im / 128)), channel each row's scale repeated per 128 columns
+  // (w13: (H / 128, 2 Im)); else null.
+  const float* experts_w13_st = nullptr;
+  const float* experts_w2_st = nullptr;
 };
 
 // The stage's layers plus the embedding (first stage, or last when tied), the final norm and the

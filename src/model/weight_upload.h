@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,12 @@ class WeightUploader {
   int64_t reserve(const std::string& path, DType as) { return reserve(std::vector<std::string>{path}, as); }
   // A block of host data (fp32), copied as it is.
   int64_t reserve_host(const std::vector<float>& data);
+  // The scales of stacked fp8 matrices (n, rows_i, cols), rows_i and cols multiples of 128, as the
+  // FP8 grouped GEMM reads them (kernels/cuda/grouped_gemm_fp8.h): for each of the n, k-block major,
+  // the matrices' rows stacked (as reserve's interleave stacks them). block128: the (rows_i / 128,
+  // cols / 128) block scales transposed to (cols / 128, sum rows_i / 128); channel: each row's
+  // scale repeated for every 128 columns, (cols / 128, sum rows_i). fp32.
+  int64_t reserve_scales_kn(const std::vector<std::string>& matrices);
   bool has(const std::string& path) const;
 
   int64_t total_bytes() const { return total_; }
@@ -60,6 +67,7 @@ class WeightUploader {
   std::vector<Piece> pieces_;
   int64_t total_ = 0;
   std::map<std::string, std::vector<float>> scales_;  // scale dataset path -> its values
+  std::vector<std::unique_ptr<std::vector<float>>> host_blocks_;  // made here, until the upload
 };
 
 }  // namespace lfm2

@@ -50,17 +50,24 @@ void bench_peak(cudaStream_t s) {
   cudaFree(a), cudaFree(w), cudaFree(o);
 }
 
-// The FP8 products (grouped_gemm_fp8.h; not yet in the stage) at the bf16 products' sizes: e4m3
-// experts with 128 x 128 block scales (random valid bits, scales 1e-3), the activations quantized
-// first (the quantization timed apart). Speed only: the values are not checked here.
-void bench_moe_fp8(cudaStream_t s, int64_t n_tokens, const __nv_bfloat16* xs, const __nv_bfloat16* act,
-                   const int32_t* bal, const int32_t* off, double f1, double f2) {
-  const int64_t H = 2048, E = 32, Im = 1792, P = n_tokens * 4;
+// The FP8 products (grouped_gemm_fp8.h) at the bf16 products' sizes: e4m3 experts (random valid
+// bits, scales 1e-3) under both schemes, the activations quantized first per 128 columns (block128)
+// or per row (channel), the quantizations (fused into the gather and the SwiGLU) timed apart, and
+// the prompt rows' whole MoE (moe_experts_fp8, router apart). Speed only: values not checked here.
+struct Fp8BenchIn {
+  const __nv_bfloat16 *in, *act;  // the tokens (n_tokens, H); an activation (P, Im)
+  const int32_t *src, *ids, *bal, *off;
+  const float* wts;
+  float* x;
+};
+
+void bench_moe_fp8(cudaStream_t s, int64_t n_tokens, const Fp8BenchIn& b, double f1, double f2) {
+  const int64_t H = 2048, E = 32, Im = 1792, k = 4, P = n_tokens * k;
   auto* w13 = dev_alloc<uint8_t>(E * 2 * Im * H);
   auto* w2 = dev_alloc<uint8_t>(E * H * Im);
   CUDA_CHECK(cudaMemset(w13, 0x3a, size_t(E * 2 * Im * H)));  // e4m3 0x3a = 1.25: valid, not zero
   CUDA_CHECK(cudaMemset(w2, 0xb4, size_t(E * H * Im)));      // -0.75
-  std::vector<float> ones(size_t(E * (2 * Im / 128) * (H / 128)), 1e-3f);
+  std::vector<float> ones(size_t(E * (H / 128) * 2 * Im), 1e-3f);  // the larger of both schemes' counts
   auto* s13 = dev_alloc<float>(int64_t(ones.size()));
   auto* s2 = dev_alloc<float>(int64_t(ones.size()));
   CUDA_CHECK(cudaMemcpy(s13, ones.data(), ones.size() * 4, cudaMemcpyHostToDevice));
@@ -69,23 +76,35 @@ void bench_moe_fp8(cudaStream_t s, int64_t n_tokens, const __nv_bfloat16* xs, co
   auto* q2 = dev_alloc<uint8_t>(P * Im);
   auto* sa1 = dev_alloc<float>(P * H / 128);
   auto* sa2 = dev_alloc<float>(P * Im / 128);
-  auto* out = dev_alloc<__nv_bfloat16>(P * 2 * Im);
+  auto* gu = dev_alloc<__nv_bfloat16>(P * 2 * Im);
   auto* ws = dev_alloc<char>(cuda::moe_grouped_matmul_fp8_workspace_bytes(E));
-  for (int pass = 0; pass < 2; ++pass) {
-    const int32_t* o = pass == 0 ? bal : off;
-    const double tq = median_ms(s, [&] {
-      cuda::moe_quantize_e4m3(q1, sa1, xs, o, P, E, H, s);
-      cuda::moe_quantize_e4m3(q2, sa2, act, o, P, E, Im, s);
+  auto* scratch = dev_alloc<char>(cuda::moe_experts_fp8_scratch_bytes(n_tokens, H, E, Im, k));
+  CUDA_CHECK(cudaMemcpy(gu, b.act, size_t(P * Im) * 2, cudaMemcpyDeviceToDevice));  // a real SwiGLU input
+  CUDA_CHECK(cudaMemcpy(gu + P * Im, b.act, size_t(P * Im) * 2, cudaMemcpyDeviceToDevice));
+  for (const Fp8Scheme scheme : {Fp8Scheme::Block128, Fp8Scheme::Channel}) {
+    const bool per_row = scheme == Fp8Scheme::Channel;
+    const double tg = median_ms(s, [&] { cuda::moe_quantize_e4m3(q1, sa1, b.in, b.src, b.off, P, E, H, per_row, s); });
+    const double tsw = median_ms(s, [&] { cuda::moe_swiglu_quantize_e4m3(q2, sa2, gu, b.off, P, E, Im, per_row, s); });
+    for (int pass = 0; pass < 2; ++pass) {
+      const int32_t* o = pass == 0 ? b.bal : b.off;
+      const double t1 = median_ms(s, [&] {
+        cuda::moe_grouped_matmul_fp8(gu, q1, sa1, w13, s13, scheme, o, P, E, H, 2 * Im, ws, s);
+      });
+      const double t2 = median_ms(s, [&] {
+        cuda::moe_grouped_matmul_fp8(gu, q2, sa2, w2, s2, scheme, o, P, E, Im, H, ws, s);
+      });
+      std::printf("fp8   moe %5lld tok %-8s %-8s gate_up %s | down %s | both %s | gather+quantize %.3f, "
+                  "swiglu+quantize %.3f ms\n",
+                  (long long)n_tokens, pass == 0 ? "balanced" : "routed", fp8_scheme_name(scheme), tf(f1, t1).c_str(),
+                  tf(f2, t2).c_str(), tf(f1 + f2, t1 + t2).c_str(), tg, tsw);
+    }
+    const double tw = median_ms(s, [&] {
+      cuda::moe_experts_fp8(b.x, b.in, w13, s13, w2, s2, scheme, b.ids, b.wts, n_tokens, H, E, Im, k, scratch, s);
     });
-    const double t1 = median_ms(s, [&] {
-      cuda::moe_grouped_matmul_fp8(out, q1, sa1, w13, s13, o, P, E, H, 2 * Im, ws, s);
-    });
-    const double t2 = median_ms(s, [&] { cuda::moe_grouped_matmul_fp8(out, q2, sa2, w2, s2, o, P, E, Im, H, ws, s); });
-    std::printf("fp8   moe %5lld tok %-8s gate_up %s | down %s | both %s | quantize both inputs %.3f ms\n",
-                (long long)n_tokens, pass == 0 ? "balanced" : "routed", tf(f1, t1).c_str(), tf(f2, t2).c_str(),
-                tf(f1 + f2, t1 + t2).c_str(), tq);
+    std::printf("fp8   moe %5lld tok routed   %-8s whole moe_experts_fp8 (no router) %.3f ms\n", (long long)n_tokens,
+                fp8_scheme_name(scheme), tw);
   }
-  for (void* p : std::initializer_list<void*>{w13, w2, s13, s2, q1, q2, sa1, sa2, out, ws}) cudaFree(p);
+  for (void* p : std::initializer_list<void*>{w13, w2, s13, s2, q1, q2, sa1, sa2, gu, ws, scratch}) cudaFree(p);
 }
 
 // Every tile configuration of the grouped GEMM: `products(offsets)` (gate/up ms, down ms) on the
@@ -163,7 +182,7 @@ void bench_moe(const char* name, cudaStream_t s, int64_t n_tokens, bool sweep) {
     }
   }
   if constexpr (std::is_same<T, __nv_bfloat16>::value)
-    if (n_tokens >= 4096) bench_moe_fp8(s, n_tokens, xs, act, bal, off, f1, f2);
+    if (n_tokens >= 4096) bench_moe_fp8(s, n_tokens, {in, act, src, ids, bal, off, wts, x}, f1, f2);
   const double t_route = median_ms(s, [&] { cuda::moe_router(wts, ids, logits, nullptr, n_tokens, E, k, true, 1.f, s); });
   const double t_perm = median_ms(s, [&] { cuda::moe_permute(off, src, dest, ids, n_tokens, E, k, pscr, s); });
   const double t_gather = median_ms(s, [&] { cuda::moe_gather(xs, in, src, P, H, s); });
@@ -174,8 +193,10 @@ void bench_moe(const char* name, cudaStream_t s, int64_t n_tokens, bool sweep) {
     cuda::moe_experts(x, in, w13, w2, ids, wts, n_tokens, H, E, Im, k, scratch, s);
   };
   const double tall = median_ms(s, whole);
-  std::printf("%-5s moe %5lld tok route %.3f permute %.3f gather %.3f swiglu %.3f combine %.3f ms | route+experts %s\n",
-              name, (long long)n_tokens, t_route, t_perm, t_gather, t_swiglu, t_comb, tf(f1 + f2, tall).c_str());
+  const double texp = median_ms(s, [&] { cuda::moe_experts(x, in, w13, w2, ids, wts, n_tokens, H, E, Im, k, scratch, s); });
+  std::printf("%-5s moe %5lld tok route %.3f permute %.3f gather %.3f swiglu %.3f combine %.3f ms | route+experts %s"
+              " | experts alone %.3f ms\n",
+              name, (long long)n_tokens, t_route, t_perm, t_gather, t_swiglu, t_comb, tf(f1 + f2, tall).c_str(), texp);
   for (void* p : std::initializer_list<void*>{in, w13, w2, logits, x, wts, ids, off, bal, src, dest, pscr, xs, gu, act,
                                               y, ws, scratch})
     cudaFree(p);

@@ -1,39 +1,54 @@
 // The FP8 grouped GEMM for prefill (kernels/cuda/grouped_gemm_fp8.h) against its CPU twins
-// (kernels/moe_grouped_fp8.h): the e4m3 quantization of expert-ordered bf16 / fp16 rows (bits and
-// scales equal, a zero group included) and the CUTLASS product with 128 x 128 block-scaled e4m3
-// experts (bf16 out at bf16's tolerance), on ragged groups with an empty expert and at the model's
-// widths. Skips without a GPU.
+// (kernels/moe_grouped_fp8.h), and the whole prompt-row MoE on it (moe_experts_fp8) against the
+// model's CPU oracle with FP8 activations (cpu::moe_experts with fp8_act_group: the weights
+// dequantized, each product's input fake-quantized). Oracles and tolerances:
+// - quantization of gathered bf16 / fp16 rows, per row and per (row, 128 columns): bits and
+//   scales equal to cpu::moe_quantize_e4m3's (a zero group and a saturating value included);
+// - the SwiGLU's quantization: cpu::moe_swiglu_quantize_e4m3; scales within 1e-6 relative, codes
+//   at most one apart and 99 % equal (the device's expf is not glibc's);
+// - the products, channel and block128 weight scales, per-row and per-128 activation scales:
+//   cpu::moe_grouped_matmul_fp8 at bf16's tolerance (bf16 out);
+// - moe_experts_fp8: the oracle within 2 % norm-relative error (the GPU rounds gate/up and the
+//   expert outputs to bf16 before quantizing or combining), and row 0 alone bit-equal to its batch.
+// Ragged groups with an empty expert, the model's widths. Skips without a GPU.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <tuple>
 #include <vector>
 
 #include "common/fp8.h"
 #include "cuda_test_util.h"
 #include "kernels/cuda/grouped_gemm_fp8.h"
+#include "kernels/moe_experts.h"
 #include "kernels/moe_grouped_fp8.h"
+#include "moe_test_util.h"
 
 namespace lfm2 {
 namespace {
 
 using namespace test;
 
-// Expert e's weights (n_out, n_in) quantized by 128 x 128 blocks; the scales transposed per
-// expert to (n_in / 128, n_out / 128), the layout the GPU kernel reads.
+// Expert e's weights (n_out, n_in) quantized under scheme; the scales as the GPU kernel reads them,
+// k-block major per expert (channel: each row's repeated, (n_in / 128, n_out); block128:
+// transposed to (n_in / 128, n_out / 128)).
 struct Experts {
   std::vector<uint8_t> q;
-  std::vector<float> s_kn;
+  std::vector<float> s;
 };
 
-Experts make_experts(int64_t E, int64_t n_out, int64_t n_in, uint64_t seed) {
+Experts make_experts(int64_t E, int64_t n_out, int64_t n_in, Fp8Scheme scheme, uint64_t seed) {
   const auto w = rand_vec(size_t(E * n_out * n_in), seed, 0.05f);
   const int64_t NB = n_out / 128, KB = n_in / 128;
-  Experts x{std::vector<uint8_t>(w.size()), std::vector<float>(size_t(E * NB * KB))};
-  std::vector<float> s(size_t(NB * KB));
+  const bool channel = scheme == Fp8Scheme::Channel;
+  const int64_t per = channel ? n_out : NB * KB;
+  Experts x{std::vector<uint8_t>(w.size()), std::vector<float>(size_t(E * KB * (channel ? n_out : NB)))};
+  std::vector<float> s(static_cast<size_t>(per));
   for (int64_t e = 0; e < E; ++e) {
-    fp8_quantize(x.q.data() + e * n_out * n_in, s.data(), w.data() + e * n_out * n_in, n_out, n_in,
-                 Fp8Scheme::Block128);
-    for (int64_t nb = 0; nb < NB; ++nb)
-      for (int64_t kb = 0; kb < KB; ++kb) x.s_kn[size_t(e * NB * KB + kb * NB + nb)] = s[size_t(nb * KB + kb)];
+    fp8_quantize(x.q.data() + e * n_out * n_in, s.data(), w.data() + e * n_out * n_in, n_out, n_in, scheme);
+    for (int64_t kb = 0; kb < KB; ++kb)
+      for (int64_t n = 0; n < (channel ? n_out : NB); ++n)  // (kb, n) <- channel (n); block128 (nb, kb)
+        x.s[size_t((e * KB + kb) * (channel ? n_out : NB) + n)] = s[size_t(channel ? n : n * KB + kb)];
   }
   return x;
 }
@@ -44,6 +59,18 @@ std::vector<uint8_t> byte_download(const uint8_t* d, size_t n) {
   return h;
 }
 
+::testing::AssertionResult norm_close(const std::vector<float>& got, const std::vector<float>& ref, double bound) {
+  double d2 = 0, r2 = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    if (!std::isfinite(got[i])) return ::testing::AssertionFailure() << "element " << i << " is " << got[i];
+    d2 += (double(got[i]) - ref[i]) * (double(got[i]) - ref[i]);
+    r2 += double(ref[i]) * ref[i];
+  }
+  const double rel = std::sqrt(d2 / std::max(r2, 1e-30));
+  if (rel <= bound) return ::testing::AssertionSuccess() << "norm-relative error " << rel;
+  return ::testing::AssertionFailure() << "norm-relative error " << rel << " > " << bound;
+}
+
 template <typename T>
 class CudaFp8Grouped : public CudaTest {};
 using HalfTypes = ::testing::Types<__nv_bfloat16, __half>;
@@ -52,28 +79,72 @@ TYPED_TEST_SUITE(CudaFp8Grouped, HalfTypes, ElemNames);
 TYPED_TEST(CudaFp8Grouped, QuantizeMatchesCpu) {
   using T = TypeParam;
   const std::vector<int32_t> offsets = {0, 70, 70, 181, 250, 300};  // expert 1 empty
-  const int64_t E = int64_t(offsets.size()) - 1, rows = offsets.back(), cols = 384;
-  auto x = rand_vec(size_t(rows * cols), 5, 3.f);
+  const int64_t E = int64_t(offsets.size()) - 1, rows = offsets.back(), cols = 384, n_src = rows;
+  auto x = rand_vec(size_t(n_src * cols), 5, 3.f);
   std::fill(x.begin() + 75 * cols + 128, x.begin() + 75 * cols + 256, 0.f);  // a zero group: scale 1
   x[size_t(9 * cols + 3)] = 1e4f;                                             // a large one: 448 exactly
+  std::vector<int32_t> src(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) src[size_t(r)] = int32_t((r * 37 + 11) % 120);  // the gather, repeats too
   const auto raw = round_to<T>(x);
   DevBuf<T> d_x(raw.size());
-  DevBuf<int32_t> d_off(offsets.size());
+  DevBuf<int32_t> d_off(offsets.size()), d_src(src.size());
   DevBuf<uint8_t> d_q(size_t(rows * cols));
   DevBuf<float> d_s(size_t(rows * cols / 128));
   upload(d_x, raw);
   upload(d_off, offsets);
-  cuda::moe_quantize_e4m3(d_q.get(), d_s.get(), d_x.get(), d_off.get(), rows, E, cols, this->stream_);
-  this->sync();
-  std::vector<uint8_t> q(size_t(rows * cols));
-  std::vector<float> s(size_t(rows * cols / 128));
-  cpu::moe_quantize_e4m3(q.data(), s.data(), x.data(), offsets.data(), rows, E, cols);
-  EXPECT_EQ(byte_download(d_q.get(), q.size()), q);
-  EXPECT_EQ(download(d_s.get(), s.size()), s);
+  upload(d_src, src);
+  for (const bool per_row : {false, true})
+    for (const bool gather : {false, true}) {
+      SCOPED_TRACE(cat(per_row ? "per row" : "per 128 columns", gather ? ", gathered" : ""));
+      const int64_t n_s = cuda::moe_e4m3_scale_count(rows, cols);
+      cuda::moe_quantize_e4m3(d_q.get(), d_s.get(), d_x.get(), gather ? d_src.get() : nullptr, d_off.get(), rows, E,
+                              cols, per_row, this->stream_);
+      this->sync();
+      std::vector<uint8_t> q(size_t(rows * cols));
+      std::vector<float> s(static_cast<size_t>(n_s));
+      cpu::moe_quantize_e4m3(q.data(), s.data(), x.data(), gather ? src.data() : nullptr, offsets.data(), rows, E,
+                             cols, per_row);
+      EXPECT_EQ(byte_download(d_q.get(), q.size()), q);
+      EXPECT_EQ(download(d_s.get(), s.size()), s);
+    }
+}
+
+TEST_F(CudaTest, Fp8SwigluQuantizeMatchesCpu) {
+  const std::vector<int32_t> offsets = {0, 40, 40, 300};
+  const int64_t E = 3, rows = 300, inter = 384;
+  auto gu = rand_vec(size_t(rows * 2 * inter), 9, 4.f);
+  const auto raw = round_to<__nv_bfloat16>(gu);
+  DevBuf<__nv_bfloat16> d_gu(raw.size());
+  DevBuf<int32_t> d_off(offsets.size());
+  DevBuf<uint8_t> d_q(size_t(rows * inter));
+  DevBuf<float> d_s(size_t(rows * inter / 128));
+  upload(d_gu, raw);
+  upload(d_off, offsets);
+  for (const bool per_row : {false, true}) {
+    SCOPED_TRACE(per_row ? "per row" : "per 128 columns");
+    const int64_t n_s = cuda::moe_e4m3_scale_count(rows, inter);
+    cuda::moe_swiglu_quantize_e4m3(d_q.get(), d_s.get(), d_gu.get(), d_off.get(), rows, E, inter, per_row,
+                                   this->stream_);
+    this->sync();
+    std::vector<uint8_t> q(size_t(rows * inter));
+    std::vector<float> s(static_cast<size_t>(n_s));
+    cpu::moe_swiglu_quantize_e4m3(q.data(), s.data(), gu.data(), offsets.data(), rows, E, inter, per_row);
+    const auto gq = byte_download(d_q.get(), q.size());
+    const auto gs = download(d_s.get(), s.size());
+    int64_t same = 0, far = 0;
+    for (size_t i = 0; i < q.size(); ++i) {
+      same += gq[i] == q[i];
+      far += std::abs(int(gq[i] & 0x7f) - int(q[i] & 0x7f)) > 1 || ((gq[i] ^ q[i]) & 0x80 && (q[i] & 0x7f));
+    }
+    EXPECT_EQ(far, 0) << "codes more than one apart";
+    EXPECT_GE(double(same), 0.99 * double(q.size()));
+    for (size_t i = 0; i < s.size(); ++i) ASSERT_NEAR(gs[i], s[i], 1e-6 * s[i]) << "scale " << i;
+  }
 }
 
 // The products at a ragged small shape and at the model's widths (gate/up 2048 -> 2 x 1792 cut to 512
-// columns to keep the CPU reference quick; down 1792 -> 2048).
+// columns to keep the CPU reference quick; down 1792 -> 2048); both weight schemes, both activation
+// groupings.
 TYPED_TEST(CudaFp8Grouped, ProductMatchesCpu) {
   using T = TypeParam;
   struct Case {
@@ -83,33 +154,117 @@ TYPED_TEST(CudaFp8Grouped, ProductMatchesCpu) {
   const std::vector<Case> cases = {{{0, 70, 70, 181, 250, 300}, 256, 384},
                                    {{0, 1, 65, 200, 260}, 2048, 512},
                                    {{0, 130, 131, 256}, 1792, 2048}};
-  for (const Case& c : cases) {
-    const int64_t E = int64_t(c.offsets.size()) - 1, rows = c.offsets.back();
-    auto x = rand_vec(size_t(rows * c.n_in), 7, 2.f);
-    const auto raw = round_to<T>(x);
-    const Experts w = make_experts(E, c.n_out, c.n_in, 8);
-    DevBuf<T> d_x(raw.size());
-    DevBuf<int32_t> d_off(c.offsets.size());
-    DevBuf<uint8_t> d_q(size_t(rows * c.n_in)), d_w(w.q.size());
-    DevBuf<float> d_sa(size_t(rows * c.n_in / 128)), d_sw(w.s_kn.size());
-    DevBuf<__nv_bfloat16> d_out(size_t(rows * c.n_out));
-    DevBuf<char> ws(size_t(cuda::moe_grouped_matmul_fp8_workspace_bytes(E)));
-    upload(d_x, raw);
-    upload(d_off, c.offsets);
-    upload(d_w, w.q);
-    upload(d_sw, w.s_kn);
-    cuda::moe_quantize_e4m3(d_q.get(), d_sa.get(), d_x.get(), d_off.get(), rows, E, c.n_in, this->stream_);
-    cuda::moe_grouped_matmul_fp8(d_out.get(), d_q.get(), d_sa.get(), d_w.get(), d_sw.get(), d_off.get(), rows, E,
-                                 c.n_in, c.n_out, ws.get(), this->stream_);
-    this->sync();
-    std::vector<uint8_t> q(size_t(rows * c.n_in));
-    std::vector<float> sa(size_t(rows * c.n_in / 128)), want(size_t(rows * c.n_out));
-    cpu::moe_quantize_e4m3(q.data(), sa.data(), x.data(), c.offsets.data(), rows, E, c.n_in);
-    cpu::moe_grouped_matmul_fp8(want.data(), q.data(), sa.data(), w.q.data(), w.s_kn.data(), c.offsets.data(), E,
-                                c.n_in, c.n_out);
-    EXPECT_TRUE(close_t<__nv_bfloat16>(download(d_out.get(), want.size()), want))
-        << E << " experts, " << rows << " rows, " << c.n_in << " -> " << c.n_out;
-  }
+  for (const Case& c : cases)
+    for (const Fp8Scheme scheme : {Fp8Scheme::Block128, Fp8Scheme::Channel})
+      for (const bool per_row : {false, true}) {
+        const int64_t E = int64_t(c.offsets.size()) - 1, rows = c.offsets.back();
+        SCOPED_TRACE(cat(E, " experts, ", rows, " rows, ", c.n_in, " -> ", c.n_out, ", ", fp8_scheme_name(scheme),
+                         per_row ? ", activations per row" : ", activations per 128"));
+        auto x = rand_vec(size_t(rows * c.n_in), 7, 2.f);
+        const auto raw = round_to<T>(x);
+        const Experts w = make_experts(E, c.n_out, c.n_in, scheme, 8);
+        DevBuf<T> d_x(raw.size());
+        DevBuf<int32_t> d_off(c.offsets.size());
+        DevBuf<uint8_t> d_q(size_t(rows * c.n_in)), d_w(w.q.size());
+        DevBuf<float> d_sa(size_t(rows * c.n_in / 128)), d_sw(w.s.size());
+        DevBuf<__nv_bfloat16> d_out(size_t(rows * c.n_out));
+        DevBuf<char> ws(size_t(cuda::moe_grouped_matmul_fp8_workspace_bytes(E)));
+        upload(d_x, raw);
+        upload(d_off, c.offsets);
+        upload(d_w, w.q);
+        upload(d_sw, w.s);
+        cuda::moe_quantize_e4m3(d_q.get(), d_sa.get(), d_x.get(), nullptr, d_off.get(), rows, E, c.n_in, per_row,
+                                this->stream_);
+        cuda::moe_grouped_matmul_fp8(d_out.get(), d_q.get(), d_sa.get(), d_w.get(), d_sw.get(), scheme,
+                                     d_off.get(), rows, E, c.n_in, c.n_out, ws.get(), this->stream_);
+        this->sync();
+        std::vector<uint8_t> q(size_t(rows * c.n_in));
+        std::vector<float> sa(size_t(rows * c.n_in / 128)), want(size_t(rows * c.n_out));
+        cpu::moe_quantize_e4m3(q.data(), sa.data(), x.data(), nullptr, c.offsets.data(), rows, E, c.n_in, per_row);
+        cpu::moe_grouped_matmul_fp8(want.data(), q.data(), sa.data(), w.q.data(), w.s.data(), scheme,
+                                    c.offsets.data(), E, c.n_in, c.n_out);
+        EXPECT_TRUE(close_t<__nv_bfloat16>(download(d_out.get(), want.size()), want));
+      }
+}
+
+// The prompt rows' MoE (moe_experts_fp8) against the oracle: x + cpu::moe_experts(in) with the
+// experts dequantized and the activations fake-quantized per row (channel) or per 128 columns
+// (block128), as the CPU stage's fp8_activations; row 0 alone gives its batch's bits.
+TYPED_TEST(CudaFp8Grouped, ExpertsMatchTheOracle) {
+  using T = TypeParam;
+  const std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>> shapes = {
+      {64, 256, 16, 128, 4}, {200, 512, 8, 384, 2}, {256, 2048, 32, 1792, 4}};
+  for (const auto& [n, H, E, I, k] : shapes)
+    for (const Fp8Scheme scheme : {Fp8Scheme::Channel, Fp8Scheme::Block128}) {
+      SCOPED_TRACE(cat(n, " tokens, H ", H, ", E ", E, ", I ", I, ", top-", k, ", ", fp8_scheme_name(scheme)));
+      const Experts w1 = make_experts(E, I, H, scheme, 50), w3 = make_experts(E, I, H, scheme, 51);
+      const Experts w2 = make_experts(E, H, I, scheme, 52);
+      // the GPU's w13: per expert w1's rows then w3's; its scales likewise per k block
+      Experts w13{std::vector<uint8_t>(size_t(E * 2 * I * H)), {}};
+      const int64_t KB = H / 128, Ns = scheme == Fp8Scheme::Channel ? I : I / 128;  // scale rows of w1
+      for (int64_t e = 0; e < E; ++e) {
+        std::copy_n(w1.q.begin() + e * I * H, I * H, w13.q.begin() + e * 2 * I * H);
+        std::copy_n(w3.q.begin() + e * I * H, I * H, w13.q.begin() + e * 2 * I * H + I * H);
+        for (int64_t kb = 0; kb < KB; ++kb) {
+          const int64_t at = (e * KB + kb) * Ns;
+          w13.s.insert(w13.s.end(), w1.s.begin() + at, w1.s.begin() + at + Ns);
+          w13.s.insert(w13.s.end(), w3.s.begin() + at, w3.s.begin() + at + Ns);
+        }
+      }
+      // the oracle's fp32 experts: e4m3 x scale
+      auto deq = [&](const Experts& x, int64_t rows, int64_t cols) {
+        std::vector<float> out(x.q.size());
+        const bool channel = scheme == Fp8Scheme::Channel;
+        const int64_t NS = channel ? rows : rows / 128, CB = cols / 128;
+        for (int64_t e = 0; e < E; ++e)
+          for (int64_t r = 0; r < rows; ++r)
+            for (int64_t c = 0; c < cols; ++c) {
+              const float s = x.s[size_t((e * CB + c / 128) * NS + (channel ? r : r / 128))];
+              out[size_t((e * rows + r) * cols + c)] = e4m3_to_float(x.q[size_t((e * rows + r) * cols + c)]) * s;
+            }
+        return out;
+      };
+      const auto f1 = deq(w1, I, H), f3 = deq(w3, I, H), f2 = deq(w2, H, I);
+      auto in = rand_vec(size_t(n * H), 60 + uint64_t(n));
+      const auto in_t = round_to<T>(in);
+      const auto x0 = rand_vec(size_t(n * H), 61);
+      std::vector<int32_t> experts;
+      std::vector<float> weights;
+      make_routing(experts, weights, n, E, k, Routing::kRandom, uint64_t(n));
+      const auto need = cpu::moe_experts_scratch(n, H, E, I, k, 8);
+      std::vector<float> scratch(size_t(need.floats)), ref(size_t(n * H));
+      std::vector<int32_t> iscratch(size_t(need.ints));
+      cpu::moe_experts(ref.data(), in.data(), f1.data(), f3.data(), f2.data(), experts.data(), weights.data(), n, H,
+                       E, I, k, scratch.data(), iscratch.data(), 8,
+                       scheme == Fp8Scheme::Channel ? cpu::kFp8PerRow : kFp8Block);
+
+      DevBuf<T> d_in(in_t.size());
+      DevBuf<uint8_t> d_w13(w13.q.size()), d_w2(w2.q.size());
+      DevBuf<float> d_s13(w13.s.size()), d_s2(w2.s.size()), d_x(x0.size()), d_wt(weights.size());
+      DevBuf<int32_t> d_e(experts.size());
+      DevBuf<char> d_scratch(size_t(cuda::moe_experts_fp8_scratch_bytes(n, H, E, I, k)));
+      upload(d_in, in_t);
+      upload(d_w13, w13.q);
+      upload(d_w2, w2.q);
+      upload(d_s13, w13.s);
+      upload(d_s2, w2.s);
+      upload(d_x, x0);
+      upload(d_wt, weights);
+      upload(d_e, experts);
+      auto run = [&](int64_t rows) {
+        cuda::moe_experts_fp8<T>(d_x.get(), d_in.get(), d_w13.get(), d_s13.get(), d_w2.get(), d_s2.get(), scheme,
+                                 d_e.get(), d_wt.get(), rows, H, E, I, k, d_scratch.get(), this->stream_);
+        this->sync();
+      };
+      run(n);
+      const auto got = download(d_x.get(), x0.size());
+      std::vector<float> moe(got.size());  // what the experts added
+      for (size_t i = 0; i < got.size(); ++i) moe[i] = got[i] - x0[i];
+      EXPECT_TRUE(norm_close(moe, ref, 0.02));
+      upload(d_x, x0);
+      run(1);
+      EXPECT_TRUE(same_bits(download(d_x.get(), size_t(H)), std::vector<float>(got.begin(), got.begin() + H)));
+    }
 }
 
 }  // namespace

@@ -1,10 +1,11 @@
-// The FP8 grouped GEMM of the experts for prefill (issue 23; not yet wired into the stage): e4m3
-// activations x e4m3 weights with fp32 block scales, fp32 accumulation, bf16 out, on CUTLASS's sm90
-// ptr-array kernel with blockwise scaling (KernelPtrArrayTmaWarpSpecializedCooperativeFP8Blockwise:
-// each 128-deep k block's wgmma products are scaled by scale_a(row, k block) * scale_w(n block,
-// k block) and added into the fp32 accumulators). Scales: activations one per (row, 128 columns),
-// DeepSeek-V3's grouping (docs/fp8.md); weights one per 128 x 128 block, the block128 scheme.
-// The CPU twin: kernels/moe_grouped_fp8.h.
+// The FP8 grouped GEMM of the experts for prefill (issue 23; docs/fp8.md): e4m3 activations x e4m3
+// weights with fp32 scales, fp32 accumulation, bf16 out, on CUTLASS's sm90 ptr-array kernel with
+// blockwise scaling (KernelPtrArrayTmaWarpSpecializedCooperativeFP8BlockScaledAccum: each 128-deep
+// k block's wgmma products are scaled by scale_a(row, k block) * scale_w(n, k block) and added into
+// the fp32 accumulators), and the kernels that make its e4m3 inputs. Scales, as the CPU oracle's
+// fp8_activations quantizes (cpu_layers.cpp): activations one per row (the channel scheme) or per
+// (row, 128 columns) (block128, DeepSeek-V3's grouping); weights one per output row (channel) or
+// per 128 x 128 block (block128). The CPU twins: kernels/moe_grouped_fp8.h.
 #pragma once
 
 #include <cstddef>
@@ -13,27 +14,58 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
+#include "common/fp8.h"
+
 namespace lfm2::cuda {
 
-// The e4m3 activations of rows grouped by expert (offsets[e] .. offsets[e+1] - 1 are expert e's):
-// q (n_rows, cols) = e4m3(x / s) rounded to nearest even, saturating, s = amax / 448 of each row's
-// group of 128 columns (amax 0: s = 1), fp8_quantize's rule. The scales as the grouped GEMM reads
-// them: expert e's block at scales + offsets[e] * (cols / 128), k-block major ((cols / 128) runs of
-// its rows). cols a multiple of 128; 16-byte aligned pointers. Never allocates.
-template <typename T>
-void moe_quantize_e4m3(uint8_t* q, float* scales, const T* x, const int32_t* offsets, int64_t n_rows,
-                       int64_t n_experts, int64_t cols, cudaStream_t stream);
+// The activation scales' layout for rows grouped by expert (offsets[e] .. offsets[e+1] - 1 are
+// expert e's; rows from offsets[n_experts] on belong to none and get nothing): one per (row, 128
+// columns), expert e's block at scales + offsets[e] * (cols / 128), k-block major ((cols / 128)
+// runs of its M_e rows): CUTLASS's sm90 scales are MN-major, and its grouped kernel derives their
+// layout from the problem shape, so a per-row scale is written once for every 128 columns.
+// Floats: n_rows * cols / 128.
+inline int64_t moe_e4m3_scale_count(int64_t n_rows, int64_t cols) { return n_rows * (cols / 128); }
 
-// out (rows, n_out) = deq(in) deq(W_e)^T for expert e's rows, in and in_scales from
-// moe_quantize_e4m3, W (n_experts, n_out, n_in) e4m3 and w_scales (n_experts, n_in / 128,
-// n_out / 128) fp32: each expert's 128 x 128 block scales k-block major (the transpose of the weight
-// file's (n_out / 128, n_in / 128) per expert: CUTLASS's sm90 scales are MN-major). n_in, n_out
-// multiples of 128; Hopper (sm_90a). workspace: moe_grouped_matmul_fp8_workspace_bytes. Queues two
-// kernels (argument setup, the GEMM); never allocates or synchronises.
+// q (n_rows, cols) = e4m3(x[src] / s) rounded to nearest even, saturating, s = amax / 448 of the
+// row (per_row) or of each 128 columns of it (amax 0: s = 1), fp8_quantize's rule; src = src_row[r]
+// (the MoE's gather into expert order fused) or r when src_row is null. cols a multiple of 128;
+// 16-byte aligned rows. Never allocates.
+template <typename T>
+void moe_quantize_e4m3(uint8_t* q, float* scales, const T* x, const int32_t* src_row, const int32_t* offsets,
+                       int64_t n_rows, int64_t n_experts, int64_t cols, bool per_row, cudaStream_t stream);
+
+// The SwiGLU of the [gate | up] rows of gate_up (n_rows, 2 inter), silu(g) * u in fp32 (cpu::silu's
+// formula), quantized as moe_quantize_e4m3 into q (n_rows, inter): the down product's input.
+void moe_swiglu_quantize_e4m3(uint8_t* q, float* scales, const __nv_bfloat16* gate_up, const int32_t* offsets,
+                              int64_t n_rows, int64_t n_experts, int64_t inter, bool per_row, cudaStream_t stream);
+
+// out (rows, n_out) = deq(in) deq(W_e)^T for expert e's rows: in and in_scales from
+// moe_quantize_e4m3, W (n_experts, n_out, n_in) e4m3 with w_scales under
+// w_scheme, k-block major per expert (DeviceLayerWeights::experts_w13_st): Channel (n_experts,
+// n_in / 128, n_out), each output row's scale repeated for every 128-deep k block; Block128
+// (n_experts, n_in / 128, n_out / 128), the transpose of the file's 128 x 128 block scales
+// (n_out / 128, n_in / 128). n_in, n_out multiples of 128;
+// Hopper (sm_90a). workspace: moe_grouped_matmul_fp8_workspace_bytes. Queues two kernels (argument
+// setup, the GEMM); never allocates or synchronises. A row's bits depend on that row alone.
 int64_t moe_grouped_matmul_fp8_workspace_bytes(int64_t n_experts);
 void moe_grouped_matmul_fp8(__nv_bfloat16* out, const uint8_t* in, const float* in_scales, const uint8_t* w,
-                            const float* w_scales, const int32_t* offsets, int64_t max_rows, int64_t n_experts,
-                            int64_t n_in, int64_t n_out, void* workspace, cudaStream_t stream);
+                            const float* w_scales, Fp8Scheme w_scheme, const int32_t* offsets, int64_t max_rows,
+                            int64_t n_experts, int64_t n_in, int64_t n_out, void* workspace, cudaStream_t stream);
+
+// The routed experts of prompt rows on the FP8 tensor cores, moe_experts with e4m3 experts: x
+// (n_tokens, hidden) fp32 += experts(in). The permutation by expert; the gather into expert order
+// quantized to e4m3 (moe_quantize_e4m3); gate/up (moe_grouped_matmul_fp8, bf16 out); the SwiGLU
+// quantized (moe_swiglu_quantize_e4m3); down; moe_combine. Activations per row under Channel, per
+// (row, 128 columns) under Block128 (the CPU oracle's fp8_activations). w13 (E, 2 inter, hidden)
+// e4m3 (each expert's w1 rows then its w3 rows), w2 (E, hidden, inter); s13 / s2 as
+// moe_grouped_matmul_fp8's w_scales. hidden and inter multiples of 128, Hopper. Scratch:
+// moe_experts_fp8_scratch_bytes. Queues kernels only (capturable); a row's bits depend on it alone.
+int64_t moe_experts_fp8_scratch_bytes(int64_t n_tokens, int64_t hidden, int64_t n_experts, int64_t inter,
+                                      int64_t top_k);
+template <typename T>
+void moe_experts_fp8(float* x, const T* in, const uint8_t* w13, const float* s13, const uint8_t* w2, const float* s2,
+                     Fp8Scheme scheme, const int32_t* experts, const float* weights, int64_t n_tokens, int64_t hidden,
+                     int64_t n_experts, int64_t inter, int64_t top_k, void* scratch, cudaStream_t stream);
 
 }  // namespace lfm2::cuda
 
@@ -41,7 +73,7 @@ void moe_grouped_matmul_fp8(__nv_bfloat16* out, const uint8_t* in, const float* 
 // the argument arrays + CUTLASS's workspace, and the kernel on arguments already checked.
 namespace lfm2::cuda::grouped {
 size_t fp8_workspace_bytes(int64_t n_experts, int sm_count);
-void run_fp8(__nv_bfloat16* out, const uint8_t* in, const float* in_scales, const uint8_t* w, const float* w_scales,
-             const int32_t* offsets, int64_t n_experts, int64_t n_in, int64_t n_out, void* workspace, int sm_count,
-             int device, cudaStream_t stream);
+void run_fp8(__nv_bfloat16* out, const uint8_t* in, const float* in_scales, const uint8_t* w,
+             const float* w_scales, bool w_per_channel, const int32_t* offsets, int64_t n_experts, int64_t n_in,
+             int64_t n_out, void* workspace, int sm_count, int device, cudaStream_t stream);
 }  // namespace lfm2::cuda::grouped
