@@ -13,8 +13,10 @@
 #include "cuda_test_util.h"
 #include "kernels/add.h"
 #include "kernels/cuda/fp8_ops.h"
+#include "kernels/cuda/fp8_tuning.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/fp8_products.h"
+#include "kernels/rmsnorm.h"
 #include "moe_test_util.h"
 
 namespace lfm2 {
@@ -116,6 +118,24 @@ TYPED_TEST(CudaFp8, MoeExpertsMatchCpuTwin) {
       run(1);
       const auto alone = download(d_x.get(), size_t(H));
       EXPECT_TRUE(same_bits(alone, std::vector<float>(got.begin(), got.begin() + H)));
+      // the routed entry on a permutation of its own (the stage's: the router's), the next norm fused:
+      // x the bits of the permuting entry, norm_out = rmsnorm(x) within T's rounding
+      DevBuf<int32_t> d_off(size_t(E + 1)), d_src(size_t(n * k)), d_dest(size_t(n * k));
+      DevBuf<char> rscratch(size_t(cuda::moe_experts_decode_fp8_routed_scratch_bytes(n, H, I, k, sizeof(T))));
+      DevBuf<float> d_norm_w{size_t(H)};
+      DevBuf<T> d_norm{size_t(n * H)};
+      const auto norm_w = rand_vec(size_t(H), 9);
+      upload(d_norm_w, norm_w);
+      upload(d_x, x0);
+      cuda::moe_permute_one_block(d_off.get(), d_src.get(), d_dest.get(), d_e.get(), n, E, k, this->stream_);
+      cuda::moe_experts_decode_fp8_routed<T>(d_x.get(), d_norm.get(), d_in.get(), d_w13.get(), d_s13.get(), d_w2.get(),
+                                             d_s2.get(), scheme, d_off.get(), d_src.get(), d_dest.get(), d_wt.get(),
+                                             d_norm_w.get(), 1e-5f, n, H, E, I, k, rscratch.get(), this->stream_);
+      this->sync();
+      EXPECT_TRUE(same_bits(download(d_x.get(), x0.size()), got));
+      std::vector<float> normed(got.size());
+      cpu::rmsnorm(normed.data(), got.data(), norm_w.data(), n, H, 1e-5f);
+      EXPECT_TRUE(close_t<T>(download(d_norm.get(), normed.size()), normed));
     }
   }
 }
@@ -125,7 +145,7 @@ TYPED_TEST(CudaFp8, LinearMatchesCpuTwin) {
   using T = TypeParam;
   const std::vector<std::tuple<int64_t, int64_t, int64_t>> shapes = {
       {5, 160, 200}, {65, 64, 136}, {1, 2048, 3072}, {32, 2048, 2048}, {7, 7168, 2048}, {256, 2048, 6144},
-      {9, 256, 17408}};
+      {9, 256, 17408}, {3, 8320, 256}};
   const size_t n_shapes = std::getenv("LFM2_TEST_QUICK") ? 2 : shapes.size();
   for (size_t si = 0; si < n_shapes; ++si) {
     const auto& [n, K, N] = shapes[si];
@@ -168,15 +188,15 @@ TYPED_TEST(CudaFp8, LinearMatchesCpuTwin) {
       // 128 rows): within tolerance, and a row alone still the bits of its batch
       for (const int kh : {2, 8}) {
         SCOPED_TRACE(cat("split ", kh));
-        cuda::fp8_linear_force_split(kh);
-        cuda::linear_fp8_decode<T>(d_out.get(), cuda::Fp8Out::F32, d_in.get(), d_w.get(), d_s.get(), scheme, n, K,
-                                   N, this->stream_);
+        cuda::Fp8DecodeTuning tn;
+        tn.linear_kh = kh;
+        cuda::linear_fp8_decode_tuned<T>(d_out.get(), cuda::Fp8Out::F32, d_in.get(), d_w.get(), d_s.get(), scheme, n,
+                                         K, N, tn, this->stream_);
         this->sync();
         const auto split = download(d_out.get(), ref.size());
-        cuda::linear_fp8_decode<T>(d_out.get(), cuda::Fp8Out::F32, d_in.get(), d_w.get(), d_s.get(), scheme, 1, K,
-                                   N, this->stream_);
+        cuda::linear_fp8_decode_tuned<T>(d_out.get(), cuda::Fp8Out::F32, d_in.get(), d_w.get(), d_s.get(), scheme, 1,
+                                         K, N, tn, this->stream_);
         this->sync();
-        cuda::fp8_linear_force_split(0);
         EXPECT_TRUE(close_t<T>(split, ref));
         EXPECT_TRUE(same_bits(download(d_out.get(), size_t(N)), std::vector<float>(split.begin(), split.begin() + N)));
       }

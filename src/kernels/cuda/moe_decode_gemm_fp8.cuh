@@ -157,6 +157,7 @@ struct Feeder {
   const uint8_t* w[Sh::kRG];  // the thread's weight rows (t / 8 + 32 i); null past the end
   const T* x[kX];             // token rows (t / 16 + 16 i); null: zeros
   bool fill[kX];              // whether the token row is written at all (rows of live n8 tiles)
+  int src[kX];                // gate/up: the token rows of the next (unit, pass), fetched a pass ahead
   uint64_t pol_w, pol_x;
 
   __device__ __forceinline__ void set_unit(const Args& a, const moe_gemm::Unit& un) {
@@ -176,6 +177,18 @@ struct Feeder {
       w[i] = f < a.R ? we + row * a.K : nullptr;
     }
   }
+  // gate/up: issues the loads of (un, pass)'s src_token entries, which set_pass of that pass uses (so
+  // their latency, an L2 round trip under a saturated memory system, overlaps a pass of streaming)
+  __device__ __forceinline__ void fetch_src(const Args& a, const moe_gemm::Unit& un, int pass) {
+    if constexpr (kGateUp) {
+      const int live = min(XR, un.n_e - pass * XR);
+#pragma unroll
+      for (int i = 0; i < kX; ++i) {
+        const int n = (threadIdx.x >> 4) + 16 * i;
+        src[i] = n < live ? __ldcg(a.src_token + un.begin + pass * XR + n) : 0;
+      }
+    }
+  }
   __device__ __forceinline__ void set_pass(const Args& a, const moe_gemm::Unit& un, int pass) {
     const int live = min(XR, un.n_e - pass * XR), rows = (live + 7) & ~7;
 #pragma unroll
@@ -183,10 +196,7 @@ struct Feeder {
       const int n = (threadIdx.x >> 4) + 16 * i, slot = un.begin + pass * XR + n;
       fill[i] = n < rows;
       x[i] = nullptr;
-      if (n < live) {
-        const int64_t src = kGateUp ? int64_t(__ldcg(a.src_token + slot)) : int64_t(slot);
-        x[i] = static_cast<const T*>(a.x) + src * a.K;
-      }
+      if (n < live) x[i] = static_cast<const T*>(a.x) + (kGateUp ? int64_t(src[i]) : int64_t(slot)) * a.K;
     }
   }
   __device__ __forceinline__ void load_w(const Args& a, uint32_t stage, int ks) const {
@@ -364,24 +374,72 @@ __device__ __forceinline__ void stage_mma(float (&acc)[2][XR / 8][4], uint32_t w
 
 // The end of a (unit, pass) for a warp kh = 0 (the other slices already added): the accumulators,
 // times the channel scales, to act (gate/up, SwiGLU) or out (down / dense).
+// The output feature of the lane's accumulator rows [m][c / 2] (gate/up: m = 0 gate row j, m = 1
+// up row R + j: the feature j of both).
+template <bool kGateUp, int kRows>
+__device__ __forceinline__ int64_t acc_feature(const moe_gemm::Unit& un, int rg, int m, int h) {
+  const int r = gemv::acc_row(threadIdx.x & 31, 2 * h);
+  return kGateUp ? un.tile * 64 + 16 * rg + r : un.tile * kRows + 32 * rg + 16 * m + r;
+}
+
+// A unit's scales in the consumer's registers, loaded one unit ahead: read when needed, each would
+// be a demand miss stalling the whole block for a memory round trip (several us while every SM
+// keeps the memory system saturated). channel: v[m][h], the scale of the lane's accumulator rows
+// [m][h]. block128: sp[m], the warp's m-tile's row of k-block scales (null past the end), whose
+// k blocks lane and lane + 32 are v[m][0] and v[m][1] (a stage's scale by a shuffle; K past 8192
+// reads the rest at the stage).
+struct UnitScales {
+  float v[2][2];
+  const float* sp[2];
+};
+
+template <bool kGateUp, int kRows>
+__device__ __forceinline__ void load_scales(UnitScales& u, const Args& a, const moe_gemm::Unit& un, int rg) {
+  const int lane = threadIdx.x & 31;
+  if (!a.block_scales) {
+    const float* se = a.s + int64_t(un.e) * (kGateUp ? 2 : 1) * a.R;
+#pragma unroll
+    for (int m = 0; m < 2; ++m)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int64_t f = acc_feature<kGateUp, kRows>(un, rg, m, h);
+        u.v[m][h] = f < a.R ? __ldg(se + (kGateUp && m == 1 ? a.R + f : f)) : 1.f;
+      }
+    u.sp[0] = u.sp[1] = nullptr;
+    return;
+  }
+  const int64_t kb = (a.K + 127) / 128, rb1 = (a.R + 127) / 128, rb = (kGateUp ? 2 : 1) * rb1;
+#pragma unroll
+  for (int m = 0; m < 2; ++m) {
+    const int64_t f = kGateUp ? un.tile * 64 + 16 * rg : un.tile * kRows + 32 * rg + 16 * m;
+    const int64_t b = (kGateUp && m == 1 ? rb1 : 0) + f / 128;
+    u.sp[m] = f < a.R ? a.s + (int64_t(un.e) * rb + b) * kb : nullptr;
+    u.v[m][0] = u.sp[m] && lane < kb ? __ldg(u.sp[m] + lane) : 0.f;
+    u.v[m][1] = u.sp[m] && lane + 32 < kb ? __ldg(u.sp[m] + lane + 32) : 0.f;
+  }
+}
+
+// The block128 scale of k block ck of the warp's m-tile m (0: the tile is past the end).
+__device__ __forceinline__ float stage_scale(const UnitScales& u, int m, int ck, int nk) {
+  if (!u.sp[m]) return 0.f;
+  if (nk > 64) return __ldg(u.sp[m] + ck);
+  return __shfl_sync(0xffffffffu, ck < 32 ? u.v[m][0] : u.v[m][1], ck & 31);
+}
+
 template <typename T, bool kGateUp, int KH, int XR>
 __device__ __forceinline__ void store_tile(const Args& a, const float (&acc)[2][XR / 8][4], const moe_gemm::Unit& un,
-                                           int pass, int rg, int nt) {
+                                           int pass, int rg, int nt, const UnitScales& us) {
   using Sh = Shape<KH, XR>;
   const int lane = threadIdx.x & 31;
-  const int64_t rows = (kGateUp ? 2 : 1) * a.R;
-  // the rows of the lane's accumulators: [m][c / 2] (gate/up: m = 0 gate row j, m = 1 up row R + j)
-  int64_t feat[2][2], srow[2][2];
+  // the rows of the lane's accumulators [m][c / 2] and their channel scales (block128: 1)
+  int64_t feat[2][2];
   float rs[2][2];
 #pragma unroll
   for (int m = 0; m < 2; ++m)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int r = gemv::acc_row(lane, 2 * h);
-      feat[m][h] = kGateUp ? un.tile * 64 + 16 * rg + r : un.tile * Sh::kRows + 32 * rg + 16 * m + r;
-      srow[m][h] = kGateUp && m == 1 ? a.R + feat[m][h] : feat[m][h];
-      rs[m][h] = 1.f;
-      if (!a.block_scales && feat[m][h] < a.R) rs[m][h] = __ldg(a.s + int64_t(un.e) * rows + srow[m][h]);
+      feat[m][h] = acc_feature<kGateUp, Sh::kRows>(un, rg, m, h);
+      rs[m][h] = a.block_scales ? 1.f : us.v[m][h];
     }
   // += into fp32: every old value loaded before any store (the compiler may not move a load past a
   // store that could alias it: one memory latency per element otherwise)
@@ -428,18 +486,6 @@ __device__ __forceinline__ void store_tile(const Args& a, const float (&acc)[2][
         }
       }
     }
-  }
-}
-
-// The block128 scale rows of the warp's two m-tiles in unit `un` (null: the tile is past the end).
-template <bool kGateUp, int kRows>
-__device__ __forceinline__ void scale_rows(const float* (&sp)[2], const Args& a, const moe_gemm::Unit& un, int rg) {
-  const int64_t kb = (a.K + 127) / 128, rb1 = (a.R + 127) / 128, rb = (kGateUp ? 2 : 1) * rb1;
-#pragma unroll
-  for (int m = 0; m < 2; ++m) {
-    const int64_t f = kGateUp ? un.tile * 64 + 16 * rg : un.tile * kRows + 32 * rg + 16 * m;
-    const int64_t b = (kGateUp && m == 1 ? rb1 : 0) + f / 128;
-    sp[m] = f < a.R ? a.s + (int64_t(un.e) * rb + b) * kb : nullptr;
   }
 }
 
@@ -499,9 +545,20 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_fp8_kernel(const Args a)
   Feeder<T, kGateUp, KH, XR> feed;
   moe_gemm::l2_policies(a.l2_hints != 0, feed.pol_w, feed.pol_x);
   moe_gemm::Unit pun = unit_of<XR>(pu, tiles, s_touched, s_off);
-  feed.set_unit(a, pun);
-  feed.set_pass(a, pun, 0);
   int pp = 0, pk = 0;
+  // gate/up: the src_token entries of the (unit, pass) after the producer's
+  auto fetch_next = [&]() {
+    if constexpr (kGateUp) {
+      if (pp + 1 < pun.passes)
+        feed.fetch_src(a, pun, pp + 1);
+      else if (pu + 1 < u_end)
+        feed.fetch_src(a, unit_of<XR>(pu + 1, tiles, s_touched, s_off), 0);
+    }
+  };
+  feed.set_unit(a, pun);
+  feed.fetch_src(a, pun, 0);
+  feed.set_pass(a, pun, 0);
+  fetch_next();
   auto advance = [&]() {
     if (++pk < nk) return;
     pk = 0;
@@ -512,7 +569,16 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_fp8_kernel(const Args a)
       feed.set_unit(a, pun);
     }
     feed.set_pass(a, pun, pp);
+    fetch_next();
   };
+
+  // the consumer's first unit and its scales (and the next unit's) before the prologue: the loads
+  // overlap it
+  int64_t cu = units * blockIdx.x / gridDim.x;
+  moe_gemm::Unit cun = unit_of<XR>(cu, tiles, s_touched, s_off);
+  UnitScales cs, ns;  // the scales of the consumer's unit and of the next
+  load_scales<kGateUp, Sh::kRows>(cs, a, cun, rg);
+  if (cu + 1 < u_end) load_scales<kGateUp, Sh::kRows>(ns, a, unit_of<XR>(cu + 1, tiles, s_touched, s_off), rg);
 
   int pre = 0;
   if constexpr (!kGateUp) {
@@ -529,10 +595,6 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_fp8_kernel(const Args a)
     if (pu < u_end) advance();
   }
 
-  int64_t cu = units * blockIdx.x / gridDim.x;
-  moe_gemm::Unit cun = unit_of<XR>(cu, tiles, s_touched, s_off);
-  const float* sp[2];
-  scale_rows<kGateUp, Sh::kRows>(sp, a, cun, rg);
   int cp = 0, ck = 0;
   int nt = (min(XR, cun.n_e) + 7) / 8;
   int slot_c = 0, slot_p = S - 1;
@@ -555,7 +617,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_fp8_kernel(const Args a)
     float sc[2] = {1.f, 1.f};
     if (blocks) {
 #pragma unroll
-      for (int m = 0; m < 2; ++m) sc[m] = sp[m] ? __ldg(sp[m] + ck) : 0.f;
+      for (int m = 0; m < 2; ++m) sc[m] = stage_scale(cs, m, ck, nk);
     }
     const uint32_t st = base + slot_c * Sh::kStage;
     stage_mma<T, KH, XR>(acc, st, st + Sh::kTileW, rg, kh, nt, sc, blocks, widen, ungrouped);
@@ -587,7 +649,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_fp8_kernel(const Args a)
 #pragma unroll
                 for (int c = 0; c < 4; ++c) acc[m][t][c] += r[((m * NT + t) * 4 + c) * 32];
         }
-        store_tile<T, kGateUp, KH, XR>(a, acc, cun, cp, rg, nt);
+        store_tile<T, kGateUp, KH, XR>(a, acc, cun, cp, rg, nt, cs);
       }
 #pragma unroll
       for (int m = 0; m < 2; ++m)
@@ -600,7 +662,9 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_fp8_kernel(const Args a)
         cp = 0;
         if (++cu < u_end) {
           cun = unit_of<XR>(cu, tiles, s_touched, s_off);
-          scale_rows<kGateUp, Sh::kRows>(sp, a, cun, rg);
+          cs = ns;
+          if (cu + 1 < u_end)
+            load_scales<kGateUp, Sh::kRows>(ns, a, unit_of<XR>(cu + 1, tiles, s_touched, s_off), rg);
         }
       }
       nt = (min(XR, cun.n_e - cp * XR) + 7) / 8;
