@@ -143,8 +143,9 @@ void bench_moe(cudaStream_t s, const std::vector<int64_t>& rows) {
       tn = {};
       tn.widen = 0;
       line("no widening", tuned(tn));
-      if (scheme == Fp8Scheme::Channel && c.n == 32) {
+      if (scheme == Fp8Scheme::Channel && (c.n == 8 || c.n == 32 || c.n == 256)) {
         for (const int v : {1, 2}) {
+          if (c.n != 32) break;
           tn = {};
           tn.variant = v;
           line(v == 1 ? "tiles ungrouped" : "no L2 hints", tuned(tn));
