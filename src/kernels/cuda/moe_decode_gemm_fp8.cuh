@@ -372,8 +372,6 @@ __device__ __forceinline__ void stage_mma(float (&acc)[2][XR / 8][4], uint32_t w
   }
 }
 
-// The end of a (unit, pass) for a warp kh = 0 (the other slices already added): the accumulators,
-// times the channel scales, to act (gate/up, SwiGLU) or out (down / dense).
 // The output feature of the lane's accumulator rows [m][c / 2] (gate/up: m = 0 gate row j, m = 1
 // up row R + j: the feature j of both).
 template <bool kGateUp, int kRows>
@@ -426,6 +424,8 @@ __device__ __forceinline__ float stage_scale(const UnitScales& u, int m, int ck,
   return __shfl_sync(0xffffffffu, ck < 32 ? u.v[m][0] : u.v[m][1], ck & 31);
 }
 
+// The end of a (unit, pass) for a warp kh = 0 (the other slices already added): the accumulators,
+// times the channel scales, to act (gate/up, SwiGLU) or out (down / dense).
 template <typename T, bool kGateUp, int KH, int XR>
 __device__ __forceinline__ void store_tile(const Args& a, const float (&acc)[2][XR / 8][4], const moe_gemm::Unit& un,
                                            int pass, int rg, int nt, const UnitScales& us) {
