@@ -1,7 +1,8 @@
 // The MoE block of an FP8 file's experts kept in e4m3 on a 16-bit CUDA stage (docs/fp8.md): the
 // routed experts read half the bytes a step. Decode rows: the router of moe_decode
-// (moe_route_decode), the e4m3 products (moe_experts_decode_fp8, its combine into x), and the next
-// layer's operator norm. Prompt rows: the layer's experts widened to T (fp8_dequantize) into a
+// (moe_route_decode), then on its permutation the FP8 x FP8 products (moe_experts_decode_fp8_routed:
+// the tokens and act quantized to e4m3), whose combine adds into x and fuses the next layer's
+// operator norm. Prompt rows: the layer's experts widened to T (fp8_dequantize) into a
 // scratch, then the bf16 path (router, CUTLASS grouped GEMM, combine) - the numbers the stage had
 // when it dequantized at upload, bit for bit. Each kind's bits depend on its rows alone.
 #pragma once

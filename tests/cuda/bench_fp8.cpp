@@ -2,7 +2,8 @@
 // machine): cuda_bench_fp8 [moe rows,... [projection rows,...]] (default 8,32,64,128,256 for both;
 // moe rows 0: no MoE).
 //  - one MoE layer (top-4 of 32, hidden 2048, moe 1792, random inputs and router): the bf16
-//    moe_experts_decode and moe_experts_decode_fp8 under both schemes, the same routing; effective
+//    moe_experts_decode and moe_experts_decode_fp8 under both schemes (FP8 x FP8, its routed entry,
+//    each piece alone, the widening products, token tiles forced), the same routing; effective
 //    bandwidth = the bytes that must move (touched experts' weights once, their scales, the tokens)
 //    over the time, and that against the device-to-device copy bandwidth measured first.
 //  - the projections of a decode step (qkv, attention/conv out, conv in, dense w13, dense w2) at the
@@ -63,7 +64,9 @@ MoeCase moe_case(cudaStream_t s, int64_t n, const __nv_bfloat16* wg) {
   MoeCase c{n, n * kTopK, 0, double(n) * kH * (sizeof(T) + 8), rand_dev<T>(n * kH, 1, 1.f),
             dev_alloc<T>(n * kH),
             upload(rand_host(n * kH, 5, 1.f)), dev_alloc<float>(n * kE), dev_alloc<float>(n * kTopK),
-            upload(rand_host(kH, 6, 1.f)), dev_alloc<int32_t>(n * kTopK), dev_alloc<char>(cuda::moe_experts_decode_scratch_bytes(n, kH, kE, kI, kTopK, sizeof(T)))};
+            upload(rand_host(kH, 6, 1.f)), dev_alloc<int32_t>(n * kTopK), dev_alloc<char>(std::max(
+                cuda::moe_experts_decode_scratch_bytes(n, kH, kE, kI, kTopK, sizeof(T)),
+                cuda::moe_experts_decode_fp8_scratch_bytes(n, kH, kE, kI, kTopK, sizeof(T))))};
   cuda::linear_f32out(c.logits, c.y, wg, n, kH, kE, s);
   cuda::moe_router_drop(c.wts, c.ids, c.logits, nullptr, nullptr, n, kE, kTopK, true, 1.f, s);
   CUDA_CHECK(cudaStreamSynchronize(s));
@@ -140,15 +143,23 @@ void bench_moe(cudaStream_t s, const std::vector<int64_t>& rows) {
       line("gate/up alone", tuned(tn));
       tn.variant = 4;
       line("down alone", tuned(tn));
+      // the widening products (e4m3 weights widened to T against T activations), and without the widening
       tn = {};
+      tn.act_fp8 = 0;
+      line("widening", tuned(tn));
+      tn.variant = 8;
+      line("widening gate/up", tuned(tn));
+      tn.variant = 4;
+      line("widening down", tuned(tn));
+      tn.variant = 0;
       tn.widen = 0;
       line("no widening", tuned(tn));
       if (scheme == Fp8Scheme::Channel && (c.n == 8 || c.n == 32 || c.n == 256)) {
-        for (const int v : {1, 2}) {
+        for (const int v : {1, 2, 16}) {
           if (c.n != 32) break;
           tn = {};
           tn.variant = v;
-          line(v == 1 ? "tiles ungrouped" : "no L2 hints", tuned(tn));
+          line(v == 1 ? "tiles ungrouped" : v == 2 ? "no L2 hints" : "gate/up late PDL", tuned(tn));
         }
         // the token tile's height forced: 12 / 11 / 9 / 7 stages of 16 KB of weights
         for (const int64_t xr : {8, 16, 32, 64}) {

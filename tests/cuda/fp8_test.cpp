@@ -67,7 +67,9 @@ class CudaFp8 : public CudaTest {};
 using HalfTypes = ::testing::Types<__nv_bfloat16, __half>;
 TYPED_TEST_SUITE(CudaFp8, HalfTypes, ElemNames);
 
-// x + moe_experts_decode_fp8(in) against x + cpu::moe_experts_fp8(in), and row 0 alone.
+// x + moe_experts_decode_fp8(in) against x + cpu::moe_experts_fp8(in) with its activations quantized
+// (the FP8 x FP8 products), and row 0 alone; the routed entry; the widening products (tuning) against
+// the weights-only twin.
 TYPED_TEST(CudaFp8, MoeExpertsMatchCpuTwin) {
   using T = TypeParam;
   const std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>> shapes = {
@@ -86,16 +88,19 @@ TYPED_TEST(CudaFp8, MoeExpertsMatchCpuTwin) {
       std::vector<int32_t> experts;
       std::vector<float> weights;
       make_routing(experts, weights, n, E, k, Routing::kRandom, uint64_t(n));
-      std::vector<float> moe(size_t(n * H)), ref(moe.size());
+      std::vector<float> moe(size_t(n * H)), ref(moe.size()), ref_w(moe.size());
       cpu::moe_experts_fp8(moe.data(), in.data(), w.w13.q.data(), w.w13.s.data(), w.w2.q.data(), w.w2.s.data(),
-                           scheme, experts.data(), weights.data(), n, H, E, I, k, 8);
+                           scheme, experts.data(), weights.data(), n, H, E, I, k, 8, true);
       cpu::add(ref.data(), x0.data(), moe.data(), n * H);
+      cpu::moe_experts_fp8(moe.data(), in.data(), w.w13.q.data(), w.w13.s.data(), w.w2.q.data(), w.w2.s.data(),
+                           scheme, experts.data(), weights.data(), n, H, E, I, k, 8, false);
+      cpu::add(ref_w.data(), x0.data(), moe.data(), n * H);
 
       DevBuf<T> d_in(in_t.size());
       DevBuf<uint8_t> d_w13(w.w13.q.size()), d_w2(w.w2.q.size());
       DevBuf<float> d_s13(w.w13.s.size()), d_s2(w.w2.s.size()), d_x(x0.size()), d_wt(weights.size());
       DevBuf<int32_t> d_e(experts.size());
-      DevBuf<char> scratch(size_t(cuda::moe_experts_decode_scratch_bytes(n, H, E, I, k, sizeof(T))));
+      DevBuf<char> scratch(size_t(cuda::moe_experts_decode_fp8_scratch_bytes(n, H, E, I, k, sizeof(T))));
       upload(d_in, in_t);
       upload(d_w13, w.w13.q);
       upload(d_w2, w.w2.q);
@@ -104,20 +109,33 @@ TYPED_TEST(CudaFp8, MoeExpertsMatchCpuTwin) {
       upload(d_x, x0);
       upload(d_wt, weights);
       upload(d_e, experts);
-      auto run = [&](int64_t rows) {
-        cuda::moe_experts_decode_fp8<T>(d_x.get(), d_in.get(), d_w13.get(), d_s13.get(), d_w2.get(), d_s2.get(),
-                                        scheme, d_e.get(), d_wt.get(), rows, H, E, I, k, scratch.get(), this->stream_);
+      auto run = [&](int64_t rows, int act_fp8) {
+        cuda::Fp8DecodeTuning tn;
+        tn.act_fp8 = act_fp8;
+        upload(d_x, x0);
+        if (act_fp8)  // the production entry
+          cuda::moe_experts_decode_fp8<T>(d_x.get(), d_in.get(), d_w13.get(), d_s13.get(), d_w2.get(), d_s2.get(),
+                                          scheme, d_e.get(), d_wt.get(), rows, H, E, I, k, scratch.get(),
+                                          this->stream_);
+        else
+          cuda::moe_experts_decode_fp8_tuned<T>(d_x.get(), d_in.get(), d_w13.get(), d_s13.get(), d_w2.get(),
+                                                d_s2.get(), scheme, d_e.get(), d_wt.get(), rows, H, E, I, k,
+                                                scratch.get(), tn, this->stream_);
         this->sync();
+        return download(d_x.get(), size_t(rows * H));
       };
-      run(n);
-      const auto got = download(d_x.get(), x0.size());
-      // bf16/fp16 tolerance x3 (the MoE's roundings: weights widened to T, act in T) as moe_decode's tests
+      // bf16/fp16 tolerance x3 as moe_decode's tests (FP8 x FP8: act and a few e4m3 roundings of it
+      // differ from the oracle's by the fp32 sums' order; widening: the weights widened to T, act in T)
+      const auto got = run(n, 1);
       EXPECT_TRUE(close_t<T>(got, ref, 3.0));
       // row 0 alone: the bits it had in the batch
-      upload(d_x, x0);
-      run(1);
-      const auto alone = download(d_x.get(), size_t(H));
-      EXPECT_TRUE(same_bits(alone, std::vector<float>(got.begin(), got.begin() + H)));
+      EXPECT_TRUE(same_bits(run(1, 1), std::vector<float>(got.begin(), got.begin() + H)));
+      {
+        SCOPED_TRACE("widening products");
+        const auto widened = run(n, 0);
+        EXPECT_TRUE(close_t<T>(widened, ref_w, 3.0));
+        EXPECT_TRUE(same_bits(run(1, 0), std::vector<float>(widened.begin(), widened.begin() + H)));
+      }
       // the routed entry on a permutation of its own (the stage's: the router's), the next norm fused:
       // x the bits of the permuting entry, norm_out = rmsnorm(x) within T's rounding
       DevBuf<int32_t> d_off(size_t(E + 1)), d_src(size_t(n * k)), d_dest(size_t(n * k));

@@ -1,9 +1,12 @@
 // The CUDA FP8 products (docs/fp8.md), twins of kernels/fp8_products.h: e4m3 weights and fp32
-// scales as the weight file holds them, 16-bit activations (bf16 or fp16), fp32 accumulation, each
-// weight widened exactly to T in registers and its scale applied to the fp32 sums (per row at the
-// end, or per 128-k block) (kernels/cuda/moe_decode_gemm_fp8.cuh). Hopper
-// (sm_90); hidden and inter multiples of 16, buffers 16-byte aligned. Queue kernels only
-// (capturable in a CUDA graph); a row's bits do not depend on the other rows or their number.
+// scales as the weight file holds them, 16-bit activations (bf16 or fp16), fp32 accumulation
+// (kernels/cuda/moe_decode_gemm_fp8.cuh). The MoE's products are FP8 x FP8: its tokens and act
+// quantized to e4m3 per row (channel) or per (row, 128 columns) (block128), both scales applied to
+// the fp32 sums (the activation-quantized oracle: cpu::moe_experts_fp8(..., quantize_activations)).
+// The projections widen each weight exactly to T in registers, its scale on the fp32 sums (per row
+// at the end, or per 128-k block). Hopper (sm_90); hidden and inter multiples of 16, buffers 16-byte
+// aligned. Queue kernels only (capturable in a CUDA graph); a row's bits do not depend on the other
+// rows or their number.
 #pragma once
 
 #include <cstdint>
@@ -15,7 +18,9 @@
 namespace lfm2::cuda {
 
 // moe_experts_decode with e4m3 experts: x (n_tokens, hidden) fp32 += experts(in). w13 / s13 and
-// w2 / s2 as cpu::moe_experts_fp8. Scratch: moe_experts_decode_scratch_bytes(..., sizeof(T)).
+// w2 / s2 as cpu::moe_experts_fp8. Scratch: moe_experts_decode_fp8_scratch_bytes.
+int64_t moe_experts_decode_fp8_scratch_bytes(int64_t n_tokens, int64_t hidden, int64_t n_experts, int64_t inter,
+                                             int64_t top_k, int64_t elem_bytes);
 template <typename T>
 void moe_experts_decode_fp8(float* x, const T* in, const uint8_t* w13, const float* s13, const uint8_t* w2,
                             const float* s2, Fp8Scheme scheme, const int32_t* experts, const float* weights,
@@ -25,7 +30,8 @@ void moe_experts_decode_fp8(float* x, const T* in, const uint8_t* w13, const flo
 // The same from the router's permutation (moe_route_decode's offsets, src_token, dest_row: the
 // decode MoE's stage permutes once), the combine fused with the next layer's norm as moe_decode's:
 // x += experts(in), then, if norm_weight, norm_out = rmsnorm(x) (eps). Scratch:
-// moe_experts_decode_fp8_routed_scratch_bytes (act and the expert rows' fp32 outputs).
+// moe_experts_decode_fp8_routed_scratch_bytes (the e4m3 tokens, act and its e4m3, the expert rows'
+// fp32 outputs).
 int64_t moe_experts_decode_fp8_routed_scratch_bytes(int64_t n_tokens, int64_t hidden, int64_t inter, int64_t top_k,
                                                     int64_t elem_bytes);
 template <typename T>

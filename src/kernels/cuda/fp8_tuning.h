@@ -12,6 +12,10 @@
 namespace lfm2::cuda {
 
 struct Fp8DecodeTuning {
+  // the MoE's products: 1 FP8 x FP8 (the tokens and act quantized to e4m3, the default), 0 the
+  // e4m3 weights widened to T in registers against T activations (other bits: the weights-only
+  // oracle's products)
+  int act_fp8 = 1;
   // the widening of the e4m3 weights: 1 by bit placement (the default), 2 by the hardware e4m3 ->
   // fp16 conversion (the same values), 0 none: the raw bits into the mma (wrong results: what the
   // pipeline alone costs)
@@ -21,7 +25,8 @@ struct Fp8DecodeTuning {
   int64_t tile_rows = 0;
   // bit 0: the products one token tile at a time (not in groups of 4); bit 1: no L2 eviction hints;
   // the MoE's kernels alone (wrong results, timing only): bit 2 without gate/up, bit 3 without
-  // down, either without the combine
+  // down, either without the combine; bit 4: FP8 x FP8 gate/up lets act's quantization launch at its
+  // end (not once it has the offsets)
   int variant = 0;
   // linear_fp8_decode's warps along k (2: 128-row units, 8: 32-row units); 0: by the shape
   int linear_kh = 0;
