@@ -92,9 +92,14 @@ TYPED_TEST(CudaFp8, MoeExpertsMatchCpuTwin) {
       cpu::moe_experts_fp8(moe.data(), in.data(), w.w13.q.data(), w.w13.s.data(), w.w2.q.data(), w.w2.s.data(),
                            scheme, experts.data(), weights.data(), n, H, E, I, k, 8, true);
       cpu::add(ref.data(), x0.data(), moe.data(), n * H);
-      cpu::moe_experts_fp8(moe.data(), in.data(), w.w13.q.data(), w.w13.s.data(), w.w2.q.data(), w.w2.s.data(),
-                           scheme, experts.data(), weights.data(), n, H, E, I, k, 8, false);
-      cpu::add(ref_w.data(), x0.data(), moe.data(), n * H);
+      // the widening products (no longer the default) on the small shapes only: a second oracle at the
+      // model's shapes took the test past 110 s on the H100 machine
+      const bool widening = H <= 512;
+      if (widening) {
+        cpu::moe_experts_fp8(moe.data(), in.data(), w.w13.q.data(), w.w13.s.data(), w.w2.q.data(), w.w2.s.data(),
+                             scheme, experts.data(), weights.data(), n, H, E, I, k, 8, false);
+        cpu::add(ref_w.data(), x0.data(), moe.data(), n * H);
+      }
 
       DevBuf<T> d_in(in_t.size());
       DevBuf<uint8_t> d_w13(w.w13.q.size()), d_w2(w.w2.q.size());
@@ -130,7 +135,7 @@ TYPED_TEST(CudaFp8, MoeExpertsMatchCpuTwin) {
       EXPECT_TRUE(close_t<T>(got, ref, 3.0));
       // row 0 alone: the bits it had in the batch
       EXPECT_TRUE(same_bits(run(1, 1), std::vector<float>(got.begin(), got.begin() + H)));
-      {
+      if (widening) {
         SCOPED_TRACE("widening products");
         const auto widened = run(n, 0);
         EXPECT_TRUE(close_t<T>(widened, ref_w, 3.0));
