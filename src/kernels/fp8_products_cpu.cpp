@@ -35,7 +35,8 @@ void linear_fp8(float* out, const float* in, const uint8_t* w, const float* s, F
 
 void moe_experts_fp8(float* out, const float* in, const uint8_t* w13, const float* s13, const uint8_t* w2,
                      const float* s2, Fp8Scheme scheme, const int32_t* experts, const float* weights, int64_t n_tokens,
-                     int64_t hidden, int64_t n_experts, int64_t inter, int64_t top_k, int n_threads) {
+                     int64_t hidden, int64_t n_experts, int64_t inter, int64_t top_k, int n_threads,
+                     bool quantize_activations) {
   const int64_t H = hidden, I = inter, E = n_experts;
   std::vector<float> f1(size_t(E * I * H)), f3(f1.size()), f2(size_t(E * H * I));
   for (int64_t e = 0; e < E; ++e) {
@@ -46,8 +47,9 @@ void moe_experts_fp8(float* out, const float* in, const uint8_t* w13, const floa
   const MoeScratchSize need = moe_experts_scratch(n_tokens, H, E, I, top_k, n_threads);
   std::vector<float> scratch(size_t(need.floats));
   std::vector<int32_t> ints(size_t(need.ints));
+  const int64_t act_group = !quantize_activations ? 0 : scheme == Fp8Scheme::Block128 ? kFp8Block : kFp8PerRow;
   moe_experts(out, in, f1.data(), f3.data(), f2.data(), experts, weights, n_tokens, H, E, I, top_k, scratch.data(),
-              ints.data(), n_threads);
+              ints.data(), n_threads, act_group);
 }
 
 }  // namespace lfm2::cpu

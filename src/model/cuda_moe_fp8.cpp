@@ -25,7 +25,7 @@ Fp8DecodeLayout fp8_decode_layout(int64_t n, const cuda::MoeDims& d, int64_t ele
   l.src_token = l.offsets + align_up((d.n_experts + 1) * 4);
   l.dest_row = l.src_token + align_up(P * 4);
   l.rest = l.dest_row + align_up(P * 4);
-  l.total = l.rest + cuda::moe_experts_decode_scratch_bytes(n, d.hidden, d.n_experts, d.inter, d.top_k, elem_bytes);
+  l.total = l.rest + cuda::moe_experts_decode_fp8_routed_scratch_bytes(n, d.hidden, d.inter, d.top_k, elem_bytes);
   return l;
 }
 
@@ -44,13 +44,14 @@ void moe_fp8_decode_rows(float* x, T* norm_out, const T* in, const DeviceLayerWe
   auto* weights = reinterpret_cast<float*>(base + l.weights);
   auto* experts = reinterpret_cast<int32_t*>(base + l.experts);
   auto ints = [&](int64_t at) { return reinterpret_cast<int32_t*>(base + at); };
-  // its permutation (offsets, src_token, dest_row) goes unused: the e4m3 products permute again
+  // the products take the router's permutation; the combine fuses the next layer's norm (moe_decode's order)
   cuda::moe_route_decode<T>(weights, experts, ints(l.offsets), ints(l.src_token), ints(l.dest_row), in, lw.gate,
                             lw.expert_bias, done, n, d.hidden, d.n_experts, d.top_k, d.norm_topk_prob,
                             d.routed_scaling_factor, stream);
-  cuda::moe_experts_decode_fp8<T>(x, in, lw.experts_w13_q, lw.experts_w13_s, lw.experts_w2_q, lw.experts_w2_s, scheme,
-                                  experts, weights, n, d.hidden, d.n_experts, d.inter, d.top_k, base + l.rest, stream);
-  if (next_norm) cuda::rmsnorm<T>(norm_out, x, next_norm, n, d.hidden, eps, stream);
+  cuda::moe_experts_decode_fp8_routed<T>(x, norm_out, in, lw.experts_w13_q, lw.experts_w13_s, lw.experts_w2_q,
+                                         lw.experts_w2_s, scheme, ints(l.offsets), ints(l.src_token), ints(l.dest_row),
+                                         weights, next_norm, eps, n, d.hidden, d.n_experts, d.inter, d.top_k,
+                                         base + l.rest, stream);
 }
 
 bool moe_fp8_prompt_on_tensor_cores(const cuda::MoeDims& d) { return d.hidden % 128 == 0 && d.inter % 128 == 0; }

@@ -1,11 +1,12 @@
 // The MoE block of an FP8 file's experts kept in e4m3 on a 16-bit CUDA stage (docs/fp8.md): the
 // routed experts read half the bytes a step. Decode rows: the router of moe_decode
-// (moe_route_decode), the e4m3 products with 16-bit activations (moe_experts_decode_fp8, its
-// combine into x), and the next layer's operator norm. Prompt rows (routed by the caller): the FP8
-// tensor cores, e4m3 x e4m3 with the activations quantized per row (channel) or per (row, 128
-// columns) (block128) as the CPU oracle's fp8_activations (cuda::moe_experts_fp8); where hidden or
-// inter is not a multiple of 128 (the small test models), the decode rows' e4m3 products. Each
-// kind's bits depend on its rows alone; a prompt row's and a decode row's differ.
+// (moe_route_decode), then on its permutation the FP8 x FP8 products (moe_experts_decode_fp8_routed:
+// the tokens and the SwiGLU output quantized to e4m3), whose combine adds into x and fuses the next
+// layer's operator norm. Prompt rows (routed by the caller): the FP8 tensor cores, e4m3 x e4m3
+// (cuda::moe_experts_fp8); where hidden or inter is not a multiple of 128 (the small test models),
+// the decode rows' e4m3 products. Both quantize activations per row (channel) or per (row, 128
+// columns) (block128), as the CPU oracle's fp8_activations. Each kind's bits depend on its rows
+// alone; a prompt row's and a decode row's differ.
 #pragma once
 
 #include <cstdint>

@@ -2,7 +2,8 @@
 // machine): cuda_bench_fp8 [moe rows,... [projection rows,...]] (default 8,32,64,128,256 for both;
 // moe rows 0: no MoE).
 //  - one MoE layer (top-4 of 32, hidden 2048, moe 1792, random inputs and router): the bf16
-//    moe_experts_decode and moe_experts_decode_fp8 under both schemes, the same routing; effective
+//    moe_experts_decode and moe_experts_decode_fp8 under both schemes (FP8 x FP8, its routed entry,
+//    each piece alone, the widening products, token tiles forced), the same routing; effective
 //    bandwidth = the bytes that must move (touched experts' weights once, their scales, the tokens)
 //    over the time, and that against the device-to-device copy bandwidth measured first.
 //  - the projections of a decode step (qkv, attention/conv out, conv in, dense w13, dense w2) at the
@@ -22,6 +23,7 @@
 #include "common/fp8.h"
 #include "common/rng.h"
 #include "kernels/cuda/fp8_ops.h"
+#include "kernels/cuda/fp8_tuning.h"
 #include "kernels/cuda/ops.h"
 #include "bench_util.h"
 
@@ -50,8 +52,8 @@ DevQ8 rand_fp8(int64_t n_mat, int64_t rows, int64_t cols, Fp8Scheme scheme, uint
 struct MoeCase {
   int64_t n, P;
   double touched, act;
-  __nv_bfloat16* y;
-  float *x, *logits, *wts;
+  __nv_bfloat16 *y, *normed;
+  float *x, *logits, *wts, *norm;
   int32_t* ids;
   void* scratch;
 };
@@ -60,8 +62,11 @@ constexpr int64_t kH = 2048, kE = 32, kI = 1792, kTopK = 4;
 MoeCase moe_case(cudaStream_t s, int64_t n, const __nv_bfloat16* wg) {
   using T = __nv_bfloat16;
   MoeCase c{n, n * kTopK, 0, double(n) * kH * (sizeof(T) + 8), rand_dev<T>(n * kH, 1, 1.f),
+            dev_alloc<T>(n * kH),
             upload(rand_host(n * kH, 5, 1.f)), dev_alloc<float>(n * kE), dev_alloc<float>(n * kTopK),
-            dev_alloc<int32_t>(n * kTopK), dev_alloc<char>(cuda::moe_experts_decode_scratch_bytes(n, kH, kE, kI, kTopK, sizeof(T)))};
+            upload(rand_host(kH, 6, 1.f)), dev_alloc<int32_t>(n * kTopK), dev_alloc<char>(std::max(
+                cuda::moe_experts_decode_scratch_bytes(n, kH, kE, kI, kTopK, sizeof(T)),
+                cuda::moe_experts_decode_fp8_scratch_bytes(n, kH, kE, kI, kTopK, sizeof(T))))};
   cuda::linear_f32out(c.logits, c.y, wg, n, kH, kE, s);
   cuda::moe_router_drop(c.wts, c.ids, c.logits, nullptr, nullptr, n, kE, kTopK, true, 1.f, s);
   CUDA_CHECK(cudaStreamSynchronize(s));
@@ -101,46 +106,74 @@ void bench_moe(cudaStream_t s, const std::vector<int64_t>& rows) {
       const MoeCase& c = cases[i];
       const double scales = c.touched / E * double(q13.scale_count + q2.scale_count) * 4;
       const double bytes8 = c.touched * 3 * I * H + scales + c.act;
-      auto call = [&] {
-        cuda::moe_experts_decode_fp8(c.x, c.y, q13.q, q13.s, q2.q, q2.s, scheme, c.ids, c.wts, c.n, H, E, I, k,
-                                     c.scratch, s);
+      auto tuned = [&](const cuda::Fp8DecodeTuning& tn) {
+        return median_ms(s, [&] {
+          cuda::moe_experts_decode_fp8_tuned(c.x, c.y, q13.q, q13.s, q2.q, q2.s, scheme, c.ids, c.wts, c.n, H, E, I,
+                                             k, c.scratch, tn, s);
+        });
       };
-      const double t8 = median_ms(s, call);
-      std::printf("moe %4lld tok (%2.0f experts)  fp8 %-8s experts_decode %s  %.2fx bf16\n", (long long)c.n,
-                  c.touched, fp8_scheme_name(scheme), bw(bytes8, t8).c_str(), t16[i] / t8);
-      cuda::fp8_decode_force_skip_widen(true);  // the raw bits into the mma (wrong results)
-      const double tp = median_ms(s, call);
-      cuda::fp8_decode_force_skip_widen(false);
-      std::printf("moe %4lld tok (%2.0f experts)  fp8 %-8s without widening %s (timing only)\n", (long long)c.n,
-                  c.touched, fp8_scheme_name(scheme), bw(bytes8, tp).c_str());
-      if (scheme == Fp8Scheme::Channel) {
-        cuda::fp8_decode_force_widen(2);  // the hardware e4m3 -> fp16 conversion (the same values)
-        const double tc = median_ms(s, call);
-        cuda::fp8_decode_force_widen(1);
-        std::printf("moe %4lld tok (%2.0f experts)  fp8 %-8s widened by cvt  %s\n", (long long)c.n, c.touched,
-                    fp8_scheme_name(scheme), bw(bytes8, tc).c_str());
-        for (const int v : {1, 2}) {
-          cuda::fp8_decode_force_variant(v);
-          const double tv = median_ms(s, call);
-          cuda::fp8_decode_force_variant(0);
-          std::printf("moe %4lld tok (%2.0f experts)  fp8 %-8s %s %s\n", (long long)c.n, c.touched,
-                      fp8_scheme_name(scheme), v == 1 ? "tiles ungrouped" : "no L2 hints    ", bw(bytes8, tv).c_str());
-        }
+      auto line = [&](const char* what, double t) {
+        std::printf("moe %4lld tok (%2.0f experts)  fp8 %-8s %-16s %s  %.2fx bf16\n", (long long)c.n, c.touched,
+                    fp8_scheme_name(scheme), what, bw(bytes8, t).c_str(), t16[i] / t);
+      };
+      line("experts_decode", tuned({}));
+      // the stage's entry: the router's permutation (here moe_permute_one_block's, made once), the
+      // combine with the next norm
+      {
+        auto align = [](int64_t b) { return (b + 255) / 256 * 256; };  // moe_experts_decode's scratch layout
+        char* base = static_cast<char*>(c.scratch);
+        auto* off = reinterpret_cast<int32_t*>(base);
+        auto* src = reinterpret_cast<int32_t*>(base + align((E + 1) * 4));
+        auto* dest = reinterpret_cast<int32_t*>(base + align((E + 1) * 4) + align(c.P * 4));
+        void* rest = base + align((E + 1) * 4) + 2 * align(c.P * 4);
+        cuda::moe_permute_one_block(off, src, dest, c.ids, c.n, E, k, s);
+        line("routed", median_ms(s, [&] {
+               cuda::moe_experts_decode_fp8_routed(c.x, c.normed, c.y, q13.q, q13.s, q2.q, q2.s, scheme, off, src, dest,
+                                                   c.wts, c.norm, 1e-5f, c.n, H, E, I, k, rest, s);
+             }));
+        line("permute alone", median_ms(s, [&] { cuda::moe_permute_one_block(off, src, dest, c.ids, c.n, E, k, s); }));
+        line("combine alone", median_ms(s, [&] {
+               cuda::moe_combine_rmsnorm(c.normed, c.x, static_cast<const float*>(rest), dest, c.wts, c.norm, c.n, k, H,
+                                         1e-5f, s);
+             }));
       }
-      // the token tile's height forced: 12 / 11 / 9 / 7 stages of 16 KB of weights
-      for (const int64_t xr : {8, 16, 32, 64}) {
-        if (scheme == Fp8Scheme::Block128) break;
-        cuda::fp8_decode_force_tile(xr);
-        const double tx = median_ms(s, call);
-        cuda::fp8_decode_force_tile(0);
-        std::printf("moe %4lld tok (%2.0f experts)  fp8 %-8s tile %2lld rows    %s\n", (long long)c.n, c.touched,
-                    fp8_scheme_name(scheme), (long long)xr, bw(bytes8, tx).c_str());
+      // each product alone (after the permutation; timing only), the pipeline without the widening
+      cuda::Fp8DecodeTuning tn;
+      tn.variant = 8;
+      line("gate/up alone", tuned(tn));
+      tn.variant = 4;
+      line("down alone", tuned(tn));
+      // the widening products (e4m3 weights widened to T against T activations), and without the widening
+      tn = {};
+      tn.act_fp8 = 0;
+      line("widening", tuned(tn));
+      tn.variant = 8;
+      line("widening gate/up", tuned(tn));
+      tn.variant = 4;
+      line("widening down", tuned(tn));
+      tn.variant = 0;
+      tn.widen = 0;
+      line("no widening", tuned(tn));
+      if (scheme == Fp8Scheme::Channel && (c.n == 8 || c.n == 32 || c.n == 256)) {
+        for (const int v : {1, 2, 16}) {
+          if (c.n != 32) break;
+          tn = {};
+          tn.variant = v;
+          line(v == 1 ? "tiles ungrouped" : v == 2 ? "no L2 hints" : "gate/up late PDL", tuned(tn));
+        }
+        // the token tile's height forced: 12 / 11 / 9 / 7 stages of 16 KB of weights
+        for (const int64_t xr : {8, 16, 32, 64}) {
+          tn = {};
+          tn.tile_rows = xr;
+          line(xr == 8 ? "tile 8 rows" : xr == 16 ? "tile 16 rows" : xr == 32 ? "tile 32 rows" : "tile 64 rows",
+               tuned(tn));
+        }
       }
     }
     cudaFree(q13.q), cudaFree(q13.s), cudaFree(q2.q), cudaFree(q2.s);
   }
   for (const MoeCase& c : cases)
-    for (void* p : std::initializer_list<void*>{c.y, c.x, c.logits, c.wts, c.ids, c.scratch}) cudaFree(p);
+    for (void* p : std::initializer_list<void*>{c.y, c.normed, c.x, c.logits, c.wts, c.norm, c.ids, c.scratch}) cudaFree(p);
   cudaFree(wg);
 }
 
@@ -172,9 +205,11 @@ void bench_projections(cudaStream_t s, int64_t n) {
       // the two splits forced (the default picks one by the shape)
       for (const int kh : {2, 8}) {
         if (scheme == Fp8Scheme::Block128) break;
-        cuda::fp8_linear_force_split(kh);
-        const double tk = median_ms(s, call);
-        cuda::fp8_linear_force_split(0);
+        cuda::Fp8DecodeTuning tn;
+        tn.linear_kh = kh;
+        const double tk = median_ms(s, [&] {
+          cuda::linear_fp8_decode_tuned(out, cuda::Fp8Out::AddF32, in, q.q, q.s, scheme, n, sh.n_in, sh.n_out, tn, s);
+        });
         std::printf("proj %-9s %4lld rows  fp8 %-8s linear_fp8 kh %d %s\n", sh.name, (long long)n,
                     fp8_scheme_name(scheme), kh, bw(bytes8, tk).c_str());
       }

@@ -41,8 +41,10 @@ constexpr int kThreads = 32 * kWarps;
 constexpr int kBK = 128;            // k per stage
 constexpr int kSmemMax = 232448;    // an H100 block's shared memory (227 KB)
 
-// KH warps along k (2 or 8), XR token slots per pass (8, 32 or 64: the token tile's rows).
-template <int KH, int XR>
+// KH warps along k (2 or 8), XR token slots per pass (8, 16, 32 or 64: the token tile's rows); F8:
+// the tokens in e4m3 (FP8 x FP8 products), then the token tile is XR rows of 128 bytes and, for
+// block scales, the XR tokens' scales of the stage's k block.
+template <int KH, int XR, bool F8 = false>
 struct Shape {
   static constexpr int kRG = kWarps / KH;     // row groups of 32 rows
   static constexpr int kRows = 32 * kRG;      // weight rows per unit
@@ -51,7 +53,7 @@ struct Shape {
   static constexpr int kSteps = kSlice / 16;  // mma k steps of a warp per stage
   static constexpr int kNT = XR / 8;          // token n8 tiles
   static constexpr int kTileW = kRows * kBK;  // e4m3 tile
-  static constexpr int kTileX = XR * kBK * 2;  // token tile (256-byte rows)
+  static constexpr int kTileX = F8 ? XR * kBK + XR * 4 : XR * kBK * 2;  // token tile (256-byte rows; F8: 128)
   static constexpr int kStage = kTileW + kTileX;
   static constexpr int kRed = (KH - 1) * kRG * 32 * (8 * kNT) * 4;  // the sums of warps kh > 0
   static constexpr bool kAlias = kRed <= kStage;  // the sums go into the stage just consumed
@@ -70,8 +72,8 @@ struct Args {
   const float* s;            // scales: channel (E, rows); block128 (E, row blocks, k blocks), see row_block
   const void* x;             // gate/up: in (n_tokens, K); down: act or the dense rows (P, K), T
   const int32_t* offsets;    // (E + 1); null in dense mode
-  const int32_t* src_token;  // (P), gate/up only
-  void* out;                 // gate/up: act (P, R) T; down: (P, R) by out_mode
+  const int32_t* src_token;  // (P), gate/up only (not F8: there x holds the permuted rows)
+  void* out;                 // gate/up: act (P, R) T (F8: fp32); down: (P, R) by out_mode
   int64_t K, R;
   int n_experts;
   int dense_rows;            // > 0: dense mode, P = dense_rows rows of x, one expert
@@ -79,7 +81,8 @@ struct Args {
   int out_mode;              // down only: OutMode
   int l2_hints;
   int widen = kWidenBits;    // Widen; kWidenNone: the e4m3 bits as they are (timing only: wrong results)
-  int variant = 0;           // bench only: 1 = token tiles one at a time in stage_mma (the same bits)
+  int variant = 0;           // bench only: 1 = token tiles one at a time in stage_mma, 16 = see late_launch (the same bits)
+  const float* xs = nullptr;  // F8: x's e4m3 scales, channel (P), block128 (P, ceil(K / 128))
 };
 
 // The scale row of weight row `row` of an expert whose matrix is [first r1 rows; the rest].
@@ -149,6 +152,94 @@ __device__ __forceinline__ void mma_first(float (&d)[4], const uint32_t (&a)[4],
   d[0] = d[1] = d[2] = d[3] = 0.f;
   gemv::mma16816<T>(d, a[0], a[1], a[2], a[3], b0, b1);
 }
+
+// d (+)= A B, m16n8k32, e4m3 x e4m3, fp32 accumulation (sm_89+). A: a0 / a2 row g, k 4q.. / 16 + 4q..,
+// a1 / a3 row g + 8; B: b0 / b1 column g, k 4q.. / 16 + 4q.. (4 bytes each, the lowest k lowest).
+__device__ __forceinline__ void mma_e4m3(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// 4 bytes global -> shared (zeros when !live; src must still be a valid address).
+__device__ __forceinline__ void cp4(uint32_t dst, const void* src, bool live) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(live ? 4 : 0) : "memory");
+}
+
+// The producer side of one thread for F8 (gate/up and down alike: x holds the permuted rows in e4m3):
+// thread t copies chunk t % 8 of weight rows t / 8 + 32 i and of token rows t / 8 + 32 i, and with
+// block scales thread t < XR token t's scale of the stage.
+template <bool kGateUp, int KH, int XR>
+struct Feeder8 {
+  using Sh = Shape<KH, XR, true>;
+  static constexpr int kX = (XR + 31) / 32;
+  const uint8_t* w[Sh::kRG];
+  const uint8_t* x[kX];  // null: zeros
+  bool fill[kX];
+  const float* xs;       // block scales: the thread's token's scale row (t < XR); null: zeros
+  bool xs_fill;
+  uint64_t pol_w, pol_x;
+
+  __device__ __forceinline__ void set_unit(const Args& a, const moe_gemm::Unit& un) {
+    const int64_t rows = (kGateUp ? 2 : 1) * a.R;
+    const uint8_t* we = a.w + int64_t(un.e) * rows * a.K;
+#pragma unroll
+    for (int i = 0; i < Sh::kRG; ++i) {
+      const int r = (threadIdx.x >> 3) + 32 * i;
+      int64_t f, row;
+      if constexpr (kGateUp) {
+        f = un.tile * 64 + 16 * (r >> 5) + (r & 15);
+        row = ((r >> 4) & 1) * a.R + f;
+      } else {
+        f = un.tile * Sh::kRows + r;
+        row = f;
+      }
+      w[i] = f < a.R ? we + row * a.K : nullptr;
+    }
+  }
+  __device__ __forceinline__ void set_pass(const Args& a, const moe_gemm::Unit& un, int pass) {
+    const int live = min(XR, un.n_e - pass * XR), rows = (live + 7) & ~7;
+    const uint8_t* x8 = static_cast<const uint8_t*>(a.x);
+#pragma unroll
+    for (int i = 0; i < kX; ++i) {
+      const int n = (threadIdx.x >> 3) + 32 * i;
+      fill[i] = n < rows;
+      x[i] = n < live ? x8 + int64_t(un.begin + pass * XR + n) * a.K : nullptr;
+    }
+    const int n = threadIdx.x;
+    xs_fill = a.block_scales && n < rows;
+    xs = a.block_scales && n < live ? a.xs + int64_t(un.begin + pass * XR + n) * ((a.K + kBK - 1) / kBK) : nullptr;
+  }
+  __device__ __forceinline__ void load_w(const Args& a, uint32_t stage, int ks) const {
+    const int c = threadIdx.x & 7;
+    const int64_t k = int64_t(ks) * kBK + 16 * c;
+    const bool kin = k < a.K;
+#pragma unroll
+    for (int i = 0; i < Sh::kRG; ++i) {
+      const int r = (threadIdx.x >> 3) + 32 * i;
+      const bool live = kin && w[i] != nullptr;
+      moe_gemm::cp16<true>(stage + woff(r, c), live ? static_cast<const void*>(w[i] + k) : a.w, live, pol_w);
+    }
+  }
+  __device__ __forceinline__ void load_x(const Args& a, uint32_t stage, int ks) const {
+    const int c = threadIdx.x & 7;
+    const int64_t k = int64_t(ks) * kBK + 16 * c;
+    const bool kin = k < a.K;
+#pragma unroll
+    for (int i = 0; i < kX; ++i) {
+      if (!fill[i]) continue;
+      const int n = (threadIdx.x >> 3) + 32 * i;
+      const bool live = kin && x[i] != nullptr;
+      moe_gemm::cp16<false>(stage + Sh::kTileW + woff(n, c), live ? static_cast<const void*>(x[i] + k) : a.x, live,
+                            pol_x);
+    }
+    if (xs_fill)
+      cp4(stage + Sh::kTileW + XR * kBK + 4 * threadIdx.x, xs ? static_cast<const void*>(xs + ks) : a.xs, xs != nullptr);
+  }
+};
 
 template <typename T, bool kGateUp, int KH, int XR>
 struct Feeder {
@@ -362,26 +453,101 @@ __device__ __forceinline__ void stage_mma(float (&acc)[2][XR / 8][4], uint32_t w
   }
 }
 
+// F8 (KH = 2): the warp's stage, e4m3 x e4m3. Lane (g, q) reads its rows' 16 bytes at k kh 64 + 16 q
+// (words s = k + 4 s: step j takes words 2 j (the instruction's k 4 q..) and 2 j + 1 (its k 16 + 4 q..))
+// and its token row's 16 bytes at the same k, so every step multiplies matching k. Block scales: each
+// step pair an mma chain from zero, added times the weight block's scale and the token's.
+template <int XR>
+__device__ __forceinline__ void stage_mma_f8(float (&acc)[2][XR / 8][4], uint32_t wt, uint32_t xt, int rg, int kh,
+                                             int nt, const float (&sc)[2], bool blocks) {
+  constexpr int kNT = XR / 8;
+  const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+  const int chunk = 4 * kh + q;
+  uint32_t a[2][2][4];
+#pragma unroll
+  for (int m = 0; m < 2; ++m)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) lds128(a[m][h], wt + woff(32 * rg + 16 * m + 8 * h + g, chunk));
+  constexpr int kG = kNT < 4 ? kNT : 4;
+#pragma unroll
+  for (int t0 = 0; t0 < kNT; t0 += kG) {
+    if (t0 < nt) {
+      uint32_t b[kG][4];
+#pragma unroll
+      for (int u = 0; u < kG; ++u)
+        if (t0 + u < nt) lds128(b[u], xt + woff(8 * (t0 + u) + g, chunk));
+      if (blocks) {
+#pragma unroll
+        for (int u = 0; u < kG; ++u) {
+          if (t0 + u < nt) {
+            uint32_t sxw[2];
+            lds64(sxw, xt + XR * kBK + 4 * (8 * (t0 + u) + 2 * q));
+            const float sx[2] = {__uint_as_float(sxw[0]), __uint_as_float(sxw[1])};
+#pragma unroll
+            for (int m = 0; m < 2; ++m) {
+              float p[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+              for (int j = 0; j < 2; ++j)
+                mma_e4m3(p, a[m][0][2 * j], a[m][1][2 * j], a[m][0][2 * j + 1], a[m][1][2 * j + 1], b[u][2 * j],
+                         b[u][2 * j + 1]);
+#pragma unroll
+              for (int c = 0; c < 4; ++c) acc[m][t0 + u][c] = fmaf(sc[m] * sx[c & 1], p[c], acc[m][t0 + u][c]);
+            }
+          }
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+#pragma unroll
+          for (int u = 0; u < kG; ++u)
+            if (t0 + u < nt)
+#pragma unroll
+              for (int m = 0; m < 2; ++m)
+                mma_e4m3(acc[m][t0 + u], a[m][0][2 * j], a[m][1][2 * j], a[m][0][2 * j + 1], a[m][1][2 * j + 1],
+                         b[u][2 * j], b[u][2 * j + 1]);
+      }
+    }
+  }
+}
+
+// The output feature of the lane's accumulator rows [m][c / 2] (gate/up: m = 0 gate row j, m = 1
+// up row R + j: the feature j of both).
+template <bool kGateUp, int kRows>
+__device__ __forceinline__ int64_t acc_feature(const moe_gemm::Unit& un, int rg, int m, int h) {
+  const int r = gemv::acc_row(threadIdx.x & 31, 2 * h);
+  return kGateUp ? un.tile * 64 + 16 * rg + r : un.tile * kRows + 32 * rg + 16 * m + r;
+}
+
+// The block128 scale rows of the warp's two m-tiles in unit `un` (null: the tile is past the end).
+template <bool kGateUp, int kRows>
+__device__ __forceinline__ void scale_rows(const float* (&sp)[2], const Args& a, const moe_gemm::Unit& un, int rg) {
+  const int64_t kb = (a.K + 127) / 128, rb1 = (a.R + 127) / 128, rb = (kGateUp ? 2 : 1) * rb1;
+#pragma unroll
+  for (int m = 0; m < 2; ++m) {
+    const int64_t f = kGateUp ? un.tile * 64 + 16 * rg : un.tile * kRows + 32 * rg + 16 * m;
+    const int64_t b = (kGateUp && m == 1 ? rb1 : 0) + f / 128;
+    sp[m] = f < a.R ? a.s + (int64_t(un.e) * rb + b) * kb : nullptr;
+  }
+}
+
 // The end of a (unit, pass) for a warp kh = 0 (the other slices already added): the accumulators,
 // times the channel scales, to act (gate/up, SwiGLU) or out (down / dense).
-template <typename T, bool kGateUp, int KH, int XR>
+template <typename T, bool kGateUp, int KH, int XR, bool kF8>
 __device__ __forceinline__ void store_tile(const Args& a, const float (&acc)[2][XR / 8][4], const moe_gemm::Unit& un,
                                            int pass, int rg, int nt) {
-  using Sh = Shape<KH, XR>;
+  using Sh = Shape<KH, XR, kF8>;
   const int lane = threadIdx.x & 31;
-  const int64_t rows = (kGateUp ? 2 : 1) * a.R;
-  // the rows of the lane's accumulators: [m][c / 2] (gate/up: m = 0 gate row j, m = 1 up row R + j)
-  int64_t feat[2][2], srow[2][2];
+  // the rows of the lane's accumulators [m][c / 2] and their channel scales (block128: 1)
+  const float* se = a.s + int64_t(un.e) * (kGateUp ? 2 : 1) * a.R;
+  int64_t feat[2][2];
   float rs[2][2];
 #pragma unroll
   for (int m = 0; m < 2; ++m)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int r = gemv::acc_row(lane, 2 * h);
-      feat[m][h] = kGateUp ? un.tile * 64 + 16 * rg + r : un.tile * Sh::kRows + 32 * rg + 16 * m + r;
-      srow[m][h] = kGateUp && m == 1 ? a.R + feat[m][h] : feat[m][h];
+      feat[m][h] = acc_feature<kGateUp, Sh::kRows>(un, rg, m, h);
       rs[m][h] = 1.f;
-      if (!a.block_scales && feat[m][h] < a.R) rs[m][h] = __ldg(a.s + int64_t(un.e) * rows + srow[m][h]);
+      if (!a.block_scales && feat[m][h] < a.R) rs[m][h] = __ldg(se + (kGateUp && m == 1 ? a.R : 0) + feat[m][h]);
     }
   // += into fp32: every old value loaded before any store (the compiler may not move a load past a
   // store that could alias it: one memory latency per element otherwise)
@@ -408,16 +574,24 @@ __device__ __forceinline__ void store_tile(const Args& a, const float (&acc)[2][
         if (slot >= un.n_e) continue;
         const int64_t row = un.begin + slot;
         const int h = c >> 1;
+        // F8, channel: the token's scale (block128: in the sums already)
+        const float sx = kF8 && !a.block_scales ? __ldg(a.xs + row) : 1.f;
         if constexpr (kGateUp) {
           const int64_t j = feat[0][h];
-          const float gv = acc[0][t][c] * rs[0][h], u = acc[1][t][c] * rs[1][h];
-          if (j < a.R) static_cast<T*>(a.out)[row * a.R + j] = from_f32<T>(gv / (1.0f + expf(-gv)) * u);
+          const float gv = acc[0][t][c] * rs[0][h] * sx, u = acc[1][t][c] * rs[1][h] * sx;
+          const float v = gv / (1.0f + expf(-gv)) * u;
+          if (j < a.R) {
+            if constexpr (kF8)
+              static_cast<float*>(a.out)[row * a.R + j] = v;
+            else
+              static_cast<T*>(a.out)[row * a.R + j] = from_f32<T>(v);
+          }
         } else {
 #pragma unroll
           for (int m = 0; m < 2; ++m) {
             const int64_t f = feat[m][h];
             if (f >= a.R) continue;
-            const float v = acc[m][t][c] * rs[m][h];
+            const float v = acc[m][t][c] * rs[m][h] * sx;
             if (a.out_mode == kOutT)
               static_cast<T*>(a.out)[row * a.R + f] = from_f32<T>(v);
             else if (a.out_mode == kOutF32)
@@ -431,21 +605,10 @@ __device__ __forceinline__ void store_tile(const Args& a, const float (&acc)[2][
   }
 }
 
-// The block128 scale rows of the warp's two m-tiles in unit `un` (null: the tile is past the end).
-template <bool kGateUp, int kRows>
-__device__ __forceinline__ void scale_rows(const float* (&sp)[2], const Args& a, const moe_gemm::Unit& un, int rg) {
-  const int64_t kb = (a.K + 127) / 128, rb1 = (a.R + 127) / 128, rb = (kGateUp ? 2 : 1) * rb1;
-#pragma unroll
-  for (int m = 0; m < 2; ++m) {
-    const int64_t f = kGateUp ? un.tile * 64 + 16 * rg : un.tile * kRows + 32 * rg + 16 * m;
-    const int64_t b = (kGateUp && m == 1 ? rb1 : 0) + f / 128;
-    sp[m] = f < a.R ? a.s + (int64_t(un.e) * rb + b) * kb : nullptr;
-  }
-}
-
-template <typename T, bool kGateUp, int KH, int XR>
+template <typename T, bool kGateUp, int KH, int XR, bool kF8>
 __global__ void __launch_bounds__(kThreads, 1) moe_gemm_fp8_kernel(const Args a) {
-  using Sh = Shape<KH, XR>;
+  using Sh = Shape<KH, XR, kF8>;
+  static_assert(!kF8 || KH == 2, "F8: 128-row units");
   constexpr int S = Sh::kStages, NT = Sh::kNT;
   static_assert(!kGateUp || KH == 2, "gate/up pairs the 64 j of a 128-row unit");
   extern __shared__ __align__(128) unsigned char smem[];
@@ -481,7 +644,10 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_fp8_kernel(const Args a)
     }
     __syncthreads();
   }
-  if constexpr (kGateUp) moe_gemm::griddep_launch();
+  // gate/up lets its dependent (down, or F8 act's quantization) launch once it has the offsets; bench
+  // variant 16: F8 at its end instead (the quantization's blocks then never wait beside it)
+  const bool late_launch = kF8 && (a.variant & 16) != 0;
+  if (kGateUp && !late_launch) moe_gemm::griddep_launch();
 
   const int64_t tiles = kGateUp ? (a.R + 63) / 64 : (a.R + Sh::kRows - 1) / Sh::kRows;
   const int64_t units = int64_t(s_count) * tiles;
@@ -496,7 +662,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_fp8_kernel(const Args a)
   const int widen = a.widen;
   const bool ungrouped = (a.variant & 1) != 0;
 
-  Feeder<T, kGateUp, KH, XR> feed;
+  std::conditional_t<kF8, Feeder8<kGateUp, KH, XR>, Feeder<T, kGateUp, KH, XR>> feed;
   moe_gemm::l2_policies(a.l2_hints != 0, feed.pol_w, feed.pol_x);
   moe_gemm::Unit pun = unit_of<XR>(pu, tiles, s_touched, s_off);
   feed.set_unit(a, pun);
@@ -558,7 +724,10 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_fp8_kernel(const Args a)
       for (int m = 0; m < 2; ++m) sc[m] = sp[m] ? __ldg(sp[m] + ck) : 0.f;
     }
     const uint32_t st = base + slot_c * Sh::kStage;
-    stage_mma<T, KH, XR>(acc, st, st + Sh::kTileW, rg, kh, nt, sc, blocks, widen, ungrouped);
+    if constexpr (kF8)
+      stage_mma_f8<XR>(acc, st, st + Sh::kTileW, rg, kh, nt, sc, blocks);
+    else
+      stage_mma<T, KH, XR>(acc, st, st + Sh::kTileW, rg, kh, nt, sc, blocks, widen, ungrouped);
     float* const red = Sh::kAlias ? reinterpret_cast<float*>(smem + slot_c * Sh::kStage) : red_fixed;
     slot_c = slot_c + 1 == S ? 0 : slot_c + 1;
     if (++ck == nk) {
@@ -587,7 +756,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_fp8_kernel(const Args a)
 #pragma unroll
                 for (int c = 0; c < 4; ++c) acc[m][t][c] += r[((m * NT + t) * 4 + c) * 32];
         }
-        store_tile<T, kGateUp, KH, XR>(a, acc, cun, cp, rg, nt);
+        store_tile<T, kGateUp, KH, XR, kF8>(a, acc, cun, cp, rg, nt);
       }
 #pragma unroll
       for (int m = 0; m < 2; ++m)
@@ -607,7 +776,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_fp8_kernel(const Args a)
     }
   }
   moe_gemm::wait_pending<0>();
-  if constexpr (!kGateUp) moe_gemm::griddep_launch();
+  if (!kGateUp || late_launch) moe_gemm::griddep_launch();
 }
 
 }  // namespace lfm2::cuda::moe_gemm_fp8
