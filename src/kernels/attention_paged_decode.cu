@@ -31,7 +31,6 @@
 // the T kernel's.
 #include <cmath>
 #include <cstdlib>
-#include <string>
 #include <type_traits>
 
 #include "common/cuda_check.h"
@@ -105,21 +104,13 @@ int decode_variant() {
   return v;
 }
 
-// kF8: the stages hold e4m3 tiles (kTile rows of HD bytes) and their scales, widened into one T tile
-// (two with kF8Pipe: tile t widened while tile t - 1 is computed on).
-// The fp8 cache's pipelined widening (LFM2_KV8_DECODE=pipe; the same bits, tuning only).
-bool kv8_pipelined() {
-  static const bool v = [] {
-    const char* e = std::getenv("LFM2_KV8_DECODE");
-    return e && std::string(e) == "pipe";
-  }();
-  return v;
-}
-
-template <int HD, bool kSwizzle, bool kF8 = false, bool kF8Pipe = false>
+// kF8: the stages hold e4m3 tiles (kTile rows of HD bytes) and their scales, widened into one T tile.
+// (Two T tiles, tile t widened while tile t - 1 is attended with one barrier a tile, measured slower
+// on an H100: 264 against 226 us at 32 x 10240, three blocks an SM instead of four.)
+template <int HD, bool kSwizzle, bool kF8 = false>
 struct DecodeSmem {
   static constexpr int kStages = kSwizzle && HD < 128 ? 4 : 3;
-  static constexpr int kTStages = kF8 ? (kF8Pipe ? 2 : 1) : kStages;  // T tiles of K (and of V)
+  static constexpr int kTStages = kF8 ? 1 : kStages;  // T tiles of K (and of V)
   static constexpr int LQ = HD + 8;                  // Q rows padded: ldmatrix's 8 rows hit 8 bank groups
   static constexpr int LKV = kSwizzle ? HD : HD + 8;  // K/V rows: swizzled, or padded as Q
   static constexpr int kQ = 16 * LQ, kKV = kTile * LKV;
@@ -145,14 +136,14 @@ struct DecodeSmem {
 };
 
 // KV: T, or uint8_t for an fp8 cache (k_scale, v_scale its scale pools; null otherwise).
-template <typename T, int HD, bool kSwizzle, bool kL2Prefetch, typename KV = T, bool kF8Pipe = false>
+template <typename T, int HD, bool kSwizzle, bool kL2Prefetch, typename KV = T>
 __global__ void __launch_bounds__(kThreads)
     decode_tc_kernel(float* part_o, float2* part_ml, const T* q, const KV* k_pool, const KV* v_pool,
                      const float* k_scale, const float* v_scale, const PagedSeq* seqs, const int32_t* block_table,
                      int max_pages, int shift, int n_heads, int n_kv, int group, int ms, int64_t q_stride,
                      float scale_log2) {
-  constexpr bool kF8 = std::is_same<KV, uint8_t>::value, kPipe = kF8 && kF8Pipe;
-  using S = DecodeSmem<HD, kSwizzle, kF8, kF8Pipe>;
+  constexpr bool kF8 = std::is_same<KV, uint8_t>::value;
+  using S = DecodeSmem<HD, kSwizzle, kF8>;
   constexpr int LQ = S::LQ, KC = HD / 16, DT = HD / 8, kChunks = HD / 8, kStages = S::kStages;
   constexpr int kC8 = HD / 16;  // 16-byte chunks of an e4m3 row
   extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -292,12 +283,12 @@ __global__ void __launch_bounds__(kThreads)
       mma16816<T>(o[d + 1], pa, b[2], b[3]);
     }
   };
-  // tile t's e4m3 stage widened into T tile `tb` (every thread takes 16-byte chunks)
-  auto widen = [&](int t, int tb) {
+  // tile t's e4m3 stage widened into the T tile (every thread takes 16-byte chunks)
+  auto widen = [&](int t) {
     const uint8_t* k8t = k8 + (t % kStages) * S::kF8Tile;
     const uint8_t* v8t = v8 + (t % kStages) * S::kF8Tile;
-    T* dk = sk + tb * S::kKV;
-    T* dv = sv + tb * S::kKV;
+    T* dk = sk;
+    T* dv = sv;
     for (int c = tid; c < kTile * kC8; c += kThreads) {
       const int r = c / kC8, ch = c % kC8;
       const uint4 bk = *reinterpret_cast<const uint4*>(k8t + r * HD + ch * 16);
@@ -307,9 +298,7 @@ __global__ void __launch_bounds__(kThreads)
     }
   };
 
-  // kPipe: one more turn; turn t widens tile t and attends tile t - 1 (the barrier at the top of
-  // each turn orders a T tile's widening before its reads and its reads before its next widening)
-  for (int t = 0; t < n_tiles + (kPipe ? 1 : 0); ++t) {
+  for (int t = 0; t < n_tiles; ++t) {
     cp_async_wait<kStages - 2>();  // tile t (and the Q rows) landed
     __syncthreads();               // ... for every thread; tile t-1's stage is free
     if (t + kStages - 1 < n_tiles) load_tile((t + kStages - 1) % kStages, t + kStages - 1);
@@ -318,11 +307,8 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int kc = 0; kc < KC; ++kc) ldmatrix_x4(qf[kc], sq + (lane & 15) * LQ + kc * 16 + (lane >> 4) * 8);
     }
-    if constexpr (kPipe) {
-      if (t < n_tiles) widen(t, t & 1);
-      if (t > 0) attend(t - 1, sk + ((t - 1) & 1) * S::kKV, sv + ((t - 1) & 1) * S::kKV);
-    } else if constexpr (kF8) {  // the T tile is free: every warp passed the barrier
-      widen(t, 0);
+    if constexpr (kF8) {  // the T tile is free: every warp passed the barrier
+      widen(t);
       __syncthreads();
       attend(t, sk, sv);
     } else {
@@ -497,11 +483,11 @@ struct DecodeArgs {
   const float *k_scale = nullptr, *v_scale = nullptr;  // an fp8 cache's scale pools
 };
 
-template <typename T, int HD, bool kSwizzle, bool kL2Prefetch, typename KV = T, bool kF8Pipe = false>
+template <typename T, int HD, bool kSwizzle, bool kL2Prefetch, typename KV = T>
 void launch_tc(float* part_o, float2* part_ml, const T* q, const KV* k_pool, const KV* v_pool, const DecodeArgs& a,
                int64_t ms, unsigned blocks, cudaStream_t stream) {
-  auto kernel = decode_tc_kernel<T, HD, kSwizzle, kL2Prefetch, KV, kF8Pipe>;
-  constexpr size_t smem = DecodeSmem<HD, kSwizzle, std::is_same<KV, uint8_t>::value, kF8Pipe>::kBytes;
+  auto kernel = decode_tc_kernel<T, HD, kSwizzle, kL2Prefetch, KV>;
+  constexpr size_t smem = DecodeSmem<HD, kSwizzle, std::is_same<KV, uint8_t>::value>::kBytes;
   if (smem > (size_t(48) << 10)) raise_smem_limit(reinterpret_cast<const void*>(kernel), int(smem));
   kernel<<<blocks, kThreads, smem, stream>>>(part_o, part_ml, q, k_pool, v_pool, a.k_scale, a.v_scale, a.seqs,
                                              a.block_table, int(a.max_pages), page_shift(a.page_size),
@@ -519,9 +505,7 @@ void launch_decode(T* out, const T* q, const KV* k_pool, const KV* v_pool, const
   LFM2_CHECK(blocks < (int64_t(1) << 31), "attention_decode_paged: ", blocks, " blocks is too many for one launch");
   const int variant = decode_variant();
   if constexpr (std::is_same<KV, uint8_t>::value) {  // fp8: the swizzled stages (variants 2, 3, 6, 7)
-    if (kv8_pipelined())
-      launch_tc<T, HD, true, false, KV, true>(part_o, part_ml, q, k_pool, v_pool, a, ms, unsigned(blocks), stream);
-    else if (variant & 1)
+    if (variant & 1)
       launch_tc<T, HD, true, true, KV>(part_o, part_ml, q, k_pool, v_pool, a, ms, unsigned(blocks), stream);
     else
       launch_tc<T, HD, true, false, KV>(part_o, part_ml, q, k_pool, v_pool, a, ms, unsigned(blocks), stream);
