@@ -15,6 +15,10 @@
 // the other rows or sequences (a whole prompt in one chunk gives attention()'s bits).
 // fp32: exact SIMT FMAs, one query row per thread as attention.cu's fp32 kernel, tiles aligned the
 // same way.
+//
+// fp8 cache (attention_prefill_paged_fp8, bf16 / fp16): the double buffer holds e4m3 tiles and their
+// rows' scales; each landed tile is widened into one T tile (kv_fp8.cuh, as the decode kernel) and
+// the warps compute on it as on a T cache.
 #include <cmath>
 #include <cstdlib>
 #include <string>
@@ -25,6 +29,7 @@
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/ops.h"
+#include "kernels/kv_fp8.cuh"
 
 namespace lfm2::cuda {
 namespace {
@@ -37,26 +42,38 @@ constexpr int kBQ = 64, kBKV = 64, kWarps = 4, kThreads = kWarps * 32;  // kBQ: 
 // each K / V fragment a warp loads from shared memory serves two mma row tiles (FlashAttention-2's
 // 128-row blocks for head_dim <= 64): half the shared-memory reads per product, and each K / V tile
 // copied in serves twice the rows.
-template <int HD, int MT>
+// kF8: the double buffer holds e4m3 tiles (kBKV rows of HD bytes) and scales, widened into one T tile.
+template <int HD, int MT, bool kF8 = false>
 struct PrefillSmem {
   static constexpr int kRows = kWarps * 16 * MT;
   static constexpr int LD = HD + 8;  // padded rows: ldmatrix's 8 row addresses hit 8 distinct bank groups
   static constexpr int kQ = kRows * LD, kKV = kBKV * LD;
-  static constexpr size_t kBytes = size_t(kQ + 4 * kKV) * 2;  // Q, K[2], V[2]
+  static constexpr int kTStages = kF8 ? 1 : 2;  // T tiles of K (and of V)
+  static constexpr int kF8Tile = kBKV * HD;     // bytes of an e4m3 stage
+  static constexpr size_t kBytes = size_t(kQ + 2 * kTStages * kKV) * 2 +  // Q, K[], V[]
+                                   (kF8 ? size_t(4) * (kF8Tile + kBKV * 4) : 0);  // e4m3 K[2], V[2], scales
 };
 
-template <typename T, int HD, int MT>
+// KV: T, or uint8_t for an fp8 cache (k_scale, v_scale its scale pools; null otherwise).
+template <typename T, int HD, int MT, typename KV = T>
 __global__ void __launch_bounds__(kThreads)
-    prefill_tc_kernel(T* out, const T* q, const T* k_pool, const T* v_pool, const PagedSeq* seqs, int n_seqs,
-                      const int32_t* block_table, int max_pages, int shift, int n_heads, int n_kv, int group,
-                      int n_qtiles, int64_t q_stride, float scale_log2) {
-  using S = PrefillSmem<HD, MT>;
+    prefill_tc_kernel(T* out, const T* q, const KV* k_pool, const KV* v_pool, const float* k_scale,
+                      const float* v_scale, const PagedSeq* seqs, int n_seqs, const int32_t* block_table,
+                      int max_pages, int shift, int n_heads, int n_kv, int group, int n_qtiles, int64_t q_stride,
+                      float scale_log2) {
+  constexpr bool kF8 = std::is_same<KV, uint8_t>::value;
+  using S = PrefillSmem<HD, MT, kF8>;
   constexpr int LD = S::LD, NT = kBKV / 8, DT = HD / 8, KC = HD / 16, kChunks = HD / 8, kRows = S::kRows;
-  constexpr int WR = 16 * MT;  // rows of a warp
+  constexpr int WR = 16 * MT;   // rows of a warp
+  constexpr int kC8 = HD / 16;  // 16-byte chunks of an e4m3 row
   extern __shared__ __align__(128) unsigned char smem_raw[];
   T* sq = reinterpret_cast<T*>(smem_raw);
-  T* sk = sq + S::kQ;       // [2][kBKV][LD]
-  T* sv = sk + 2 * S::kKV;  // [2][kBKV][LD]
+  T* sk = sq + S::kQ;                   // [kTStages][kBKV][LD]
+  T* sv = sk + S::kTStages * S::kKV;    // [kTStages][kBKV][LD]
+  uint8_t* k8 = reinterpret_cast<uint8_t*>(sv + S::kTStages * S::kKV);  // fp8: [2][kBKV][HD] e4m3
+  uint8_t* v8 = k8 + 2 * S::kF8Tile;
+  float* ks8 = reinterpret_cast<float*>(v8 + 2 * S::kF8Tile);  // fp8: [2][kBKV] scales
+  float* vs8 = ks8 + 2 * kBKV;
 
   // blocks numbered (reversed query tile, sequence, KV head): the later, heavier tiles first
   const int per_tile = n_seqs * n_kv;
@@ -72,14 +89,33 @@ __global__ void __launch_bounds__(kThreads)
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
 
   auto load_kv = [&](int stage, int k0) {
-    T* dk = sk + stage * S::kKV;
-    T* dv = sv + stage * S::kKV;
-    for (int c = tid; c < kBKV * kChunks; c += kThreads) {
-      const int r = c / kChunks, col = (c % kChunks) * 8, p = k0 + r;
-      const bool ok = p < k_end;
-      const int64_t off = ok ? rows.offset(p) + head_off + col : 0;
-      cp_async16(dk + r * LD + col, k_pool + off, ok);
-      cp_async16(dv + r * LD + col, v_pool + off, ok);
+    if constexpr (kF8) {
+      uint8_t* dk = k8 + stage * S::kF8Tile;
+      uint8_t* dv = v8 + stage * S::kF8Tile;
+      for (int c = tid; c < kBKV * kC8; c += kThreads) {
+        const int r = c / kC8, col = (c % kC8) * 16, p = k0 + r;
+        const bool ok = p < k_end;
+        const int64_t off = ok ? rows.offset(p) + head_off + col : 0;
+        cp_async16(dk + r * HD + col, k_pool + off, ok);
+        cp_async16(dv + r * HD + col, v_pool + off, ok);
+      }
+      for (int r = tid; r < kBKV; r += kThreads) {
+        const int p = k0 + r;
+        const bool ok = p < k_end;
+        const int64_t off = ok ? rows.offset(p) / HD + kvh : 0;  // (pool row, kv head)
+        kv8::cp_async4(ks8 + stage * kBKV + r, k_scale + off, ok);
+        kv8::cp_async4(vs8 + stage * kBKV + r, v_scale + off, ok);
+      }
+    } else {
+      T* dk = sk + stage * S::kKV;
+      T* dv = sv + stage * S::kKV;
+      for (int c = tid; c < kBKV * kChunks; c += kThreads) {
+        const int r = c / kChunks, col = (c % kChunks) * 8, p = k0 + r;
+        const bool ok = p < k_end;
+        const int64_t off = ok ? rows.offset(p) + head_off + col : 0;
+        cp_async16(dk + r * LD + col, k_pool + off, ok);
+        cp_async16(dv + r * LD + col, v_pool + off, ok);
+      }
     }
   };
   for (int c = tid; c < kRows * kChunks; c += kThreads) {
@@ -135,10 +171,20 @@ __global__ void __launch_bounds__(kThreads)
         for (int kc = 0; kc < KC; ++kc)
           ldmatrix_x4(qf[i][kc], sq + (warp * WR + 16 * i + (lane & 15)) * LD + kc * 16 + (lane >> 4) * 8);
     }
+    if constexpr (kF8) {  // stage st widened into the T tile (free: the loop's last barrier)
+      for (int c = tid; c < kBKV * kC8; c += kThreads) {
+        const int r = c / kC8, ch = c % kC8;
+        const uint4 bk = *reinterpret_cast<const uint4*>(k8 + st * S::kF8Tile + r * HD + ch * 16);
+        const uint4 bv = *reinterpret_cast<const uint4*>(v8 + st * S::kF8Tile + r * HD + ch * 16);
+        kv8::widen16<T>(sk + r * LD + ch * 16, sk + r * LD + ch * 16 + 8, bk, ks8[st * kBKV + r]);
+        kv8::widen16<T>(sv + r * LD + ch * 16, sv + r * LD + ch * 16 + 8, bv, vs8[st * kBKV + r]);
+      }
+      __syncthreads();
+    }
     // a warp whose queries all precede this tile (causal) or that has none has nothing to do
     if (warp_active && k0 <= wq_last) {
-      const T* ks = sk + st * S::kKV;
-      const T* vs = sv + st * S::kKV;
+      const T* ks = sk + (kF8 ? 0 : st) * S::kKV;
+      const T* vs = sv + (kF8 ? 0 : st) * S::kKV;
       float sc[MT][NT][4];
 #pragma unroll
       for (int i = 0; i < MT; ++i)
@@ -341,6 +387,7 @@ struct PrefillArgs {
   int64_t max_pages, page_size, n_heads, n_kv_heads;
   float scale;
   int64_t q_stride;
+  const float *k_scale = nullptr, *v_scale = nullptr;  // an fp8 cache's scale pools
 };
 
 // The tensor-core kernel's rows per warp: 32 (two row tiles) for head_dim <= 64, where the
@@ -354,20 +401,19 @@ int rows_per_warp() {
   return r;
 }
 
-template <typename T, int HD, int MT>
-void launch_tc(T* out, const T* q, const T* k_pool, const T* v_pool, const PrefillArgs& a, cudaStream_t stream) {
+template <typename T, int HD, int MT, typename KV = T>
+void launch_tc(T* out, const T* q, const KV* k_pool, const KV* v_pool, const PrefillArgs& a, cudaStream_t stream) {
   const int shift = page_shift(a.page_size), group = int(a.n_heads / a.n_kv_heads);
   const float scale_log2 = a.scale * 1.4426950408889634f;
-  using S = PrefillSmem<HD, MT>;
+  using S = PrefillSmem<HD, MT, std::is_same<KV, uint8_t>::value>;
   const int64_t qpb = S::kRows / group, n_qtiles = (a.max_rows + qpb - 1) / qpb;
   const int64_t blocks = n_qtiles * a.n_seqs * a.n_kv_heads;
   LFM2_CHECK(blocks < (int64_t(1) << 31), "attention_prefill_paged: ", blocks, " blocks is too many for one launch");
-  auto kernel = prefill_tc_kernel<T, HD, MT>;
+  auto kernel = prefill_tc_kernel<T, HD, MT, KV>;
   if (S::kBytes > (size_t(48) << 10)) raise_smem_limit(reinterpret_cast<const void*>(kernel), int(S::kBytes));
-  kernel<<<unsigned(blocks), kThreads, S::kBytes, stream>>>(out, q, k_pool, v_pool, a.seqs, int(a.n_seqs),
-                                                            a.block_table, int(a.max_pages), shift, int(a.n_heads),
-                                                            int(a.n_kv_heads), group, int(n_qtiles), a.q_stride,
-                                                            scale_log2);
+  kernel<<<unsigned(blocks), kThreads, S::kBytes, stream>>>(
+      out, q, k_pool, v_pool, a.k_scale, a.v_scale, a.seqs, int(a.n_seqs), a.block_table, int(a.max_pages), shift,
+      int(a.n_heads), int(a.n_kv_heads), group, int(n_qtiles), a.q_stride, scale_log2);
   CUDA_CHECK_LAUNCH("prefill_tc_kernel");
 }
 
@@ -386,6 +432,14 @@ void launch_prefill(T* out, const T* q, const T* k_pool, const T* v_pool, const 
     if (HD <= 64 && rows_per_warp() == 32) return launch_tc<T, HD, HD <= 64 ? 2 : 1>(out, q, k_pool, v_pool, a, stream);
     launch_tc<T, HD, 1>(out, q, k_pool, v_pool, a, stream);
   }
+}
+
+template <typename T, int HD>
+void launch_prefill_fp8(T* out, const T* q, const uint8_t* k_pool, const uint8_t* v_pool, const PrefillArgs& a,
+                        cudaStream_t stream) {
+  if (HD <= 64 && rows_per_warp() == 32)
+    return launch_tc<T, HD, HD <= 64 ? 2 : 1, uint8_t>(out, q, k_pool, v_pool, a, stream);
+  launch_tc<T, HD, 1, uint8_t>(out, q, k_pool, v_pool, a, stream);
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -422,11 +476,50 @@ void attention_prefill_paged(T* out, const T* q, const T* k_pool, const T* v_poo
   }
 }
 
+template <typename T>
+void attention_prefill_paged_fp8(T* out, const T* q, const uint8_t* k_pool, const uint8_t* v_pool,
+                                 const float* k_scale, const float* v_scale, const PagedSeq* seqs, int64_t n_seqs,
+                                 int64_t max_rows, const int32_t* block_table, int64_t max_pages, int64_t page_size,
+                                 int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale,
+                                 cudaStream_t stream, int64_t q_stride) {
+  LFM2_CHECK(n_kv_heads > 0 && n_heads % n_kv_heads == 0 && n_heads / n_kv_heads <= kBQ,
+             "attention_prefill_paged_fp8: ", n_heads, " heads over ", n_kv_heads, " kv heads (a multiple, at most ",
+             kBQ, " per kv head)");
+  LFM2_CHECK(valid_page_size(page_size), "attention_prefill_paged_fp8: page size ", page_size,
+             " is not a power of two in [", kMinPageSize, ", ", kMaxPageSize, "]");
+  LFM2_CHECK(max_pages * page_size <= (int64_t(1) << 31) && max_rows < (int64_t(1) << 31),
+             "attention_prefill_paged_fp8: ", max_pages, " pages of ", page_size, ", ", max_rows,
+             " rows (positions and rows must fit int32)");
+  if (q_stride == 0) q_stride = n_heads * head_dim;
+  LFM2_CHECK(aligned16(q) && aligned16(k_pool) && aligned16(v_pool) && aligned16(out) &&
+                 (q_stride * int64_t(sizeof(T))) % 16 == 0 && k_scale && v_scale,
+             "attention_prefill_paged_fp8: q, out and the pools must be 16-byte aligned, q rows a multiple of 16 "
+             "bytes, the scale pools given");
+  if (n_seqs == 0 || max_rows == 0) return;
+  PrefillArgs a{seqs, n_seqs, max_rows, block_table, max_pages, page_size, n_heads, n_kv_heads, scale, q_stride};
+  a.k_scale = k_scale, a.v_scale = v_scale;
+  switch (head_dim) {
+    case 16: return launch_prefill_fp8<T, 16>(out, q, k_pool, v_pool, a, stream);
+    case 32: return launch_prefill_fp8<T, 32>(out, q, k_pool, v_pool, a, stream);
+    case 64: return launch_prefill_fp8<T, 64>(out, q, k_pool, v_pool, a, stream);
+    case 128: return launch_prefill_fp8<T, 128>(out, q, k_pool, v_pool, a, stream);
+    default: LFM2_FAIL("attention_prefill_paged_fp8: head_dim ", head_dim, " not supported (16, 32, 64 or 128)");
+  }
+}
+
 #define INST(T)                                                                                                  \
   template void attention_prefill_paged<T>(T*, const T*, const T*, const T*, const PagedSeq*, int64_t, int64_t, \
                                            const int32_t*, int64_t, int64_t, int64_t, int64_t, int64_t, float,   \
                                            cudaStream_t, int64_t);
 LFM2_FOR_EACH_T(INST)
+#undef INST
+#define INST(T)                                                                                                  \
+  template void attention_prefill_paged_fp8<T>(T*, const T*, const uint8_t*, const uint8_t*, const float*,      \
+                                               const float*, const PagedSeq*, int64_t, int64_t, const int32_t*, \
+                                               int64_t, int64_t, int64_t, int64_t, int64_t, float, cudaStream_t, \
+                                               int64_t);
+INST(__nv_bfloat16)
+INST(__half)
 #undef INST
 
 }  // namespace lfm2::cuda

@@ -18,6 +18,15 @@
 // Entries past a sequence's length are never read; the store skips a row whose entry is negative.
 // page_size: a power of two from 16 to 2^16 (kernels compute with it only in the address, so a row's
 // bits do not depend on it); positions fit in int32.
+//
+// FP8 cache (--kv-dtype fp8, docs/fp8.md "KV cache"): the pools hold e4m3 bytes in the same layout,
+//   k_pool, v_pool   uint8 [n_pages, page_size, n_kv_heads, head_dim]
+//   k_scale, v_scale fp32  [n_pages, page_size, n_kv_heads]   (paged_scale_offset)
+// and a stored row x (one position's head_dim values of one KV head: k after the norm and RoPE, v
+// as projected, each first rounded to the compute dtype T as the T cache stores it) is
+// s = amax|x| / 448 (amax 0: s = 1), q = e4m3(x / s) (round to nearest even, saturating: the codec of
+// common/fp8.h); it reads as q * s. A row's bits depend on that row alone, so an fp8 cache keeps
+// every independence above. The CPU backend keeps fp32 pools holding q * s (exact in fp32).
 #pragma once
 
 #include <cstdint>
@@ -53,6 +62,12 @@ inline int page_shift(int64_t page_size) {
 inline int64_t paged_offset(int64_t page, int64_t slot, int64_t kv_head, int64_t page_size, int64_t n_kv_heads,
                             int64_t head_dim) {
   return ((page * page_size + slot) * n_kv_heads + kv_head) * head_dim;
+}
+
+// Index of (page, slot, kv_head)'s scale in an fp8 cache's scale pool.
+inline int64_t paged_scale_offset(int64_t page, int64_t slot, int64_t kv_head, int64_t page_size,
+                                  int64_t n_kv_heads) {
+  return (page * page_size + slot) * n_kv_heads + kv_head;
 }
 
 }  // namespace lfm2

@@ -22,4 +22,12 @@ void qk_norm_rope_store(float* qkv, float* k_pool, float* v_pool, const float* q
                         const int32_t* block_table, int64_t max_pages, int64_t page_size, int64_t n_heads,
                         int64_t n_kv_heads, int64_t head_dim, float eps, int n_threads = 1);
 
+// The same with an fp8 cache (paged_kv.h): each stored head row of k and v is e4m3(x / s) * s, s =
+// amax / 448 of the row (fp8_fake_quantize_rows), in the fp32 pools; qkv is left as above. The twin
+// of cuda::qk_norm_rope_store_fp8, whose pools hold the e4m3 bytes and the scales.
+void qk_norm_rope_store_fp8(float* qkv, float* k_pool, float* v_pool, const float* q_norm, const float* k_norm,
+                            const float* inv_freq, const PagedSeq* seqs, int64_t n_seqs, int64_t n_rows,
+                            const int32_t* block_table, int64_t max_pages, int64_t page_size, int64_t n_heads,
+                            int64_t n_kv_heads, int64_t head_dim, float eps, int n_threads = 1);
+
 }  // namespace lfm2::cpu

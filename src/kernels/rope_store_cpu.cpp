@@ -5,16 +5,18 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/fp8.h"
 #include "common/parallel.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
 
 namespace lfm2::cpu {
+namespace {
 
-void qk_norm_rope_store(float* qkv, float* k_pool, float* v_pool, const float* q_norm, const float* k_norm,
-                        const float* inv_freq, const PagedSeq* seqs, int64_t n_seqs, int64_t n_rows,
-                        const int32_t* block_table, int64_t max_pages, int64_t page_size, int64_t n_heads,
-                        int64_t n_kv_heads, int64_t head_dim, float eps, int n_threads) {
+void store(float* qkv, float* k_pool, float* v_pool, const float* q_norm, const float* k_norm, const float* inv_freq,
+           const PagedSeq* seqs, int64_t n_seqs, int64_t n_rows, const int32_t* block_table, int64_t max_pages,
+           int64_t page_size, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float eps, int n_threads,
+           bool fp8) {
   LFM2_CHECK(valid_page_size(page_size), "qk_norm_rope_store: page size ", page_size, " is not a power of two in [",
              kMinPageSize, ", ", kMaxPageSize, "]");
   const int64_t width = (n_heads + 2 * n_kv_heads) * head_dim, kv = n_kv_heads * head_dim;
@@ -47,8 +49,30 @@ void qk_norm_rope_store(float* qkv, float* k_pool, float* v_pool, const float* q
       const int64_t dst = paged_offset(page, pos % page_size, 0, page_size, n_kv_heads, head_dim);
       std::copy(k, k + kv, k_pool + dst);
       std::copy(k + kv, k + 2 * kv, v_pool + dst);
+      if (fp8) {  // per (position, KV head): the rows of head_dim values
+        fp8_fake_quantize_rows(k_pool + dst, n_kv_heads, head_dim, head_dim);
+        fp8_fake_quantize_rows(v_pool + dst, n_kv_heads, head_dim, head_dim);
+      }
     }
   }, 16);
+}
+
+}  // namespace
+
+void qk_norm_rope_store(float* qkv, float* k_pool, float* v_pool, const float* q_norm, const float* k_norm,
+                        const float* inv_freq, const PagedSeq* seqs, int64_t n_seqs, int64_t n_rows,
+                        const int32_t* block_table, int64_t max_pages, int64_t page_size, int64_t n_heads,
+                        int64_t n_kv_heads, int64_t head_dim, float eps, int n_threads) {
+  store(qkv, k_pool, v_pool, q_norm, k_norm, inv_freq, seqs, n_seqs, n_rows, block_table, max_pages, page_size,
+        n_heads, n_kv_heads, head_dim, eps, n_threads, false);
+}
+
+void qk_norm_rope_store_fp8(float* qkv, float* k_pool, float* v_pool, const float* q_norm, const float* k_norm,
+                            const float* inv_freq, const PagedSeq* seqs, int64_t n_seqs, int64_t n_rows,
+                            const int32_t* block_table, int64_t max_pages, int64_t page_size, int64_t n_heads,
+                            int64_t n_kv_heads, int64_t head_dim, float eps, int n_threads) {
+  store(qkv, k_pool, v_pool, q_norm, k_norm, inv_freq, seqs, n_seqs, n_rows, block_table, max_pages, page_size,
+        n_heads, n_kv_heads, head_dim, eps, n_threads, true);
 }
 
 }  // namespace lfm2::cpu

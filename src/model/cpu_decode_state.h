@@ -27,6 +27,7 @@ struct CpuDecodeState {
 
   std::vector<Layer> layers;  // per layer of the stage
   StateShape shape;
+  bool kv_fp8 = false;         // k and v rows stored as e4m3(x / s) * s (paged_kv.h; fp32 pools all the same)
   std::vector<int32_t> table;  // (n_slots, max_pages) page ids, -1: none
   CpuTokenChoice choice;       // the EOS state is the last stage's
   OldCalls old;                // today's calls: the prompt lengths per sequence (= slot)

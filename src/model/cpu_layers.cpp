@@ -122,9 +122,10 @@ void CpuLayers::attention_block(size_t li, const float* y, float* out, const Pas
     CpuDecodeState::Layer& st = state_.layers[li];
     const StateShape& sh = state_.shape;
     const StepLayout& step = *p.step;
-    cpu::qk_norm_rope_store(qkv, st.k.data(), st.v.data(), lw.q_layernorm.data(), lw.k_layernorm.data(),
-                            inv_freq_.data(), step.seqs.data(), step.n_seqs(), n_tokens, state_.table.data(),
-                            sh.max_pages, sh.page_size, nh, nkv, hd, eps, n_threads_);
+    auto* store = state_.kv_fp8 ? cpu::qk_norm_rope_store_fp8 : cpu::qk_norm_rope_store;
+    store(qkv, st.k.data(), st.v.data(), lw.q_layernorm.data(), lw.k_layernorm.data(), inv_freq_.data(),
+          step.seqs.data(), step.n_seqs(), n_tokens, state_.table.data(), sh.max_pages, sh.page_size, nh, nkv, hd, eps,
+          n_threads_);
     float* scratch = grow(attn_scratch_, cpu::attention_paged_scratch_floats(sh.max_positions(), n_threads_));
     cpu::attention_paged(o, qkv, st.k.data(), st.v.data(), step.seqs.data(), step.n_seqs(), state_.table.data(),
                          sh.max_pages, sh.page_size, nh, nkv, hd, scale, scratch, n_threads_, width);

@@ -26,11 +26,13 @@ namespace {
 class CpuStage final : public StageExecutor {
 
  public:
-  CpuStage(WeightReader& reader, const StageLayers& stage, int n_threads, bool fp8_activations)
+  CpuStage(WeightReader& reader, const StageLayers& stage, int n_threads, bool fp8_activations, bool kv_fp8)
       : w_(load_model_weights(reader, stage)),
         cfg_(w_.config),
         n_threads_(resolve_threads(n_threads)),
-        layers_(cfg_, w_, state_, n_threads_, fp8_activations) {}
+        layers_(cfg_, w_, state_, n_threads_, fp8_activations) {
+    state_.kv_fp8 = kv_fp8;
+  }
 
   DType act_dtype() const override { return DType::F32; }
   bool on_device() const override { return false; }
@@ -206,8 +208,8 @@ class CpuStage final : public StageExecutor {
 }  // namespace
 
 std::unique_ptr<StageExecutor> make_cpu_stage(WeightReader& weights, const StageLayers& stage, int n_threads,
-                                              bool fp8_activations) {
-  return std::make_unique<CpuStage>(weights, stage, n_threads, fp8_activations);
+                                              bool fp8_activations, bool kv_fp8) {
+  return std::make_unique<CpuStage>(weights, stage, n_threads, fp8_activations, kv_fp8);
 }
 
 }  // namespace lfm2

@@ -21,15 +21,19 @@ cuda::MoeDims moe_dims(const ModelConfig& cfg) {
 template <typename T>
 typename DecodeState<T>::Offsets DecodeState<T>::plan(DeviceBlocks& blocks, const ModelConfig& cfg,
                                                       const std::vector<DeviceLayerWeights<T>>& layers,
-                                                      const StateShape& s) {
+                                                      const StateShape& s, bool kv_fp8) {
   const int64_t kv = cfg.num_key_value_heads * cfg.head_dim(), L = cfg.conv_L_cache, H = cfg.hidden_size;
-  const int64_t pool = s.n_pages * s.page_size * kv * int64_t(sizeof(T));
+  const int64_t rows = s.n_pages * s.page_size;  // cache positions of the pool
+  const int64_t pool = rows * kv * (kv_fp8 ? 1 : int64_t(sizeof(T)));
+  const int64_t scales = kv_fp8 ? rows * cfg.num_key_value_heads * int64_t(sizeof(float)) : 0;
   Offsets o;
   bool any_moe = false, fp8_moe = false;
   for (const DeviceLayerWeights<T>& lw : layers) {
     const bool attn = lw.is_attention;
     o.k.push_back(attn ? blocks.reserve(pool) : -1);
     o.v.push_back(attn ? blocks.reserve(pool) : -1);
+    o.ks.push_back(attn && scales ? blocks.reserve(scales) : -1);
+    o.vs.push_back(attn && scales ? blocks.reserve(scales) : -1);
     o.conv.push_back(attn ? -1 : blocks.reserve(s.n_slots * (L - 1) * H * int64_t(sizeof(float))));
     any_moe = any_moe || lw.is_moe;
     fp8_moe = fp8_moe || lw.experts_w13_q;
@@ -49,26 +53,29 @@ typename DecodeState<T>::Offsets DecodeState<T>::plan(DeviceBlocks& blocks, cons
 
 template <typename T>
 int64_t DecodeState<T>::page_bytes(const ModelConfig& cfg, const std::vector<DeviceLayerWeights<T>>& layers,
-                                   int64_t page_size) {
+                                   int64_t page_size) const {
   int64_t n = 0;
   for (const DeviceLayerWeights<T>& lw : layers) n += lw.is_attention ? 2 : 0;
-  return n * page_size * cfg.num_key_value_heads * cfg.head_dim() * int64_t(sizeof(T));
+  const int64_t nkv = cfg.num_key_value_heads, hd = cfg.head_dim();
+  // a position of one KV head: hd elements of T, or hd e4m3 bytes and an fp32 scale
+  const int64_t head = kv_fp8_ ? hd + int64_t(sizeof(float)) : hd * int64_t(sizeof(T));
+  return n * page_size * nkv * head;
 }
 
 template <typename T>
-int64_t DecodeState<T>::slot_bytes(const ModelConfig& cfg, const std::vector<DeviceLayerWeights<T>>& layers) {
+int64_t DecodeState<T>::slot_bytes(const ModelConfig& cfg, const std::vector<DeviceLayerWeights<T>>& layers) const {
   DeviceBlocks one, two;
   const StateShape a{1, 1, kMinPageSize, 1}, b{2, 1, kMinPageSize, 1};
-  plan(one, cfg, layers, a);
-  plan(two, cfg, layers, b);
+  plan(one, cfg, layers, a, kv_fp8_);
+  plan(two, cfg, layers, b, kv_fp8_);
   return two.bytes() - one.bytes();  // conv state, table and descriptors, token choice, workspaces (rounded)
 }
 
 template <typename T>
 int64_t DecodeState<T>::bytes(const ModelConfig& cfg, const std::vector<DeviceLayerWeights<T>>& layers,
-                              const StateShape& shape) {
+                              const StateShape& shape) const {
   DeviceBlocks blocks;
-  plan(blocks, cfg, layers, shape);
+  plan(blocks, cfg, layers, shape, kv_fp8_);
   return blocks.bytes();
 }
 
@@ -84,7 +91,7 @@ void DecodeState<T>::allocate(const ModelConfig& cfg, const std::vector<DeviceLa
   LFM2_CHECK(valid_page_size(s.page_size), "cuda stage: page size ", s.page_size, " is not a power of two in [",
              kMinPageSize, ", ", kMaxPageSize, "]");
   release();
-  const Offsets o = plan(memory_, cfg, layers, s);
+  const Offsets o = plan(memory_, cfg, layers, s, kv_fp8_);
   check_fits(s, device);
   memory_.allocate(cat("the generation state of ", s.n_slots, " sequences (", s.n_pages, " KV pages of ",
                        s.page_size, " positions)"),
@@ -116,8 +123,17 @@ void DecodeState<T>::check_fits(const StateShape& s, int device) {
 
 template <typename T>
 void DecodeState<T>::bind(const Offsets& o, size_t n_layers, int64_t n_slots) {
-  for (size_t li = 0; li < n_layers; ++li)
-    layers_.push_back(Layer{memory_.at<T>(o.k[li]), memory_.at<T>(o.v[li]), memory_.at<float>(o.conv[li])});
+  for (size_t li = 0; li < n_layers; ++li) {
+    Layer l;
+    l.conv = memory_.at<float>(o.conv[li]);
+    if (kv_fp8_) {
+      l.k8 = memory_.at<uint8_t>(o.k[li]), l.v8 = memory_.at<uint8_t>(o.v[li]);
+      l.k_scale = memory_.at<float>(o.ks[li]), l.v_scale = memory_.at<float>(o.vs[li]);
+    } else {
+      l.k = memory_.at<T>(o.k[li]), l.v = memory_.at<T>(o.v[li]);
+    }
+    layers_.push_back(l);
+  }
   table_ = memory_.at<int32_t>(o.table);
   seqs_ = memory_.at<PagedSeq>(o.step);
   ends_ = reinterpret_cast<int32_t*>(seqs_ + n_slots);

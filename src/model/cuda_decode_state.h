@@ -1,6 +1,6 @@
 // Generation's state on the GPU (SPEC §3 "Generation"; model/step_batch.h), in one device allocation
 // (zeroed): for each attention layer of the stage a K and a V pool of KV pages (paged_kv.h, compute
-// dtype), for each conv layer the conv state of every slot (fp32), the block table of the slots and
+// dtype; with kv_fp8 e4m3 pools and their fp32 scale pools instead), for each conv layer the conv state of every slot (fp32), the block table of the slots and
 // the last stage's token choice (cuda_token_choice.h: the EOS state per slot, the emitted rows);
 // beside them a step's descriptors (PagedSeq per entry, conv ends, slots to restart) at fixed device
 // addresses, written in stream order from pinned staging before each step (so a decode step
@@ -40,21 +40,25 @@ class DecodeState {
  public:
   // One layer's state of every slot.
   struct Layer {
-    T *k = nullptr, *v = nullptr;  // attention: pools [n_pages, page_size, nkv, hd]
+    T *k = nullptr, *v = nullptr;  // attention: pools [n_pages, page_size, nkv, hd] (a T cache)
     float* conv = nullptr;         // conv: (n_slots, L - 1, H), u = B * x of the last positions
+    uint8_t *k8 = nullptr, *v8 = nullptr;            // an fp8 cache: e4m3 [n_pages, page_size, nkv, hd]
+    float *k_scale = nullptr, *v_scale = nullptr;    // and its scales [n_pages, page_size, nkv]
   };
 
-  DecodeState() = default;
+  // kv_fp8: the KV cache in e4m3 with fp32 scales per (position, KV head) (--kv-dtype fp8).
+  explicit DecodeState(bool kv_fp8 = false) : kv_fp8_(kv_fp8) {}
+  bool kv_fp8() const { return kv_fp8_; }
   DecodeState(const DecodeState&) = delete;
   DecodeState& operator=(const DecodeState&) = delete;
   ~DecodeState() { release(); }
 
   // Bytes of one page (every attention layer), of one slot's other state, and of a whole state.
-  static int64_t page_bytes(const ModelConfig& cfg, const std::vector<DeviceLayerWeights<T>>& layers,
-                            int64_t page_size);
-  static int64_t slot_bytes(const ModelConfig& cfg, const std::vector<DeviceLayerWeights<T>>& layers);
-  static int64_t bytes(const ModelConfig& cfg, const std::vector<DeviceLayerWeights<T>>& layers,
-                       const StateShape& shape);
+  int64_t page_bytes(const ModelConfig& cfg, const std::vector<DeviceLayerWeights<T>>& layers,
+                     int64_t page_size) const;
+  int64_t slot_bytes(const ModelConfig& cfg, const std::vector<DeviceLayerWeights<T>>& layers) const;
+  int64_t bytes(const ModelConfig& cfg, const std::vector<DeviceLayerWeights<T>>& layers,
+                const StateShape& shape) const;
 
   // The batch API's state (block table empty); refuses before allocating, naming the bytes, a state
   // larger than the device's free memory. Synchronous.
@@ -86,18 +90,19 @@ class DecodeState {
 
  private:
   struct Offsets {
-    std::vector<int64_t> k, v, conv;  // per layer, -1 where the layer has none
+    std::vector<int64_t> k, v, conv, ks, vs;  // per layer, -1 where the layer has none
     int64_t table = 0, step = 0, attn_ws = 0, moe_ws = 0;
     CudaTokenChoice::Blocks choice;
   };
   static constexpr int64_t kStepBytes = int64_t(sizeof(PagedSeq)) + 8;  // per slot: PagedSeq, end, fresh
   static Offsets plan(DeviceBlocks& blocks, const ModelConfig& cfg, const std::vector<DeviceLayerWeights<T>>& layers,
-                      const StateShape& shape);
+                      const StateShape& shape, bool kv_fp8);
   // Refuses a state larger than the device's free memory (the blocks planned, not yet allocated).
   void check_fits(const StateShape& s, int device);
   // The blocks' addresses once allocated.
   void bind(const Offsets& o, size_t n_layers, int64_t n_slots);
 
+  bool kv_fp8_ = false;
   DeviceBlocks memory_;
   StagingRing staging_;
   StateShape shape_;

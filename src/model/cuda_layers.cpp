@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "common/cuda_check.h"
 #include "common/error.h"
@@ -124,6 +125,8 @@ void CudaLayers<T>::attention_block(size_t li, const T* y, float* x, const Pass&
                        stream_);
     cuda::attention(o, qkv, qkv + nh * hd, qkv + (nh + nkv) * hd, p.n_seq, p.seq_len, nh, nkv, hd, scale, stream_,
                     width, width);
+  } else if (state_.kv_fp8()) {
+    attention_step_fp8(li, qkv, o, *p.step);
   } else {
     const StepDevice& s = *p.step;
     const auto& st = state_.layer(li);
@@ -139,6 +142,35 @@ void CudaLayers<T>::attention_block(size_t li, const T* y, float* x, const Pass&
                                     stream_, width);
   }
   product(Product::kAddF32, x, o, lw.out_proj, nh * hd, H, p);
+}
+
+// A generation step's attention over an fp8 cache (--kv-dtype fp8): the store quantizes each k and v
+// head row (paged_kv.h), the attention kernels widen the e4m3 tiles; bf16 / fp16 only (the stage
+// refuses fp32 with an fp8 cache).
+template <typename T>
+void CudaLayers<T>::attention_step_fp8(size_t li, T* qkv, T* o, const StepDevice& s) {
+  if constexpr (std::is_same<T, float>::value) {
+    (void)li, (void)qkv, (void)o, (void)s;
+    LFM2_FAIL("cuda stage: an fp8 KV cache needs --dtype bf16 or fp16");
+  } else {
+    const DeviceLayerWeights<T>& lw = w_.layers[li];
+    const int64_t hd = cfg_.head_dim(), nh = cfg_.num_attention_heads, nkv = cfg_.num_key_value_heads;
+    const int64_t width = (nh + 2 * nkv) * hd;
+    const float scale = float(std::pow(double(hd), -0.5));
+    const auto& st = state_.layer(li);
+    const StateShape& sh = state_.shape();
+    cuda::qk_norm_rope_store_fp8(qkv, st.k8, st.v8, st.k_scale, st.v_scale, lw.q_layernorm, lw.k_layernorm,
+                                 w_.rope_inv_freq, s.seqs, s.n_seqs, s.rows, state_.table(), sh.max_pages,
+                                 sh.page_size, nh, nkv, hd, float(cfg_.norm_eps), stream_);
+    if (s.n_decode)
+      cuda::attention_decode_paged_fp8(o, qkv, st.k8, st.v8, st.k_scale, st.v_scale, s.seqs, s.n_decode,
+                                       state_.table(), sh.max_pages, sh.page_size, nh, nkv, hd, scale,
+                                       state_.attention_workspace(), stream_, width);
+    if (s.n_seqs > s.n_decode)
+      cuda::attention_prefill_paged_fp8(o, qkv, st.k8, st.v8, st.k_scale, st.v_scale, s.seqs + s.n_decode,
+                                        s.n_seqs - s.n_decode, s.max_prompt_rows, state_.table(), sh.max_pages,
+                                        sh.page_size, nh, nkv, hd, scale, stream_, width);
+  }
 }
 
 // x += out_proj(C * conv(B * x)), HF Lfm2MoeShortConv. A generation step continues each entry from

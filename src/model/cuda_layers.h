@@ -71,6 +71,7 @@ class CudaLayers {
 
   bool layer_forward(size_t li, float* x, const Pass& p, bool decode_rows_normed);
   void attention_block(size_t li, const T* y, float* x, const Pass& p);
+  void attention_step_fp8(size_t li, T* qkv, T* o, const StepDevice& s);
   void conv_block(size_t li, const T* y, float* x, const Pass& p);
   void dense_block(const DeviceLayerWeights<T>& lw, const T* f, float* x, const Pass& p);
   // Returns whether the decode rows' next operator norm was fused into the MoE (into y).

@@ -71,10 +71,13 @@ void check_sixteen_bit_shapes(const ModelConfig& cfg, const StageLayers& stage, 
 template <typename T>
 class CudaStage final : public CudaStageExecutor {
  public:
-  CudaStage(WeightReader& reader, const StageLayers& stage, int device, bool tf32, bool graphs)
+  CudaStage(WeightReader& reader, const StageLayers& stage, int device, bool tf32, bool graphs, bool kv_fp8)
       : cfg_(reader.config()), stage_(stage), device_(device), tf32_(tf32), streams_(device),
-        stream_(streams_.compute), layers_(cfg_, weights_, state_, stream_, tf32),
+        stream_(streams_.compute), state_(kv_fp8), layers_(cfg_, weights_, state_, stream_, tf32),
         graphs_(graphs && !cuda_sync_check_enabled()) {
+    LFM2_CHECK(!kv_fp8 || !(std::is_same<T, float>::value),
+               "--kv-dtype fp8: the CUDA backend reads an fp8 KV cache in bf16 or fp16 (--dtype bf16 / fp16), not "
+               "fp32");
     if (!std::is_same<T, float>::value) check_sixteen_bit_shapes(cfg_, stage_, device_, dtype_of<T>());
     CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&nonfinite_), sizeof(unsigned int)));
     cuda::cublas_prepare();
@@ -162,7 +165,7 @@ class CudaStage final : public CudaStageExecutor {
   // ---- generation: the state lives in state_ (cuda_decode_state.h). Today's calls are steps of the
   // batch API's internals with sequence i in slot i (old_state_shape).
   int64_t state_bytes(int64_t n_seq, int64_t max_len) const override {
-    return DecodeState<T>::bytes(cfg_, weights_.layers, old_state_shape(n_seq, max_len));
+    return state_.bytes(cfg_, weights_.layers, old_state_shape(n_seq, max_len));
   }
 
   void alloc_state(int64_t n_seq, int64_t max_len, const int32_t* lengths, const SamplingParams& sampling) override {
@@ -210,9 +213,9 @@ class CudaStage final : public CudaStageExecutor {
 
   // ---- generation in batches (step_batch.h)
   int64_t page_bytes(int64_t page_size) const override {
-    return DecodeState<T>::page_bytes(cfg_, weights_.layers, page_size);
+    return state_.page_bytes(cfg_, weights_.layers, page_size);
   }
-  int64_t slot_bytes() const override { return DecodeState<T>::slot_bytes(cfg_, weights_.layers); }
+  int64_t slot_bytes() const override { return state_.slot_bytes(cfg_, weights_.layers); }
 
   void alloc_batch_state(const StateShape& shape, const SamplingParams& sampling) override {
     CUDA_CHECK(cudaSetDevice(device_));
@@ -325,12 +328,13 @@ class CudaStage final : public CudaStageExecutor {
 
 std::unique_ptr<CudaStageExecutor> make_cuda_stage(WeightReader& weights, const StageLayers& stage,
                                                    DType compute_dtype, int device, bool tf32, bool graphs,
-                                                   int reserved_sms) {
+                                                   int reserved_sms, bool kv_fp8) {
   cuda::reserve_sms(device, reserved_sms);
   switch (compute_dtype) {
-    case DType::F32: return std::make_unique<CudaStage<float>>(weights, stage, device, tf32, graphs);
-    case DType::BF16: return std::make_unique<CudaStage<__nv_bfloat16>>(weights, stage, device, false, graphs);
-    case DType::F16: return std::make_unique<CudaStage<__half>>(weights, stage, device, false, graphs);
+    case DType::F32: return std::make_unique<CudaStage<float>>(weights, stage, device, tf32, graphs, kv_fp8);
+    case DType::BF16:
+      return std::make_unique<CudaStage<__nv_bfloat16>>(weights, stage, device, false, graphs, kv_fp8);
+    case DType::F16: return std::make_unique<CudaStage<__half>>(weights, stage, device, false, graphs, kv_fp8);
     case DType::E4M3: break;  // a storage type (fp8 files are dequantized at upload), no compute dtype
   }
   LFM2_FAIL("cuda stage: unknown compute dtype");

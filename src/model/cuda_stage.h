@@ -40,8 +40,9 @@ class CudaStageExecutor : public StageExecutor {
 // graphs: forward() replays a CUDA Graph captured once per hidden buffer and shape (off: launches
 // every kernel each time; also off under LFM2_SYNC_CHECK, which synchronises after each launch).
 // reserved_sms: SMs the GEMMs leave to kernels running beside them (a pipeline's NCCL transfers).
+// kv_fp8: generation's KV cache in e4m3 with fp32 scales (--kv-dtype fp8; bf16 / fp16 only).
 std::unique_ptr<CudaStageExecutor> make_cuda_stage(WeightReader& weights, const StageLayers& stage,
                                                    DType compute_dtype, int device, bool tf32 = false,
-                                                   bool graphs = true, int reserved_sms = 0);
+                                                   bool graphs = true, int reserved_sms = 0, bool kv_fp8 = false);
 
 }  // namespace lfm2

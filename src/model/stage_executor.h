@@ -140,7 +140,9 @@ class StageExecutor {
 // fp8_activations (an FP8 file only, docs/fp8.md): besides its dequantized weights, quantize the
 // input of every FP8 product to e4m3 on the fly (per token, or per 128-column group under the block128
 // scheme); off, the stage is the weights-only oracle. A bf16/fp16/fp32 file ignores it.
+// kv_fp8 (--kv-dtype fp8): generation's KV cache rows quantized to e4m3 with a scale per (position,
+// KV head) as the GPU stores them, kept dequantized in fp32 pools (kernels/paged_kv.h).
 std::unique_ptr<StageExecutor> make_cpu_stage(WeightReader& weights, const StageLayers& stage, int n_threads = 0,
-                                              bool fp8_activations = false);
+                                              bool fp8_activations = false, bool kv_fp8 = false);
 
 }  // namespace lfm2

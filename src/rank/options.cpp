@@ -78,6 +78,11 @@ void add_run_options(CLI::App& app, RankOptions& opt, Spelled& x) {
       ->capture_default_str()
       ->check(cli::one_of({"fp32", "bf16", "fp16"}));
   app.add_flag("--fp16", x.fp16, "alias of --dtype fp16");
+  app.add_option("--kv-dtype", opt.kv_dtype,
+                 "generation's KV cache: auto (the compute dtype) or fp8 (e4m3 with an fp32 scale per position and KV "
+                 "head: half the cache bytes of bf16; CUDA: --dtype bf16 / fp16)")
+      ->capture_default_str()
+      ->check(cli::one_of({"auto", "fp8"}));
   app.add_option("--device", opt.device, "backend: auto is cuda when built with it and every rank sees a GPU")
       ->capture_default_str()
       ->check(cli::one_of({"auto", "cpu", "cuda"}));

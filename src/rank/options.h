@@ -23,6 +23,7 @@ struct RankOptions {
   int64_t microbatch = 0;  // sequences per microbatch; 0: about 4 microbatches per stage
   int pipeline = 0;        // stages per pipeline (--pipeline P: R = ranks / P replicas); 0: all ranks, one
   std::string dtype = "fp32";   // fp32 | bf16 | fp16 (bf16 / fp16: CUDA only)
+  std::string kv_dtype = "auto";  // generation's KV cache: auto (the compute dtype) | fp8 (e4m3, fp32 scales)
   std::string device = "auto";  // auto (cuda when built with it and every rank sees a GPU) | cpu | cuda
   bool tf32 = false;            // CUDA fp32: TF32 tensor cores for the GEMMs
   bool all_logits = false;

@@ -140,6 +140,44 @@ TEST_F(CudaBatchApi, MatchesTheCpuExecutor) {
   }
 }
 
+// The fp8 KV cache (--kv-dtype fp8): bf16 and fp16 stages against the CPU oracle of the same cache
+// (its rows quantized alike, kept dequantized), on the mixed schedule; the same bits for every
+// schedule and with CUDA Graphs on and off; the pool's bytes a position (hd e4m3 + an fp32 scale per
+// KV head, against 2 hd of bf16).
+TEST_F(CudaBatchApi, Fp8CacheMatchesTheCpuOracleAndKeepsItsBits) {
+  for (const char* preset : {"lfm2-mini", "lfm2-tiny"}) {
+    ModelConfig cfg;
+    const std::string path = make_model(preset, std::string(preset) == "lfm2-mini" ? 4 : 0, &cfg);
+    WeightReader reader(path);
+    const int L = int(cfg.num_hidden_layers);
+    const auto seqs = make_seqs(cfg, {45, 3, 70, 1, 20});
+    const int64_t K = 5, H = cfg.hidden_size;
+    SamplingParams greedy;
+    const Schedule s = schedules()[1].second;
+    const Outcome ref = run_batches(*make_cpu_stage(reader, whole_model(L), 0, false, true), seqs, K, s, greedy, H,
+                                    host_access());
+    for (const auto& [dt, max_rel] : {std::pair<DType, double>{DType::BF16, 0.1}, {DType::F16, 5e-2}}) {
+      auto gpu = make_cuda_stage(reader, whole_model(L), dt, 0, false, true, 0, true);
+      const Outcome got = run_batches(*gpu, seqs, K, s, greedy, H, device_access());
+      const Agreement a = agreement(got, ref, seqs);
+      std::printf("[cuda batch] %s %s, fp8 cache: rows rel %.3g over %lld rows, tokens %lld/%lld as the CPU's\n",
+                  preset, dtype_name(dt), a.rel, (long long)a.rows, (long long)a.tokens_same, (long long)a.tokens);
+      EXPECT_LE(a.rel, max_rel) << preset << " " << dtype_name(dt);
+      EXPECT_GE(double(a.tokens_same), 0.6 * double(a.tokens)) << preset << " " << dtype_name(dt);
+      const int64_t hd = cfg.head_dim(), ps = 16;
+      auto t16 = make_cuda_stage(reader, whole_model(L), dt, 0);
+      EXPECT_EQ(gpu->page_bytes(ps) * 2 * hd, t16->page_bytes(ps) * (hd + 4)) << "bytes of a page";
+      if (std::string(preset) != "lfm2-mini") continue;
+      for (const auto& [name, sched] : schedules())
+        for (bool graphs : {true, false}) {
+          auto st = make_cuda_stage(reader, whole_model(L), dt, 0, false, graphs, 0, true);
+          expect_same(got, run_batches(*st, seqs, K, sched, greedy, H, device_access()),
+                      cat(dtype_name(dt), " fp8 cache, ", name, graphs ? ", graphs" : ""));
+        }
+    }
+  }
+}
+
 // Each dtype: today's calls, five schedules, CUDA Graphs on and off: the same bits everywhere.
 TEST_F(CudaBatchApi, BitIdenticalForAnyScheduleAndGraphs) {
   ModelConfig cfg;

@@ -1,10 +1,12 @@
 // Timings of the paged-cache kernels on the GPU at LFM2-8B-A1B's attention shapes (32 heads, 8 KV
 // heads, head_dim 64, bf16; not a test, run by hand):
-//   cuda_bench_attention_paged [decode|store|prefill]   (default: all three)
+//   cuda_bench_attention_paged [decode|store|prefill|fp8]   (default: all four)
 // decode:  flash-decoding at batch x cache length, pages of 16 shuffled (and of 256, and one
 //          contiguous run), effective TB/s = K and V bytes read / time.
 // store:   the fused norm + RoPE + paged store (beside qk_norm_rope alone on the same rows).
 // prefill: chunked prefill at a few (chunks x rows at first_pos) vs attention() on whole prompts.
+// fp8:     the fp8 cache (--kv-dtype fp8): decode at batch x length beside the bf16 cache (bytes: e4m3
+//          K and V plus their fp32 scales), the fp8 store and the fp8 prefill.
 // CUDA events around back-to-back launches, warm-up first, median of 5 batches' means.
 #include <algorithm>
 #include <cstdio>
@@ -53,6 +55,18 @@ template <typename E>
 E* upload(const std::vector<E>& h) {
   E* d = dev_alloc<E>(int64_t(h.size()));
   CUDA_CHECK(cudaMemcpy(d, h.data(), h.size() * sizeof(E), cudaMemcpyHostToDevice));
+  return d;
+}
+
+// n e4m3 bytes of finite values (exponent field <= 7: |x| <= 1.875, random signs), repeated to fill.
+uint8_t* rand_e4m3(int64_t n, uint64_t seed) {
+  const int64_t m = std::min<int64_t>(n, int64_t(1) << 22);
+  std::vector<uint8_t> h(static_cast<size_t>(m));
+  CounterRng rng(78, seed);
+  for (int64_t i = 0; i < m; ++i) h[size_t(i)] = uint8_t(uint64_t((rng.symmetric(uint64_t(i)) + 1.0) * 1e6) & 0xbf);
+  uint8_t* d = dev_alloc<uint8_t>(n);
+  for (int64_t off = 0; off < n; off += m)
+    CUDA_CHECK(cudaMemcpy(d + off, h.data(), size_t(std::min(m, n - off)), cudaMemcpyHostToDevice));
   return d;
 }
 
@@ -118,6 +132,83 @@ void bench_decode(cudaStream_t s, int64_t B, int64_t L) {
     cudaFree(table), cudaFree(ws);
   }
   cudaFree(k), cudaFree(v), cudaFree(qkv), cudaFree(out), cudaFree(d_seqs);
+}
+
+// The fp8 cache at B x L, pages of 16 shuffled: decode beside the bf16 cache's (the same q), the
+// effective rate over the bytes each reads.
+void bench_decode_fp8(cudaStream_t s, int64_t B, int64_t L) {
+  const int64_t n_pos = B * L, ps = 16, max_pages = L / ps;
+  T* k = rand_dev(n_pos * kKv, 1, 1.f);
+  T* v = rand_dev(n_pos * kKv, 2, 1.f);
+  uint8_t* k8 = rand_e4m3(n_pos * kKv, 11);
+  uint8_t* v8 = rand_e4m3(n_pos * kKv, 12);
+  float* ks = upload(std::vector<float>(size_t(n_pos * kKvHeads), 0.01f));
+  float* vs = upload(std::vector<float>(size_t(n_pos * kKvHeads), 0.02f));
+  T* qkv = rand_dev(B * kWidth, 3, 1.f);
+  T* out = dev_alloc<T>(B * kHeads * kHeadDim);
+  std::vector<PagedSeq> seqs;
+  for (int64_t i = 0; i < B; ++i) seqs.push_back({int32_t(i), 1, int32_t(L - 1), int32_t(i)});
+  PagedSeq* d_seqs = upload(seqs);
+  int32_t* table = upload(make_table(B, max_pages, true));
+  void* ws = dev_alloc<char>(cuda::attention_decode_paged_workspace_bytes(B, kHeads, kHeadDim, L));
+  const int reps = L >= 8192 ? 20 : 50;
+  const double b16 = 2.0 * double(n_pos) * kKv * sizeof(T), b8 = 2.0 * double(n_pos) * kKvHeads * (kHeadDim + 4);
+  const double t16 = median_ms(s, [&] {
+    cuda::attention_decode_paged(out, qkv, k, v, d_seqs, B, table, max_pages, ps, kHeads, kKvHeads, kHeadDim, 0.125f,
+                                 ws, s, kWidth);
+  }, reps);
+  const double t8 = median_ms(s, [&] {
+    cuda::attention_decode_paged_fp8(out, qkv, k8, v8, ks, vs, d_seqs, B, table, max_pages, ps, kHeads, kKvHeads,
+                                     kHeadDim, 0.125f, ws, s, kWidth);
+  }, reps);
+  std::printf("decode fp8    %4lld x %-6lld page  16 shuffled: bf16 cache %8.1f us %5.2f TB/s (%6.1f MB) | fp8 cache "
+              "%8.1f us %5.2f TB/s (%6.1f MB) | %.2fx\n",
+              (long long)B, (long long)L, t16 * 1e3, b16 / t16 * 1e-9, b16 * 1e-6, t8 * 1e3, b8 / t8 * 1e-9, b8 * 1e-6,
+              t16 / t8);
+  cudaFree(k), cudaFree(v), cudaFree(k8), cudaFree(v8), cudaFree(ks), cudaFree(vs), cudaFree(qkv), cudaFree(out);
+  cudaFree(d_seqs), cudaFree(table), cudaFree(ws);
+}
+
+// The fp8 store at n_rows decode rows and the fp8 prefill of n_chunks x n_rows at first_pos.
+void bench_fp8_store_prefill(cudaStream_t s, int64_t n_chunks, int64_t n_rows, int64_t first_pos) {
+  const int64_t ps = 16, len = first_pos + n_rows, max_pages = (len + ps - 1) / ps, n_pos = n_chunks * max_pages * ps;
+  T* qkv = rand_dev(n_chunks * n_rows * kWidth, 5, 1.f);
+  T* k = rand_dev(n_pos * kKv, 6, 1.f);
+  T* v = rand_dev(n_pos * kKv, 7, 1.f);
+  uint8_t* k8 = rand_e4m3(n_pos * kKv, 13);
+  uint8_t* v8 = rand_e4m3(n_pos * kKv, 14);
+  float* ks = upload(std::vector<float>(size_t(n_pos * kKvHeads), 0.01f));
+  float* vs = upload(std::vector<float>(size_t(n_pos * kKvHeads), 0.02f));
+  float* norm = upload(std::vector<float>(size_t(kHeadDim), 1.f));
+  float* inv = upload(std::vector<float>(size_t(kHeadDim / 2), 0.01f));
+  T* out = dev_alloc<T>(n_chunks * n_rows * kHeads * kHeadDim);
+  std::vector<PagedSeq> seqs;
+  for (int64_t i = 0; i < n_chunks; ++i)
+    seqs.push_back({int32_t(i * n_rows), int32_t(n_rows), int32_t(first_pos), int32_t(i)});
+  PagedSeq* d_seqs = upload(seqs);
+  int32_t* table = upload(make_table(n_chunks, max_pages, true));
+  const double t16 = median_ms(s, [&] {
+    cuda::attention_prefill_paged(out, qkv, k, v, d_seqs, n_chunks, n_rows, table, max_pages, ps, kHeads, kKvHeads,
+                                  kHeadDim, 0.125f, s, kWidth);
+  }, 10);
+  const double t8 = median_ms(s, [&] {
+    cuda::attention_prefill_paged_fp8(out, qkv, k8, v8, ks, vs, d_seqs, n_chunks, n_rows, table, max_pages, ps, kHeads,
+                                      kKvHeads, kHeadDim, 0.125f, s, kWidth);
+  }, 10);
+  const double st16 = median_ms(s, [&] {
+    cuda::qk_norm_rope_store(qkv, k, v, norm, norm, inv, d_seqs, n_chunks, n_chunks * n_rows, table, max_pages, ps,
+                             kHeads, kKvHeads, kHeadDim, 1e-5f, s);
+  }, 20);
+  const double st8 = median_ms(s, [&] {
+    cuda::qk_norm_rope_store_fp8(qkv, k8, v8, ks, vs, norm, norm, inv, d_seqs, n_chunks, n_chunks * n_rows, table,
+                                 max_pages, ps, kHeads, kKvHeads, kHeadDim, 1e-5f, s);
+  }, 20);
+  std::printf("prefill fp8   %3lld x %5lld rows at %5lld: bf16 cache %8.1f us | fp8 cache %8.1f us | store bf16 %7.1f us"
+              " fp8 %7.1f us\n",
+              (long long)n_chunks, (long long)n_rows, (long long)first_pos, t16 * 1e3, t8 * 1e3, st16 * 1e3,
+              st8 * 1e3);
+  cudaFree(qkv), cudaFree(k), cudaFree(v), cudaFree(k8), cudaFree(v8), cudaFree(ks), cudaFree(vs), cudaFree(norm);
+  cudaFree(inv), cudaFree(out), cudaFree(d_seqs), cudaFree(table);
 }
 
 // The attention layer's prologue at n_rows rows (decode rows of n_rows sequences, or one chunk).
@@ -210,6 +301,15 @@ int main(int argc, char** argv) {
     bench_prefill(s, 1, 2048, 6144);
     bench_prefill(s, 16, 512, 7680);
     bench_prefill(s, 32, 64, 8192);
+  }
+  if (mode == "all" || mode == "fp8") {
+    bench_decode_fp8(s, 32, 10240);
+    bench_decode_fp8(s, 32, 8192);
+    bench_decode_fp8(s, 256, 1024);
+    bench_decode_fp8(s, 8, 32768);
+    bench_fp8_store_prefill(s, 32, 1, 8192);
+    bench_fp8_store_prefill(s, 1, 8192, 0);
+    bench_fp8_store_prefill(s, 16, 512, 7680);
   }
   CUDA_CHECK(cudaStreamDestroy(s));
   return 0;

@@ -1,6 +1,7 @@
 // The paged-cache CPU twins: attention_paged gives cpu::attention's bits (decode rows and prompt
 // chunks) for any page placement, page size and chunking; qk_norm_rope_store equals the CPU stage's
-// rmsnorm + rope + copies, and refuses a position with no page before writing anything.
+// rmsnorm + rope + copies, and refuses a position with no page before writing anything; its fp8
+// variant stores each k and v head row as common/fp8.h's codec gives it (e4m3(x / s) * s).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/fp8.h"
 #include "kernels/attention.h"
 #include "kernels/attention_paged.h"
 #include "kernels/rmsnorm.h"
@@ -165,6 +167,50 @@ TEST(RopeStore, EqualsTheStagesNormRopeAndCopies) {
                Error);
   EXPECT_EQ(qkv2, qkv);
   EXPECT_TRUE(same(kp2, kp));
+}
+
+// The fp8 store: qkv as the plain store leaves it; each stored head row of k and v the codec's
+// e4m3(x / s) * s of the plain store's row, s = amax / 448 (a zero row stays zero), within e4m3's
+// rounding of it; nothing else written.
+TEST(RopeStore, Fp8StoresEachHeadRowThroughTheCodec) {
+  const int64_t nh = 4, nkv = 2, hd = 32, width = (nh + 2 * nkv) * hd, kv = nkv * hd, ps = 16, max_pages = 4;
+  std::vector<float> inv(size_t(hd / 2));
+  cpu::rope_inv_freq(inv.data(), hd, 1e6);
+  const auto qn = randn(hd, 8), kn = randn(hd, 9);
+  const std::vector<PagedSeq> seqs = {{0, 1, 37, 1}, {2, 3, 14, 0}};
+  const std::vector<int32_t> table = {3, 0, -1, -1, 5, 2, 4, -1};
+  const int64_t n_rows = 5, n_pages = 6;
+  auto qkv = randn(n_rows * width, 10, 3.f);
+  std::fill(qkv.begin() + 3 * width + nh * hd + kv, qkv.begin() + 3 * width + nh * hd + kv + hd, 0.f);  // a zero v row
+  auto qkv8 = qkv;
+  std::vector<float> kp(size_t(n_pages * ps * kv), kNaN), vp = kp, kp8 = kp, vp8 = kp;
+  cpu::qk_norm_rope_store(qkv.data(), kp.data(), vp.data(), qn.data(), kn.data(), inv.data(), seqs.data(), 2, n_rows,
+                          table.data(), max_pages, ps, nh, nkv, hd, 1e-5f, 2);
+  cpu::qk_norm_rope_store_fp8(qkv8.data(), kp8.data(), vp8.data(), qn.data(), kn.data(), inv.data(), seqs.data(), 2,
+                              n_rows, table.data(), max_pages, ps, nh, nkv, hd, 1e-5f, 2);
+  EXPECT_EQ(qkv8, qkv);
+  int64_t rows = 0;
+  for (const auto* pools : {&kp, &vp}) {
+    const std::vector<float>& plain = *pools;
+    const std::vector<float>& q8 = pools == &kp ? kp8 : vp8;
+    for (int64_t r = 0; r < n_pages * ps * nkv; ++r) {
+      const float* x = plain.data() + r * hd;
+      const float* y = q8.data() + r * hd;
+      if (std::isnan(x[0])) {
+        for (int64_t d = 0; d < hd; ++d) ASSERT_TRUE(std::isnan(y[d])) << "row " << r << " written";
+        continue;
+      }
+      float amax = 0;
+      for (int64_t d = 0; d < hd; ++d) amax = std::max(amax, std::fabs(x[d]));
+      const float s = amax > 0 ? amax / kE4m3Max : 1.f;
+      for (int64_t d = 0; d < hd; ++d) {
+        ASSERT_EQ(y[d], e4m3_to_float(float_to_e4m3(x[d] / s)) * s) << "row " << r << ", " << d;
+        ASSERT_LE(std::fabs(y[d] - x[d]), std::fabs(x[d]) / 16 + s / 512) << "row " << r << ", " << d;
+      }
+      ++rows;
+    }
+  }
+  EXPECT_EQ(rows, 2 * 4 * nkv);  // 4 stored positions, k and v, every KV head
 }
 
 }  // namespace

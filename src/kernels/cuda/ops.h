@@ -298,6 +298,15 @@ void qk_norm_rope_store(T* qkv, T* k_pool, T* v_pool, const float* q_norm, const
                         const PagedSeq* seqs, int64_t n_seqs, int64_t n_rows, const int32_t* block_table,
                         int64_t max_pages, int64_t page_size, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
                         float eps, cudaStream_t stream);
+// The same into an fp8 cache (paged_kv.h): k_pool, v_pool e4m3 [n_pages, page_size, n_kv_heads,
+// head_dim], k_scale, v_scale fp32 [n_pages, page_size, n_kv_heads]; each k and v head row as rounded
+// to T (qkv's k after the store), quantized by cpu::qk_norm_rope_store_fp8's rule, the same bits.
+template <typename T>
+void qk_norm_rope_store_fp8(T* qkv, uint8_t* k_pool, uint8_t* v_pool, float* k_scale, float* v_scale,
+                            const float* q_norm, const float* k_norm, const float* inv_freq, const PagedSeq* seqs,
+                            int64_t n_seqs, int64_t n_rows, const int32_t* block_table, int64_t max_pages,
+                            int64_t page_size, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float eps,
+                            cudaStream_t stream);
 // attention_paged_decode.cu (cpu::attention_paged, one row per sequence): flash-decoding. Each
 // entry of seqs is one decode row (n_rows is taken as 1): q row `row` at position first_pos over
 // cache positions 0..first_pos. out rows of n_heads * head_dim at the q rows' indices; q rows of
@@ -312,6 +321,15 @@ void attention_decode_paged(T* out, const T* q, const T* k_pool, const T* v_pool
                             int64_t n_seqs, const int32_t* block_table, int64_t max_pages, int64_t page_size,
                             int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale, void* workspace,
                             cudaStream_t stream, int64_t q_stride = 0);
+// The same over an fp8 cache (pools and scales as qk_norm_rope_store_fp8's): each K / V tile widened
+// to T times its rows' scales in shared memory (e4m3 * s in fp32, rounded to T), then the same
+// arithmetic. bf16 / fp16 only (fp32 is refused); the pools 16-byte aligned, head_dim 16 .. 128.
+template <typename T>
+void attention_decode_paged_fp8(T* out, const T* q, const uint8_t* k_pool, const uint8_t* v_pool,
+                                const float* k_scale, const float* v_scale, const PagedSeq* seqs, int64_t n_seqs,
+                                const int32_t* block_table, int64_t max_pages, int64_t page_size, int64_t n_heads,
+                                int64_t n_kv_heads, int64_t head_dim, float scale, void* workspace,
+                                cudaStream_t stream, int64_t q_stride = 0);
 // attention_paged_prefill.cu (cpu::attention_paged): chunked prefill, causal, every row of every
 // sequence of seqs against its cache (the chunk's k/v stored first); max_rows (host) bounds every
 // n_rows (the grid). Several sequences' chunks at any first_pos in one launch; a row's bits do not
@@ -322,6 +340,13 @@ void attention_prefill_paged(T* out, const T* q, const T* k_pool, const T* v_poo
                              int64_t n_seqs, int64_t max_rows, const int32_t* block_table, int64_t max_pages,
                              int64_t page_size, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale,
                              cudaStream_t stream, int64_t q_stride = 0);
+// The same over an fp8 cache (as attention_decode_paged_fp8). bf16 / fp16 only.
+template <typename T>
+void attention_prefill_paged_fp8(T* out, const T* q, const uint8_t* k_pool, const uint8_t* v_pool,
+                                 const float* k_scale, const float* v_scale, const PagedSeq* seqs, int64_t n_seqs,
+                                 int64_t max_rows, const int32_t* block_table, int64_t max_pages, int64_t page_size,
+                                 int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale,
+                                 cudaStream_t stream, int64_t q_stride = 0);
 
 // --- argmax.cu: cpu::argmax_margin on the GPU (the head's next token and its margin over the
 // runner-up). out, margin (n_rows); in (n_rows, n_cols) fp32.

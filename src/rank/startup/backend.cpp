@@ -29,7 +29,7 @@ void make_cuda_backend(Backend& b, const RankOptions& opt, const WorldConfig& pi
                        WeightReader& weights, DType dtype) {
   const double t0 = now_s();
   auto exec = make_cuda_stage(weights, stage, dtype, pipe.local_rank, opt.tf32, opt.cuda_graphs,
-                              kNcclReservedSms);
+                              kNcclReservedSms, opt.kv_dtype == "fp8");
   b.load_us = int64_t((now_s() - t0) * 1e6);
   auto nccl = make_nccl_transport(pipe, *exec, opt.timeout_s);  // the replica's communicators only
   auto timer = make_cuda_busy_timer(*exec);
@@ -44,6 +44,9 @@ void make_cuda_backend(Backend& b, const RankOptions& opt, const WorldConfig& pi
 }  // namespace
 
 void check_backend_options(const RankOptions& opt) {
+  LFM2_CHECK(opt.kv_dtype != "fp8" || opt.device != "cuda" || opt.dtype != "fp32",
+             "--kv-dtype fp8: the CUDA backend reads an fp8 KV cache in bf16 or fp16 (--dtype bf16 / fp16), not "
+             "fp32");
 #ifndef LFM2_HAVE_CUDA
   LFM2_CHECK(opt.device != "cuda", "--device cuda: this build has no CUDA backend (configure with nvcc present)");
   LFM2_CHECK(opt.dtype == "fp32", "--dtype ", opt.dtype, ": the CPU backend computes in fp32 only (", opt.dtype,
@@ -106,7 +109,7 @@ Backend make_backend(const RankOptions& opt, const WorldConfig& pipe, const Stag
   (void)dtype;
 #endif
   const double t0 = now_s();
-  b.exec = make_cpu_stage(weights, stage, n_threads);
+  b.exec = make_cpu_stage(weights, stage, n_threads, false, opt.kv_dtype == "fp8");
   b.load_us = int64_t((now_s() - t0) * 1e6);
   b.transport = make_mpi_transport(pipe, opt.timeout_s);
   return b;
