@@ -174,8 +174,11 @@ JobOutcome run_continuous(RankSetup& s, ContinuousJob& job) {
   fault_point(s.world.rank, "output");
   JobOutcome out;
   if (!s.world.is_first()) return out;
-  if (!opt.metrics.empty())
-    write_metrics(opt.metrics, run_metrics(writer->finished(), last.sched, job.shape().state.n_slots, last.wall_s));
+  if (!opt.metrics.empty()) {
+    RunMetrics m = run_metrics(writer->finished(), last.sched, job.shape().state.n_slots, last.wall_s);
+    m.floor_s = memory_floor_s(floor, last.sched);  // 0 unless --benchmark on GPUs (as the log line)
+    write_metrics(opt.metrics, m);
+  }
   out = generation_outcome(s, writer->result());
   if (!opt.output.empty() && out.code == kExitOk && !opt.benchmark) writer->remove_partial();
   for (const auto& l : out.lines) log_info(l);
