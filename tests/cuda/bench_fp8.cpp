@@ -78,38 +78,101 @@ MoeCase moe_case(cudaStream_t s, int64_t n, const __nv_bfloat16* wg) {
   return c;
 }
 
+// bf16's experts_decode per case: the baseline of the fp8 lines.
+std::vector<double> bench_moe_bf16(cudaStream_t s, const std::vector<MoeCase>& cases) {
+  using T = __nv_bfloat16;
+  T* w13 = rand_dev<__nv_bfloat16>(kE * 2 * kI * kH, 2, 0.02f);
+  T* w2 = rand_dev<__nv_bfloat16>(kE * kH * kI, 3, 0.02f);
+  std::vector<double> t16(cases.size());
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const MoeCase& c = cases[i];
+    t16[i] = median_ms(s, [&] {
+      cuda::moe_experts_decode(c.x, c.y, w13, w2, c.ids, c.wts, c.n, kH, kE, kI, kTopK, c.scratch, s);
+    });
+    std::printf("moe %4lld tok (%2.0f experts)  bf16 experts_decode      %s\n", (long long)c.n, c.touched,
+                bw(c.touched * 3 * kI * kH * 2 + c.act, t16[i]).c_str());
+  }
+  cudaFree(w13), cudaFree(w2);
+  return t16;
+}
+
+// The stage's entry: the router's permutation (here moe_permute_one_block's, made once), the
+// products, the combine with the next norm; and the permutation and the combine alone.
+template <class Line>
+void bench_moe_fp8_routed(cudaStream_t s, const MoeCase& c, const DevQ8& q13, const DevQ8& q2, Fp8Scheme scheme,
+                          const Line& line) {
+  const int64_t E = kE, k = kTopK;
+  auto align = [](int64_t b) { return (b + 255) / 256 * 256; };  // moe_experts_decode's scratch layout
+  char* base = static_cast<char*>(c.scratch);
+  auto* off = reinterpret_cast<int32_t*>(base);
+  auto* src = reinterpret_cast<int32_t*>(base + align((E + 1) * 4));
+  auto* dest = reinterpret_cast<int32_t*>(base + align((E + 1) * 4) + align(c.P * 4));
+  void* rest = base + align((E + 1) * 4) + 2 * align(c.P * 4);
+  cuda::moe_permute_one_block(off, src, dest, c.ids, c.n, E, k, s);
+  line("routed", median_ms(s, [&] {
+         cuda::moe_experts_decode_fp8_routed(c.x, c.normed, c.y, q13.q, q13.s, q2.q, q2.s, scheme, off, src, dest,
+                                             c.wts, c.norm, 1e-5f, c.n, kH, E, kI, k, rest, s);
+       }));
+  line("permute alone", median_ms(s, [&] { cuda::moe_permute_one_block(off, src, dest, c.ids, c.n, E, k, s); }));
+  line("combine alone", median_ms(s, [&] {
+         cuda::moe_combine_rmsnorm(c.normed, c.x, static_cast<const float*>(rest), dest, c.wts, c.norm, c.n, k, kH,
+                                   1e-5f, s);
+       }));
+}
+
+// Each product alone (after the permutation; timing only), the widening products (e4m3 weights
+// widened to T against T activations) and the pipeline without the widening; at 32 tokens of the
+// channel scheme the switches, and at 8 / 32 / 256 the token tile's height forced (12 / 11 / 9 / 7
+// stages of 16 KB of weights).
+template <class Tuned, class Line>
+void bench_moe_fp8_variants(const MoeCase& c, Fp8Scheme scheme, const Tuned& tuned, const Line& line) {
+  cuda::Fp8DecodeTuning tn;
+  tn.variant = 8;
+  line("gate/up alone", tuned(tn));
+  tn.variant = 4;
+  line("down alone", tuned(tn));
+  tn = {};
+  tn.act_fp8 = 0;
+  line("widening", tuned(tn));
+  tn.variant = 8;
+  line("widening gate/up", tuned(tn));
+  tn.variant = 4;
+  line("widening down", tuned(tn));
+  tn.variant = 0;
+  tn.widen = 0;
+  line("no widening", tuned(tn));
+  if (scheme != Fp8Scheme::Channel || (c.n != 8 && c.n != 32 && c.n != 256)) return;
+  for (const int v : {1, 2, 16}) {
+    if (c.n != 32) break;
+    tn = {};
+    tn.variant = v;
+    line(v == 1 ? "tiles ungrouped" : v == 2 ? "no L2 hints" : "gate/up late PDL", tuned(tn));
+  }
+  for (const int64_t xr : {8, 16, 32, 64}) {
+    tn = {};
+    tn.tile_rows = xr;
+    line(xr == 8 ? "tile 8 rows" : xr == 16 ? "tile 16 rows" : xr == 32 ? "tile 32 rows" : "tile 64 rows", tuned(tn));
+  }
+}
+
 void bench_moe(cudaStream_t s, const std::vector<int64_t>& rows) {
   using T = __nv_bfloat16;
-  const int64_t H = kH, E = kE, I = kI, k = kTopK;
-  T* wg = rand_dev<__nv_bfloat16>(E * H, 4, 0.05f);
+  T* wg = rand_dev<__nv_bfloat16>(kE * kH, 4, 0.05f);
   std::vector<MoeCase> cases;
   for (int64_t n : rows) cases.push_back(moe_case(s, n, wg));
-  std::vector<double> t16(cases.size());
-  {
-    T* w13 = rand_dev<__nv_bfloat16>(E * 2 * I * H, 2, 0.02f);
-    T* w2 = rand_dev<__nv_bfloat16>(E * H * I, 3, 0.02f);
-    for (size_t i = 0; i < cases.size(); ++i) {
-      const MoeCase& c = cases[i];
-      t16[i] = median_ms(s, [&] {
-        cuda::moe_experts_decode(c.x, c.y, w13, w2, c.ids, c.wts, c.n, H, E, I, k, c.scratch, s);
-      });
-      std::printf("moe %4lld tok (%2.0f experts)  bf16 experts_decode      %s\n", (long long)c.n, c.touched,
-                  bw(c.touched * 3 * I * H * 2 + c.act, t16[i]).c_str());
-    }
-    cudaFree(w13), cudaFree(w2);
-  }
+  const std::vector<double> t16 = bench_moe_bf16(s, cases);
   for (const Fp8Scheme scheme : {Fp8Scheme::Channel, Fp8Scheme::Block128}) {
     // w13 stacked per expert as [w1; w3] with w1's scales then w3's: random data, so one stack of 2I rows
     // quantized as two halves is the same as quantizing (E * 2, I, H)
-    DevQ8 q13 = rand_fp8(E * 2, I, H, scheme, 12, 0.02f), q2 = rand_fp8(E, H, I, scheme, 13, 0.02f);
+    DevQ8 q13 = rand_fp8(kE * 2, kI, kH, scheme, 12, 0.02f), q2 = rand_fp8(kE, kH, kI, scheme, 13, 0.02f);
     for (size_t i = 0; i < cases.size(); ++i) {
       const MoeCase& c = cases[i];
-      const double scales = c.touched / E * double(q13.scale_count + q2.scale_count) * 4;
-      const double bytes8 = c.touched * 3 * I * H + scales + c.act;
+      const double scales = c.touched / kE * double(q13.scale_count + q2.scale_count) * 4;
+      const double bytes8 = c.touched * 3 * kI * kH + scales + c.act;
       auto tuned = [&](const cuda::Fp8DecodeTuning& tn) {
         return median_ms(s, [&] {
-          cuda::moe_experts_decode_fp8_tuned(c.x, c.y, q13.q, q13.s, q2.q, q2.s, scheme, c.ids, c.wts, c.n, H, E, I,
-                                             k, c.scratch, tn, s);
+          cuda::moe_experts_decode_fp8_tuned(c.x, c.y, q13.q, q13.s, q2.q, q2.s, scheme, c.ids, c.wts, c.n, kH, kE, kI,
+                                             kTopK, c.scratch, tn, s);
         });
       };
       auto line = [&](const char* what, double t) {
@@ -117,58 +180,8 @@ void bench_moe(cudaStream_t s, const std::vector<int64_t>& rows) {
                     fp8_scheme_name(scheme), what, bw(bytes8, t).c_str(), t16[i] / t);
       };
       line("experts_decode", tuned({}));
-      // the stage's entry: the router's permutation (here moe_permute_one_block's, made once), the
-      // combine with the next norm
-      {
-        auto align = [](int64_t b) { return (b + 255) / 256 * 256; };  // moe_experts_decode's scratch layout
-        char* base = static_cast<char*>(c.scratch);
-        auto* off = reinterpret_cast<int32_t*>(base);
-        auto* src = reinterpret_cast<int32_t*>(base + align((E + 1) * 4));
-        auto* dest = reinterpret_cast<int32_t*>(base + align((E + 1) * 4) + align(c.P * 4));
-        void* rest = base + align((E + 1) * 4) + 2 * align(c.P * 4);
-        cuda::moe_permute_one_block(off, src, dest, c.ids, c.n, E, k, s);
-        line("routed", median_ms(s, [&] {
-               cuda::moe_experts_decode_fp8_routed(c.x, c.normed, c.y, q13.q, q13.s, q2.q, q2.s, scheme, off, src, dest,
-                                                   c.wts, c.norm, 1e-5f, c.n, H, E, I, k, rest, s);
-             }));
-        line("permute alone", median_ms(s, [&] { cuda::moe_permute_one_block(off, src, dest, c.ids, c.n, E, k, s); }));
-        line("combine alone", median_ms(s, [&] {
-               cuda::moe_combine_rmsnorm(c.normed, c.x, static_cast<const float*>(rest), dest, c.wts, c.norm, c.n, k, H,
-                                         1e-5f, s);
-             }));
-      }
-      // each product alone (after the permutation; timing only), the pipeline without the widening
-      cuda::Fp8DecodeTuning tn;
-      tn.variant = 8;
-      line("gate/up alone", tuned(tn));
-      tn.variant = 4;
-      line("down alone", tuned(tn));
-      // the widening products (e4m3 weights widened to T against T activations), and without the widening
-      tn = {};
-      tn.act_fp8 = 0;
-      line("widening", tuned(tn));
-      tn.variant = 8;
-      line("widening gate/up", tuned(tn));
-      tn.variant = 4;
-      line("widening down", tuned(tn));
-      tn.variant = 0;
-      tn.widen = 0;
-      line("no widening", tuned(tn));
-      if (scheme == Fp8Scheme::Channel && (c.n == 8 || c.n == 32 || c.n == 256)) {
-        for (const int v : {1, 2, 16}) {
-          if (c.n != 32) break;
-          tn = {};
-          tn.variant = v;
-          line(v == 1 ? "tiles ungrouped" : v == 2 ? "no L2 hints" : "gate/up late PDL", tuned(tn));
-        }
-        // the token tile's height forced: 12 / 11 / 9 / 7 stages of 16 KB of weights
-        for (const int64_t xr : {8, 16, 32, 64}) {
-          tn = {};
-          tn.tile_rows = xr;
-          line(xr == 8 ? "tile 8 rows" : xr == 16 ? "tile 16 rows" : xr == 32 ? "tile 32 rows" : "tile 64 rows",
-               tuned(tn));
-        }
-      }
+      bench_moe_fp8_routed(s, c, q13, q2, scheme, line);
+      bench_moe_fp8_variants(c, scheme, tuned, line);
     }
     cudaFree(q13.q), cudaFree(q13.s), cudaFree(q2.q), cudaFree(q2.s);
   }

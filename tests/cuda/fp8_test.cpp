@@ -62,6 +62,68 @@ Fp8Moe fp8_moe(int64_t H, int64_t E, int64_t I, Fp8Scheme scheme, uint64_t seed)
   return m;
 }
 
+// One MoE case on the device: the e4m3 stacks and scales, the input, the routing, x's buffer.
+template <typename T>
+struct DevFp8Moe {
+  int64_t H, E, I, k;
+  Fp8Scheme scheme;
+  DevBuf<T> in;
+  DevBuf<uint8_t> w13, w2;
+  DevBuf<float> s13, s2, x, wt;
+  DevBuf<int32_t> e;
+  DevBuf<char> scratch;
+
+  DevFp8Moe(const Fp8Moe& w, const std::vector<T>& in_t, const std::vector<int32_t>& experts,
+            const std::vector<float>& weights, int64_t n, int64_t H_, int64_t E_, int64_t I_, int64_t k_, Fp8Scheme sc)
+      : H(H_), E(E_), I(I_), k(k_), scheme(sc), in(in_t.size()), w13(w.w13.q.size()), w2(w.w2.q.size()),
+        s13(w.w13.s.size()), s2(w.w2.s.size()), x(size_t(n * H_)), wt(weights.size()), e(experts.size()),
+        scratch(size_t(cuda::moe_experts_decode_fp8_scratch_bytes(n, H_, E_, I_, k_, sizeof(T)))) {
+    upload(in, in_t);
+    upload(w13, w.w13.q);
+    upload(w2, w.w2.q);
+    upload(s13, w.w13.s);
+    upload(s2, w.w2.s);
+    upload(wt, weights);
+    upload(e, experts);
+  }
+
+  // x0 + the products of the first `rows` rows: the production entry (act_fp8) or the widening one.
+  std::vector<float> run(const std::vector<float>& x0, int64_t rows, int act_fp8, cudaStream_t stream) {
+    cuda::Fp8DecodeTuning tn;
+    tn.act_fp8 = act_fp8;
+    upload(x, x0);
+    if (act_fp8)
+      cuda::moe_experts_decode_fp8<T>(x.get(), in.get(), w13.get(), s13.get(), w2.get(), s2.get(), scheme, e.get(),
+                                      wt.get(), rows, H, E, I, k, scratch.get(), stream);
+    else
+      cuda::moe_experts_decode_fp8_tuned<T>(x.get(), in.get(), w13.get(), s13.get(), w2.get(), s2.get(), scheme,
+                                            e.get(), wt.get(), rows, H, E, I, k, scratch.get(), tn, stream);
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    return download(x.get(), size_t(rows * H));
+  }
+
+  // The routed entry on a permutation of its own (the stage's: the router's), the next norm fused:
+  // x the bits of the permuting entry's `got`, norm_out = rmsnorm(x) within T's rounding.
+  void expect_routed(const std::vector<float>& x0, const std::vector<float>& got, int64_t n, cudaStream_t stream) {
+    DevBuf<int32_t> d_off(size_t(E + 1)), d_src(size_t(n * k)), d_dest(size_t(n * k));
+    DevBuf<char> rscratch(size_t(cuda::moe_experts_decode_fp8_routed_scratch_bytes(n, H, I, k, sizeof(T))));
+    DevBuf<float> d_norm_w{size_t(H)};
+    DevBuf<T> d_norm{size_t(n * H)};
+    const auto norm_w = rand_vec(size_t(H), 9);
+    upload(d_norm_w, norm_w);
+    upload(x, x0);
+    cuda::moe_permute_one_block(d_off.get(), d_src.get(), d_dest.get(), e.get(), n, E, k, stream);
+    cuda::moe_experts_decode_fp8_routed<T>(x.get(), d_norm.get(), in.get(), w13.get(), s13.get(), w2.get(), s2.get(),
+                                           scheme, d_off.get(), d_src.get(), d_dest.get(), wt.get(), d_norm_w.get(),
+                                           1e-5f, n, H, E, I, k, rscratch.get(), stream);
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    EXPECT_TRUE(same_bits(download(x.get(), x0.size()), got));
+    std::vector<float> normed(got.size());
+    cpu::rmsnorm(normed.data(), got.data(), norm_w.data(), n, H, 1e-5f);
+    EXPECT_TRUE(close_t<T>(download(d_norm.get(), normed.size()), normed));
+  }
+};
+
 template <typename T>
 class CudaFp8 : public CudaTest {};
 using HalfTypes = ::testing::Types<__nv_bfloat16, __half>;
@@ -83,82 +145,38 @@ TYPED_TEST(CudaFp8, MoeExpertsMatchCpuTwin) {
       SCOPED_TRACE(cat(n, " tokens, H ", H, ", E ", E, ", I ", I, ", top-", k, ", ", fp8_scheme_name(scheme)));
       const Fp8Moe w = fp8_moe(H, E, I, scheme, 40 + uint64_t(H));
       auto in = rand_vec(size_t(n * H), 7 + uint64_t(n));
-      const auto in_t = round_to<T>(in);
       const auto x0 = rand_vec(size_t(n * H), 8);
       std::vector<int32_t> experts;
       std::vector<float> weights;
       make_routing(experts, weights, n, E, k, Routing::kRandom, uint64_t(n));
-      std::vector<float> moe(size_t(n * H)), ref(moe.size()), ref_w(moe.size());
-      cpu::moe_experts_fp8(moe.data(), in.data(), w.w13.q.data(), w.w13.s.data(), w.w2.q.data(), w.w2.s.data(),
-                           scheme, experts.data(), weights.data(), n, H, E, I, k, 8, true);
-      cpu::add(ref.data(), x0.data(), moe.data(), n * H);
-      // the widening products (no longer the default) on the small shapes only: a second oracle at the
-      // model's shapes took the test past 110 s on the H100 machine
+      // the oracle with quantized activations, and (the widening products, no longer the default) the
+      // weights-only one on the small shapes only: a second oracle at the model's shapes took the test
+      // past 110 s on the H100 machine
       const bool widening = H <= 512;
-      if (widening) {
+      std::vector<float> ref, ref_w;
+      for (const bool act : {true, false}) {
+        if (!act && !widening) break;
+        std::vector<float> moe(size_t(n * H));
         cpu::moe_experts_fp8(moe.data(), in.data(), w.w13.q.data(), w.w13.s.data(), w.w2.q.data(), w.w2.s.data(),
-                             scheme, experts.data(), weights.data(), n, H, E, I, k, 8, false);
-        cpu::add(ref_w.data(), x0.data(), moe.data(), n * H);
+                             scheme, experts.data(), weights.data(), n, H, E, I, k, 8, act);
+        (act ? ref : ref_w).resize(moe.size());
+        cpu::add((act ? ref : ref_w).data(), x0.data(), moe.data(), n * H);
       }
-
-      DevBuf<T> d_in(in_t.size());
-      DevBuf<uint8_t> d_w13(w.w13.q.size()), d_w2(w.w2.q.size());
-      DevBuf<float> d_s13(w.w13.s.size()), d_s2(w.w2.s.size()), d_x(x0.size()), d_wt(weights.size());
-      DevBuf<int32_t> d_e(experts.size());
-      DevBuf<char> scratch(size_t(cuda::moe_experts_decode_fp8_scratch_bytes(n, H, E, I, k, sizeof(T))));
-      upload(d_in, in_t);
-      upload(d_w13, w.w13.q);
-      upload(d_w2, w.w2.q);
-      upload(d_s13, w.w13.s);
-      upload(d_s2, w.w2.s);
-      upload(d_x, x0);
-      upload(d_wt, weights);
-      upload(d_e, experts);
-      auto run = [&](int64_t rows, int act_fp8) {
-        cuda::Fp8DecodeTuning tn;
-        tn.act_fp8 = act_fp8;
-        upload(d_x, x0);
-        if (act_fp8)  // the production entry
-          cuda::moe_experts_decode_fp8<T>(d_x.get(), d_in.get(), d_w13.get(), d_s13.get(), d_w2.get(), d_s2.get(),
-                                          scheme, d_e.get(), d_wt.get(), rows, H, E, I, k, scratch.get(),
-                                          this->stream_);
-        else
-          cuda::moe_experts_decode_fp8_tuned<T>(d_x.get(), d_in.get(), d_w13.get(), d_s13.get(), d_w2.get(),
-                                                d_s2.get(), scheme, d_e.get(), d_wt.get(), rows, H, E, I, k,
-                                                scratch.get(), tn, this->stream_);
-        this->sync();
-        return download(d_x.get(), size_t(rows * H));
-      };
+      DevFp8Moe<T> dev(w, round_to<T>(in), experts, weights, n, H, E, I, k, scheme);
       // bf16/fp16 tolerance x3 as moe_decode's tests (FP8 x FP8: act and a few e4m3 roundings of it
       // differ from the oracle's by the fp32 sums' order; widening: the weights widened to T, act in T)
-      const auto got = run(n, 1);
+      const auto got = dev.run(x0, n, 1, this->stream_);
       EXPECT_TRUE(close_t<T>(got, ref, 3.0));
       // row 0 alone: the bits it had in the batch
-      EXPECT_TRUE(same_bits(run(1, 1), std::vector<float>(got.begin(), got.begin() + H)));
+      EXPECT_TRUE(same_bits(dev.run(x0, 1, 1, this->stream_), std::vector<float>(got.begin(), got.begin() + H)));
       if (widening) {
         SCOPED_TRACE("widening products");
-        const auto widened = run(n, 0);
+        const auto widened = dev.run(x0, n, 0, this->stream_);
         EXPECT_TRUE(close_t<T>(widened, ref_w, 3.0));
-        EXPECT_TRUE(same_bits(run(1, 0), std::vector<float>(widened.begin(), widened.begin() + H)));
+        EXPECT_TRUE(
+            same_bits(dev.run(x0, 1, 0, this->stream_), std::vector<float>(widened.begin(), widened.begin() + H)));
       }
-      // the routed entry on a permutation of its own (the stage's: the router's), the next norm fused:
-      // x the bits of the permuting entry, norm_out = rmsnorm(x) within T's rounding
-      DevBuf<int32_t> d_off(size_t(E + 1)), d_src(size_t(n * k)), d_dest(size_t(n * k));
-      DevBuf<char> rscratch(size_t(cuda::moe_experts_decode_fp8_routed_scratch_bytes(n, H, I, k, sizeof(T))));
-      DevBuf<float> d_norm_w{size_t(H)};
-      DevBuf<T> d_norm{size_t(n * H)};
-      const auto norm_w = rand_vec(size_t(H), 9);
-      upload(d_norm_w, norm_w);
-      upload(d_x, x0);
-      cuda::moe_permute_one_block(d_off.get(), d_src.get(), d_dest.get(), d_e.get(), n, E, k, this->stream_);
-      cuda::moe_experts_decode_fp8_routed<T>(d_x.get(), d_norm.get(), d_in.get(), d_w13.get(), d_s13.get(), d_w2.get(),
-                                             d_s2.get(), scheme, d_off.get(), d_src.get(), d_dest.get(), d_wt.get(),
-                                             d_norm_w.get(), 1e-5f, n, H, E, I, k, rscratch.get(), this->stream_);
-      this->sync();
-      EXPECT_TRUE(same_bits(download(d_x.get(), x0.size()), got));
-      std::vector<float> normed(got.size());
-      cpu::rmsnorm(normed.data(), got.data(), norm_w.data(), n, H, 1e-5f);
-      EXPECT_TRUE(close_t<T>(download(d_norm.get(), normed.size()), normed));
+      dev.expect_routed(x0, got, n, this->stream_);
     }
   }
 }
