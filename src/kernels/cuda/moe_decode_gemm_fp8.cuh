@@ -169,19 +169,12 @@ __device__ __forceinline__ void cp4(uint32_t dst, const void* src, bool live) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(live ? 4 : 0) : "memory");
 }
 
-// The producer side of one thread for F8 (gate/up and down alike: x holds the permuted rows in e4m3):
-// thread t copies chunk t % 8 of weight rows t / 8 + 32 i and of token rows t / 8 + 32 i, and with
-// block scales thread t < XR token t's scale of the stage.
-template <bool kGateUp, int KH, int XR>
-struct Feeder8 {
-  using Sh = Shape<KH, XR, true>;
-  static constexpr int kX = (XR + 31) / 32;
+// The weight half of both feeders: the thread's weight rows of a unit (t / 8 + 32 i; null past the
+// end) and their 16-byte pieces of a stage.
+template <bool kGateUp, class Sh>
+struct WeightFeed {
   const uint8_t* w[Sh::kRG];
-  const uint8_t* x[kX];  // null: zeros
-  bool fill[kX];
-  const float* xs;       // block scales: the thread's token's scale row (t < XR); null: zeros
-  bool xs_fill;
-  uint64_t pol_w, pol_x;
+  uint64_t pol_w;
 
   __device__ __forceinline__ void set_unit(const Args& a, const moe_gemm::Unit& un) {
     const int64_t rows = (kGateUp ? 2 : 1) * a.R;
@@ -200,6 +193,32 @@ struct Feeder8 {
       w[i] = f < a.R ? we + row * a.K : nullptr;
     }
   }
+  __device__ __forceinline__ void load_w(const Args& a, uint32_t stage, int ks) const {
+    const int c = threadIdx.x & 7;
+    const int64_t k = int64_t(ks) * kBK + 16 * c;
+    const bool kin = k < a.K;
+#pragma unroll
+    for (int i = 0; i < Sh::kRG; ++i) {
+      const int r = (threadIdx.x >> 3) + 32 * i;
+      const bool live = kin && w[i] != nullptr;
+      moe_gemm::cp16<true>(stage + woff(r, c), live ? static_cast<const void*>(w[i] + k) : a.w, live, pol_w);
+    }
+  }
+};
+
+// The producer side of one thread for F8 (gate/up and down alike: x holds the permuted rows in e4m3):
+// thread t copies chunk t % 8 of weight rows t / 8 + 32 i and of token rows t / 8 + 32 i, and with
+// block scales thread t < XR token t's scale of the stage.
+template <bool kGateUp, int KH, int XR>
+struct Feeder8 : WeightFeed<kGateUp, Shape<KH, XR, true>> {
+  using Sh = Shape<KH, XR, true>;
+  static constexpr int kX = (XR + 31) / 32;
+  const uint8_t* x[kX];  // null: zeros
+  bool fill[kX];
+  const float* xs;       // block scales: the thread's token's scale row (t < XR); null: zeros
+  bool xs_fill;
+  uint64_t pol_x;
+
   __device__ __forceinline__ void set_pass(const Args& a, const moe_gemm::Unit& un, int pass) {
     const int live = min(XR, un.n_e - pass * XR), rows = (live + 7) & ~7;
     const uint8_t* x8 = static_cast<const uint8_t*>(a.x);
@@ -212,17 +231,6 @@ struct Feeder8 {
     const int n = threadIdx.x;
     xs_fill = a.block_scales && n < rows;
     xs = a.block_scales && n < live ? a.xs + int64_t(un.begin + pass * XR + n) * ((a.K + kBK - 1) / kBK) : nullptr;
-  }
-  __device__ __forceinline__ void load_w(const Args& a, uint32_t stage, int ks) const {
-    const int c = threadIdx.x & 7;
-    const int64_t k = int64_t(ks) * kBK + 16 * c;
-    const bool kin = k < a.K;
-#pragma unroll
-    for (int i = 0; i < Sh::kRG; ++i) {
-      const int r = (threadIdx.x >> 3) + 32 * i;
-      const bool live = kin && w[i] != nullptr;
-      moe_gemm::cp16<true>(stage + woff(r, c), live ? static_cast<const void*>(w[i] + k) : a.w, live, pol_w);
-    }
   }
   __device__ __forceinline__ void load_x(const Args& a, uint32_t stage, int ks) const {
     const int c = threadIdx.x & 7;
@@ -242,31 +250,13 @@ struct Feeder8 {
 };
 
 template <typename T, bool kGateUp, int KH, int XR>
-struct Feeder {
+struct Feeder : WeightFeed<kGateUp, Shape<KH, XR>> {
   using Sh = Shape<KH, XR>;
   static constexpr int kX = (XR + 15) / 16;  // token rows per thread (XR = 8: threads 0..127)
-  const uint8_t* w[Sh::kRG];  // the thread's weight rows (t / 8 + 32 i); null past the end
-  const T* x[kX];             // token rows (t / 16 + 16 i); null: zeros
-  bool fill[kX];              // whether the token row is written at all (rows of live n8 tiles)
-  uint64_t pol_w, pol_x;
+  const T* x[kX];                            // token rows (t / 16 + 16 i); null: zeros
+  bool fill[kX];                             // whether the token row is written at all (rows of live n8 tiles)
+  uint64_t pol_x;
 
-  __device__ __forceinline__ void set_unit(const Args& a, const moe_gemm::Unit& un) {
-    const int64_t rows = (kGateUp ? 2 : 1) * a.R;
-    const uint8_t* we = a.w + int64_t(un.e) * rows * a.K;
-#pragma unroll
-    for (int i = 0; i < Sh::kRG; ++i) {
-      const int r = (threadIdx.x >> 3) + 32 * i;
-      int64_t f, row;
-      if constexpr (kGateUp) {
-        f = un.tile * 64 + 16 * (r >> 5) + (r & 15);
-        row = ((r >> 4) & 1) * a.R + f;
-      } else {
-        f = un.tile * Sh::kRows + r;
-        row = f;
-      }
-      w[i] = f < a.R ? we + row * a.K : nullptr;
-    }
-  }
   __device__ __forceinline__ void set_pass(const Args& a, const moe_gemm::Unit& un, int pass) {
     const int live = min(XR, un.n_e - pass * XR), rows = (live + 7) & ~7;
 #pragma unroll
@@ -278,17 +268,6 @@ struct Feeder {
         const int64_t src = kGateUp ? int64_t(__ldcg(a.src_token + slot)) : int64_t(slot);
         x[i] = static_cast<const T*>(a.x) + src * a.K;
       }
-    }
-  }
-  __device__ __forceinline__ void load_w(const Args& a, uint32_t stage, int ks) const {
-    const int c = threadIdx.x & 7;
-    const int64_t k = int64_t(ks) * kBK + 16 * c;
-    const bool kin = k < a.K;
-#pragma unroll
-    for (int i = 0; i < Sh::kRG; ++i) {
-      const int r = (threadIdx.x >> 3) + 32 * i;
-      const bool live = kin && w[i] != nullptr;
-      moe_gemm::cp16<true>(stage + woff(r, c), live ? static_cast<const void*>(w[i] + k) : a.w, live, pol_w);
     }
   }
   __device__ __forceinline__ void load_x(const Args& a, uint32_t stage, int ks) const {
