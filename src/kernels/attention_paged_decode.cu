@@ -108,8 +108,11 @@ int decode_variant() {
 }
 
 // kF8: the stages hold e4m3 tiles (kTile rows of HD bytes) and their scales; one T tile of V (each
-// warp its own 16 rows), none of K (widened into registers). (The block widening both into T tiles
-// behind a second barrier: 226 us at 32 x 10240 on an H100; two T tiles pipelined: 264.)
+// warp its own 16 rows), none of K (widened into registers): 221-225 us at 32 x 10240 on an H100,
+// 5 blocks an SM (96 registers, 45 KB). Measured slower there: the block widening both into T
+// tiles behind a second barrier 226 us; two T tiles pipelined 264; 5 or 6 stages (a 4-tile split in
+// flight at once, 4 or 3 blocks an SM) 233 / 250; V widened in place over the warp's own e4m3 rows
+// (no T tile, held to 96 registers: spills) 247 at 4 stages, 260 at 5.
 template <int HD, bool kSwizzle, bool kF8 = false>
 struct DecodeSmem {
   static constexpr int kStages = kSwizzle && HD < 128 ? 4 : 3;
