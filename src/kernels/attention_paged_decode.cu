@@ -24,11 +24,14 @@
 // global max over its splits, the splits' sums (a warp sum: a fixed order) and outputs (in split
 // order) rescaled, out = O / L in the element type.
 //
-// fp8 cache (attention_decode_paged_fp8, bf16 / fp16): the stages hold a tile's e4m3 bytes and its
-// rows' fp32 scales (cp.async, 16 and 4 bytes); once a tile has landed the block widens it into one
-// T tile of the layout above (kv_fp8.cuh: e4m3 * scale in fp32, rounded to T) and the warps compute
-// on it as on a T cache. Half the cache bytes a position; the split, the merge and their order are
-// the T kernel's.
+// fp8 cache (attention_decode_paged_fp8, bf16 / fp16): the stages hold a tile's e4m3 bytes (16-byte
+// units XOR-swizzled by their 128-byte line) and its rows' fp32 scales (cp.async, 16 and 4 bytes),
+// one barrier a tile as for T. Each warp widens only its own 16 positions (kv_fp8.cuh: e4m3 * scale
+// in fp32, rounded to T): K straight into the mma B fragments (a lane reads its row's 16-byte unit
+// and keeps the two byte pairs the fragment holds), V into the warp's 16 rows of one T tile
+// (__syncwarp, then ldmatrix.trans as for T). The mma operands are the T kernel's on the dequantized
+// cache rounded to T, so the bits are; half the cache bytes a position; the split, the merge and
+// their order are the T kernel's.
 #include <cmath>
 #include <cstdlib>
 #include <type_traits>
@@ -104,19 +107,22 @@ int decode_variant() {
   return v;
 }
 
-// kF8: the stages hold e4m3 tiles (kTile rows of HD bytes) and their scales, widened into one T tile.
-// (Two T tiles, tile t widened while tile t - 1 is attended with one barrier a tile, measured slower
-// on an H100: 264 against 226 us at 32 x 10240, three blocks an SM instead of four.)
+// kF8: the stages hold e4m3 tiles (kTile rows of HD bytes) and their scales; one T tile of V (each
+// warp its own 16 rows), none of K (widened into registers): 221-225 us at 32 x 10240 on an H100,
+// 5 blocks an SM (96 registers, 45 KB). Measured slower there: the block widening both into T
+// tiles behind a second barrier 226 us; two T tiles pipelined 264; 5 or 6 stages (a 4-tile split in
+// flight at once, 4 or 3 blocks an SM) 233 / 250; V widened in place over the warp's own e4m3 rows
+// (no T tile, held to 96 registers: spills) 247 at 4 stages, 260 at 5.
 template <int HD, bool kSwizzle, bool kF8 = false>
 struct DecodeSmem {
   static constexpr int kStages = kSwizzle && HD < 128 ? 4 : 3;
-  static constexpr int kTStages = kF8 ? 1 : kStages;  // T tiles of K (and of V)
+  static constexpr int kTK = kF8 ? 0 : kStages, kTV = kF8 ? 1 : kStages;  // T tiles of K, of V
   static constexpr int LQ = HD + 8;                  // Q rows padded: ldmatrix's 8 rows hit 8 bank groups
   static constexpr int LKV = kSwizzle ? HD : HD + 8;  // K/V rows: swizzled, or padded as Q
   static constexpr int kQ = 16 * LQ, kKV = kTile * LKV;
   static constexpr int kF8Tile = kTile * HD;          // bytes of an e4m3 stage (K or V)
   static constexpr size_t kPipe =
-      size_t(kQ + 2 * kTStages * kKV) * 2 + (kF8 ? size_t(2 * kStages) * (kF8Tile + kTile * 4) : 0);
+      size_t(kQ + (kTK + kTV) * kKV) * 2 + (kF8 ? size_t(2 * kStages) * (kF8Tile + kTile * 4) : 0);
   static constexpr size_t kMerge = size_t(kWarps) * 16 * (HD + 2) * 4;  // per warp: o, max, sum of 16 rows
   static constexpr size_t kBytes = kPipe > kMerge ? kPipe : kMerge;
 
@@ -133,6 +139,12 @@ struct DecodeSmem {
       return ((line << 3) | ((u & 7) ^ (line & 7))) * 8;
     }
   }
+  // Byte offset of 16-byte unit c of e4m3 row r: the unit's place in its 128-byte line XOR the line,
+  // so the 8 rows a warp's lanes g = 0..7 read at one unit fall in 8 distinct bank groups.
+  static __device__ __forceinline__ int kv8(int r, int c) {
+    const int u = r * (HD / 16) + c, line = u >> 3;
+    return ((line << 3) | ((u & 7) ^ (line & 7))) * 16;
+  }
 };
 
 // KV: T, or uint8_t for an fp8 cache (k_scale, v_scale its scale pools; null otherwise).
@@ -147,9 +159,9 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int LQ = S::LQ, KC = HD / 16, DT = HD / 8, kChunks = HD / 8, kStages = S::kStages;
   constexpr int kC8 = HD / 16;  // 16-byte chunks of an e4m3 row
   extern __shared__ __align__(128) unsigned char smem_raw[];
-  T* sk = reinterpret_cast<T*>(smem_raw);  // [kTStages][kTile rows]
-  T* sv = sk + S::kTStages * S::kKV;       // [kTStages][kTile rows]
-  T* sq = sv + S::kTStages * S::kKV;       // [16][LQ]
+  T* sk = reinterpret_cast<T*>(smem_raw);  // [kTK][kTile rows]
+  T* sv = sk + S::kTK * S::kKV;            // [kTV][kTile rows]
+  T* sq = sv + S::kTV * S::kKV;            // [16][LQ]
   uint8_t* k8 = reinterpret_cast<uint8_t*>(sq + S::kQ);  // fp8: [kStages][kTile][HD] e4m3
   uint8_t* v8 = k8 + kStages * S::kF8Tile;
   float* ks8 = reinterpret_cast<float*>(v8 + kStages * S::kF8Tile);  // fp8: [kStages][kTile] scales
@@ -177,11 +189,11 @@ __global__ void __launch_bounds__(kThreads)
         const bool ok = p < sp.end;
         const int64_t off = ok ? rows.offset(p) + head_off + ch * 16 : 0;
         if constexpr (kL2Prefetch) {
-          cp_async16_l2_256(dk + r * HD + ch * 16, k_pool + off, ok);
-          cp_async16_l2_256(dv + r * HD + ch * 16, v_pool + off, ok);
+          cp_async16_l2_256(dk + S::kv8(r, ch), k_pool + off, ok);
+          cp_async16_l2_256(dv + S::kv8(r, ch), v_pool + off, ok);
         } else {
-          cp_async16(dk + r * HD + ch * 16, k_pool + off, ok);
-          cp_async16(dv + r * HD + ch * 16, v_pool + off, ok);
+          cp_async16(dk + S::kv8(r, ch), k_pool + off, ok);
+          cp_async16(dv + S::kv8(r, ch), v_pool + off, ok);
         }
       }
       for (int r = tid; r < kTile; r += kThreads) {
@@ -225,11 +237,34 @@ __global__ void __launch_bounds__(kThreads)
     const int k0 = sp.start + t * kTile + 16 * warp;  // this warp's 16 positions
     if (k0 >= sp.end) return;
     const int mi = lane >> 3;
+    const int st = t % kStages;
+    if constexpr (kF8) {  // V rows 16 warp .. + 15 -> T; the warp's ldmatrix of tile t - 1 is done
+      __syncwarp();
+      const uint8_t* v8t = v8 + st * S::kF8Tile;
+      for (int c = lane; c < 16 * kC8; c += 32) {
+        const int r = 16 * warp + c / kC8, ch = c % kC8;
+        const uint4 bv = *reinterpret_cast<const uint4*>(v8t + S::kv8(r, ch));
+        kv8::widen16<T>(sv + S::kv(r, 2 * ch), sv + S::kv(r, 2 * ch + 1), bv, vs8[st * kTile + r]);
+      }
+    }
     float sc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
 #pragma unroll
     for (int kc = 0; kc < KC; ++kc) {
       uint32_t b[4];
-      ldmatrix_x4(b, ks + S::kv(16 * warp + (mi >> 1) * 8 + (lane & 7), kc * 2 + (mi & 1)));
+      if constexpr (kF8) {  // b as ldmatrix_x4 below gives it: rows g, 8 + g; pairs t4, 4 + t4 of unit kc
+        const uint8_t* k8t = k8 + st * S::kF8Tile;
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const int r = 16 * warp + 8 * j + g;
+          const uint4 u = *reinterpret_cast<const uint4*>(k8t + S::kv8(r, kc));
+          const float s = ks8[st * kTile + r];
+          const int sh = 16 * (t4 & 1);
+          b[2 * j] = kv8::widen2<T>((t4 & 2 ? u.y : u.x) >> sh, s);
+          b[2 * j + 1] = kv8::widen2<T>((t4 & 2 ? u.w : u.z) >> sh, s);
+        }
+      } else {
+        ldmatrix_x4(b, ks + S::kv(16 * warp + (mi >> 1) * 8 + (lane & 7), kc * 2 + (mi & 1)));
+      }
       mma16816<T>(sc[0], qf[kc], b[0], b[1]);
       mma16816<T>(sc[1], qf[kc], b[2], b[3]);
     }
@@ -275,6 +310,7 @@ __global__ void __launch_bounds__(kThreads)
     }
     const uint32_t pa[4] = {pack2<T>(p[0][0], p[0][1]), pack2<T>(p[0][2], p[0][3]), pack2<T>(p[1][0], p[1][1]),
                             pack2<T>(p[1][2], p[1][3])};
+    if constexpr (kF8) __syncwarp();  // the warp's V rows written
 #pragma unroll
     for (int d = 0; d < DT; d += 2) {
       uint32_t b[4];
@@ -283,21 +319,6 @@ __global__ void __launch_bounds__(kThreads)
       mma16816<T>(o[d + 1], pa, b[2], b[3]);
     }
   };
-  // tile t's e4m3 stage widened into the T tile (every thread takes 16-byte chunks)
-  auto widen = [&](int t) {
-    const uint8_t* k8t = k8 + (t % kStages) * S::kF8Tile;
-    const uint8_t* v8t = v8 + (t % kStages) * S::kF8Tile;
-    T* dk = sk;
-    T* dv = sv;
-    for (int c = tid; c < kTile * kC8; c += kThreads) {
-      const int r = c / kC8, ch = c % kC8;
-      const uint4 bk = *reinterpret_cast<const uint4*>(k8t + r * HD + ch * 16);
-      const uint4 bv = *reinterpret_cast<const uint4*>(v8t + r * HD + ch * 16);
-      kv8::widen16<T>(dk + S::kv(r, 2 * ch), dk + S::kv(r, 2 * ch + 1), bk, ks8[(t % kStages) * kTile + r]);
-      kv8::widen16<T>(dv + S::kv(r, 2 * ch), dv + S::kv(r, 2 * ch + 1), bv, vs8[(t % kStages) * kTile + r]);
-    }
-  };
-
   for (int t = 0; t < n_tiles; ++t) {
     cp_async_wait<kStages - 2>();  // tile t (and the Q rows) landed
     __syncthreads();               // ... for every thread; tile t-1's stage is free
@@ -307,13 +328,10 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int kc = 0; kc < KC; ++kc) ldmatrix_x4(qf[kc], sq + (lane & 15) * LQ + kc * 16 + (lane >> 4) * 8);
     }
-    if constexpr (kF8) {  // the T tile is free: every warp passed the barrier
-      widen(t);
-      __syncthreads();
+    if constexpr (kF8)
       attend(t, sk, sv);
-    } else {
+    else
       attend(t, sk + (t % kStages) * S::kKV, sv + (t % kStages) * S::kKV);
-    }
   }
   cp_async_wait<0>();
 #pragma unroll

@@ -2,7 +2,7 @@
 // fp16, seeded random data on shuffled pages (unused bytes e4m3 NaN, unused scales NaN): the store's
 // e4m3 bytes and scales bit for bit against common/fp8.h's codec applied to the T rows the store
 // leaves in qkv (and its qkv bits those of the T store); flash-decoding (cache lengths 1 .. 4097,
-// GQA 1-8, head_dim 16/64/128, pages of 16 and 64) and chunked prefill against cpu::attention_paged
+// GQA 1-16, head_dim 16/32/64/128, pages of 16 and 64) and chunked prefill against cpu::attention_paged
 // over the dequantized cache, and bit for bit against the T kernels on that cache rounded to T (the
 // fp8 kernels widen each tile to exactly those values, then run the same arithmetic); a decode row's
 // bits alone or in a batch, on other pages or page sizes; a prompt's bits for any chunking. Skips
@@ -195,8 +195,8 @@ constexpr double kCpuSlack = 1.5;
 TYPED_TEST(CudaPagedFp8, DecodeMatchesCpu) {
   using T = TypeParam;
   for (int64_t ps : {16, 64})
-    for (int64_t group : {1, 2, 4, 8})
-      for (int64_t hd : {16, 64, 128}) {
+    for (int64_t group : {1, 2, 4, 8, 16})
+      for (int64_t hd : {16, 32, 64, 128}) {
         const int64_t nkv = 2, nh = nkv * group, stride = (nh + 2 * nkv) * hd, n = int64_t(kLens.size());
         const Cache8 c = make_cache8(kLens, 4160, ps, nkv, hd, 7 + uint64_t(group));
         DevCache8 dc(c);
