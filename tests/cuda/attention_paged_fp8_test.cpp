@@ -302,6 +302,47 @@ TYPED_TEST(CudaPagedFp8, PrefillBitsIndependentOfChunking) {
   }
 }
 
+struct StoreCounts {
+  int64_t rows = 0, subnormal = 0;
+};
+
+// Every stored (row, head) of seqs: its e4m3 bytes and scale are the codec of the T values the store
+// left in qkv (`got`; bits), its dequantized values near the CPU twin's (k_want, v_want); returns which
+// scales were written.
+template <typename T>
+std::vector<bool> check_stored(const std::vector<uint8_t>& gk, const std::vector<uint8_t>& gv,
+                               const std::vector<float>& gks, const std::vector<float>& gvs,
+                               const std::vector<float>& got, const std::vector<float>& k_want,
+                               const std::vector<float>& v_want, const std::vector<PagedSeq>& seqs,
+                               const std::vector<int32_t>& table, int64_t max_pages, int64_t ps, int64_t nh,
+                               int64_t nkv, int64_t hd, StoreCounts& n) {
+  const int64_t width = (nh + 2 * nkv) * hd, kv = nkv * hd;
+  std::vector<bool> written(gks.size(), false);
+  for (const PagedSeq& s : seqs)
+    for (int32_t i = 0; i < s.n_rows; ++i) {
+      const int64_t r = s.row + i, pos = s.first_pos + i;
+      const int64_t prow = int64_t(table[size_t(s.table_row * max_pages + pos / ps)]) * ps + pos % ps;
+      for (int64_t h = 0; h < 2 * nkv; ++h) {  // k heads, then v heads
+        const bool is_v = h >= nkv;
+        const int64_t kh = h % nkv, dst = prow * kv + kh * hd;
+        std::vector<float> x(got.begin() + r * width + nh * hd + h * hd, got.begin() + r * width + nh * hd + (h + 1) * hd);
+        std::vector<uint8_t> q(static_cast<size_t>(hd));
+        const float sc = quantize_row(q.data(), x.data(), hd);
+        const auto& gb = is_v ? gv : gk;
+        EXPECT_TRUE(std::equal(q.begin(), q.end(), gb.begin() + dst)) << "row " << r << " head " << h;
+        EXPECT_EQ((is_v ? gvs : gks)[size_t(prow * nkv + kh)], sc) << "row " << r << " head " << h;
+        for (uint8_t b : q) n.subnormal += (b & 0x78) == 0 && (b & 7) != 0;
+        const auto& cw = is_v ? v_want : k_want;
+        EXPECT_TRUE(close(x, std::vector<float>(cw.begin() + dst, cw.begin() + dst + hd), 2 * Elem<T>::kAtol + sc / 256,
+                          0.125 + Elem<T>::kRtol))
+            << "row " << r << " head " << h << " against the CPU twin";
+        written[size_t(prow * nkv + kh)] = true;
+        ++n.rows;
+      }
+    }
+  return written;
+}
+
 // The store: qkv as the T store leaves it (bits); each stored k and v row the codec of its T values
 // (bits, scales included); the pools' dequantized rows near the CPU twin's (which quantizes its fp32
 // rows: the T rounding may move a value across an e4m3 rounding boundary, so within one e4m3 step,
@@ -359,31 +400,10 @@ TYPED_TEST(CudaPagedFp8, NormRopeStore) {
     std::vector<float> want = qkv, k_want(pool, kNaN), v_want(pool, kNaN);
     cpu::qk_norm_rope_store_fp8(want.data(), k_want.data(), v_want.data(), qn.data(), kn.data(), inv.data(),
                                 seqs.data(), 3, n_rows, table.data(), max_pages, ps, nh, nkv, hd, 1e-5f, 2);
-    std::vector<bool> written(scales, false);
-    int64_t rows_checked = 0, subnormal = 0;
-    for (const PagedSeq& s : seqs)
-      for (int32_t i = 0; i < s.n_rows; ++i) {
-        const int64_t r = s.row + i, pos = s.first_pos + i;
-        const int64_t prow = int64_t(table[size_t(s.table_row * max_pages + pos / ps)]) * ps + pos % ps;
-        for (int64_t h = 0; h < 2 * nkv; ++h) {  // k heads, then v heads
-          const bool is_v = h >= nkv;
-          const int64_t kh = h % nkv, dst = prow * kv + kh * hd;
-          std::vector<float> x(got.begin() + r * width + nh * hd + h * hd,
-                               got.begin() + r * width + nh * hd + (h + 1) * hd);
-          std::vector<uint8_t> q(static_cast<size_t>(hd));
-          const float sc = quantize_row(q.data(), x.data(), hd);
-          const auto& gb = is_v ? gv : gk;
-          ASSERT_TRUE(std::equal(q.begin(), q.end(), gb.begin() + dst)) << "row " << r << " head " << h;
-          ASSERT_EQ((is_v ? gvs : gks)[size_t(prow * nkv + kh)], sc) << "row " << r << " head " << h;
-          for (uint8_t b : q) subnormal += (b & 0x78) == 0 && (b & 7) != 0;
-          const auto& cw = is_v ? v_want : k_want;
-          EXPECT_TRUE(close(x, std::vector<float>(cw.begin() + dst, cw.begin() + dst + hd),
-                            2 * Elem<T>::kAtol + sc / 256, 0.125 + Elem<T>::kRtol))
-              << "row " << r << " head " << h << " against the CPU twin";
-          written[size_t(prow * nkv + kh)] = true;
-          ++rows_checked;
-        }
-      }
+    StoreCounts n;
+    std::vector<bool> written = check_stored<T>(gk, gv, gks, gvs, got, k_want, v_want, seqs, table, max_pages, ps, nh,
+                                                nkv, hd, n);
+    const int64_t rows_checked = n.rows, subnormal = n.subnormal;
     EXPECT_GT(subnormal, 0) << "the data reach e4m3 subnormals";
     for (size_t i = 0; i < scales; ++i)
       if (!written[i]) {
