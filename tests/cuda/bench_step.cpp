@@ -16,7 +16,8 @@
 // prefill item, timed, then traced (the time per kernel name).
 //   cuda_bench_step MODEL.h5 [BxC,BxC,...] [steps] [layers]
 //   cuda_bench_step MODEL.h5 prefill [rows] [reps]
-//   defaults: 32x1024,32x4096,32x8192,32x16384,256x64 20
+//   defaults: 32x1024,32x4096,32x8192,32x16384,256x64 20; LFM2_BENCH_KV=fp8: the fp8 KV cache. An
+//   FP8 file runs as the stage runs it (e4m3 experts), its floor counted in e4m3 bytes.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -74,21 +75,23 @@ struct Floor {
   double weights = 0, kv = 0;
 };
 
-Floor floor_bytes(const ModelConfig& c, int l0, int l1, bool first, bool last, int64_t B, int64_t C) {
+// Bytes an element: an FP8 file's experts (and with lfm2_modules "projections" its projections) are
+// e4m3 on the device (their scales are left out: < 1 %); the rest bf16. The KV cache: 2 hd bytes a
+// head, or hd + 4 with the fp8 cache.
+Floor floor_bytes(const ModelConfig& c, int l0, int l1, bool first, bool last, int64_t B, int64_t C, bool kv_fp8) {
   const double H = double(c.hidden_size), hd = double(c.head_dim()), nh = double(c.num_attention_heads);
   const double nkv = double(c.num_key_value_heads), E = double(c.num_experts), k = double(c.num_experts_per_tok);
   const double touched = E * (1 - std::pow(1 - k / E, double(B)));  // expected distinct experts
+  const double ex = c.fp8.on ? 1 : 2, pr = c.fp8.on && c.fp8.projections ? 1 : 2;
   Floor f;
   for (int il = l0; il < l1; ++il) {
-    f.weights += c.is_attention(il) ? H * (nh + 2 * nkv) * hd + nh * hd * H : 4 * H * H;
-    f.weights += c.is_moe(il) ? E * H + touched * 3 * H * double(c.moe_intermediate_size)
-                              : 3 * H * double(c.intermediate_size);
-    if (c.is_attention(il)) f.kv += double(B) * double(C + 1) * 2 * nkv * hd;
+    f.weights += pr * (c.is_attention(il) ? H * (nh + 2 * nkv) * hd + nh * hd * H : 4 * H * H);
+    f.weights += c.is_moe(il) ? 2 * E * H + ex * touched * 3 * H * double(c.moe_intermediate_size)
+                              : pr * 3 * H * double(c.intermediate_size);
+    if (c.is_attention(il)) f.kv += double(B) * double(C + 1) * 2 * nkv * (kv_fp8 ? hd + 4 : 2 * hd);
   }
-  if (first) f.weights += double(B) * H;
-  if (last) f.weights += double(c.vocab_size) * H;
-  f.weights *= 2;
-  f.kv *= 2;
+  if (first) f.weights += 2 * double(B) * H;
+  if (last) f.weights += 2 * double(c.vocab_size) * H;
   return f;
 }
 
@@ -241,19 +244,22 @@ int main(int argc, char** argv) {
     const auto cases = parse_cases(argc > 2 ? argv[2] : "32x1024,32x4096,32x8192,32x16384,256x64");
     const int steps = argc > 3 ? std::atoi(argv[3]) : 20;
     const bool per_layer = argc > 4 && std::string(argv[4]) == "layers";
+    const char* kv_env = std::getenv("LFM2_BENCH_KV");  // "fp8": the steps on an fp8 cache (--kv-dtype fp8)
+    const bool kv_fp8 = kv_env && std::string(kv_env) == "fp8";
     bench_copy();
     const int L = int(c.num_hidden_layers);
-    std::printf("model %s: %d layers, bf16, one stage; ms per decode step (embed + layers + head + greedy choice)\n",
-                argv[1], L);
+    std::printf("model %s: %d layers, bf16%s%s, one stage; ms per decode step (embed + layers + head + greedy "
+                "choice)\n",
+                argv[1], L, c.fp8.on ? ", e4m3 experts" : "", kv_fp8 ? ", fp8 KV cache" : "");
     {
       const StageLayers all = whole_model(L);
-      auto st = make_cuda_stage(reader, all, DType::BF16, 0);
+      auto st = make_cuda_stage(reader, all, DType::BF16, 0, false, true, 0, kv_fp8);
       const char* out_dir = std::getenv("OUT");
       const std::string json = std::string(out_dir ? out_dir : ".") + "/step_trace.json";
       for (auto [B, C] : cases) {
         const bool trace = B == cases[0].first && C == cases[0].second;
         const Timing t = time_steps(*st, all, c.hidden_size, B, C, steps, trace ? json.c_str() : nullptr);
-        const Floor f = floor_bytes(c, 0, L, true, true, B, C);
+        const Floor f = floor_bytes(c, 0, L, true, true, B, C, kv_fp8);
         const double floor_ms = (f.weights + f.kv) / g_copy_gbs * 1e-6;
         std::printf("step B=%-4lld C=%-6lld %8.3f ms (mean %.3f, p99 %.3f)  %7.0f tok/s  floor %.3f ms "
                     "(weights %.2f GB + KV %.2f GB)  %3.0f%% of floor\n",
@@ -271,10 +277,10 @@ int main(int argc, char** argv) {
     }
     for (size_t i = 0; i < kinds.size(); ++i) {
       const StageLayers r{1, 3, firsts[i], firsts[i] + 1};  // a middle stage
-      auto st = make_cuda_stage(reader, r, DType::BF16, 0);
+      auto st = make_cuda_stage(reader, r, DType::BF16, 0, false, true, 0, kv_fp8);
       for (auto [B, C] : cases) {
         const Timing t = time_steps(*st, r, c.hidden_size, B, C, steps);
-        const Floor f = floor_bytes(c, r.layer_begin, r.layer_end, false, false, B, C);
+        const Floor f = floor_bytes(c, r.layer_begin, r.layer_end, false, false, B, C, kv_fp8);
         const double floor_ms = (f.weights + f.kv) / g_copy_gbs * 1e-6;
         std::printf("layer %-16s B=%-4lld C=%-6lld %8.4f ms  floor %.4f ms  %3.0f%% of floor\n", kinds[i].c_str(),
                     (long long)B, (long long)C, t.median, floor_ms, 100 * floor_ms / t.median);
