@@ -550,6 +550,33 @@ void launch_decode(T* out, const T* q, const KV* k_pool, const KV* v_pool, const
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+// Both entries, the T cache (KV = T) and the fp8 one (KV = uint8_t, a's scale pools): the arguments
+// checked in one line naming the entry, then the kernel for head_dim.
+template <typename T, typename KV>
+void decode_entry(const char* name, T* out, const T* q, const KV* k_pool, const KV* v_pool, DecodeArgs a,
+                  int64_t head_dim, cudaStream_t stream) {
+  constexpr bool kF8 = std::is_same<KV, uint8_t>::value;
+  LFM2_CHECK(a.n_kv_heads > 0 && a.n_heads % a.n_kv_heads == 0 && a.n_heads / a.n_kv_heads <= kMaxGroup, name, ": ",
+             a.n_heads, " heads over ", a.n_kv_heads, " kv heads (a multiple, at most ", kMaxGroup, " per kv head)");
+  LFM2_CHECK(valid_page_size(a.page_size), name, ": page size ", a.page_size, " is not a power of two in [",
+             kMinPageSize, ", ", kMaxPageSize, "]");
+  LFM2_CHECK(a.max_pages * a.page_size <= (int64_t(1) << 31) && a.n_seqs < (int64_t(1) << 31), name, ": ",
+             a.max_pages, " pages of ", a.page_size, ", ", a.n_seqs, " sequences (positions must fit int32)");
+  if (a.q_stride == 0) a.q_stride = a.n_heads * head_dim;
+  LFM2_CHECK(aligned16(q) && aligned16(k_pool) && aligned16(v_pool) && aligned16(a.workspace) &&
+                 (a.q_stride * int64_t(sizeof(T))) % 16 == 0 && (!kF8 || (a.k_scale && a.v_scale)),
+             name, ": q, the pools and the workspace must be 16-byte aligned, q rows a multiple of 16 bytes",
+             kF8 ? ", the scale pools given" : "");
+  if (a.n_seqs == 0) return;
+  switch (head_dim) {
+    case 16: return launch_decode<T, 16, KV>(out, q, k_pool, v_pool, a, stream);
+    case 32: return launch_decode<T, 32, KV>(out, q, k_pool, v_pool, a, stream);
+    case 64: return launch_decode<T, 64, KV>(out, q, k_pool, v_pool, a, stream);
+    case 128: return launch_decode<T, 128, KV>(out, q, k_pool, v_pool, a, stream);
+    default: LFM2_FAIL(name, ": head_dim ", head_dim, " not supported (16, 32, 64 or 128)");
+  }
+}
+
 }  // namespace
 
 int64_t attention_decode_paged_workspace_bytes(int64_t n_seqs, int64_t n_heads, int64_t head_dim, int64_t max_len) {
@@ -561,28 +588,10 @@ void attention_decode_paged(T* out, const T* q, const T* k_pool, const T* v_pool
                             int64_t n_seqs, const int32_t* block_table, int64_t max_pages, int64_t page_size,
                             int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale, void* workspace,
                             cudaStream_t stream, int64_t q_stride) {
-  LFM2_CHECK(n_kv_heads > 0 && n_heads % n_kv_heads == 0 && n_heads / n_kv_heads <= kMaxGroup,
-             "attention_decode_paged: ", n_heads, " heads over ", n_kv_heads, " kv heads (a multiple, at most ",
-             kMaxGroup, " per kv head)");
-  LFM2_CHECK(valid_page_size(page_size), "attention_decode_paged: page size ", page_size,
-             " is not a power of two in [", kMinPageSize, ", ", kMaxPageSize, "]");
-  LFM2_CHECK(max_pages * page_size <= (int64_t(1) << 31) && n_seqs < (int64_t(1) << 31),
-             "attention_decode_paged: ", max_pages, " pages of ", page_size, ", ", n_seqs,
-             " sequences (positions must fit int32)");
-  if (q_stride == 0) q_stride = n_heads * head_dim;
-  LFM2_CHECK(aligned16(q) && aligned16(k_pool) && aligned16(v_pool) && aligned16(workspace) &&
-                 (q_stride * int64_t(sizeof(T))) % 16 == 0,
-             "attention_decode_paged: q, the pools and the workspace must be 16-byte aligned, q rows a multiple of "
-             "16 bytes");
-  if (n_seqs == 0) return;
-  const DecodeArgs a{seqs, n_seqs, block_table, max_pages, page_size, n_heads, n_kv_heads, scale, workspace, q_stride};
-  switch (head_dim) {
-    case 16: return launch_decode<T, 16>(out, q, k_pool, v_pool, a, stream);
-    case 32: return launch_decode<T, 32>(out, q, k_pool, v_pool, a, stream);
-    case 64: return launch_decode<T, 64>(out, q, k_pool, v_pool, a, stream);
-    case 128: return launch_decode<T, 128>(out, q, k_pool, v_pool, a, stream);
-    default: LFM2_FAIL("attention_decode_paged: head_dim ", head_dim, " not supported (16, 32, 64 or 128)");
-  }
+  decode_entry("attention_decode_paged", out, q, k_pool, v_pool,
+               DecodeArgs{seqs, n_seqs, block_table, max_pages, page_size, n_heads, n_kv_heads, scale, workspace,
+                          q_stride},
+               head_dim, stream);
 }
 
 template <typename T>
@@ -591,29 +600,9 @@ void attention_decode_paged_fp8(T* out, const T* q, const uint8_t* k_pool, const
                                 const int32_t* block_table, int64_t max_pages, int64_t page_size, int64_t n_heads,
                                 int64_t n_kv_heads, int64_t head_dim, float scale, void* workspace,
                                 cudaStream_t stream, int64_t q_stride) {
-  LFM2_CHECK(n_kv_heads > 0 && n_heads % n_kv_heads == 0 && n_heads / n_kv_heads <= kMaxGroup,
-             "attention_decode_paged_fp8: ", n_heads, " heads over ", n_kv_heads, " kv heads (a multiple, at most ",
-             kMaxGroup, " per kv head)");
-  LFM2_CHECK(valid_page_size(page_size), "attention_decode_paged_fp8: page size ", page_size,
-             " is not a power of two in [", kMinPageSize, ", ", kMaxPageSize, "]");
-  LFM2_CHECK(max_pages * page_size <= (int64_t(1) << 31) && n_seqs < (int64_t(1) << 31),
-             "attention_decode_paged_fp8: ", max_pages, " pages of ", page_size, ", ", n_seqs,
-             " sequences (positions must fit int32)");
-  if (q_stride == 0) q_stride = n_heads * head_dim;
-  LFM2_CHECK(aligned16(q) && aligned16(k_pool) && aligned16(v_pool) && aligned16(workspace) &&
-                 (q_stride * int64_t(sizeof(T))) % 16 == 0 && k_scale && v_scale,
-             "attention_decode_paged_fp8: q, the pools and the workspace must be 16-byte aligned, q rows a multiple "
-             "of 16 bytes, the scale pools given");
-  if (n_seqs == 0) return;
   DecodeArgs a{seqs, n_seqs, block_table, max_pages, page_size, n_heads, n_kv_heads, scale, workspace, q_stride};
   a.k_scale = k_scale, a.v_scale = v_scale;
-  switch (head_dim) {
-    case 16: return launch_decode<T, 16, uint8_t>(out, q, k_pool, v_pool, a, stream);
-    case 32: return launch_decode<T, 32, uint8_t>(out, q, k_pool, v_pool, a, stream);
-    case 64: return launch_decode<T, 64, uint8_t>(out, q, k_pool, v_pool, a, stream);
-    case 128: return launch_decode<T, 128, uint8_t>(out, q, k_pool, v_pool, a, stream);
-    default: LFM2_FAIL("attention_decode_paged_fp8: head_dim ", head_dim, " not supported (16, 32, 64 or 128)");
-  }
+  decode_entry("attention_decode_paged_fp8", out, q, k_pool, v_pool, a, head_dim, stream);
 }
 
 #define INST(T)                                                                                                   \

@@ -444,6 +444,44 @@ void launch_prefill_fp8(T* out, const T* q, const uint8_t* k_pool, const uint8_t
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+// The kernel for head_dim HD: the T cache's or (KV = uint8_t) the fp8 one's.
+template <typename T, int HD, typename KV>
+void launch_prefill_kv(T* out, const T* q, const KV* k_pool, const KV* v_pool, const PrefillArgs& a,
+                       cudaStream_t stream) {
+  if constexpr (std::is_same<KV, uint8_t>::value)
+    launch_prefill_fp8<T, HD>(out, q, k_pool, v_pool, a, stream);
+  else
+    launch_prefill<T, HD>(out, q, k_pool, v_pool, a, stream);
+}
+
+// Both entries, the T cache (KV = T) and the fp8 one (KV = uint8_t, a's scale pools): the arguments
+// checked in one line naming the entry, then the kernel for head_dim.
+template <typename T, typename KV>
+void prefill_entry(const char* name, T* out, const T* q, const KV* k_pool, const KV* v_pool, PrefillArgs a,
+                   int64_t head_dim, cudaStream_t stream) {
+  constexpr bool kF8 = std::is_same<KV, uint8_t>::value;
+  LFM2_CHECK(a.n_kv_heads > 0 && a.n_heads % a.n_kv_heads == 0 && a.n_heads / a.n_kv_heads <= kBQ, name, ": ",
+             a.n_heads, " heads over ", a.n_kv_heads, " kv heads (a multiple, at most ", kBQ, " per kv head)");
+  LFM2_CHECK(valid_page_size(a.page_size), name, ": page size ", a.page_size, " is not a power of two in [",
+             kMinPageSize, ", ", kMaxPageSize, "]");
+  LFM2_CHECK(a.max_pages * a.page_size <= (int64_t(1) << 31) && a.max_rows < (int64_t(1) << 31), name, ": ",
+             a.max_pages, " pages of ", a.page_size, ", ", a.max_rows, " rows (positions and rows must fit int32)");
+  if (a.q_stride == 0) a.q_stride = a.n_heads * head_dim;
+  if (!std::is_same<T, float>::value)
+    LFM2_CHECK(aligned16(q) && aligned16(k_pool) && aligned16(v_pool) && aligned16(out) &&
+                   (a.q_stride * int64_t(sizeof(T))) % 16 == 0 && (!kF8 || (a.k_scale && a.v_scale)),
+               name, ": 16-bit q, out and the pools must be 16-byte aligned, q rows a multiple of 16 bytes",
+               kF8 ? ", the scale pools given" : "");
+  if (a.n_seqs == 0 || a.max_rows == 0) return;
+  switch (head_dim) {
+    case 16: return launch_prefill_kv<T, 16>(out, q, k_pool, v_pool, a, stream);
+    case 32: return launch_prefill_kv<T, 32>(out, q, k_pool, v_pool, a, stream);
+    case 64: return launch_prefill_kv<T, 64>(out, q, k_pool, v_pool, a, stream);
+    case 128: return launch_prefill_kv<T, 128>(out, q, k_pool, v_pool, a, stream);
+    default: LFM2_FAIL(name, ": head_dim ", head_dim, " not supported (16, 32, 64 or 128)");
+  }
+}
+
 }  // namespace
 
 template <typename T>
@@ -451,29 +489,10 @@ void attention_prefill_paged(T* out, const T* q, const T* k_pool, const T* v_poo
                              int64_t n_seqs, int64_t max_rows, const int32_t* block_table, int64_t max_pages,
                              int64_t page_size, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale,
                              cudaStream_t stream, int64_t q_stride) {
-  LFM2_CHECK(n_kv_heads > 0 && n_heads % n_kv_heads == 0 && n_heads / n_kv_heads <= kBQ,
-             "attention_prefill_paged: ", n_heads, " heads over ", n_kv_heads, " kv heads (a multiple, at most ", kBQ,
-             " per kv head)");
-  LFM2_CHECK(valid_page_size(page_size), "attention_prefill_paged: page size ", page_size,
-             " is not a power of two in [", kMinPageSize, ", ", kMaxPageSize, "]");
-  LFM2_CHECK(max_pages * page_size <= (int64_t(1) << 31) && max_rows < (int64_t(1) << 31),
-             "attention_prefill_paged: ", max_pages, " pages of ", page_size, ", ", max_rows,
-             " rows (positions and rows must fit int32)");
-  if (q_stride == 0) q_stride = n_heads * head_dim;
-  if (!std::is_same<T, float>::value)
-    LFM2_CHECK(aligned16(q) && aligned16(k_pool) && aligned16(v_pool) && aligned16(out) &&
-                   (q_stride * int64_t(sizeof(T))) % 16 == 0,
-               "attention_prefill_paged: 16-bit q, out and the pools must be 16-byte aligned, q rows a multiple of "
-               "16 bytes");
-  if (n_seqs == 0 || max_rows == 0) return;
-  const PrefillArgs a{seqs, n_seqs, max_rows, block_table, max_pages, page_size, n_heads, n_kv_heads, scale, q_stride};
-  switch (head_dim) {
-    case 16: return launch_prefill<T, 16>(out, q, k_pool, v_pool, a, stream);
-    case 32: return launch_prefill<T, 32>(out, q, k_pool, v_pool, a, stream);
-    case 64: return launch_prefill<T, 64>(out, q, k_pool, v_pool, a, stream);
-    case 128: return launch_prefill<T, 128>(out, q, k_pool, v_pool, a, stream);
-    default: LFM2_FAIL("attention_prefill_paged: head_dim ", head_dim, " not supported (16, 32, 64 or 128)");
-  }
+  prefill_entry("attention_prefill_paged", out, q, k_pool, v_pool,
+                PrefillArgs{seqs, n_seqs, max_rows, block_table, max_pages, page_size, n_heads, n_kv_heads, scale,
+                            q_stride},
+                head_dim, stream);
 }
 
 template <typename T>
@@ -482,29 +501,9 @@ void attention_prefill_paged_fp8(T* out, const T* q, const uint8_t* k_pool, cons
                                  int64_t max_rows, const int32_t* block_table, int64_t max_pages, int64_t page_size,
                                  int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale,
                                  cudaStream_t stream, int64_t q_stride) {
-  LFM2_CHECK(n_kv_heads > 0 && n_heads % n_kv_heads == 0 && n_heads / n_kv_heads <= kBQ,
-             "attention_prefill_paged_fp8: ", n_heads, " heads over ", n_kv_heads, " kv heads (a multiple, at most ",
-             kBQ, " per kv head)");
-  LFM2_CHECK(valid_page_size(page_size), "attention_prefill_paged_fp8: page size ", page_size,
-             " is not a power of two in [", kMinPageSize, ", ", kMaxPageSize, "]");
-  LFM2_CHECK(max_pages * page_size <= (int64_t(1) << 31) && max_rows < (int64_t(1) << 31),
-             "attention_prefill_paged_fp8: ", max_pages, " pages of ", page_size, ", ", max_rows,
-             " rows (positions and rows must fit int32)");
-  if (q_stride == 0) q_stride = n_heads * head_dim;
-  LFM2_CHECK(aligned16(q) && aligned16(k_pool) && aligned16(v_pool) && aligned16(out) &&
-                 (q_stride * int64_t(sizeof(T))) % 16 == 0 && k_scale && v_scale,
-             "attention_prefill_paged_fp8: q, out and the pools must be 16-byte aligned, q rows a multiple of 16 "
-             "bytes, the scale pools given");
-  if (n_seqs == 0 || max_rows == 0) return;
   PrefillArgs a{seqs, n_seqs, max_rows, block_table, max_pages, page_size, n_heads, n_kv_heads, scale, q_stride};
   a.k_scale = k_scale, a.v_scale = v_scale;
-  switch (head_dim) {
-    case 16: return launch_prefill_fp8<T, 16>(out, q, k_pool, v_pool, a, stream);
-    case 32: return launch_prefill_fp8<T, 32>(out, q, k_pool, v_pool, a, stream);
-    case 64: return launch_prefill_fp8<T, 64>(out, q, k_pool, v_pool, a, stream);
-    case 128: return launch_prefill_fp8<T, 128>(out, q, k_pool, v_pool, a, stream);
-    default: LFM2_FAIL("attention_prefill_paged_fp8: head_dim ", head_dim, " not supported (16, 32, 64 or 128)");
-  }
+  prefill_entry("attention_prefill_paged_fp8", out, q, k_pool, v_pool, a, head_dim, stream);
 }
 
 #define INST(T)                                                                                                  \
