@@ -3,9 +3,12 @@
 //
 // Split (exact mode, the only one): a sequence of cache length len (its row's position + 1) is cut
 // into splits of tiles_per_split(len) tiles of kTile = 64 positions, starting at position 0: at
-// least 4 tiles (256 positions), more once len passes 64 splits' worth, so at most kMaxSplits = 64
-// splits. The split is a function of len alone and the merge runs over the splits in order, so a
-// row's bits never depend on the batch, the other rows, the page size or the placement of pages.
+// least 8 tiles (512 positions), more once len passes 16 splits' worth, so at most kMaxSplits = 16
+// splits. Longer splits than the first rule's (4 tiles, up to 64 splits) pay a block's fixed costs
+// (its Q, the pipeline's fill and drain, the warps' merge, a partial state) over more positions:
+// H100, 32/8 heads, hd 64, pages of 16, the fp8 cache at 32 x 10,240 220 -> ~195 us, bf16 261 ->
+// ~250. The split is a function of len alone and the merge runs over the splits in order, so a row's
+// bits never depend on the batch, the other rows, the page size or the placement of pages.
 //
 // Pass 1, one block of 4 warps per (sequence, split, KV head), the KV heads of one position range
 // side by side so that the lines of a cache row are read together. bf16 / fp16 on the tensor cores:
@@ -48,7 +51,7 @@ namespace {
 
 using namespace mma;
 
-constexpr int kTile = 64, kMinTilesPerSplit = 4, kMaxSplits = 64;
+constexpr int kTile = 64, kMinTilesPerSplit = 8, kMaxSplits = 16;
 constexpr int kWarps = 4, kThreads = kWarps * 32;
 constexpr int kMaxGroup = 16;  // query heads per KV head: rows of one mma A operand
 
@@ -92,11 +95,12 @@ __device__ __forceinline__ Split split_of_block(const PagedSeq* seqs, int n_kv, 
 
 // Variants: the same arithmetic, so the same bits, with different memory movement (chosen at the
 // first call: LFM2_DECODE_VARIANT, else kDefaultVariant). Bit 0: the L2 256-byte prefetch hint on
-// the K/V copies; bit 1: unpadded, XOR-swizzled K/V stages, 4 deep (3 at head_dim 128: a 256-position
-// split is then in flight at once, 3 blocks per SM at head_dim 64) instead of padded rows 3 deep;
+// the K/V copies; bit 1: unpadded, XOR-swizzled K/V stages, 4 deep (3 at head_dim 128: 256 positions
+// in flight at once, 3 blocks per SM at head_dim 64) instead of padded rows 3 deep;
 // bit 2: the merge launched as a programmatic dependent of pass 1 (its launch overlaps pass 1's tail).
-// Measured on an H100 at 32 x 10240 positions, pages of 16 shuffled (32/8 heads, hd 64, bf16): 273.5,
-// 267.0, 261.0, 264.3, 272.3, 265.6, 259.3, 262.6 us for variants 0..7; 6 is the default.
+// Measured on an H100 at 32 x 10240 positions, pages of 16 shuffled (32/8 heads, hd 64, bf16; splits
+// of 4 tiles then): 273.5, 267.0, 261.0, 264.3, 272.3, 265.6, 259.3, 262.6 us for variants 0..7; 6 is
+// the default.
 constexpr int kDefaultVariant = 6;
 
 int decode_variant() {
@@ -466,7 +470,7 @@ __global__ void decode_merge_kernel(T* out, const float* part_o, const float2* p
   if (item >= int64_t(n_seqs) * n_heads) return;
   const int si = int(item / n_heads), h = int(item % n_heads);
   const PagedSeq sq = seqs[si];
-  const int n = splits_of(sq.first_pos + 1);  // <= kMaxSplits = 64: lanes hold splits lane, lane + 32
+  const int n = splits_of(sq.first_pos + 1);  // <= kMaxSplits (<= 64): lanes hold splits lane, lane + 32
   const int64_t base = item * ms;
   const float2 a = lane < n ? part_ml[base + lane] : make_float2(-INFINITY, 0.f);
   const float2 b = lane + 32 < n ? part_ml[base + lane + 32] : make_float2(-INFINITY, 0.f);

@@ -1,7 +1,7 @@
 // The fp8 KV cache's kernels (--kv-dtype fp8, kernels/paged_kv.h) against their CPU twins, bf16 and
 // fp16, seeded random data on shuffled pages (unused bytes e4m3 NaN, unused scales NaN): the store's
 // e4m3 bytes and scales bit for bit against common/fp8.h's codec applied to the T rows the store
-// leaves in qkv (and its qkv bits those of the T store); flash-decoding (cache lengths 1 .. 4097,
+// leaves in qkv (and its qkv bits those of the T store); flash-decoding (cache lengths 1 .. 8705,
 // GQA 1-16, head_dim 16/32/64/128, pages of 16 and 64) and chunked prefill against cpu::attention_paged
 // over the dequantized cache, and bit for bit against the T kernels on that cache rounded to T (the
 // fp8 kernels widen each tile to exactly those values, then run the same arithmetic); a decode row's
@@ -186,7 +186,9 @@ class CudaPagedFp8 : public CudaTest {};
 using HalfTypes = ::testing::Types<__nv_bfloat16, __half>;
 TYPED_TEST_SUITE(CudaPagedFp8, HalfTypes, ElemNames);
 
-const std::vector<int64_t> kLens = {1, 2, 63, 64, 65, 511, 513, 1000, 4097};
+// 8705: past 16 splits of 512 positions, so splits of 9 tiles, the last one short
+const std::vector<int64_t> kLens = {1, 2, 63, 64, 65, 511, 513, 1000, 4097, 8705};
+constexpr int64_t kMaxLen = 8768;  // the caches' max_len (max_pages = its pages, rounded up)
 // T's absolute tolerance x 1.5 against the fp32 oracle: the T kernels' inputs are the dequantized
 // values rounded to T (their bits are checked exactly), and on these draws one bf16 output (group 8,
 // head_dim 128, decode and prefill alike) lands 0.0105 off where T's tolerance allows 0.0104 (H100).
@@ -198,7 +200,7 @@ TYPED_TEST(CudaPagedFp8, DecodeMatchesCpu) {
     for (int64_t group : {1, 2, 4, 8, 16})
       for (int64_t hd : {16, 32, 64, 128}) {
         const int64_t nkv = 2, nh = nkv * group, stride = (nh + 2 * nkv) * hd, n = int64_t(kLens.size());
-        const Cache8 c = make_cache8(kLens, 4160, ps, nkv, hd, 7 + uint64_t(group));
+        const Cache8 c = make_cache8(kLens, kMaxLen, ps, nkv, hd, 7 + uint64_t(group));
         DevCache8 dc(c);
         auto q = rand_vec(size_t(n * stride), 50 + uint64_t(hd), 3.f);
         DevBuf<T> dq(q.size());
@@ -222,12 +224,12 @@ TYPED_TEST(CudaPagedFp8, DecodeBitsIndependentOfBatchAndPages) {
   upload(dq, round_to<T>(q));
   std::vector<PagedSeq> seqs;
   for (int64_t s = 0; s < n; ++s) seqs.push_back({int32_t(s), 1, int32_t(kLens[size_t(s)] - 1), int32_t(s)});
-  const Cache8 c0 = make_cache8(kLens, 4160, 16, nkv, hd, 0);
+  const Cache8 c0 = make_cache8(kLens, kMaxLen, 16, nkv, hd, 0);
   DevCache8 d0(c0);
   const auto all = run_decode8<T>(seqs, d0, c0, dq, n, nh, 0, this->stream_);
   EXPECT_TRUE(close_t<T>(all, cpu_paged(seqs, c0, q, n, nh, 0)));
   for (auto [ps, seed] : {std::pair<int64_t, uint64_t>{16, 3}, {64, 4}, {256, 5}}) {
-    const Cache8 c = make_cache8(kLens, 4160, ps, nkv, hd, seed);
+    const Cache8 c = make_cache8(kLens, kMaxLen, ps, nkv, hd, seed);
     DevCache8 dc(c);
     EXPECT_EQ(run_decode8<T>(seqs, dc, c, dq, n, nh, 0, this->stream_), all) << "page size " << ps;
     for (int64_t s : {0, 5, 8}) {

@@ -1,6 +1,6 @@
 // The paged-cache kernels against their CPU twins, in fp32, bf16 and fp16, on seeded random data
 // with shuffled physical pages (spare pages and slots past each length poisoned with NaN, block-table
-// entries past each length -1): flash-decoding (cache lengths 1 .. 4097, GQA 1-8, head_dim 16/64/128),
+// entries past each length -1): flash-decoding (cache lengths 1 .. 8705, GQA 1-8, head_dim 16/64/128),
 // chunked prefill (several sequences' chunks in one launch), the fused norm + RoPE + store. Then the
 // bit-invariance properties: a decode row alone or in a batch, on other pages or page sizes; a prompt
 // prefilled in chunks of 1, 7, 64 or whole (= attention()'s bits). Skips without a GPU.
@@ -105,16 +105,18 @@ template <typename T>
 class CudaPaged : public CudaTest {};
 TYPED_TEST_SUITE(CudaPaged, ElemTypes, ElemNames);
 
-const std::vector<int64_t> kLens = {1, 2, 63, 64, 65, 511, 513, 1000, 4097};
+// 8705: past 16 splits of 512 positions, so splits of 9 tiles, the last one short
+const std::vector<int64_t> kLens = {1, 2, 63, 64, 65, 511, 513, 1000, 4097, 8705};
+constexpr int64_t kMaxLen = 8768;  // the caches' max_len (max_pages = its pages, rounded up)
 
-// One decode row per sequence, the 9 lengths in one batch, rows in reverse order of the sequences
+// One decode row per sequence, the 10 lengths in one batch, rows in reverse order of the sequences
 // and q rows of qkv width; against the CPU twin.
 TYPED_TEST(CudaPaged, DecodeMatchesCpu) {
   using T = TypeParam;
   for (int64_t group : {1, 2, 4, 8})
     for (int64_t hd : {16, 64, 128}) {
       const int64_t nkv = 2, nh = nkv * group, stride = (nh + 2 * nkv) * hd, n = int64_t(kLens.size());
-      Cache c = make_cache(kLens, 4160, group == 4 ? 64 : 16, nkv * hd, 7 + uint64_t(group));
+      Cache c = make_cache(kLens, kMaxLen, group == 4 ? 64 : 16, nkv * hd, 7 + uint64_t(group));
       DevCache<T> dc(c);
       auto q = rand_vec(size_t(n * stride), 50 + uint64_t(hd), 3.f);
       DevBuf<T> dq(q.size());
@@ -136,12 +138,12 @@ TYPED_TEST(CudaPaged, DecodeBitsIndependentOfBatchAndPages) {
   upload(dq, round_to<T>(q));
   std::vector<PagedSeq> seqs;
   for (int64_t s = 0; s < n; ++s) seqs.push_back({int32_t(s), 1, int32_t(kLens[size_t(s)] - 1), int32_t(s)});
-  Cache c0 = make_cache(kLens, 4160, 16, nkv * hd, 0);
+  Cache c0 = make_cache(kLens, kMaxLen, 16, nkv * hd, 0);
   DevCache<T> d0(c0);
   const auto all = run_decode<T>(seqs, d0, c0, dq, n, nh, nkv, hd, 0, this->stream_);
   EXPECT_TRUE(close_t<T>(all, cpu_paged(seqs, c0, q, n, nh, nkv, hd, 0)));
   for (auto [ps, seed] : {std::pair<int64_t, uint64_t>{16, 3}, {64, 4}, {256, 5}}) {
-    Cache c = make_cache(kLens, 4160, ps, nkv * hd, seed);
+    Cache c = make_cache(kLens, kMaxLen, ps, nkv * hd, seed);
     DevCache<T> dc(c);
     EXPECT_EQ(run_decode<T>(seqs, dc, c, dq, n, nh, nkv, hd, 0, this->stream_), all) << "page size " << ps;
     for (int64_t s : {0, 5, 8}) {  // alone, as row 0 of a batch of one

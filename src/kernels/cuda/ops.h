@@ -311,7 +311,7 @@ void qk_norm_rope_store_fp8(T* qkv, uint8_t* k_pool, uint8_t* v_pool, float* k_s
 // entry of seqs is one decode row (n_rows is taken as 1): q row `row` at position first_pos over
 // cache positions 0..first_pos. out rows of n_heads * head_dim at the q rows' indices; q rows of
 // q_stride elements (0: dense; qkv rows: (n_heads + 2 n_kv_heads) head_dim). Split-KV in fixed
-// 256-position (or longer, at most 64 splits) pieces of the cache length alone, merged in order.
+// 512-position (or longer, at most 16 splits) pieces of the cache length alone, merged in order.
 // workspace: attention_decode_paged_workspace_bytes(n_seqs, n_heads, head_dim, max_pages *
 // page_size) bytes, 16-byte aligned. head_dim 16, 32, 64, 128; n_heads / n_kv_heads <= 16;
 // q, pools 16-byte aligned. bf16/fp16 on tensor cores, fp32 exact SIMT.
