@@ -57,7 +57,8 @@ struct Shape {
   static constexpr int kStage = kTileW + kTileX;
   static constexpr int kRed = (KH - 1) * kRG * 32 * (8 * kNT) * 4;  // the sums of warps kh > 0
   static constexpr bool kAlias = kRed <= kStage;  // the sums go into the stage just consumed
-  static constexpr int kFixed = (kAlias ? 0 : kRed) + (2 * kMaxExperts + 4) * 4;  // + offsets, touched, count
+  // + offsets, touched, count, the unit ring
+  static constexpr int kFixed = (kAlias ? 0 : kRed) + (2 * kMaxExperts + 4 + 32) * 4;
   // as many stages as fit (the weight bytes in flight set the bandwidth), at most 16
   static constexpr int kStages = (kSmemMax - kFixed) / kStage < 16 ? (kSmemMax - kFixed) / kStage : 16;
   static constexpr int kSmem = kStages * kStage + kFixed;
@@ -83,6 +84,8 @@ struct Args {
   int widen = kWidenBits;    // Widen; kWidenNone: the e4m3 bits as they are (timing only: wrong results)
   int variant = 0;           // bench only: 1 = token tiles one at a time in stage_mma, 16 = see late_launch (the same bits)
   const float* xs = nullptr;  // F8: x's e4m3 scales, channel (P), block128 (P, ceil(K / 128))
+  // units taken from a counter (zero at the launch) instead of a fixed share per block; null: fixed
+  int* ctr = nullptr;
 };
 
 // The scale row of weight row `row` of an expert whose matrix is [first r1 rows; the rest].
@@ -630,8 +633,29 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_fp8_kernel(const Args a)
 
   const int64_t tiles = kGateUp ? (a.R + 63) / 64 : (a.R + Sh::kRows - 1) / Sh::kRows;
   const int64_t units = int64_t(s_count) * tiles;
-  const int64_t u_end = units * (blockIdx.x + 1) / gridDim.x;
-  int64_t pu = units * blockIdx.x / gridDim.x;
+  // the block's units in ascending order. Fixed (a.ctr null): [units b / grid, units (b + 1) / grid).
+  // Taken (a.ctr): unit b, then one from the counter each time the producer starts a unit, asked for
+  // one unit ahead (thread 0 never waits on the atomic) and kept in ring[i % 32] for the consumer
+  // (at most S - 1 < 32 units behind). A unit's arithmetic never depends on the block that takes it;
+  // taking them as blocks free up spreads the weight stream's uneven per-SM rates (blocks with a
+  // fixed share idle up to ~20 % of the kernel at its end).
+  const bool taken = a.ctr != nullptr;
+  int* const ring = s_off + 2 * kMaxExperts + 4;
+  int ahead = 0;  // thread 0: the counter's value for the next unit (raw)
+  if (taken && tid == 0) ahead = atomicAdd(a.ctr, 1);
+  const int64_t u_end = taken ? units : units * (blockIdx.x + 1) / gridDim.x;
+  int64_t pu = taken ? int64_t(blockIdx.x) : units * blockIdx.x / gridDim.x;
+  int pi = 0;  // the producer's unit count
+  auto next_unit = [&](int64_t u) -> int64_t {
+    if (!taken) return u + 1;
+    ++pi;
+    if (tid == 0) {
+      ring[pi & 31] = int(gridDim.x) + ahead;
+      ahead = atomicAdd(a.ctr, 1);
+    }
+    __syncthreads();
+    return ring[pi & 31];
+  };
   if (pu >= u_end) {
     if constexpr (!kGateUp) moe_gemm::griddep_wait();
     return;
@@ -652,7 +676,8 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_fp8_kernel(const Args a)
     pk = 0;
     if (++pp >= pun.passes) {
       pp = 0;
-      if (++pu >= u_end) return;
+      pu = next_unit(pu);
+      if (pu >= u_end) return;
       pun = unit_of<XR>(pu, tiles, s_touched, s_off);
       feed.set_unit(a, pun);
     }
@@ -674,7 +699,8 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_fp8_kernel(const Args a)
     if (pu < u_end) advance();
   }
 
-  int64_t cu = units * blockIdx.x / gridDim.x;
+  int64_t cu = taken ? int64_t(blockIdx.x) : units * blockIdx.x / gridDim.x;
+  int ci = 0;  // the consumer's unit count
   moe_gemm::Unit cun = unit_of<XR>(cu, tiles, s_touched, s_off);
   const float* sp[2];
   scale_rows<kGateUp, Sh::kRows>(sp, a, cun, rg);
@@ -746,7 +772,8 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_fp8_kernel(const Args a)
       ck = 0;
       if (++cp >= cun.passes) {
         cp = 0;
-        if (++cu < u_end) {
+        cu = taken ? int64_t(ring[++ci & 31]) : cu + 1;
+        if (cu < u_end) {
           cun = unit_of<XR>(cu, tiles, s_touched, s_off);
           scale_rows<kGateUp, Sh::kRows>(sp, a, cun, rg);
         }
