@@ -128,19 +128,44 @@ void quantize_rows(uint8_t* q, float* s, const In* x, const int32_t* src, int64_
 }
 
 // KH warps along k: 2 (128-row units) or 8 (32-row units); XR token slots per pass; max_units
-// bounds the grid; F8: e4m3 tokens.
-template <typename T, bool kGateUp, int KH, int XR, bool F8>
-void launch_xr(g8::Args a, int64_t max_units, const Fp8DecodeTuning& tn, cudaStream_t stream) {
+// bounds the grid; F8: e4m3 tokens; BPS blocks an SM.
+template <typename T, bool kGateUp, int KH, int XR, bool F8, int BPS>
+void launch_bps(g8::Args a, int64_t max_units, const Fp8DecodeTuning& tn, cudaStream_t stream) {
   a.widen = tn.widen;
   a.variant = tn.variant & 17;
   if (tn.variant & 2) a.l2_hints = 0;
-  auto kernel = g8::moe_gemm_fp8_kernel<T, kGateUp, KH, XR, F8>;
-  constexpr int smem = g8::Shape<KH, XR, F8>::kSmem;
-  static_assert(smem <= g8::kSmemMax && g8::Shape<KH, XR, F8>::kStages >= 4, "the pipeline's shared memory");
+  auto kernel = g8::moe_gemm_fp8_kernel<T, kGateUp, KH, XR, F8, BPS>;
+  constexpr int smem = g8::Shape<KH, XR, F8, BPS>::kSmem;
+  static_assert(smem <= g8::Shape<KH, XR, F8, BPS>::kSmemBlock && g8::Shape<KH, XR, F8, BPS>::kStages >= 4,
+                "the pipeline's shared memory");
   raise_smem_limit(reinterpret_cast<const void*>(kernel), smem);
-  const int64_t grid = std::max<int64_t>(1, std::min<int64_t>(max_units, int64_t(n_sms())));
+  if constexpr (BPS > 1) {
+    // all of the SM's memory to shared, so that both blocks fit (once a device)
+    static bool carved[64] = {};
+    const int dev = current_device();
+    if (dev < 64 && !carved[dev]) {
+      CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
+                                      cudaFuncAttributePreferredSharedMemoryCarveout, 100));
+      carved[dev] = true;
+    }
+  }
+  const int64_t grid = std::max<int64_t>(1, std::min<int64_t>(max_units, int64_t(BPS) * n_sms()));
   launch_pdl(kernel, dim3(unsigned(grid)), dim3(g8::kThreads), smem, stream, true, a);
   CUDA_CHECK_LAUNCH(kGateUp ? "moe_gemm_fp8_kernel (gate/up)" : "moe_gemm_fp8_kernel (down)");
+}
+
+// FP8 x FP8 up to 32 token slots: two blocks an SM, each with half the stages (the same weight bytes
+// in flight an SM), so that one block's waits at its barriers are covered by the other's work (one
+// block of 8 warps left ~60 % of the issue slots idle); tuning bit 6: one block an SM.
+template <typename T, bool kGateUp, int KH, int XR, bool F8>
+void launch_xr(const g8::Args& a, int64_t max_units, const Fp8DecodeTuning& tn, cudaStream_t stream) {
+  if constexpr (F8 && XR <= 32) {
+    if (!(tn.variant & 64)) {
+      launch_bps<T, kGateUp, KH, XR, F8, 2>(a, max_units, tn, stream);
+      return;
+    }
+  }
+  launch_bps<T, kGateUp, KH, XR, F8, 1>(a, max_units, tn, stream);
 }
 
 // The token tile as tall as a unit's rows need (one pass), no taller: a short tile leaves room for

@@ -129,6 +129,8 @@ void bench_moe_fp8_variants(const MoeCase& c, Fp8Scheme scheme, const Tuned& tun
   cuda::Fp8DecodeTuning tn;
   tn.variant = 32;
   line("fixed shares", tuned(tn));
+  tn.variant = 64;
+  line("one block an SM", tuned(tn));
   tn.variant = 8;
   line("gate/up alone", tuned(tn));
   tn.variant = 4;

@@ -40,11 +40,13 @@ constexpr int kWarps = 8;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kBK = 128;            // k per stage
 constexpr int kSmemMax = 232448;    // an H100 block's shared memory (227 KB)
+constexpr int kSmemHalf = 115712;   // each of two blocks on an SM (228 KB, less 1 KB the driver keeps a block)
 
 // KH warps along k (2 or 8), XR token slots per pass (8, 16, 32 or 64: the token tile's rows); F8:
 // the tokens in e4m3 (FP8 x FP8 products), then the token tile is XR rows of 128 bytes and, for
-// block scales, the XR tokens' scales of the stage's k block.
-template <int KH, int XR, bool F8 = false>
+// block scales, the XR tokens' scales of the stage's k block. BPS: blocks an SM (1, or 2 with half the
+// shared memory each).
+template <int KH, int XR, bool F8 = false, int BPS = 1>
 struct Shape {
   static constexpr int kRG = kWarps / KH;     // row groups of 32 rows
   static constexpr int kRows = 32 * kRG;      // weight rows per unit
@@ -60,7 +62,8 @@ struct Shape {
   // + offsets, touched, count, the unit ring
   static constexpr int kFixed = (kAlias ? 0 : kRed) + (2 * kMaxExperts + 4 + 32) * 4;
   // as many stages as fit (the weight bytes in flight set the bandwidth), at most 16
-  static constexpr int kStages = (kSmemMax - kFixed) / kStage < 16 ? (kSmemMax - kFixed) / kStage : 16;
+  static constexpr int kSmemBlock = BPS == 1 ? kSmemMax : kSmemHalf;
+  static constexpr int kStages = (kSmemBlock - kFixed) / kStage < 16 ? (kSmemBlock - kFixed) / kStage : 16;
   static constexpr int kSmem = kStages * kStage + kFixed;
 };
 
@@ -587,9 +590,9 @@ __device__ __forceinline__ void store_tile(const Args& a, const float (&acc)[2][
   }
 }
 
-template <typename T, bool kGateUp, int KH, int XR, bool kF8>
-__global__ void __launch_bounds__(kThreads, 1) moe_gemm_fp8_kernel(const Args a) {
-  using Sh = Shape<KH, XR, kF8>;
+template <typename T, bool kGateUp, int KH, int XR, bool kF8, int BPS = 1>
+__global__ void __launch_bounds__(kThreads, BPS) moe_gemm_fp8_kernel(const Args a) {
+  using Sh = Shape<KH, XR, kF8, BPS>;
   static_assert(!kF8 || KH == 2, "F8: 128-row units");
   constexpr int S = Sh::kStages, NT = Sh::kNT;
   static_assert(!kGateUp || KH == 2, "gate/up pairs the 64 j of a 128-row unit");
