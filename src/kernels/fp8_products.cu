@@ -60,12 +60,14 @@ __device__ __forceinline__ float e4m3_scale(float amax) {
 // s, one fp32 scale per row (blocks 0: s (rows)) or per (row, 128 columns) (blocks 1: s (rows,
 // ceil(cols / 128))), cpu fp8_fake_quantize_rows' rule (s = amax / 448, x / s to e4m3 nearest even,
 // saturating). Block-stride over the rows, 8 columns a thread (cols % 8 == 0). A programmatic
-// dependent: lets its own dependent launch, then waits for src / x.
+// dependent: lets its own dependent launch, then waits for src / x; then zeroes zero[0..1] (the
+// products' unit counters; null: none).
 template <typename In>
 __global__ void __launch_bounds__(256) quantize_rows_kernel(uint8_t* q, float* s, const In* x, const int32_t* src,
-                                                            int64_t rows, int64_t cols, int blocks) {
+                                                            int64_t rows, int64_t cols, int blocks, int* zero) {
   moe_gemm::griddep_launch();
   moe_gemm::griddep_wait();
+  if (zero && blockIdx.x == 0 && threadIdx.x < 2) zero[threadIdx.x] = 0;
   __shared__ float s_red[8];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int64_t kb = (cols + 127) / 128;
@@ -118,27 +120,52 @@ __global__ void __launch_bounds__(256) quantize_rows_kernel(uint8_t* q, float* s
 
 template <typename In>
 void quantize_rows(uint8_t* q, float* s, const In* x, const int32_t* src, int64_t rows, int64_t cols, int blocks,
-                   cudaStream_t stream) {
+                   int* zero, cudaStream_t stream) {
   const int64_t grid = std::max<int64_t>(1, std::min<int64_t>(rows, 2 * int64_t(n_sms())));
   launch_pdl(quantize_rows_kernel<In>, dim3(unsigned(grid)), dim3(256), 0, stream, true, q, s, x, src, rows, cols,
-             blocks);
+             blocks, zero);
   CUDA_CHECK_LAUNCH("quantize_rows_kernel (fp8 decode)");
 }
 
 // KH warps along k: 2 (128-row units) or 8 (32-row units); XR token slots per pass; max_units
-// bounds the grid; F8: e4m3 tokens.
-template <typename T, bool kGateUp, int KH, int XR, bool F8>
-void launch_xr(g8::Args a, int64_t max_units, const Fp8DecodeTuning& tn, cudaStream_t stream) {
+// bounds the grid; F8: e4m3 tokens; BPS blocks an SM.
+template <typename T, bool kGateUp, int KH, int XR, bool F8, int BPS>
+void launch_bps(g8::Args a, int64_t max_units, const Fp8DecodeTuning& tn, cudaStream_t stream) {
   a.widen = tn.widen;
   a.variant = tn.variant & 17;
   if (tn.variant & 2) a.l2_hints = 0;
-  auto kernel = g8::moe_gemm_fp8_kernel<T, kGateUp, KH, XR, F8>;
-  constexpr int smem = g8::Shape<KH, XR, F8>::kSmem;
-  static_assert(smem <= g8::kSmemMax && g8::Shape<KH, XR, F8>::kStages >= 4, "the pipeline's shared memory");
+  auto kernel = g8::moe_gemm_fp8_kernel<T, kGateUp, KH, XR, F8, BPS>;
+  constexpr int smem = g8::Shape<KH, XR, F8, BPS>::kSmem;
+  static_assert(smem <= g8::Shape<KH, XR, F8, BPS>::kSmemBlock && g8::Shape<KH, XR, F8, BPS>::kStages >= 4,
+                "the pipeline's shared memory");
   raise_smem_limit(reinterpret_cast<const void*>(kernel), smem);
-  const int64_t grid = std::max<int64_t>(1, std::min<int64_t>(max_units, int64_t(n_sms())));
+  if constexpr (BPS > 1) {
+    // all of the SM's memory to shared, so that both blocks fit (once a device)
+    static bool carved[64] = {};
+    const int dev = current_device();
+    if (dev < 64 && !carved[dev]) {
+      CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
+                                      cudaFuncAttributePreferredSharedMemoryCarveout, 100));
+      carved[dev] = true;
+    }
+  }
+  const int64_t grid = std::max<int64_t>(1, std::min<int64_t>(max_units, int64_t(BPS) * n_sms()));
   launch_pdl(kernel, dim3(unsigned(grid)), dim3(g8::kThreads), smem, stream, true, a);
   CUDA_CHECK_LAUNCH(kGateUp ? "moe_gemm_fp8_kernel (gate/up)" : "moe_gemm_fp8_kernel (down)");
+}
+
+// FP8 x FP8 up to 32 token slots: two blocks an SM, each with half the stages (the same weight bytes
+// in flight an SM), so that one block's waits at its barriers are covered by the other's work (one
+// block of 8 warps left ~60 % of the issue slots idle); tuning bit 6: one block an SM.
+template <typename T, bool kGateUp, int KH, int XR, bool F8>
+void launch_xr(const g8::Args& a, int64_t max_units, const Fp8DecodeTuning& tn, cudaStream_t stream) {
+  if constexpr (F8 && XR <= 32) {
+    if (!(tn.variant & 64)) {
+      launch_bps<T, kGateUp, KH, XR, F8, 2>(a, max_units, tn, stream);
+      return;
+    }
+  }
+  launch_bps<T, kGateUp, KH, XR, F8, 1>(a, max_units, tn, stream);
 }
 
 // The token tile as tall as a unit's rows need (one pass), no taller: a short tile leaves room for
@@ -159,10 +186,10 @@ void launch(const g8::Args& a, int64_t max_units, int64_t rows, const Fp8DecodeT
 }
 
 // The routed products' scratch (fp8_ops.h): F8, the permuted rows in e4m3 (P, H) and their scales,
-// act fp32 (P, I), its e4m3 and scales, y (P, H) fp32; the widening products' act (P, I) T and y
-// fit in it.
+// act fp32 (P, I), its e4m3 and scales, y (P, H) fp32, the two products' unit counters; the widening
+// products' act (P, I) T and y fit in it.
 struct RoutedLayout {
-  int64_t xq, xs, act, aq, as, y, total;
+  int64_t xq, xs, act, aq, as, y, ctr, total;
 };
 RoutedLayout routed_layout(int64_t P, int64_t H, int64_t I) {
   RoutedLayout l{};
@@ -171,7 +198,8 @@ RoutedLayout routed_layout(int64_t P, int64_t H, int64_t I) {
   l.aq = l.act + align_up(P * I * 4);
   l.as = l.aq + align_up(P * I);
   l.y = l.as + align_up(P * ((I + 127) / 128) * 4);
-  l.total = l.y + align_up(P * H * 4);
+  l.ctr = l.y + align_up(P * H * 4);
+  l.total = l.ctr + align_up(2 * 4);
   return l;
 }
 
@@ -226,16 +254,23 @@ void moe_experts_decode_fp8_routed_tuned(float* x, T* norm_out, const T* in, con
     auto* act = reinterpret_cast<float*>(base + l.act);
     auto* aq = reinterpret_cast<uint8_t*>(base + l.aq);
     auto* as = reinterpret_cast<float*>(base + l.as);
+    // the products take their units from two counters, zeroed by the tokens' quantization (which
+    // gate/up waits for, and down runs after); tuning bit 5: each block a fixed share instead
+    auto* ctr = tn.variant & 32 ? nullptr : reinterpret_cast<int*>(base + l.ctr);
     g8::Args a{w13, s13, xq, offsets, nullptr, act, H, I, int(E), 0, blocks, g8::kOutT, 1};
     a.xs = xs;
+    a.ctr = ctr;
     g8::Args b{w2, s2, aq, offsets, nullptr, y, I, H, int(E), 0, blocks, g8::kOutF32, 1};
     b.xs = as;
+    b.ctr = ctr ? ctr + 1 : nullptr;
     if (!(tn.variant & 4)) {
-      quantize_rows<T>(xq, xs, in, src_token, P, H, blocks, stream);
+      quantize_rows<T>(xq, xs, in, src_token, P, H, blocks, ctr, stream);
       launch<T, true, 2, true>(a, units13, rows, tn, stream);
+    } else if (ctr) {
+      CUDA_CHECK(cudaMemsetAsync(ctr, 0, 2 * sizeof(int), stream));  // bench: down alone
     }
     if (!(tn.variant & 8)) {
-      quantize_rows<float>(aq, as, act, nullptr, P, I, blocks, stream);
+      quantize_rows<float>(aq, as, act, nullptr, P, I, blocks, nullptr, stream);
       launch<T, false, 2, true>(b, units2, rows, tn, stream);
     }
   } else {

@@ -127,6 +127,10 @@ void bench_moe_fp8_routed(cudaStream_t s, const MoeCase& c, const DevQ8& q13, co
 template <class Tuned, class Line>
 void bench_moe_fp8_variants(const MoeCase& c, Fp8Scheme scheme, const Tuned& tuned, const Line& line) {
   cuda::Fp8DecodeTuning tn;
+  tn.variant = 32;
+  line("fixed shares", tuned(tn));
+  tn.variant = 64;
+  line("one block an SM", tuned(tn));
   tn.variant = 8;
   line("gate/up alone", tuned(tn));
   tn.variant = 4;

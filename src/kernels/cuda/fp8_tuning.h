@@ -26,7 +26,9 @@ struct Fp8DecodeTuning {
   // bit 0: the products one token tile at a time (not in groups of 4); bit 1: no L2 eviction hints;
   // the MoE's kernels alone (wrong results, timing only): bit 2 without gate/up, bit 3 without
   // down, either without the combine; bit 4: FP8 x FP8 gate/up lets act's quantization launch at its
-  // end (not once it has the offsets)
+  // end (not once it has the offsets); bit 5: FP8 x FP8, each block a fixed share of the units (not
+  // taken from a counter as blocks free up); bit 6: FP8 x FP8, one block an SM (not two up to
+  // 32 token slots)
   int variant = 0;
   // linear_fp8_decode's warps along k (2: 128-row units, 8: 32-row units); 0: by the shape
   int linear_kh = 0;

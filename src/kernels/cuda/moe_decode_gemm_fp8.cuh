@@ -40,11 +40,13 @@ constexpr int kWarps = 8;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kBK = 128;            // k per stage
 constexpr int kSmemMax = 232448;    // an H100 block's shared memory (227 KB)
+constexpr int kSmemHalf = 115712;   // each of two blocks on an SM (228 KB, less 1 KB the driver keeps a block)
 
 // KH warps along k (2 or 8), XR token slots per pass (8, 16, 32 or 64: the token tile's rows); F8:
 // the tokens in e4m3 (FP8 x FP8 products), then the token tile is XR rows of 128 bytes and, for
-// block scales, the XR tokens' scales of the stage's k block.
-template <int KH, int XR, bool F8 = false>
+// block scales, the XR tokens' scales of the stage's k block. BPS: blocks an SM (1, or 2 with half the
+// shared memory each).
+template <int KH, int XR, bool F8 = false, int BPS = 1>
 struct Shape {
   static constexpr int kRG = kWarps / KH;     // row groups of 32 rows
   static constexpr int kRows = 32 * kRG;      // weight rows per unit
@@ -57,9 +59,11 @@ struct Shape {
   static constexpr int kStage = kTileW + kTileX;
   static constexpr int kRed = (KH - 1) * kRG * 32 * (8 * kNT) * 4;  // the sums of warps kh > 0
   static constexpr bool kAlias = kRed <= kStage;  // the sums go into the stage just consumed
-  static constexpr int kFixed = (kAlias ? 0 : kRed) + (2 * kMaxExperts + 4) * 4;  // + offsets, touched, count
+  // + offsets, touched, count, the unit ring
+  static constexpr int kFixed = (kAlias ? 0 : kRed) + (2 * kMaxExperts + 4 + 32) * 4;
   // as many stages as fit (the weight bytes in flight set the bandwidth), at most 16
-  static constexpr int kStages = (kSmemMax - kFixed) / kStage < 16 ? (kSmemMax - kFixed) / kStage : 16;
+  static constexpr int kSmemBlock = BPS == 1 ? kSmemMax : kSmemHalf;
+  static constexpr int kStages = (kSmemBlock - kFixed) / kStage < 16 ? (kSmemBlock - kFixed) / kStage : 16;
   static constexpr int kSmem = kStages * kStage + kFixed;
 };
 
@@ -83,6 +87,8 @@ struct Args {
   int widen = kWidenBits;    // Widen; kWidenNone: the e4m3 bits as they are (timing only: wrong results)
   int variant = 0;           // bench only: 1 = token tiles one at a time in stage_mma, 16 = see late_launch (the same bits)
   const float* xs = nullptr;  // F8: x's e4m3 scales, channel (P), block128 (P, ceil(K / 128))
+  // units taken from a counter (zero at the launch) instead of a fixed share per block; null: fixed
+  int* ctr = nullptr;
 };
 
 // The scale row of weight row `row` of an expert whose matrix is [first r1 rows; the rest].
@@ -584,9 +590,9 @@ __device__ __forceinline__ void store_tile(const Args& a, const float (&acc)[2][
   }
 }
 
-template <typename T, bool kGateUp, int KH, int XR, bool kF8>
-__global__ void __launch_bounds__(kThreads, 1) moe_gemm_fp8_kernel(const Args a) {
-  using Sh = Shape<KH, XR, kF8>;
+template <typename T, bool kGateUp, int KH, int XR, bool kF8, int BPS = 1>
+__global__ void __launch_bounds__(kThreads, BPS) moe_gemm_fp8_kernel(const Args a) {
+  using Sh = Shape<KH, XR, kF8, BPS>;
   static_assert(!kF8 || KH == 2, "F8: 128-row units");
   constexpr int S = Sh::kStages, NT = Sh::kNT;
   static_assert(!kGateUp || KH == 2, "gate/up pairs the 64 j of a 128-row unit");
@@ -630,8 +636,29 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_fp8_kernel(const Args a)
 
   const int64_t tiles = kGateUp ? (a.R + 63) / 64 : (a.R + Sh::kRows - 1) / Sh::kRows;
   const int64_t units = int64_t(s_count) * tiles;
-  const int64_t u_end = units * (blockIdx.x + 1) / gridDim.x;
-  int64_t pu = units * blockIdx.x / gridDim.x;
+  // the block's units in ascending order. Fixed (a.ctr null): [units b / grid, units (b + 1) / grid).
+  // Taken (a.ctr): unit b, then one from the counter each time the producer starts a unit, asked for
+  // one unit ahead (thread 0 never waits on the atomic) and kept in ring[i % 32] for the consumer
+  // (at most S - 1 < 32 units behind). A unit's arithmetic never depends on the block that takes it;
+  // taking them as blocks free up spreads the weight stream's uneven per-SM rates (blocks with a
+  // fixed share idle up to ~20 % of the kernel at its end).
+  const bool taken = a.ctr != nullptr;
+  int* const ring = s_off + 2 * kMaxExperts + 4;
+  int ahead = 0;  // thread 0: the counter's value for the next unit (raw)
+  if (taken && tid == 0) ahead = atomicAdd(a.ctr, 1);
+  const int64_t u_end = taken ? units : units * (blockIdx.x + 1) / gridDim.x;
+  int64_t pu = taken ? int64_t(blockIdx.x) : units * blockIdx.x / gridDim.x;
+  int pi = 0;  // the producer's unit count
+  auto next_unit = [&](int64_t u) -> int64_t {
+    if (!taken) return u + 1;
+    ++pi;
+    if (tid == 0) {
+      ring[pi & 31] = int(gridDim.x) + ahead;
+      ahead = atomicAdd(a.ctr, 1);
+    }
+    __syncthreads();
+    return ring[pi & 31];
+  };
   if (pu >= u_end) {
     if constexpr (!kGateUp) moe_gemm::griddep_wait();
     return;
@@ -652,7 +679,8 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_fp8_kernel(const Args a)
     pk = 0;
     if (++pp >= pun.passes) {
       pp = 0;
-      if (++pu >= u_end) return;
+      pu = next_unit(pu);
+      if (pu >= u_end) return;
       pun = unit_of<XR>(pu, tiles, s_touched, s_off);
       feed.set_unit(a, pun);
     }
@@ -674,7 +702,8 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_fp8_kernel(const Args a)
     if (pu < u_end) advance();
   }
 
-  int64_t cu = units * blockIdx.x / gridDim.x;
+  int64_t cu = taken ? int64_t(blockIdx.x) : units * blockIdx.x / gridDim.x;
+  int ci = 0;  // the consumer's unit count
   moe_gemm::Unit cun = unit_of<XR>(cu, tiles, s_touched, s_off);
   const float* sp[2];
   scale_rows<kGateUp, Sh::kRows>(sp, a, cun, rg);
@@ -746,7 +775,8 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_fp8_kernel(const Args a)
       ck = 0;
       if (++cp >= cun.passes) {
         cp = 0;
-        if (++cu < u_end) {
+        cu = taken ? int64_t(ring[++ci & 31]) : cu + 1;
+        if (cu < u_end) {
           cun = unit_of<XR>(cu, tiles, s_touched, s_off);
           scale_rows<kGateUp, Sh::kRows>(sp, a, cun, rg);
         }
