@@ -3,7 +3,8 @@
 // moe rows 0: no MoE).
 //  - one MoE layer (top-4 of 32, hidden 2048, moe 1792, random inputs and router): the bf16
 //    moe_experts_decode and moe_experts_decode_fp8 under both schemes (FP8 x FP8, its routed entry,
-//    each piece alone, the widening products, token tiles forced), the same routing; effective
+//    each piece alone, the widening products, token tiles forced; bf16 and the routed entry also over
+//    8 copies of the weights in turn, as a step meets each layer's cold), the same routing; effective
 //    bandwidth = the bytes that must move (touched experts' weights once, their scales, the tokens)
 //    over the time, and that against the device-to-device copy bandwidth measured first.
 //  - the projections of a decode step (qkv, attention/conv out, conv in, dense w13, dense w2) at the
@@ -37,6 +38,7 @@ struct DevQ8 {
   uint8_t* q = nullptr;
   float* s = nullptr;
   int64_t scale_count = 0;
+  int64_t q_bytes = 0;
 };
 DevQ8 rand_fp8(int64_t n_mat, int64_t rows, int64_t cols, Fp8Scheme scheme, uint64_t seed, float scale) {
   const auto w = rand_host(n_mat * rows * cols, seed, scale);
@@ -45,7 +47,16 @@ DevQ8 rand_fp8(int64_t n_mat, int64_t rows, int64_t cols, Fp8Scheme scheme, uint
   std::vector<float> s(size_t(n_mat * per));
   for (int64_t b = 0; b < n_mat; ++b)
     fp8_quantize(q.data() + b * rows * cols, s.data() + b * per, w.data() + b * rows * cols, rows, cols, scheme);
-  return {upload(q), upload(s), int64_t(s.size())};
+  return {upload(q), upload(s), int64_t(s.size()), int64_t(q.size())};
+}
+
+constexpr int kLayers = 8;  // weight copies read in turn ("8 layers" lines)
+
+DevQ8 copy_of(const DevQ8& d) {
+  DevQ8 c{dev_alloc<uint8_t>(d.q_bytes), dev_alloc<float>(d.scale_count), d.scale_count, d.q_bytes};
+  CUDA_CHECK(cudaMemcpy(c.q, d.q, size_t(d.q_bytes), cudaMemcpyDeviceToDevice));
+  CUDA_CHECK(cudaMemcpy(c.s, d.s, size_t(d.scale_count) * 4, cudaMemcpyDeviceToDevice));
+  return c;
 }
 
 // One token count's routing and buffers; the weights are made once (quantizing them takes seconds).
@@ -83,6 +94,13 @@ std::vector<double> bench_moe_bf16(cudaStream_t s, const std::vector<MoeCase>& c
   using T = __nv_bfloat16;
   T* w13 = rand_dev<__nv_bfloat16>(kE * 2 * kI * kH, 2, 0.02f);
   T* w2 = rand_dev<__nv_bfloat16>(kE * kH * kI, 3, 0.02f);
+  std::vector<T*> w13s, w2s;  // kLayers copies read in turn
+  for (int l = 0; l < kLayers; ++l) {
+    w13s.push_back(dev_alloc<T>(kE * 2 * kI * kH)), w2s.push_back(dev_alloc<T>(kE * kH * kI));
+    CUDA_CHECK(cudaMemcpy(w13s.back(), w13, size_t(kE * 2 * kI * kH) * sizeof(T), cudaMemcpyDeviceToDevice));
+    CUDA_CHECK(cudaMemcpy(w2s.back(), w2, size_t(kE * kH * kI) * sizeof(T), cudaMemcpyDeviceToDevice));
+  }
+  int turn = 0;
   std::vector<double> t16(cases.size());
   for (size_t i = 0; i < cases.size(); ++i) {
     const MoeCase& c = cases[i];
@@ -91,8 +109,16 @@ std::vector<double> bench_moe_bf16(cudaStream_t s, const std::vector<MoeCase>& c
     });
     std::printf("moe %4lld tok (%2.0f experts)  bf16 experts_decode      %s\n", (long long)c.n, c.touched,
                 bw(c.touched * 3 * kI * kH * 2 + c.act, t16[i]).c_str());
+    const double t8 = median_ms(s, [&] {
+      const int l = turn++ % kLayers;
+      cuda::moe_experts_decode(c.x, c.y, w13s[size_t(l)], w2s[size_t(l)], c.ids, c.wts, c.n, kH, kE, kI, kTopK,
+                               c.scratch, s);
+    });
+    std::printf("moe %4lld tok (%2.0f experts)  bf16 8 layers in turn    %s\n", (long long)c.n, c.touched,
+                bw(c.touched * 3 * kI * kH * 2 + c.act, t8).c_str());
   }
   cudaFree(w13), cudaFree(w2);
+  for (int l = 0; l < kLayers; ++l) cudaFree(w13s[size_t(l)]), cudaFree(w2s[size_t(l)]);
   return t16;
 }
 
@@ -113,6 +139,18 @@ void bench_moe_fp8_routed(cudaStream_t s, const MoeCase& c, const DevQ8& q13, co
          cuda::moe_experts_decode_fp8_routed(c.x, c.normed, c.y, q13.q, q13.s, q2.q, q2.s, scheme, off, src, dest,
                                              c.wts, c.norm, 1e-5f, c.n, kH, E, kI, k, rest, s);
        }));
+  // the same over kLayers copies of the weights in turn, as a step reads 22 layers' (none in L2 or a
+  // TLB from the call before)
+  std::vector<DevQ8> w13s, w2s;
+  for (int i = 0; i < kLayers; ++i) w13s.push_back(copy_of(q13)), w2s.push_back(copy_of(q2));
+  int turn = 0;
+  line("routed, 8 layers", median_ms(s, [&] {
+         const int i = turn++ % kLayers;
+         cuda::moe_experts_decode_fp8_routed(c.x, c.normed, c.y, w13s[i].q, w13s[i].s, w2s[i].q, w2s[i].s, scheme,
+                                             off, src, dest, c.wts, c.norm, 1e-5f, c.n, kH, E, kI, k, rest, s);
+       }));
+  for (DevQ8& d : w13s) cudaFree(d.q), cudaFree(d.s);
+  for (DevQ8& d : w2s) cudaFree(d.q), cudaFree(d.s);
   line("permute alone", median_ms(s, [&] { cuda::moe_permute_one_block(off, src, dest, c.ids, c.n, E, k, s); }));
   line("combine alone", median_ms(s, [&] {
          cuda::moe_combine_rmsnorm(c.normed, c.x, static_cast<const float*>(rest), dest, c.wts, c.norm, c.n, k, kH,
