@@ -4,6 +4,7 @@
 //   cuda_bench_kernels            everything below
 //   cuda_bench_kernels moe        the MoE part only
 //   cuda_bench_kernels sweep      + every grouped-GEMM tile configuration at every size
+//   cuda_bench_kernels moe-decode the prompt rows' MoE kernels (bf16 and FP8) at 32 and 256 tokens
 // Sections: dense peak; the two expert products (balanced groups, as torch's grouped_mm benchmark,
 // and routed by random router logits) with the rest of the MoE path; the model's projections with
 // pinned vs per-size cuBLASLt algorithms; attention at S = 32, 2048, 8192; the FP8 grouped GEMM's products beside
@@ -125,7 +126,7 @@ void sweep_tiles(const char* name, int64_t n_tokens, F&& products, const int32_t
 // The MoE experts at n_tokens tokens: products on balanced groups (rows / 32 per expert, like
 // roofline.py's torch._grouped_mm) and on the routing of random logits, then the whole path.
 template <typename T>
-void bench_moe(const char* name, cudaStream_t s, int64_t n_tokens, bool sweep) {
+void bench_moe(const char* name, cudaStream_t s, int64_t n_tokens, bool sweep, bool small = false) {
   const int64_t H = 2048, E = 32, Im = 1792, k = 4, P = n_tokens * k;
   T* in = rand_dev<T>(n_tokens * H, 1, 1.f);
   T* w13 = rand_dev<T>(E * 2 * Im * H, 2, 0.02f);
@@ -182,7 +183,7 @@ void bench_moe(const char* name, cudaStream_t s, int64_t n_tokens, bool sweep) {
     }
   }
   if constexpr (std::is_same<T, __nv_bfloat16>::value)
-    if (n_tokens >= 4096) bench_moe_fp8(s, n_tokens, {in, act, src, ids, bal, off, wts, x}, f1, f2);
+    if (n_tokens >= 4096 || small) bench_moe_fp8(s, n_tokens, {in, act, src, ids, bal, off, wts, x}, f1, f2);
   const double t_route = median_ms(s, [&] { cuda::moe_router(wts, ids, logits, nullptr, n_tokens, E, k, true, 1.f, s); });
   const double t_perm = median_ms(s, [&] { cuda::moe_permute(off, src, dest, ids, n_tokens, E, k, pscr, s); });
   const double t_gather = median_ms(s, [&] { cuda::moe_gather(xs, in, src, P, H, s); });
@@ -280,7 +281,7 @@ void bench_attention(const char* name, cudaStream_t s, int64_t n_seq, int64_t S)
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
-  const bool moe_only = mode == "moe", sweep = mode == "sweep";
+  const bool moe_only = mode == "moe", sweep = mode == "sweep", decode_sizes = mode == "moe-decode";
   using namespace lfm2;
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
@@ -293,6 +294,10 @@ int main(int argc, char** argv) {
   cudaStream_t s;
   CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   bench_peak(s);
+  if (decode_sizes) {  // the prompt rows' MoE (CUTLASS grouped GEMMs, bf16 and FP8) at decode sizes
+    for (int64_t t : {32, 256}) bench_moe<__nv_bfloat16>("bf16", s, t, false, true);
+    return 0;
+  }
   for (int64_t t : {1024, 4096, 8192, 16384}) bench_moe<__nv_bfloat16>("bf16", s, t, sweep);
   bench_moe<__half>("fp16", s, 4096, false);
   bench_moe<float>("fp32", s, 4096, false);
