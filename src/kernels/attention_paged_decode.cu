@@ -162,10 +162,11 @@ __global__ void __launch_bounds__(kThreads)
   using S = DecodeSmem<HD, kSwizzle, kF8>;
   constexpr int LQ = S::LQ, KC = HD / 16, DT = HD / 8, kChunks = HD / 8, kStages = S::kStages;
   constexpr int kC8 = HD / 16;  // 16-byte chunks of an e4m3 row
-  // a tile's 16-byte copies per thread, a trip count known at compile time (the loops unrolled, no
-  // remainder loops): the fp8 kernel, bound by instruction issue, 196 -> 188 us at 32 x 10,240 (H100)
-  constexpr int kCopies = (kTile * kChunks + kThreads - 1) / kThreads;
-  constexpr int kCopies8 = (kTile * kC8 + kThreads - 1) / kThreads;
+  // a tile's 16-byte copies of K / V rows (HD * sizeof(KV) bytes a row) per thread, a trip count known
+  // at compile time (the loop unrolled, no remainder loops): the fp8 kernel, bound by instruction
+  // issue, 196 -> 188 us at 32 x 10,240 (H100)
+  constexpr int kRowChunks = HD * int(sizeof(KV)) / 16, kChunkElems = 16 / int(sizeof(KV));
+  constexpr int kCopies = (kTile * kRowChunks + kThreads - 1) / kThreads;
   static_assert(kThreads >= kTile, "one thread per scale row");
   extern __shared__ __align__(128) unsigned char smem_raw[];
   T* sk = reinterpret_cast<T*>(smem_raw);  // [kTK][kTile rows]
@@ -190,48 +191,42 @@ __global__ void __launch_bounds__(kThreads)
   }
   auto load_tile = [&](int stage, int t) {
     const int p0 = sp.start + t * kTile;
+    KV* dk;
+    KV* dv;
     if constexpr (kF8) {
-      uint8_t* dk = k8 + stage * S::kF8Tile;
-      uint8_t* dv = v8 + stage * S::kF8Tile;
+      dk = k8 + stage * S::kF8Tile;
+      dv = v8 + stage * S::kF8Tile;
+    } else {
+      dk = sk + stage * S::kKV;
+      dv = sv + stage * S::kKV;
+    }
 #pragma unroll
-      for (int i = 0; i < kCopies8; ++i) {
-        const int c = tid + i * kThreads;
-        if (kTile * kC8 % kThreads != 0 && c >= kTile * kC8) break;
-        const int r = c / kC8, ch = c % kC8, p = p0 + r;
-        const bool ok = p < sp.end;
-        const int64_t off = ok ? rows.offset(p) + head_off + ch * 16 : 0;
-        if constexpr (kL2Prefetch) {
-          cp_async16_l2_256(dk + S::kv8(r, ch), k_pool + off, ok);
-          cp_async16_l2_256(dv + S::kv8(r, ch), v_pool + off, ok);
-        } else {
-          cp_async16(dk + S::kv8(r, ch), k_pool + off, ok);
-          cp_async16(dv + S::kv8(r, ch), v_pool + off, ok);
-        }
+    for (int i = 0; i < kCopies; ++i) {
+      const int c = tid + i * kThreads;
+      if (kTile * kRowChunks % kThreads != 0 && c >= kTile * kRowChunks) break;
+      const int r = c / kRowChunks, ch = c % kRowChunks, p = p0 + r;
+      const bool ok = p < sp.end;
+      const int64_t off = ok ? rows.offset(p) + head_off + ch * kChunkElems : 0;
+      int d;  // the chunk's place in the stage, in KV elements (bytes of e4m3)
+      if constexpr (kF8)
+        d = S::kv8(r, ch);
+      else
+        d = S::kv(r, ch);
+      if constexpr (kL2Prefetch) {
+        cp_async16_l2_256(dk + d, k_pool + off, ok);
+        cp_async16_l2_256(dv + d, v_pool + off, ok);
+      } else {
+        cp_async16(dk + d, k_pool + off, ok);
+        cp_async16(dv + d, v_pool + off, ok);
       }
+    }
+    if constexpr (kF8) {
       if (tid < kTile) {  // one scale of K and of V a row
         const int r = tid, p = p0 + r;
         const bool ok = p < sp.end;
         const int64_t off = ok ? rows.offset(p) / HD + sp.kvh : 0;  // (pool row, kv head)
         kv8::cp_async4(ks8 + stage * kTile + r, k_scale + off, ok);
         kv8::cp_async4(vs8 + stage * kTile + r, v_scale + off, ok);
-      }
-    } else {
-      T* dk = sk + stage * S::kKV;
-      T* dv = sv + stage * S::kKV;
-#pragma unroll
-      for (int i = 0; i < kCopies; ++i) {
-        const int c = tid + i * kThreads;
-        if (kTile * kChunks % kThreads != 0 && c >= kTile * kChunks) break;
-        const int r = c / kChunks, ch = c % kChunks, p = p0 + r;
-        const bool ok = p < sp.end;
-        const int64_t off = ok ? rows.offset(p) + head_off + ch * 8 : 0;
-        if constexpr (kL2Prefetch) {
-          cp_async16_l2_256(dk + S::kv(r, ch), k_pool + off, ok);
-          cp_async16_l2_256(dv + S::kv(r, ch), v_pool + off, ok);
-        } else {
-          cp_async16(dk + S::kv(r, ch), k_pool + off, ok);
-          cp_async16(dv + S::kv(r, ch), v_pool + off, ok);
-        }
       }
     }
   };
