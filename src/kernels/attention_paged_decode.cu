@@ -558,8 +558,6 @@ void launch_decode(T* out, const T* q, const KV* k_pool, const KV* v_pool, const
   CUDA_CHECK_LAUNCH("decode_merge_kernel");
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 // Both entries, the T cache (KV = T) and the fp8 one (KV = uint8_t, a's scale pools): the arguments
 // checked in one line naming the entry, then the kernel for head_dim.
 template <typename T, typename KV>

@@ -442,8 +442,6 @@ void launch_prefill_fp8(T* out, const T* q, const uint8_t* k_pool, const uint8_t
   launch_tc<T, HD, 1, uint8_t>(out, q, k_pool, v_pool, a, stream);
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 // The kernel for head_dim HD: the T cache's or (KV = uint8_t) the fp8 one's.
 template <typename T, int HD, typename KV>
 void launch_prefill_kv(T* out, const T* q, const KV* k_pool, const KV* v_pool, const PrefillArgs& a,

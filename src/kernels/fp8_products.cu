@@ -21,8 +21,6 @@ namespace g8 = moe_gemm_fp8;
 constexpr int64_t kAlign = 256;
 int64_t align_up(int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 int n_sms() { return compute_sms(current_device()); }
 
 // One row of 8 values from x (16-bit T or fp32) as floats.

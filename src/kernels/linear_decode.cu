@@ -127,8 +127,6 @@ __global__ void __launch_bounds__(kThreads) linear_decode_kernel(void* out, cons
     }
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 template <typename T, int NT, int kEpi>
 void launch(void* out, const T* in, const T* weight, int64_t n_rows, int64_t n_in, int64_t n_out,
             const DecodeGemmPlan& plan, cudaStream_t stream) {

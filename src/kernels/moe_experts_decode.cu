@@ -185,8 +185,6 @@ void launch_products(T* act, float* y, const T* in, const T* w13, const T* w2, c
   CUDA_CHECK_LAUNCH("moe_experts_decode down_kernel");
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 // ---- the persistent pipelined products (moe_decode_gemm.cuh)
 
 int g_variant = -1;  // moe_experts_decode_force_variant; -1: LFM2_MOE_VARIANT (tuning), else 0

@@ -136,8 +136,6 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   }
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 void check_quantize(const char* what, const void* q, const void* x, int64_t n_rows, int64_t n_experts,
                     int64_t cols) {
   LFM2_CHECK(cols > 0 && cols % kGroup == 0, what, ": ", cols, " columns (a multiple of 128)");

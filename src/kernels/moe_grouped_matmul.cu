@@ -171,8 +171,6 @@ int& forced_config() {
   return c;
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 // The checks every bf16/fp16 grouped product makes; returns the device.
 int check_sixteen_bit(const void* in, const void* weight, const void* out, int64_t n_in, int64_t n_out,
                       const void* workspace, const char* what) {

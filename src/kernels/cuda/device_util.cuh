@@ -1,5 +1,5 @@
 // Device-side helpers shared by the CUDA kernels: element conversions to and from fp32, warp /
-// block reductions, grid sizes and the launch with programmatic dependent launch. Header-only,
+// block reductions, grid sizes, the 16-byte alignment check and the launch with programmatic dependent launch. Header-only,
 // included by .cu files only.
 #pragma once
 
@@ -7,6 +7,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <utility>
 
 #include "common/cuda_check.h"
@@ -64,6 +65,9 @@ __device__ __forceinline__ float silu_f32(float g) { return g / (1.f + __expf(-g
   MACRO(__half)
 
 namespace lfm2::cuda {
+// Whether a pointer is 16-byte aligned (vectorised loads and cp.async; the launchers' checks).
+inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
 // Grid size for n items at `per_block` items a block, capped to stay within gridDim.x limits
 // (kernels loop grid-stride).
 inline unsigned grid_for(int64_t n, int per_block) {
