@@ -3,7 +3,8 @@
 // model's CPU oracle with FP8 activations (cpu::moe_experts with fp8_act_group: the weights
 // dequantized, each product's input fake-quantized). Oracles and tolerances:
 // - quantization of gathered bf16 / fp16 rows, per row and per (row, 128 columns): bits and
-//   scales equal to cpu::moe_quantize_e4m3's (a zero group and a saturating value included);
+//   scales equal to cpu::moe_quantize_e4m3's (a zero group and a saturating value included; rows of
+//   2,048 and 4,608 columns);
 // - the SwiGLU's quantization: cpu::moe_swiglu_quantize_e4m3; scales within 1e-6 relative, codes
 //   at most one apart and 99 % equal (the device's expf is not glibc's);
 // - the products, channel and block128 weight scales, per-row and per-128 activation scales:
@@ -109,6 +110,34 @@ TYPED_TEST(CudaFp8Grouped, QuantizeMatchesCpu) {
       std::vector<float> s(static_cast<size_t>(n_s));
       cpu::moe_quantize_e4m3(q.data(), s.data(), x.data(), gather ? src.data() : nullptr, offsets.data(), rows, E,
                              cols, per_row);
+      EXPECT_EQ(byte_download(d_q.get(), q.size()), q);
+      EXPECT_EQ(download(d_s.get(), s.size()), s);
+    }
+}
+
+// Rows at the model's hidden (2,048: one step of the per-row kernel) and past what it keeps in
+// registers (4,608 columns: read again): bits and scales equal to the CPU twin's.
+TEST_F(CudaTest, Fp8QuantizeWideRowsMatchesCpu) {
+  const std::vector<int32_t> offsets = {0, 3, 3, 40};
+  const int64_t E = 3, rows = 40;
+  for (const int64_t cols : {int64_t(2048), int64_t(4608)})
+    for (const bool per_row : {false, true}) {
+      SCOPED_TRACE(cat(cols, " columns, ", per_row ? "per row" : "per 128 columns"));
+      auto x = rand_vec(size_t(rows * cols), 15, 2.f);
+      x[size_t(7 * cols + cols - 5)] = 300.f;  // the row's amax in its last step
+      const auto raw = round_to<__nv_bfloat16>(x);
+      DevBuf<__nv_bfloat16> d_x(raw.size());
+      DevBuf<int32_t> d_off(offsets.size());
+      DevBuf<uint8_t> d_q(size_t(rows * cols));
+      DevBuf<float> d_s(size_t(rows * cols / 128));
+      upload(d_x, raw);
+      upload(d_off, offsets);
+      cuda::moe_quantize_e4m3(d_q.get(), d_s.get(), d_x.get(), nullptr, d_off.get(), rows, E, cols, per_row,
+                              this->stream_);
+      this->sync();
+      std::vector<uint8_t> q(size_t(rows * cols));
+      std::vector<float> s(size_t(rows * cols / 128));
+      cpu::moe_quantize_e4m3(q.data(), s.data(), x.data(), nullptr, offsets.data(), rows, E, cols, per_row);
       EXPECT_EQ(byte_download(d_q.get(), q.size()), q);
       EXPECT_EQ(download(d_s.get(), s.size()), s);
     }
