@@ -19,8 +19,7 @@ constexpr int kVec = 8;              // columns per lane and load (16 bytes of a
 constexpr int kChunk = 32 * kVec;    // columns per warp step: two groups, a half-warp each
 constexpr float kE4m3MaxF = 448.0f;  // largest finite e4m3
 constexpr int kWarpsPerBlock = 8;
-constexpr int kRowThreads = 256;     // a per-row quantization's block: one row, 2,048 columns a step
-constexpr int kRowCached = 2;        // its steps kept in registers
+constexpr int kCachedSteps = 8;      // the scaled SwiGLU's steps kept in registers: 2,048 columns
 
 // Eight consecutive values of a source row as fp32: the 16-bit rows (gathered) ...
 template <typename T>
@@ -105,39 +104,54 @@ __device__ __forceinline__ uint2 to_e4m3(const float (&v)[kVec], float s) {
   return make_uint2(w[0], w[1]);
 }
 
-// Row `row`'s expert (the last whose first row is <= row, by binary search over the offsets), its
-// first row r0 and its row count m.
-__device__ __forceinline__ int row_expert(int64_t row, const int32_t* offsets, int n_experts, int64_t& r0,
-                                          int64_t& m) {
-  int lo = 0, hi = n_experts - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) >> 1;
-    if (offsets[mid] <= row)
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
-  r0 = offsets[lo];
-  m = offsets[lo + 1] - r0;
-  return lo;
-}
-
-// Per (row, 128 columns): one warp per row (rows from offsets[n_experts] on belong to no expert
-// and are skipped), 8 columns a lane, 256 a step, each half-warp's group in one pass; the scales at
-// the row's expert's k-block-major places.
+// One warp per row (rows from offsets[n_experts] on belong to no expert and are skipped), 8
+// columns a lane, 256 a step; the scales at the row's expert's k-block-major places (the expert by
+// binary search over the offsets). Per (row, 128 columns): each half-warp's group in one pass. Per
+// row: the row's amax first, then a second pass over the (cached) row, and its one scale written
+// for every 128 columns (CUTLASS's grouped kernel derives the scale layout from the problem shape).
 template <class Src>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
-    quantize_e4m3_kernel(uint8_t* q, float* scales, Src src, const int32_t* offsets, int64_t n_rows, int n_experts) {
+    quantize_e4m3_kernel(uint8_t* q, float* scales, Src src, const int32_t* offsets, int64_t n_rows, int n_experts,
+                         bool per_row) {
   const int64_t row = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   if (row >= n_rows || row >= offsets[n_experts]) return;
   const int lane = threadIdx.x & 31;
   const int64_t cols = src.cols, G = cols / kGroup;
+  const typename Src::Row base = src.row(row, 0, 0);  // the unscaled sources: no expert needed
   uint8_t* qrow = q + row * cols;
   int64_t r0 = 0, m = 0;
-  const int expert = row_expert(row, offsets, n_experts, r0, m);
-  const typename Src::Row base = src.row(row, expert, r0);
+  {
+    int lo = 0, hi = n_experts - 1;  // the last expert whose first row is <= row
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) >> 1;
+      if (offsets[mid] <= row)
+        lo = mid;
+      else
+        hi = mid - 1;
+    }
+    r0 = offsets[lo];
+    m = offsets[lo + 1] - r0;
+  }
   float* srow = scales + r0 * G + (row - r0);  // group g's scale at srow[g * m]
   float v[kVec];
+  if (per_row) {
+    float amax = 0;
+#pragma unroll 4
+    for (int64_t c = lane * kVec; c < cols; c += kChunk) {
+      src.load(v, base, c);
+      amax = fmaxf(amax, abs_max(v));
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float s = amax > 0 ? amax / kE4m3MaxF : 1.0f;
+#pragma unroll 4
+    for (int64_t c = lane * kVec; c < cols; c += kChunk) {
+      src.load(v, base, c);
+      *reinterpret_cast<uint2*>(qrow + c) = to_e4m3(v, s);
+    }
+    for (int64_t g = lane; g < G; g += 32) srow[g * m] = s;
+    return;
+  }
   // cols % 128 == 0: a half-warp is wholly inside the row or wholly past it, and the warp's
   // shuffles stay converged (lanes past the end take part with zeros)
 #pragma unroll 4
@@ -160,66 +174,69 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   }
 }
 
-// Per row: one block of kRowThreads per row, 8 columns a thread, 2,048 a step; the first
-// kRowCached steps kept in registers (a row of up to 4,096 columns read once, the rest read again
-// after the row's amax), and the row's one scale written for every 128 columns (CUTLASS's grouped
-// kernel derives the scale layout from the problem shape). The amax is a max, so the bits do not
-// depend on the threads' split.
+// Row `row`'s expert (the last whose first row is <= row, by binary search over the offsets), its
+// first row r0 and its row count m.
+__device__ __forceinline__ int row_expert(int64_t row, const int32_t* offsets, int n_experts, int64_t& r0,
+                                          int64_t& m) {
+  int lo = 0, hi = n_experts - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) >> 1;
+    if (offsets[mid] <= row)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  r0 = offsets[lo];
+  m = offsets[lo + 1] - r0;
+  return lo;
+}
+
+// Per row for the scaled SwiGLU (its source needs the row's expert): one warp per row as above, the
+// first kCachedSteps steps (2,048 columns) kept in registers, so such a row is read once (H100,
+// helper CH8's call 1: 0.198 ms at 8,192 tokens x top-4; a block of 256 threads a row, call 2:
+// 0.244). The same amax, scale and codes as the two-pass loop.
 template <class Src>
-__global__ void __launch_bounds__(kRowThreads)
-    quantize_row_e4m3_kernel(uint8_t* q, float* scales, Src src, const int32_t* offsets, int n_experts) {
-  __shared__ float s_max[kRowThreads / 32];
-  const int64_t row = blockIdx.x;
-  if (row >= offsets[n_experts]) return;
-  const int64_t cols = src.cols, G = cols / kGroup, step = int64_t(kRowThreads) * kVec;
+__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+    quantize_row_cached_kernel(uint8_t* q, float* scales, Src src, const int32_t* offsets, int64_t n_rows,
+                               int n_experts) {
+  const int64_t row = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  if (row >= n_rows || row >= offsets[n_experts]) return;
+  const int lane = threadIdx.x & 31;
+  const int64_t cols = src.cols, G = cols / kGroup;
   int64_t r0 = 0, m = 0;
   const int expert = row_expert(row, offsets, n_experts, r0, m);
   const typename Src::Row base = src.row(row, expert, r0);
   uint8_t* qrow = q + row * cols;
-  float cache[kRowCached][kVec], v[kVec];
+  float cache[kCachedSteps][kVec], v[kVec];
   float amax = 0;
 #pragma unroll
-  for (int i = 0; i < kRowCached; ++i) {
-    const int64_t c = threadIdx.x * kVec + i * step;
+  for (int i = 0; i < kCachedSteps; ++i) {
+    const int64_t c = lane * kVec + int64_t(i) * kChunk;
     if (c < cols) {
       src.load(cache[i], base, c);
       amax = fmaxf(amax, abs_max(cache[i]));
     }
   }
-  for (int64_t c = threadIdx.x * kVec + kRowCached * step; c < cols; c += step) {
+#pragma unroll 4
+  for (int64_t c = lane * kVec + int64_t(kCachedSteps) * kChunk; c < cols; c += kChunk) {
     src.load(v, base, c);
     amax = fmaxf(amax, abs_max(v));
   }
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-  if ((threadIdx.x & 31) == 0) s_max[threadIdx.x / 32] = amax;
-  __syncthreads();
-#pragma unroll
-  for (int w = 0; w < kRowThreads / 32; ++w) amax = fmaxf(amax, s_max[w]);
   const float s = amax > 0 ? amax / kE4m3MaxF : 1.0f;
 #pragma unroll
-  for (int i = 0; i < kRowCached; ++i) {
-    const int64_t c = threadIdx.x * kVec + i * step;
+  for (int i = 0; i < kCachedSteps; ++i) {
+    const int64_t c = lane * kVec + int64_t(i) * kChunk;
     if (c < cols) *reinterpret_cast<uint2*>(qrow + c) = to_e4m3(cache[i], s);
   }
-  for (int64_t c = threadIdx.x * kVec + kRowCached * step; c < cols; c += step) {
+#pragma unroll 4
+  for (int64_t c = lane * kVec + int64_t(kCachedSteps) * kChunk; c < cols; c += kChunk) {
     src.load(v, base, c);
     *reinterpret_cast<uint2*>(qrow + c) = to_e4m3(v, s);
   }
   float* srow = scales + r0 * G + (row - r0);  // group g's scale at srow[g * m]
-  for (int64_t g = threadIdx.x; g < G; g += kRowThreads) srow[g * m] = s;
-}
-
-// The per-row or per-(row, 128 columns) kernel over n_rows rows.
-template <class Src>
-void launch_quantize(uint8_t* q, float* scales, const Src& src, const int32_t* offsets, int64_t n_rows,
-                     int64_t n_experts, bool per_row, cudaStream_t stream) {
-  if (per_row)
-    quantize_row_e4m3_kernel<Src><<<unsigned(n_rows), kRowThreads, 0, stream>>>(q, scales, src, offsets,
-                                                                                 int(n_experts));
-  else
-    quantize_e4m3_kernel<Src><<<unsigned((n_rows + kWarpsPerBlock - 1) / kWarpsPerBlock), kWarpsPerBlock * 32, 0,
-                                stream>>>(q, scales, src, offsets, n_rows, int(n_experts));
+  for (int64_t g = lane; g < G; g += 32) srow[g * m] = s;
 }
 
 void check_quantize(const char* what, const void* q, const void* x, int64_t n_rows, int64_t n_experts,
@@ -227,8 +244,10 @@ void check_quantize(const char* what, const void* q, const void* x, int64_t n_ro
   LFM2_CHECK(cols > 0 && cols % kGroup == 0, what, ": ", cols, " columns (a multiple of 128)");
   LFM2_CHECK(n_experts >= 1 && n_experts < (int64_t(1) << 31), what, ": ", n_experts, " experts");
   LFM2_CHECK(aligned16(q) && aligned16(x), what, ": 16-byte aligned rows");
-  LFM2_CHECK(n_rows < (int64_t(1) << 31), what, ": ", n_rows, " rows is too many for one launch");
+  LFM2_CHECK(n_rows / kWarpsPerBlock < (int64_t(1) << 31), what, ": ", n_rows, " rows is too many for one launch");
 }
+
+unsigned quantize_blocks(int64_t n_rows) { return unsigned((n_rows + kWarpsPerBlock - 1) / kWarpsPerBlock); }
 
 }  // namespace
 
@@ -237,7 +256,8 @@ void moe_quantize_e4m3(uint8_t* q, float* scales, const T* x, const int32_t* src
                        int64_t n_rows, int64_t n_experts, int64_t cols, bool per_row, cudaStream_t stream) {
   check_quantize("moe_quantize_e4m3", q, x, n_rows, n_experts, cols);
   if (n_rows == 0) return;
-  launch_quantize(q, scales, RowSource<T>{x, src_row, cols}, offsets, n_rows, n_experts, per_row, stream);
+  quantize_e4m3_kernel<RowSource<T>><<<quantize_blocks(n_rows), kWarpsPerBlock * 32, 0, stream>>>(
+      q, scales, RowSource<T>{x, src_row, cols}, offsets, n_rows, int(n_experts), per_row);
   CUDA_CHECK_LAUNCH("quantize_e4m3_kernel");
 }
 
@@ -245,7 +265,8 @@ void moe_swiglu_quantize_e4m3(uint8_t* q, float* scales, const __nv_bfloat16* ga
                               int64_t n_rows, int64_t n_experts, int64_t inter, bool per_row, cudaStream_t stream) {
   check_quantize("moe_swiglu_quantize_e4m3", q, gate_up, n_rows, n_experts, inter);
   if (n_rows == 0) return;
-  launch_quantize(q, scales, SwigluSource{gate_up, inter}, offsets, n_rows, n_experts, per_row, stream);
+  quantize_e4m3_kernel<SwigluSource><<<quantize_blocks(n_rows), kWarpsPerBlock * 32, 0, stream>>>(
+      q, scales, SwigluSource{gate_up, inter}, offsets, n_rows, int(n_experts), per_row);
   CUDA_CHECK_LAUNCH("quantize_e4m3_kernel (SwiGLU)");
 }
 
@@ -256,8 +277,9 @@ void moe_swiglu_quantize_e4m3_scaled(uint8_t* q, float* scales, const __nv_bfloa
   LFM2_CHECK(n_in > 0 && n_in % kGroup == 0 && aligned16(w13_scales), "moe_swiglu_quantize_e4m3_scaled: n_in ", n_in,
              " (a multiple of 128) and 16-byte aligned weight scales");
   if (n_rows == 0) return;
-  launch_quantize(q, scales, SwigluScaledSource{gate_up, in_scales, w13_scales, inter, n_in / kGroup}, offsets,
-                  n_rows, n_experts, true, stream);
+  quantize_row_cached_kernel<SwigluScaledSource><<<quantize_blocks(n_rows), kWarpsPerBlock * 32, 0, stream>>>(
+      q, scales, SwigluScaledSource{gate_up, in_scales, w13_scales, inter, n_in / kGroup}, offsets, n_rows,
+      int(n_experts));
   CUDA_CHECK_LAUNCH("quantize_e4m3_kernel (scaled SwiGLU)");
 }
 

@@ -8,7 +8,7 @@
 //   B_e = W + e * N * K         e4m3 (N, K) K-contiguous
 //   D_e = out + offsets[e] * N  bf16 row-major (M_e, N)
 // Tile configurations (kFp8PlainConfigCount, named by fp8_plain_config_name) are instantiated here;
-// the launcher uses kFp8PlainDefault unless the bench forces one.
+// the launcher uses kFp8PlainDefault (128 x 128 x 256, cluster 1 x 2) unless the bench forces one.
 #include <algorithm>
 
 #include <cuda_runtime.h>
@@ -67,9 +67,12 @@ using CoopEpi = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
 using CoopFast = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8FastAccum;
 
 // The tile configurations (the non-fast-accum mainloop keeps two fp32 accumulators, so a consumer
-// warp group's tile stays at 64 x 128: 128 x 128 cooperative; H100, call 1 of helper CH8: 64 x 128
-// ping-pong 0.974 ms, cluster 2 x 1 0.769, against 0.706 for the default at 8,192 tokens); the last
-// one, FastAccum, is a timing comparison only (the sums kept in the tensor core's own precision).
+// warp group's tile stays at 64 x 128: 128 x 128 cooperative). H100, helper CH8's call 2, both
+// products at 4,096 / 8,192 / 16,384 tokens x top-4, routed: 128 x 128 x 256, cluster 1 x 2 (the
+// default) 0.407 / 0.692 / 1.232 ms; 128 x 128 x 128 0.407 / 0.704 / 1.292; its cluster 1 x 1
+// 0.442 / 0.764 / 1.426; call 1: 64 x 128 ping-pong 0.546 / 0.974 / 1.817, cluster 2 x 1 0.468 /
+// 0.769 / 1.389. The last one, FastAccum (the sums kept in the tensor core's own precision between
+// promotions: not shipped), is a timing comparison only: 0.351 / 0.616 / 1.086.
 using K0 = PlainKernel<Shape<_128, _128, _128>, Shape<_1, _2, _1>, Coop, CoopEpi>;
 using K1 = PlainKernel<Shape<_128, _128, _256>, Shape<_1, _2, _1>, Coop, CoopEpi>;
 using K2 = PlainKernel<Shape<_128, _128, _128>, Shape<_1, _1, _1>, Coop, CoopEpi>;

@@ -115,8 +115,8 @@ TYPED_TEST(CudaFp8Grouped, QuantizeMatchesCpu) {
     }
 }
 
-// Rows at the model's hidden (2,048: one step of the per-row kernel) and past what it keeps in
-// registers (4,608 columns: read again): bits and scales equal to the CPU twin's.
+// Rows at the model's hidden (2,048 columns) and wider (4,608): bits and scales equal to the CPU
+// twin's.
 TEST_F(CudaTest, Fp8QuantizeWideRowsMatchesCpu) {
   const std::vector<int32_t> offsets = {0, 3, 3, 40};
   const int64_t E = 3, rows = 40;
@@ -182,9 +182,10 @@ TEST_F(CudaTest, Fp8SwigluQuantizeMatchesCpu) {
 }
 
 // The SwiGLU of raw gate/up sums with the channel scales applied first (per-row activation scales
-// over n_in = 256 columns, per-output-row weight scales of w13), at the model's inter too.
+// over n_in = 256 columns, per-output-row weight scales of w13), at the model's inter too and past
+// the 2,048 columns the kernel keeps in registers (2,304: the rest read again).
 TEST_F(CudaTest, Fp8SwigluQuantizeScaledMatchesCpu) {
-  for (const int64_t inter : {int64_t(384), int64_t(1792)}) {
+  for (const int64_t inter : {int64_t(384), int64_t(1792), int64_t(2304)}) {
     SCOPED_TRACE(cat("inter ", inter));
     const std::vector<int32_t> offsets = {0, 40, 40, 300};
     const int64_t E = 3, rows = 300, n_in = 256, G = n_in / 128;

@@ -110,7 +110,7 @@ void run_fp8(__nv_bfloat16* out, const uint8_t* in, const float* in_scales, cons
 // The plain kernel's tile configurations (moe_grouped_gemm_fp8_plain.cu): the launcher uses
 // kFp8PlainDefault unless force_fp8_plain_config() names one (-1: the default again; the bench).
 inline constexpr int kFp8PlainConfigCount = 4;
-inline constexpr int kFp8PlainDefault = 0;
+inline constexpr int kFp8PlainDefault = 1;  // cooperative 128 x 128 x 256, cluster 1 x 2
 const char* fp8_plain_config_name(int config);
 void force_fp8_plain_config(int config);
 size_t fp8_plain_workspace_bytes(int64_t n_experts, int sm_count);
