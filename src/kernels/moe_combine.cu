@@ -6,6 +6,7 @@
 // wide: 4.2 / 4.8 us at 32 / 256 rows, where moe_combine + rmsnorm take 10.1 / 10.1).
 #include "common/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/grouped_gemm_fp8.h"
 #include "kernels/cuda/ops.h"
 
 namespace lfm2::cuda {
@@ -132,7 +133,68 @@ __global__ void __launch_bounds__(kThreads) combine_rmsnorm_kernel(T* out, float
   }
 }
 
+// moe_combine_kernel<bf16, 8> on down's raw sums of the channel scheme (grouped_gemm_fp8.h:
+// moe_combine_fp8_scaled): each pair's row scaled by its activation scale and its expert's weight
+// scale per channel before the routing weight.
+__global__ void __launch_bounds__(kThreads)
+    moe_combine_fp8_scaled_kernel(float* x, const __nv_bfloat16* expert_out, const int32_t* dest_row,
+                                  const float* topk_w, const float* act_scales, const float* w2_scales,
+                                  const int32_t* offsets, int n_experts, int top_k, int64_t hidden, int64_t groups) {
+  constexpr int V = 8;
+  __shared__ int s_row[kMaxTopK];
+  __shared__ float s_w[kMaxTopK], s_a[kMaxTopK];
+  __shared__ const float* s_sw[kMaxTopK];
+  const int64_t t = blockIdx.x;
+  sorted_pairs(s_row, s_w, dest_row, topk_w, t, top_k);
+  if (threadIdx.x < top_k && s_row[threadIdx.x] >= 0) {
+    const int p = s_row[threadIdx.x];
+    int lo = 0, hi = n_experts - 1;  // the last expert whose first row is <= p
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) >> 1;
+      if (offsets[mid] <= p)
+        lo = mid;
+      else
+        hi = mid - 1;
+    }
+    const int64_t r0 = offsets[lo];
+    s_a[threadIdx.x] = act_scales[r0 * groups + (p - r0)];
+    s_sw[threadIdx.x] = w2_scales + int64_t(lo) * groups * hidden;
+  }
+  __syncthreads();
+  float* xr = x + t * hidden;
+  for (int64_t c = int64_t(threadIdx.x) * V; c < hidden; c += int64_t(kThreads) * V) {
+    float acc[V] = {};
+    for (int k = 0; k < top_k; ++k) {
+      if (s_row[k] < 0) continue;  // a dropped pair (sorted first)
+      alignas(16) __nv_bfloat16 y[V];
+      alignas(16) float sw[V];
+      *reinterpret_cast<uint4*>(y) = *reinterpret_cast<const uint4*>(expert_out + int64_t(s_row[k]) * hidden + c);
+      *reinterpret_cast<float4*>(sw) = __ldg(reinterpret_cast<const float4*>(s_sw[k] + c));
+      *reinterpret_cast<float4*>(sw + 4) = __ldg(reinterpret_cast<const float4*>(s_sw[k] + c + 4));
+#pragma unroll
+      for (int j = 0; j < V; ++j) acc[j] += to_f32(y[j]) * s_a[k] * sw[j] * s_w[k];
+    }
+#pragma unroll
+    for (int j = 0; j < V; ++j) xr[c + j] += acc[j];
+  }
+}
+
 }  // namespace
+
+void moe_combine_fp8_scaled(float* x, const __nv_bfloat16* expert_out, const int32_t* dest_row, const float* weights,
+                            const float* act_scales, const float* w2_scales, const int32_t* offsets,
+                            int64_t n_tokens, int64_t n_experts, int64_t top_k, int64_t hidden, int64_t inter,
+                            cudaStream_t stream) {
+  LFM2_CHECK(top_k >= 1 && top_k <= kMaxTopK && n_experts >= 1 && n_experts < (int64_t(1) << 31) &&
+                 hidden % 8 == 0 && inter % 128 == 0 && aligned16(expert_out) && aligned16(w2_scales),
+             "moe_combine_fp8_scaled: top_k ", top_k, ", ", n_experts, " experts, hidden ", hidden, ", inter ", inter,
+             " (hidden a multiple of 8, inter of 128; 16-byte aligned rows)");
+  if (n_tokens == 0) return;
+  moe_combine_fp8_scaled_kernel<<<unsigned(n_tokens), kThreads, 0, stream>>>(
+      x, expert_out, dest_row, weights, act_scales, w2_scales, offsets, int(n_experts), int(top_k), hidden,
+      inter / 128);
+  CUDA_CHECK_LAUNCH("moe_combine_fp8_scaled_kernel");
+}
 
 template <typename T>
 void moe_combine(float* x, const T* expert_out, const int32_t* dest_row, const float* topk_w, int64_t n_tokens,

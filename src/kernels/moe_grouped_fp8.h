@@ -31,4 +31,23 @@ void moe_grouped_matmul_fp8(float* out, const uint8_t* in, const float* in_scale
                             const float* w_scales, Fp8Scheme w_scheme, const int32_t* offsets, int64_t n_experts,
                             int64_t n_in, int64_t n_out);
 
+// The channel scheme's products without scales: out (rows, n_out) = the fp32 sum over k of
+// e4m3(in[r][k]) e4m3(W_e[n][k]) for expert e's rows (the GPU writes it as bf16).
+void moe_grouped_matmul_fp8_raw(float* out, const uint8_t* in, const uint8_t* w, const int32_t* offsets,
+                                int64_t n_experts, int64_t n_in, int64_t n_out);
+
+// moe_swiglu_quantize_e4m3 per row of gate/up's raw sums, each scaled first: g = raw_g * s_a *
+// s_w[c], u = raw_u * s_a * s_w[inter + c] (fp32, left to right), s_a the row's scale in in_scales
+// (moe_quantize_e4m3's layout over n_in columns), s_w = w13_scales + e * (n_in / 128) * 2 inter.
+void moe_swiglu_quantize_e4m3_scaled(uint8_t* q, float* scales, const float* gate_up, const float* in_scales,
+                                     const float* w13_scales, const int32_t* offsets, int64_t n_rows,
+                                     int64_t n_experts, int64_t n_in, int64_t inter);
+
+// x[t] += sum over token t's pairs in ascending row p (p < 0 skipped) of
+// ((raw[p][c] * s_a(p)) * s_w(e, c)) * weight: s_a(p) = act_scales' row p (moe_quantize_e4m3's
+// layout over inter columns), e row p's expert, s_w(e, c) = w2_scales[e * (inter / 128) * hidden + c].
+void moe_combine_fp8_scaled(float* x, const float* expert_out, const int32_t* dest_row, const float* weights,
+                            const float* act_scales, const float* w2_scales, const int32_t* offsets,
+                            int64_t n_tokens, int64_t n_experts, int64_t top_k, int64_t hidden, int64_t inter);
+
 }  // namespace lfm2::cpu

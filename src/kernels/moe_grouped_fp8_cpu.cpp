@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "common/error.h"
@@ -82,6 +83,68 @@ void moe_grouped_matmul_fp8(float* out, const uint8_t* in, const float* in_scale
         out[r * n_out + n] = acc;
       }
     }
+  }
+}
+
+void moe_grouped_matmul_fp8_raw(float* out, const uint8_t* in, const uint8_t* w, const int32_t* offsets,
+                                int64_t n_experts, int64_t n_in, int64_t n_out) {
+  std::vector<float> a(static_cast<size_t>(n_in)), wf(static_cast<size_t>(n_out * n_in));
+  for (int64_t e = 0; e < n_experts; ++e) {
+    const int64_t r0 = offsets[e], m = offsets[e + 1] - r0;
+    if (m == 0) continue;
+    for (int64_t i = 0; i < n_out * n_in; ++i) wf[size_t(i)] = e4m3_to_float(w[e * n_out * n_in + i]);
+    for (int64_t r = r0; r < r0 + m; ++r) {
+      for (int64_t k = 0; k < n_in; ++k) a[size_t(k)] = e4m3_to_float(in[r * n_in + k]);
+      for (int64_t n = 0; n < n_out; ++n) {
+        const float* wn = wf.data() + n * n_in;
+        float acc = 0;
+        for (int64_t k = 0; k < n_in; ++k) acc += a[size_t(k)] * wn[k];
+        out[r * n_out + n] = acc;
+      }
+    }
+  }
+}
+
+void moe_swiglu_quantize_e4m3_scaled(uint8_t* q, float* scales, const float* gate_up, const float* in_scales,
+                                     const float* w13_scales, const int32_t* offsets, int64_t n_rows,
+                                     int64_t n_experts, int64_t n_in, int64_t inter) {
+  LFM2_CHECK(inter > 0 && inter % kFp8Block == 0 && n_in % kFp8Block == 0, "moe_swiglu_quantize_e4m3_scaled: ", n_in,
+             " -> ", inter, " (multiples of 128)");
+  const int64_t G = n_in / kFp8Block;
+  std::vector<float> a(static_cast<size_t>(inter));
+  for (int64_t e = 0; e < n_experts; ++e) {
+    const int64_t r0 = offsets[e], m = offsets[e + 1] - r0;
+    const float* sw = w13_scales + e * G * 2 * inter;
+    for (int64_t r = r0; r < r0 + m && r < n_rows; ++r) {
+      const float* g = gate_up + r * 2 * inter;
+      const float sa = in_scales[r0 * G + (r - r0)];
+      for (int64_t c = 0; c < inter; ++c) {
+        const float gf = g[c] * sa * sw[c], uf = g[inter + c] * sa * sw[inter + c];
+        a[size_t(c)] = gf / (1.0f + std::exp(-gf)) * uf;
+      }
+      quantize_row(q, scales, a.data(), r, r0, m, inter, true);
+    }
+  }
+}
+
+void moe_combine_fp8_scaled(float* x, const float* expert_out, const int32_t* dest_row, const float* weights,
+                            const float* act_scales, const float* w2_scales, const int32_t* offsets,
+                            int64_t n_tokens, int64_t n_experts, int64_t top_k, int64_t hidden, int64_t inter) {
+  const int64_t G = inter / kFp8Block;
+  std::vector<std::pair<int32_t, float>> pairs(static_cast<size_t>(top_k));
+  std::vector<float> acc(static_cast<size_t>(hidden));
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    for (int64_t k = 0; k < top_k; ++k) pairs[size_t(k)] = {dest_row[t * top_k + k], weights[t * top_k + k]};
+    std::stable_sort(pairs.begin(), pairs.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::fill(acc.begin(), acc.end(), 0.f);
+    for (const auto& [p, wt] : pairs) {
+      if (p < 0) continue;
+      const int64_t e = std::upper_bound(offsets + 1, offsets + n_experts, p) - (offsets + 1), r0 = offsets[e];
+      const float sa = act_scales[r0 * G + (p - r0)];
+      const float* sw = w2_scales + e * G * hidden;
+      for (int64_t c = 0; c < hidden; ++c) acc[size_t(c)] += expert_out[p * hidden + c] * sa * sw[c] * wt;
+    }
+    for (int64_t c = 0; c < hidden; ++c) x[t * hidden + c] += acc[size_t(c)];
   }
 }
 

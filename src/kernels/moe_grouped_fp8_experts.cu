@@ -2,6 +2,8 @@
 // composed as moe_experts (moe_experts.cu) with everything on the device: permutation by expert ->
 // gather into expert order quantized to e4m3 -> FP8 grouped GEMM [w1; w3] (bf16 out) -> SwiGLU
 // quantized to e4m3 -> FP8 grouped GEMM w2 (bf16 out) -> weighted un-permutation into the residual.
+// The channel scheme's products are the plain kernel's raw sums (moe_grouped_matmul_fp8_raw), its
+// scales applied by the SwiGLU's quantization and the combine, which read those outputs anyway.
 // Scratch is carved from one caller-owned buffer of moe_experts_fp8_scratch_bytes().
 #include <algorithm>
 
@@ -39,7 +41,17 @@ Layout layout(int64_t n_tokens, int64_t hidden, int64_t n_experts, int64_t inter
   return l;
 }
 
+bool& channel_plain() {
+  static bool on = true;
+  return on;
+}
+
 }  // namespace
+
+namespace grouped {
+void set_fp8_channel_plain(bool on) { channel_plain() = on; }
+bool fp8_channel_plain() { return channel_plain(); }
+}  // namespace grouped
 
 int64_t moe_experts_fp8_scratch_bytes(int64_t n_tokens, int64_t hidden, int64_t n_experts, int64_t inter,
                                       int64_t top_k) {
@@ -69,6 +81,15 @@ void moe_experts_fp8(float* x, const T* in, const uint8_t* w13, const float* s13
               stream);
   moe_quantize_e4m3<T>(bytes(l.q_in), floats(l.s_in), in, ints(l.src_token), offsets, P, n_experts, hidden, per_row,
                        stream);
+  if (per_row && channel_plain()) {
+    moe_grouped_matmul_fp8_raw(gate_up, bytes(l.q_in), w13, offsets, P, n_experts, hidden, 2 * inter, ws, stream);
+    moe_swiglu_quantize_e4m3_scaled(bytes(l.q_act), floats(l.s_act), gate_up, floats(l.s_in), s13, offsets, P,
+                                    n_experts, hidden, inter, stream);
+    moe_grouped_matmul_fp8_raw(expert_out, bytes(l.q_act), w2, offsets, P, n_experts, inter, hidden, ws, stream);
+    moe_combine_fp8_scaled(x, expert_out, ints(l.dest_row), weights, floats(l.s_act), s2, offsets, n_tokens,
+                           n_experts, top_k, hidden, inter, stream);
+    return;
+  }
   moe_grouped_matmul_fp8(gate_up, bytes(l.q_in), floats(l.s_in), w13, s13, scheme, offsets, P, n_experts,
                          hidden, 2 * inter, ws, stream);
   moe_swiglu_quantize_e4m3(bytes(l.q_act), floats(l.s_act), gate_up, offsets, P, n_experts, inter, per_row, stream);

@@ -60,7 +60,49 @@ struct Fp8BenchIn {
   const int32_t *src, *ids, *bal, *off;
   const float* wts;
   float* x;
+  const int32_t* dest;
 };
+
+struct Fp8BenchBufs {
+  uint8_t *w13, *w2;
+  float *s13, *s2;
+  uint8_t *q1, *q2;
+  float *sa1, *sa2;
+  __nv_bfloat16* gu;
+  char* ws;
+};
+
+// The channel scheme on the plain kernel: every tile configuration's raw products, then the
+// consumers that apply the scales (the scaled SwiGLU quantization, the scaled combine) beside the
+// unscaled ones.
+void bench_channel_plain(cudaStream_t s, int64_t n_tokens, const Fp8BenchIn& b, double f1, double f2,
+                         const Fp8BenchBufs& u) {
+  const int64_t H = 2048, E = 32, Im = 1792, k = 4, P = n_tokens * k;
+  for (int c = 0; c < cuda::grouped::kFp8PlainConfigCount; ++c) {
+    cuda::grouped::force_fp8_plain_config(c);
+    for (int pass = 0; pass < 2; ++pass) {
+      const int32_t* o = pass == 0 ? b.bal : b.off;
+      const double t1 =
+          median_ms(s, [&] { cuda::moe_grouped_matmul_fp8_raw(u.gu, u.q1, u.w13, o, P, E, H, 2 * Im, u.ws, s); });
+      const double t2 =
+          median_ms(s, [&] { cuda::moe_grouped_matmul_fp8_raw(u.gu, u.q2, u.w2, o, P, E, Im, H, u.ws, s); });
+      std::printf("fp8   moe %5lld tok %-8s plain    gate_up %s | down %s | both %s  [%s]\n", (long long)n_tokens,
+                  pass == 0 ? "balanced" : "routed", tf(f1, t1).c_str(), tf(f2, t2).c_str(),
+                  tf(f1 + f2, t1 + t2).c_str(), cuda::grouped::fp8_plain_config_name(c));
+    }
+  }
+  cuda::grouped::force_fp8_plain_config(-1);
+  const double tsw = median_ms(s, [&] {
+    cuda::moe_swiglu_quantize_e4m3_scaled(u.q2, u.sa2, u.gu, u.sa1, u.s13, b.off, P, E, H, Im, s);
+  });
+  const double tcs = median_ms(s, [&] {
+    cuda::moe_combine_fp8_scaled(b.x, u.gu, b.dest, b.wts, u.sa2, u.s2, b.off, n_tokens, E, k, H, Im, s);
+  });
+  const double tc =
+      median_ms(s, [&] { cuda::moe_combine<__nv_bfloat16>(b.x, u.gu, b.dest, b.wts, n_tokens, k, H, s); });
+  std::printf("fp8   moe %5lld tok routed   plain    swiglu+scales+quantize %.3f ms | combine with scales %.3f ms "
+              "(moe_combine %.3f)\n", (long long)n_tokens, tsw, tcs, tc);
+}
 
 void bench_moe_fp8(cudaStream_t s, int64_t n_tokens, const Fp8BenchIn& b, double f1, double f2) {
   const int64_t H = 2048, E = 32, Im = 1792, k = 4, P = n_tokens * k;
@@ -99,11 +141,20 @@ void bench_moe_fp8(cudaStream_t s, int64_t n_tokens, const Fp8BenchIn& b, double
                   (long long)n_tokens, pass == 0 ? "balanced" : "routed", fp8_scheme_name(scheme), tf(f1, t1).c_str(),
                   tf(f2, t2).c_str(), tf(f1 + f2, t1 + t2).c_str(), tg, tsw);
     }
-    const double tw = median_ms(s, [&] {
-      cuda::moe_experts_fp8(b.x, b.in, w13, s13, w2, s2, scheme, b.ids, b.wts, n_tokens, H, E, Im, k, scratch, s);
-    });
+    auto whole = [&] {
+      return median_ms(s, [&] {
+        cuda::moe_experts_fp8(b.x, b.in, w13, s13, w2, s2, scheme, b.ids, b.wts, n_tokens, H, E, Im, k, scratch, s);
+      });
+    };
+    if (per_row) {
+      cuda::grouped::set_fp8_channel_plain(false);
+      std::printf("fp8   moe %5lld tok routed   %-8s whole moe_experts_fp8 (no router), blockwise kernel %.3f ms\n",
+                  (long long)n_tokens, fp8_scheme_name(scheme), whole());
+      cuda::grouped::set_fp8_channel_plain(true);
+      bench_channel_plain(s, n_tokens, b, f1, f2, {w13, w2, s13, s2, q1, q2, sa1, sa2, gu, ws});
+    }
     std::printf("fp8   moe %5lld tok routed   %-8s whole moe_experts_fp8 (no router) %.3f ms\n", (long long)n_tokens,
-                fp8_scheme_name(scheme), tw);
+                fp8_scheme_name(scheme), whole());
   }
   for (void* p : std::initializer_list<void*>{w13, w2, s13, s2, q1, q2, sa1, sa2, gu, ws, scratch}) cudaFree(p);
 }
@@ -183,7 +234,7 @@ void bench_moe(const char* name, cudaStream_t s, int64_t n_tokens, bool sweep, b
     }
   }
   if constexpr (std::is_same<T, __nv_bfloat16>::value)
-    if (n_tokens >= 4096 || small) bench_moe_fp8(s, n_tokens, {in, act, src, ids, bal, off, wts, x}, f1, f2);
+    if (n_tokens >= 4096 || small) bench_moe_fp8(s, n_tokens, {in, act, src, ids, bal, off, wts, x, dest}, f1, f2);
   const double t_route = median_ms(s, [&] { cuda::moe_router(wts, ids, logits, nullptr, n_tokens, E, k, true, 1.f, s); });
   const double t_perm = median_ms(s, [&] { cuda::moe_permute(off, src, dest, ids, n_tokens, E, k, pscr, s); });
   const double t_gather = median_ms(s, [&] { cuda::moe_gather(xs, in, src, P, H, s); });

@@ -3,13 +3,19 @@
 // model's CPU oracle with FP8 activations (cpu::moe_experts with fp8_act_group: the weights
 // dequantized, each product's input fake-quantized). Oracles and tolerances:
 // - quantization of gathered bf16 / fp16 rows, per row and per (row, 128 columns): bits and
-//   scales equal to cpu::moe_quantize_e4m3's (a zero group and a saturating value included);
+//   scales equal to cpu::moe_quantize_e4m3's (a zero group and a saturating value included; rows of
+//   2,048 and 4,608 columns);
 // - the SwiGLU's quantization: cpu::moe_swiglu_quantize_e4m3; scales within 1e-6 relative, codes
 //   at most one apart and 99 % equal (the device's expf is not glibc's);
 // - the products, channel and block128 weight scales, per-row and per-128 activation scales:
 //   cpu::moe_grouped_matmul_fp8 at bf16's tolerance (bf16 out);
+// - the channel scheme's raw products (moe_grouped_matmul_fp8_raw, no scales): the fp32 sums of the
+//   codes (cpu::moe_grouped_matmul_fp8_raw) at bf16's tolerance, atol scaled by the sums' rms;
+// - the scaled SwiGLU's quantization and the scaled combine that apply the channel scales:
+//   their CPU twins, as the unscaled SwiGLU's (codes) and within 1e-6 norm-relative (the combine);
 // - moe_experts_fp8: the oracle within 2 % norm-relative error (the GPU rounds gate/up and the
-//   expert outputs to bf16 before quantizing or combining), and row 0 alone bit-equal to its batch.
+//   expert outputs to bf16 before quantizing or combining), and row 0 alone bit-equal to its batch;
+//   the channel scheme on the plain kernel (the default) and on the blockwise one.
 // Ragged groups with an empty expert, the model's widths. Skips without a GPU.
 #include <algorithm>
 #include <cmath>
@@ -109,6 +115,48 @@ TYPED_TEST(CudaFp8Grouped, QuantizeMatchesCpu) {
     }
 }
 
+// Rows at the model's hidden (2,048 columns) and wider (4,608): bits and scales equal to the CPU
+// twin's.
+TEST_F(CudaTest, Fp8QuantizeWideRowsMatchesCpu) {
+  const std::vector<int32_t> offsets = {0, 3, 3, 40};
+  const int64_t E = 3, rows = 40;
+  for (const int64_t cols : {int64_t(2048), int64_t(4608)})
+    for (const bool per_row : {false, true}) {
+      SCOPED_TRACE(cat(cols, " columns, ", per_row ? "per row" : "per 128 columns"));
+      auto x = rand_vec(size_t(rows * cols), 15, 2.f);
+      x[size_t(7 * cols + cols - 5)] = 300.f;  // the row's amax in its last step
+      const auto raw = round_to<__nv_bfloat16>(x);
+      DevBuf<__nv_bfloat16> d_x(raw.size());
+      DevBuf<int32_t> d_off(offsets.size());
+      DevBuf<uint8_t> d_q(size_t(rows * cols));
+      DevBuf<float> d_s(size_t(rows * cols / 128));
+      upload(d_x, raw);
+      upload(d_off, offsets);
+      cuda::moe_quantize_e4m3(d_q.get(), d_s.get(), d_x.get(), nullptr, d_off.get(), rows, E, cols, per_row,
+                              this->stream_);
+      this->sync();
+      std::vector<uint8_t> q(size_t(rows * cols));
+      std::vector<float> s(size_t(rows * cols / 128));
+      cpu::moe_quantize_e4m3(q.data(), s.data(), x.data(), nullptr, offsets.data(), rows, E, cols, per_row);
+      EXPECT_EQ(byte_download(d_q.get(), q.size()), q);
+      EXPECT_EQ(download(d_s.get(), s.size()), s);
+    }
+}
+
+// Codes at most one apart and 99 % equal, scales within 1e-6 relative (the device's expf is not
+// glibc's).
+void expect_codes_close(const std::vector<uint8_t>& gq, const std::vector<uint8_t>& q, const std::vector<float>& gs,
+                        const std::vector<float>& s) {
+  int64_t same = 0, far = 0;
+  for (size_t i = 0; i < q.size(); ++i) {
+    same += gq[i] == q[i];
+    far += std::abs(int(gq[i] & 0x7f) - int(q[i] & 0x7f)) > 1 || ((gq[i] ^ q[i]) & 0x80 && (q[i] & 0x7f));
+  }
+  EXPECT_EQ(far, 0) << "codes more than one apart";
+  EXPECT_GE(double(same), 0.99 * double(q.size()));
+  for (size_t i = 0; i < s.size(); ++i) ASSERT_NEAR(gs[i], s[i], 1e-6 * s[i]) << "scale " << i;
+}
+
 TEST_F(CudaTest, Fp8SwigluQuantizeMatchesCpu) {
   const std::vector<int32_t> offsets = {0, 40, 40, 300};
   const int64_t E = 3, rows = 300, inter = 384;
@@ -129,17 +177,76 @@ TEST_F(CudaTest, Fp8SwigluQuantizeMatchesCpu) {
     std::vector<uint8_t> q(size_t(rows * inter));
     std::vector<float> s(static_cast<size_t>(n_s));
     cpu::moe_swiglu_quantize_e4m3(q.data(), s.data(), gu.data(), offsets.data(), rows, E, inter, per_row);
-    const auto gq = byte_download(d_q.get(), q.size());
-    const auto gs = download(d_s.get(), s.size());
-    int64_t same = 0, far = 0;
-    for (size_t i = 0; i < q.size(); ++i) {
-      same += gq[i] == q[i];
-      far += std::abs(int(gq[i] & 0x7f) - int(q[i] & 0x7f)) > 1 || ((gq[i] ^ q[i]) & 0x80 && (q[i] & 0x7f));
-    }
-    EXPECT_EQ(far, 0) << "codes more than one apart";
-    EXPECT_GE(double(same), 0.99 * double(q.size()));
-    for (size_t i = 0; i < s.size(); ++i) ASSERT_NEAR(gs[i], s[i], 1e-6 * s[i]) << "scale " << i;
+    expect_codes_close(byte_download(d_q.get(), q.size()), q, download(d_s.get(), s.size()), s);
   }
+}
+
+// The SwiGLU of raw gate/up sums with the channel scales applied first (per-row activation scales
+// over n_in = 256 columns, per-output-row weight scales of w13), at the model's inter too and past
+// the 2,048 columns the kernel keeps in registers (2,304: the rest read again).
+TEST_F(CudaTest, Fp8SwigluQuantizeScaledMatchesCpu) {
+  for (const int64_t inter : {int64_t(384), int64_t(1792), int64_t(2304)}) {
+    SCOPED_TRACE(cat("inter ", inter));
+    const std::vector<int32_t> offsets = {0, 40, 40, 300};
+    const int64_t E = 3, rows = 300, n_in = 256, G = n_in / 128;
+    auto gu = rand_vec(size_t(rows * 2 * inter), 19, 3e3f);  // raw sums of e4m3 codes
+    const auto raw = round_to<__nv_bfloat16>(gu);
+    auto sa = rand_vec(size_t(rows * G), 20, 1e-3f);
+    auto sw = rand_vec(size_t(E * G * 2 * inter), 21, 1e-3f);
+    for (float& v : sa) v = std::fabs(v) + 1e-4f;
+    for (float& v : sw) v = std::fabs(v) + 1e-4f;
+    DevBuf<__nv_bfloat16> d_gu(raw.size());
+    DevBuf<int32_t> d_off(offsets.size());
+    DevBuf<float> d_sa(sa.size()), d_sw(sw.size()), d_s(size_t(rows * inter / 128));
+    DevBuf<uint8_t> d_q(size_t(rows * inter));
+    upload(d_gu, raw);
+    upload(d_off, offsets);
+    upload(d_sa, sa);
+    upload(d_sw, sw);
+    cuda::moe_swiglu_quantize_e4m3_scaled(d_q.get(), d_s.get(), d_gu.get(), d_sa.get(), d_sw.get(), d_off.get(), rows,
+                                          E, n_in, inter, this->stream_);
+    this->sync();
+    std::vector<uint8_t> q(size_t(rows * inter));
+    std::vector<float> s(size_t(rows * inter / 128));
+    cpu::moe_swiglu_quantize_e4m3_scaled(q.data(), s.data(), gu.data(), sa.data(), sw.data(), offsets.data(), rows, E,
+                                         n_in, inter);
+    expect_codes_close(byte_download(d_q.get(), q.size()), q, download(d_s.get(), s.size()), s);
+  }
+}
+
+// The combine of raw down sums with the channel scales: ragged experts (one empty), dropped pairs,
+// the model's hidden and top-4.
+TEST_F(CudaTest, Fp8CombineScaledMatchesCpu) {
+  const int64_t n = 70, k = 4, P = n * k, hidden = 2048, inter = 1792, G = inter / 128;
+  const std::vector<int32_t> offsets = {0, 50, 50, 131, 280};
+  const int64_t E = int64_t(offsets.size()) - 1;
+  std::vector<int32_t> dest(static_cast<size_t>(P));  // a shuffle of the rows
+  for (int64_t i = 0; i < P; ++i) dest[size_t(i)] = int32_t(i);
+  for (int64_t i = P - 1; i > 0; --i) std::swap(dest[size_t(i)], dest[size_t((i * 7919 + 17) % (i + 1))]);
+  dest[5] = -1, dest[66] = -1;  // dropped pairs
+  auto out = rand_vec(size_t(P * hidden), 30, 5e4f);
+  const auto raw = round_to<__nv_bfloat16>(out);
+  auto wts = rand_vec(size_t(P), 31), sa = rand_vec(size_t(P * G), 32, 1e-2f);
+  const auto sw = rand_vec(size_t(E * G * hidden), 33, 1e-3f);
+  for (float& v : sa) v = std::fabs(v) + 1e-4f;
+  const auto x0 = rand_vec(size_t(n * hidden), 34);
+  DevBuf<__nv_bfloat16> d_out(raw.size());
+  DevBuf<int32_t> d_dest(dest.size()), d_off(offsets.size());
+  DevBuf<float> d_w(wts.size()), d_sa(sa.size()), d_sw(sw.size()), d_x(x0.size());
+  upload(d_out, raw);
+  upload(d_dest, dest);
+  upload(d_off, offsets);
+  upload(d_w, wts);
+  upload(d_sa, sa);
+  upload(d_sw, sw);
+  upload(d_x, x0);
+  cuda::moe_combine_fp8_scaled(d_x.get(), d_out.get(), d_dest.get(), d_w.get(), d_sa.get(), d_sw.get(), d_off.get(), n,
+                               E, k, hidden, inter, this->stream_);
+  this->sync();
+  std::vector<float> want = x0;
+  cpu::moe_combine_fp8_scaled(want.data(), out.data(), dest.data(), wts.data(), sa.data(), sw.data(), offsets.data(), n,
+                              E, k, hidden, inter);
+  EXPECT_TRUE(norm_close(download(d_x.get(), want.size()), want, 1e-6));
 }
 
 // The products at a ragged small shape and at the model's widths (gate/up 2048 -> 2 x 1792 cut to 512
@@ -185,6 +292,40 @@ TYPED_TEST(CudaFp8Grouped, ProductMatchesCpu) {
                                     c.offsets.data(), E, c.n_in, c.n_out);
         EXPECT_TRUE(close_t<__nv_bfloat16>(download(d_out.get(), want.size()), want));
       }
+}
+
+// The channel scheme's raw products (no scales) at the shapes of ProductMatchesCpu.
+TEST_F(CudaTest, Fp8RawProductMatchesCpu) {
+  struct Case {
+    std::vector<int32_t> offsets;
+    int64_t n_in, n_out;
+  };
+  const std::vector<Case> cases = {{{0, 70, 70, 181, 250, 300}, 256, 384},
+                                   {{0, 1, 65, 200, 260}, 2048, 512},
+                                   {{0, 130, 131, 256}, 1792, 2048}};
+  for (const Case& c : cases) {
+    const int64_t E = int64_t(c.offsets.size()) - 1, rows = c.offsets.back();
+    SCOPED_TRACE(cat(E, " experts, ", rows, " rows, ", c.n_in, " -> ", c.n_out));
+    const auto x = rand_vec(size_t(rows * c.n_in), 7, 2.f);
+    std::vector<uint8_t> q(x.size());
+    std::vector<float> sa(size_t(rows * c.n_in / 128)), want(size_t(rows * c.n_out));
+    cpu::moe_quantize_e4m3(q.data(), sa.data(), x.data(), nullptr, c.offsets.data(), rows, E, c.n_in, true);
+    const Experts w = make_experts(E, c.n_out, c.n_in, Fp8Scheme::Channel, 8);
+    DevBuf<int32_t> d_off(c.offsets.size());
+    DevBuf<uint8_t> d_q(q.size()), d_w(w.q.size());
+    DevBuf<__nv_bfloat16> d_out(want.size());
+    DevBuf<char> ws(size_t(cuda::moe_grouped_matmul_fp8_workspace_bytes(E)));
+    upload(d_off, c.offsets);
+    upload(d_q, q);
+    upload(d_w, w.q);
+    cuda::moe_grouped_matmul_fp8_raw(d_out.get(), d_q.get(), d_w.get(), d_off.get(), rows, E, c.n_in, c.n_out, ws.get(),
+                                     this->stream_);
+    this->sync();
+    cpu::moe_grouped_matmul_fp8_raw(want.data(), q.data(), w.q.data(), c.offsets.data(), E, c.n_in, c.n_out);
+    double ss = 0;
+    for (const float v : want) ss += double(v) * v;
+    EXPECT_TRUE(close_t<__nv_bfloat16>(download(d_out.get(), want.size()), want, std::sqrt(ss / double(want.size()))));
+  }
 }
 
 // The prompt rows' MoE (moe_experts_fp8) against the oracle: x + cpu::moe_experts(in) with the
@@ -251,19 +392,26 @@ TYPED_TEST(CudaFp8Grouped, ExpertsMatchTheOracle) {
       upload(d_x, x0);
       upload(d_wt, weights);
       upload(d_e, experts);
-      auto run = [&](int64_t rows) {
-        cuda::moe_experts_fp8<T>(d_x.get(), d_in.get(), d_w13.get(), d_s13.get(), d_w2.get(), d_s2.get(), scheme,
-                                 d_e.get(), d_wt.get(), rows, H, E, I, k, d_scratch.get(), this->stream_);
-        this->sync();
-      };
-      run(n);
-      const auto got = download(d_x.get(), x0.size());
-      std::vector<float> moe(got.size());  // what the experts added
-      for (size_t i = 0; i < got.size(); ++i) moe[i] = got[i] - x0[i];
-      EXPECT_TRUE(norm_close(moe, ref, 0.02));
-      upload(d_x, x0);
-      run(1);
-      EXPECT_TRUE(same_bits(download(d_x.get(), size_t(H)), std::vector<float>(got.begin(), got.begin() + H)));
+      for (const bool plain : {true, false}) {
+        if (!plain && scheme != Fp8Scheme::Channel) continue;
+        SCOPED_TRACE(plain ? "plain kernel (channel) / blockwise (block128)" : "channel on the blockwise kernel");
+        cuda::grouped::set_fp8_channel_plain(plain);
+        upload(d_x, x0);
+        auto run = [&](int64_t rows) {
+          cuda::moe_experts_fp8<T>(d_x.get(), d_in.get(), d_w13.get(), d_s13.get(), d_w2.get(), d_s2.get(), scheme,
+                                   d_e.get(), d_wt.get(), rows, H, E, I, k, d_scratch.get(), this->stream_);
+          this->sync();
+        };
+        run(n);
+        const auto got = download(d_x.get(), x0.size());
+        std::vector<float> moe(got.size());  // what the experts added
+        for (size_t i = 0; i < got.size(); ++i) moe[i] = got[i] - x0[i];
+        EXPECT_TRUE(norm_close(moe, ref, 0.02));
+        upload(d_x, x0);
+        run(1);
+        EXPECT_TRUE(same_bits(download(d_x.get(), size_t(H)), std::vector<float>(got.begin(), got.begin() + H)));
+      }
+      cuda::grouped::set_fp8_channel_plain(true);
     }
 }
 

@@ -52,10 +52,40 @@ void moe_grouped_matmul_fp8(__nv_bfloat16* out, const uint8_t* in, const float* 
                             const float* w_scales, Fp8Scheme w_scheme, const int32_t* offsets, int64_t max_rows,
                             int64_t n_experts, int64_t n_in, int64_t n_out, void* workspace, cudaStream_t stream);
 
+// The channel scheme's products without scales (moe_grouped_gemm_fp8_plain.cu): out (rows, n_out) =
+// the fp32 sum of in x W_e^T over the e4m3 codes, written as bf16, for expert e's rows; the row and
+// output-row scales factor out of the sum and are applied by the consumers
+// (moe_swiglu_quantize_e4m3_scaled, moe_combine_fp8_scaled). Shapes, alignment, workspace and
+// queueing as moe_grouped_matmul_fp8.
+void moe_grouped_matmul_fp8_raw(__nv_bfloat16* out, const uint8_t* in, const uint8_t* w, const int32_t* offsets,
+                                int64_t max_rows, int64_t n_experts, int64_t n_in, int64_t n_out, void* workspace,
+                                cudaStream_t stream);
+
+// moe_swiglu_quantize_e4m3 per row on gate/up's raw sums (moe_grouped_matmul_fp8_raw of w13 on
+// rows quantized per row): g = raw_g * s_a * s_w[c], u = raw_u * s_a * s_w[inter + c] in fp32 (left
+// to right), s_a the row's scale in in_scales (moe_quantize_e4m3's layout over n_in columns),
+// s_w = w13_scales + e * (n_in / 128) * 2 inter (k block 0 of the channel scales, (E, n_in / 128,
+// 2 inter)); then silu(g) * u quantized per row into q and scales (moe_quantize_e4m3's layout).
+void moe_swiglu_quantize_e4m3_scaled(uint8_t* q, float* scales, const __nv_bfloat16* gate_up, const float* in_scales,
+                                     const float* w13_scales, const int32_t* offsets, int64_t n_rows,
+                                     int64_t n_experts, int64_t n_in, int64_t inter, cudaStream_t stream);
+
+// moe_combine of down's raw sums: x[t] += sum over token t's pairs, ascending row p (dropped pairs,
+// p < 0, skipped), of (raw[p][c] * s_a(p) * s_w(e, c)) * weight, s_a(p) down's input scale of row p
+// (act_scales, moe_quantize_e4m3's layout over inter columns), e the expert of row p (by the
+// offsets), s_w(e, c) = w2_scales[e * (inter / 128) * hidden + c] (k block 0). One block per token,
+// no atomics; hidden % 8 == 0, 16-byte aligned rows.
+void moe_combine_fp8_scaled(float* x, const __nv_bfloat16* expert_out, const int32_t* dest_row, const float* weights,
+                            const float* act_scales, const float* w2_scales, const int32_t* offsets,
+                            int64_t n_tokens, int64_t n_experts, int64_t top_k, int64_t hidden, int64_t inter,
+                            cudaStream_t stream);
+
 // The routed experts of prompt rows on the FP8 tensor cores, moe_experts with e4m3 experts: x
 // (n_tokens, hidden) fp32 += experts(in). The permutation by expert; the gather into expert order
 // quantized to e4m3 (moe_quantize_e4m3); gate/up (moe_grouped_matmul_fp8, bf16 out); the SwiGLU
-// quantized (moe_swiglu_quantize_e4m3); down; moe_combine. Activations per row under Channel, per
+// quantized (moe_swiglu_quantize_e4m3); down; moe_combine. Under Channel (unless
+// grouped::set_fp8_channel_plain(false)) the products are moe_grouped_matmul_fp8_raw's and the
+// scales go to moe_swiglu_quantize_e4m3_scaled and moe_combine_fp8_scaled. Activations per row under Channel, per
 // (row, 128 columns) under Block128 (the CPU oracle's fp8_activations). w13 (E, 2 inter, hidden)
 // e4m3 (each expert's w1 rows then its w3 rows), w2 (E, hidden, inter); s13 / s2 as
 // moe_grouped_matmul_fp8's w_scales. hidden and inter multiples of 128, Hopper. Scratch:
@@ -76,4 +106,19 @@ size_t fp8_workspace_bytes(int64_t n_experts, int sm_count);
 void run_fp8(__nv_bfloat16* out, const uint8_t* in, const float* in_scales, const uint8_t* w,
              const float* w_scales, bool w_per_channel, const int32_t* offsets, int64_t n_experts, int64_t n_in,
              int64_t n_out, void* workspace, int sm_count, int device, cudaStream_t stream);
+
+// The plain kernel's tile configurations (moe_grouped_gemm_fp8_plain.cu): the launcher uses
+// kFp8PlainDefault unless force_fp8_plain_config() names one (-1: the default again; the bench).
+inline constexpr int kFp8PlainConfigCount = 4;
+inline constexpr int kFp8PlainDefault = 1;  // cooperative 128 x 128 x 256, cluster 1 x 2
+const char* fp8_plain_config_name(int config);
+void force_fp8_plain_config(int config);
+size_t fp8_plain_workspace_bytes(int64_t n_experts, int sm_count);
+void run_fp8_plain(__nv_bfloat16* out, const uint8_t* in, const uint8_t* w, const int32_t* offsets,
+                   int64_t n_experts, int64_t n_in, int64_t n_out, void* workspace, int sm_count, int device,
+                   cudaStream_t stream);
+// Whether moe_experts_fp8 runs the channel scheme on the plain kernel (default) or on the
+// blockwise one with repeated scales (false; the bench's comparison).
+void set_fp8_channel_plain(bool on);
+bool fp8_channel_plain();
 }  // namespace lfm2::cuda::grouped
