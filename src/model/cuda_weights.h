@@ -59,7 +59,22 @@ struct DeviceLayerWeights {
   // (w13: (H / 128, 2 Im)); else null.
   const float* experts_w13_st = nullptr;
   const float* experts_w2_st = nullptr;
+
+  // A --dense FP8 file's projections on a 16-bit stage (fp8_projections_on_device): e4m3 as
+  // stored, stacked as the T
+  // members are (qkv: q; k; v rows, w13: w1; w3), with the file's scales stacked alike (channel:
+  // (rows), block128: (rows / 128, cols / 128)); the T member null. The prompt rows run them on
+  // cuBLASLt's FP8 matmul, the decode rows on linear_fp8_decode (model/cuda_layers.h).
+  const uint8_t *qkv_proj_q = nullptr, *out_proj_q = nullptr, *conv_in_proj_q = nullptr;
+  const uint8_t *conv_out_proj_q = nullptr, *w13_q = nullptr, *w2_q = nullptr;
+  const float *qkv_proj_s = nullptr, *out_proj_s = nullptr, *conv_in_proj_s = nullptr;
+  const float *conv_out_proj_s = nullptr, *w13_s = nullptr, *w2_s = nullptr;
 };
+
+// Whether a 16-bit stage keeps a --dense FP8 file's projections in e4m3 (above): the file says
+// "projections", every product's input width is a multiple of 128 (block128: every stacked part's
+// rows too), and LFM2_FP8_PROJ is not "0" (which dequantizes them at upload as before, to compare).
+bool fp8_projections_on_device(const ModelConfig& cfg, size_t elem_bytes);
 
 // The stage's layers plus the embedding (first stage, or last when tied), the final norm and the
 // head (last stage), and the RoPE inverse frequencies (cpu::rope_inv_freq).
