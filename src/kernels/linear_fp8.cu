@@ -96,7 +96,9 @@ std::map<Key, Plan>& plans() {
   return m;
 }
 
-Plan& plan_for(const Key& k) {
+// The scale pointers are set before the heuristic is asked: cuBLASLt refuses a non-scalar scale mode
+// without one (CUBLAS_STATUS_INVALID_VALUE; H100, DN8 call 1).
+Plan& plan_for(const Key& k, const float* a_scales, const float* b_scales) {
   auto it = plans().find(k);
   if (it != plans().end()) return it->second;
   Plan p;
@@ -112,6 +114,8 @@ Plan& plan_for(const Key& k) {
   if (sms < device_info(k.device).sm_count)
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &sms, sizeof(sms)));
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_8F_E4M3, uint64_t(k.n_in), uint64_t(k.n_out), k.n_in));
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scales, sizeof(a_scales)));
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scales, sizeof(b_scales)));
   p.algo = choose(k, p);
   return plans().emplace(k, p).first->second;
 }
@@ -142,7 +146,7 @@ void linear_fp8_lt(void* out, LtOut kind, const uint8_t* in, const float* in_sca
   Layouts l(dt, n_rows, n_in, n_out);
   const float alpha = 1.f, beta = kind == LtOut::kAddF32 ? 1.f : 0.f;
   std::lock_guard<std::mutex> lock(g_mutex);  // the scale pointers live in the shared descriptor
-  Plan& p = plan_for(key);
+  Plan& p = plan_for(key, w_scales, in_scales);
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scales, sizeof(w_scales)));
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &in_scales, sizeof(in_scales)));
   CUBLAS_CHECK(cublasLtMatmul(cublaslt_handle(), p.op, &alpha, w, p.a, in, l.b, &beta, out, l.d, out, l.d, &p.algo,

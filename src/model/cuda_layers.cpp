@@ -9,6 +9,7 @@
 #include "common/cuda_check.h"
 #include "common/error.h"
 #include "kernels/cuda/fp8_ops.h"
+#include "kernels/cuda/grouped_gemm_fp8.h"
 #include "kernels/cuda/linear_fp8_lt.h"
 #include "kernels/cuda/ops.h"
 #include "model/cuda_moe_fp8.h"
@@ -41,6 +42,7 @@ void CudaLayers<T>::reserve(int64_t max_tokens, int64_t y_rows, int device) {
   const int64_t o_aq = fp8_proj ? scratch_.reserve(N * max_in) : -1;
   const int64_t o_as = fp8_proj ? scratch_.reserve(N * (max_in / 128) * 4) : -1;
   const int64_t o_ao = fp8_proj ? scratch_.reserve(16) : -1;
+  const int64_t o_pw = fp8_proj ? scratch_.reserve(cuda::moe_grouped_matmul_fp8_workspace_bytes(1)) : -1;
   scratch_.allocate(cat("scratch for ", N, " tokens"), device);
   y_ = scratch_.at<T>(o_y);
   big_ = scratch_.at<T>(o_big);
@@ -53,6 +55,7 @@ void CudaLayers<T>::reserve(int64_t max_tokens, int64_t y_rows, int device) {
   act_q_ = fp8_proj ? scratch_.at<uint8_t>(o_aq) : nullptr;
   act_s_ = fp8_proj ? scratch_.at<float>(o_as) : nullptr;
   act_offsets_ = fp8_proj ? scratch_.at<int32_t>(o_ao) : nullptr;
+  proj_ws_ = fp8_proj ? scratch_.at<char>(o_pw) : nullptr;
   capacity_ = N;
 }
 
@@ -135,6 +138,19 @@ void CudaLayers<T>::product_fp8(Product kind, void* out, const T* in, Proj w, in
                             : kind == Product::kF32Out ? cuda::LtOut::kF32
                                                        : cuda::LtOut::kAddF32;
       cuda::quantize_rows_fp8_lt(act_q_, act_s_, act_offsets_, in + nd * n_in, scheme, np, n_in, stream_);
+      if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+        if (w.st) {  // the CUTLASS kernel as one group: bf16 out, through big_ when added into x
+          LFM2_CHECK(kind != Product::kF32Out, "cuda stage: no fp32 out on the CUTLASS FP8 projections");
+          T* o = kind == Product::kOut ? reinterpret_cast<T*>(static_cast<char*>(out) + nd * n_out * out_elem) : big_;
+          cuda::moe_grouped_matmul_fp8(o, act_q_, act_s_, w.q, w.st, scheme, act_offsets_, np, 1, n_in, n_out, proj_ws_,
+                                       stream_);
+          if (kind == Product::kAddF32) {
+            float* x = static_cast<float*>(out) + nd * n_out;
+            cuda::add(x, x, big_, np * n_out, stream_);
+          }
+          return;
+        }
+      }
       cuda::linear_fp8_lt<T>(static_cast<char*>(out) + nd * n_out * out_elem, k, act_q_, act_s_, w.q, w.s, scheme,
                              np, n_in, n_out, stream_);
     }
@@ -174,7 +190,7 @@ void CudaLayers<T>::attention_block(size_t li, const T* y, float* x, const Pass&
   const float scale = float(std::pow(double(hd), -0.5));  // HF: head_dim**-0.5, applied in fp32
   T* qkv = big_;
   T* o = mid_;
-  product(Product::kOut, qkv, y, {lw.qkv_proj, lw.qkv_proj_q, lw.qkv_proj_s}, H, width, p);
+  product(Product::kOut, qkv, y, {lw.qkv_proj, lw.qkv_proj_q, lw.qkv_proj_s, lw.qkv_proj_st}, H, width, p);
   if (!p.step) {
     cuda::qk_norm_rope(qkv, lw.q_layernorm, lw.k_layernorm, w_.rope_inv_freq, p.n_seq, p.seq_len, nh, nkv, hd, eps,
                        stream_);
@@ -196,7 +212,7 @@ void CudaLayers<T>::attention_block(size_t li, const T* y, float* x, const Pass&
                                     s.max_prompt_rows, state_.table(), sh.max_pages, sh.page_size, nh, nkv, hd, scale,
                                     stream_, width);
   }
-  product(Product::kAddF32, x, o, {lw.out_proj, lw.out_proj_q, lw.out_proj_s}, nh * hd, H, p);
+  product(Product::kAddF32, x, o, {lw.out_proj, lw.out_proj_q, lw.out_proj_s, lw.out_proj_st}, nh * hd, H, p);
 }
 
 // A generation step's attention over an fp8 cache (--kv-dtype fp8): the store quantizes each k and v
@@ -236,7 +252,7 @@ void CudaLayers<T>::conv_block(size_t li, const T* y, float* x, const Pass& p) {
   const int64_t H = cfg_.hidden_size, L = cfg_.conv_L_cache;
   T* bcx = big_;
   T* z = mid_;
-  product(Product::kOut, bcx, y, {lw.conv_in_proj, lw.conv_in_proj_q, lw.conv_in_proj_s}, H, 3 * H, p);
+  product(Product::kOut, bcx, y, {lw.conv_in_proj, lw.conv_in_proj_q, lw.conv_in_proj_s, lw.conv_in_proj_st}, H, 3 * H, p);
   if (p.step) {
     const StepDevice& s = *p.step;
     const int64_t longest = std::max<int64_t>(s.max_prompt_rows, s.n_decode ? 1 : 0);
@@ -245,7 +261,7 @@ void CudaLayers<T>::conv_block(size_t li, const T* y, float* x, const Pass& p) {
   } else {
     cuda::short_conv(z, bcx, lw.conv, p.n_seq, p.seq_len, H, L, stream_);
   }
-  product(Product::kAddF32, x, z, {lw.conv_out_proj, lw.conv_out_proj_q, lw.conv_out_proj_s}, H, H, p);
+  product(Product::kAddF32, x, z, {lw.conv_out_proj, lw.conv_out_proj_q, lw.conv_out_proj_s, lw.conv_out_proj_st}, H, H, p);
 }
 
 // x += w2(silu(w1 f) * w3 f), HF Lfm2MoeMLP: w1 and w3 in one product (w13).
@@ -254,9 +270,9 @@ void CudaLayers<T>::dense_block(const DeviceLayerWeights<T>& lw, const T* f, flo
   const int64_t H = cfg_.hidden_size, I = cfg_.intermediate_size;
   T* gate_up = big_;
   T* g = mid_;
-  product(Product::kOut, gate_up, f, {lw.w13, lw.w13_q, lw.w13_s}, H, 2 * I, p);
+  product(Product::kOut, gate_up, f, {lw.w13, lw.w13_q, lw.w13_s, lw.w13_st}, H, 2 * I, p);
   cuda::swiglu(g, gate_up, p.n_tokens, I, stream_);
-  product(Product::kAddF32, x, g, {lw.w2, lw.w2_q, lw.w2_s}, I, H, p);
+  product(Product::kAddF32, x, g, {lw.w2, lw.w2_q, lw.w2_s, lw.w2_st}, I, H, p);
 }
 
 // x += routed experts of f, HF Lfm2MoeSparseMoeBlock. Decode rows: moe_decode, or for e4m3 experts

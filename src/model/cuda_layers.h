@@ -72,10 +72,13 @@ class CudaLayers {
     const T* w = nullptr;
     const uint8_t* q = nullptr;
     const float* s = nullptr;
+    const float* st = nullptr;  // the scales k-block major (LFM2_FP8_PROJ_GEMM=cutlass), or null
   };
   void product(Product kind, void* out, const T* in, Proj w, int64_t n_in, int64_t n_out, const Pass& p);
   // The e4m3 projections: prompt rows quantized (act_q_, act_s_) then cuBLASLt's FP8 matmul; decode
   // rows by linear_fp8_decode (T activations), or with LFM2_FP8_PROJ_DECODE=lt as the prompt rows.
+  // With scales k-block major (w.st) on a bf16 stage the prompt rows run the experts' CUTLASS FP8
+  // kernel as one group instead (bf16 out; added into the residual by add through big_).
   void product_fp8(Product kind, void* out, const T* in, Proj w, int64_t n_in, int64_t n_out, const Pass& p);
 
   bool layer_forward(size_t li, float* x, const Pass& p, bool decode_rows_normed);
@@ -101,6 +104,7 @@ class CudaLayers {
   uint8_t* act_q_ = nullptr;     // (N, max n_in) e4m3: an FP8 projection's quantized input
   float* act_s_ = nullptr;       // (max n_in / 128, N): its scales (moe_quantize_e4m3's layout)
   int32_t* act_offsets_ = nullptr;  // 2: the quantization's one group
+  void* proj_ws_ = nullptr;         // the CUTLASS kernel's workspace (LFM2_FP8_PROJ_GEMM=cutlass)
 };
 
 }  // namespace lfm2

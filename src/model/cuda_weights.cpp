@@ -106,6 +106,11 @@ bool fp8_projections_on_device(const ModelConfig& cfg, size_t elem_bytes) {
   return true;
 }
 
+bool fp8_projections_on_cutlass() {
+  const char* env = std::getenv("LFM2_FP8_PROJ_GEMM");
+  return env && std::string(env) == "cutlass";
+}
+
 template <typename T>
 void DeviceWeights<T>::upload(WeightReader& reader, const StageLayers& stage, int device) {
   const ModelConfig& cfg = reader.config();
@@ -138,6 +143,21 @@ void DeviceWeights<T>::upload(WeightReader& reader, const StageLayers& stage, in
       off_kn[li] = {up.reserve_scales_kn({layer_path(il, names::kExpertsW1), layer_path(il, names::kExpertsW3)}),
                     up.reserve_scales_kn({layer_path(il, names::kExpertsW2)})};
     }
+  // LFM2_FP8_PROJ_GEMM=cutlass: the projections' scales k-block major too (their stacked members' order)
+  const bool proj_kn = fp8_proj && fp8_projections_on_cutlass() && (cfg.num_key_value_heads * cfg.head_dim()) % kFp8Block == 0;
+  std::vector<std::vector<int64_t>> off_pkn(layers.size());
+  for (size_t li = 0; li < layers.size() && proj_kn; ++li) {
+    using namespace names;
+    const int il = layers[li].il;
+    auto kn = [&](std::initializer_list<const char*> leaves) {
+      std::vector<std::string> paths;
+      for (const char* leaf : leaves) paths.push_back(layer_path(il, leaf));
+      off_pkn[li].push_back(up.reserve_scales_kn(paths));
+    };
+    if (layers[li].is_attention) kn({kQProj, kKProj, kVProj}), kn({kOutProj});
+    else kn({kConvInProj}), kn({kConvOutProj});
+    if (!layers[li].is_moe) kn({kW1, kW3}), kn({kW2});
+  }
   tied_ = cfg.tie_word_embeddings;
   int64_t off_embed = -1, off_norm = -1, off_head = -1;
   if (stage.is_first() || (stage.is_last() && tied_)) off_embed = up.reserve(names::kEmbedTokens, dtype_of<T>());
@@ -158,6 +178,13 @@ void DeviceWeights<T>::upload(WeightReader& reader, const StageLayers& stage, in
   for (size_t li = 0; li < layers.size(); ++li)
     for_each_block(cfg, has_bias[li], fp8_experts, fp8_proj, layers[li],
                    [&](auto& member, Leaves, bool) { at(member, offsets[next++]); });
+  for (size_t li = 0; li < layers.size() && proj_kn; ++li) {
+    DeviceLayerWeights<T>& d = layers[li];
+    const std::vector<int64_t>& o = off_pkn[li];
+    at(d.is_attention ? d.qkv_proj_st : d.conv_in_proj_st, o[0]);
+    at(d.is_attention ? d.out_proj_st : d.conv_out_proj_st, o[1]);
+    if (!d.is_moe) at(d.w13_st, o[2]), at(d.w2_st, o[3]);
+  }
   for (size_t li = 0; li < layers.size(); ++li) {
     at(layers[li].experts_w13_st, off_kn[li].first);
     at(layers[li].experts_w2_st, off_kn[li].second);

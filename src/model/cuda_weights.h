@@ -69,7 +69,15 @@ struct DeviceLayerWeights {
   const uint8_t *conv_out_proj_q = nullptr, *w13_q = nullptr, *w2_q = nullptr;
   const float *qkv_proj_s = nullptr, *out_proj_s = nullptr, *conv_in_proj_s = nullptr;
   const float *conv_out_proj_s = nullptr, *w13_s = nullptr, *w2_s = nullptr;
+  // With LFM2_FP8_PROJ_GEMM=cutlass (the prompt rows on the experts' CUTLASS FP8 kernel as one
+  // group, to compare; every part whole 128-row blocks): their scales k-block major as
+  // experts_w13_st; else null.
+  const float *qkv_proj_st = nullptr, *out_proj_st = nullptr, *conv_in_proj_st = nullptr;
+  const float *conv_out_proj_st = nullptr, *w13_st = nullptr, *w2_st = nullptr;
 };
+
+// Whether LFM2_FP8_PROJ_GEMM=cutlass asks the CUTLASS kernel for the e4m3 projections' prompt rows.
+bool fp8_projections_on_cutlass();
 
 // Whether a 16-bit stage keeps a --dense FP8 file's projections in e4m3 (above): the file says
 // "projections", every product's input width is a multiple of 128 (block128: every stacked part's

@@ -322,6 +322,14 @@ TEST_F(CudaBatchApi, Fp8DenseProjectionsStayE4m3OnTheDevice) {
     const Outcome half = run_batches(*make_cuda_stage(reader, whole_model(4), DType::F16, 0), seqs, K,
                                      schedules()[1].second, greedy, H, device_access());
     const Agreement ha = agreement(half, ref_act, seqs);
+    setenv("LFM2_FP8_PROJ_GEMM", "cutlass", 1);  // the prompt rows on the CUTLASS FP8 kernel instead
+    const Outcome cut = run_batches(*make_cuda_stage(reader, whole_model(4), DType::BF16, 0), seqs, K,
+                                    schedules()[1].second, greedy, H, device_access());
+    unsetenv("LFM2_FP8_PROJ_GEMM");
+    const Agreement ca = agreement(cut, ref_act, seqs);
+    std::printf("[cuda batch] fp8 --dense %s, prompt rows on CUTLASS: bf16 rows rel %.3g, tokens %lld/%lld\n",
+                fp8_scheme_name(scheme), ca.rel, (long long)ca.tokens_same, (long long)ca.tokens);
+    EXPECT_LE(ca.rel, 0.1);
     std::printf("[cuda batch] fp8 --dense %s vs the oracle with FP8 activations: bf16 rows rel %.3g (prompt rows "
                 "%.3g), tokens %lld/%lld; fp16 rows rel %.3g, tokens %lld/%lld\n",
                 fp8_scheme_name(scheme), a.rel, pa.rel, (long long)a.tokens_same, (long long)a.tokens, ha.rel,
