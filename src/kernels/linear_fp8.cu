@@ -149,8 +149,14 @@ void linear_fp8_lt(void* out, LtOut kind, const uint8_t* in, const float* in_sca
   Plan& p = plan_for(key, w_scales, in_scales);
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scales, sizeof(w_scales)));
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &in_scales, sizeof(in_scales)));
-  CUBLAS_CHECK(cublasLtMatmul(cublaslt_handle(), p.op, &alpha, w, p.a, in, l.b, &beta, out, l.d, out, l.d, &p.algo,
-                              cublas_workspace(), kCublasWorkspaceBytes, stream));
+  const cublasStatus_t st = cublasLtMatmul(cublaslt_handle(), p.op, &alpha, w, p.a, in, l.b, &beta, out, l.d, out,
+                                           l.d, &p.algo, cublas_workspace(), kCublasWorkspaceBytes, stream);
+  // H100, CUDA 13.0 (DN8 call 2): the block128 algorithm picked at 4,096 rows refuses 1 row and some
+  // ragged counts (CUBLAS_STATUS_NOT_SUPPORTED); channel ran at every count tried
+  LFM2_CHECK(st != CUBLAS_STATUS_NOT_SUPPORTED, "linear_fp8_lt: cuBLASLt's FP8 matmul (", channel ? "channel" : "block128",
+             " scales) refuses ", n_rows, " rows of ", n_in, " -> ", n_out,
+             "; run this file with LFM2_FP8_PROJ unset (its projections dequantized)");
+  CUBLAS_CHECK(st);
   if (cuda_sync_check_enabled()) CUDA_CHECK(cudaDeviceSynchronize());
 }
 

@@ -98,7 +98,7 @@ using Pointee = std::remove_const_t<std::remove_pointer_t<std::remove_reference_
 
 bool fp8_projections_on_device(const ModelConfig& cfg, size_t elem_bytes) {
   const char* env = std::getenv("LFM2_FP8_PROJ");
-  if (!cfg.fp8.on || !cfg.fp8.projections || elem_bytes != 2 || (env && std::string(env) == "0")) return false;
+  if (!cfg.fp8.on || !cfg.fp8.projections || elem_bytes != 2 || !env || std::string(env) != "1") return false;
   // every product's n_in (the activations' 128-column groups); block128 also every stacked part's rows
   const int64_t hd = cfg.head_dim(), kv = cfg.fp8.scheme == Fp8Scheme::Block128 ? cfg.num_key_value_heads * hd : 128;
   for (int64_t n : {cfg.hidden_size, cfg.num_attention_heads * hd, kv, cfg.intermediate_size})

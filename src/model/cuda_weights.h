@@ -79,9 +79,11 @@ struct DeviceLayerWeights {
 // Whether LFM2_FP8_PROJ_GEMM=cutlass asks the CUTLASS kernel for the e4m3 projections' prompt rows.
 bool fp8_projections_on_cutlass();
 
-// Whether a 16-bit stage keeps a --dense FP8 file's projections in e4m3 (above): the file says
-// "projections", every product's input width is a multiple of 128 (block128: every stacked part's
-// rows too), and LFM2_FP8_PROJ is not "0" (which dequantizes them at upload as before, to compare).
+// Whether a 16-bit stage keeps a --dense FP8 file's projections in e4m3 (above): LFM2_FP8_PROJ=1
+// asks for it (opt-in: docs/fp8.md, "The CUDA stage on an FP8 file": the decode rows are slower
+// than on the dequantized bf16 copy, and cuBLASLt's block128 FP8 matmul refuses some row counts),
+// the file says "projections", and every product's input width is a multiple of 128 (block128:
+// every stacked part's rows too). Else they are dequantized at upload as before.
 bool fp8_projections_on_device(const ModelConfig& cfg, size_t elem_bytes);
 
 // The stage's layers plus the embedding (first stage, or last when tied), the final norm and the
