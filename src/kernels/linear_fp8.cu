@@ -106,8 +106,10 @@ Plan& plan_for(const Key& k, const float* a_scales, const float* b_scales) {
   const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
-  const int32_t a_mode = k.channel ? CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F : CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
-  const int32_t b_mode = k.channel ? CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F : CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+  const int32_t a_mode =
+      k.channel ? CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F : CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+  const int32_t b_mode =
+      k.channel ? CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F : CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &a_mode, sizeof(a_mode)));
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &b_mode, sizeof(b_mode)));
   const int32_t sms = compute_sms(k.device);
@@ -147,14 +149,16 @@ void linear_fp8_lt(void* out, LtOut kind, const uint8_t* in, const float* in_sca
   const float alpha = 1.f, beta = kind == LtOut::kAddF32 ? 1.f : 0.f;
   std::lock_guard<std::mutex> lock(g_mutex);  // the scale pointers live in the shared descriptor
   Plan& p = plan_for(key, w_scales, in_scales);
-  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scales, sizeof(w_scales)));
-  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &in_scales, sizeof(in_scales)));
+  CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scales, sizeof(w_scales)));
+  CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &in_scales, sizeof(in_scales)));
   const cublasStatus_t st = cublasLtMatmul(cublaslt_handle(), p.op, &alpha, w, p.a, in, l.b, &beta, out, l.d, out,
                                            l.d, &p.algo, cublas_workspace(), kCublasWorkspaceBytes, stream);
   // H100, CUDA 13.0 (DN8 call 2): the block128 algorithm picked at 4,096 rows refuses 1 row and some
   // ragged counts (CUBLAS_STATUS_NOT_SUPPORTED); channel ran at every count tried
-  LFM2_CHECK(st != CUBLAS_STATUS_NOT_SUPPORTED, "linear_fp8_lt: cuBLASLt's FP8 matmul (", channel ? "channel" : "block128",
-             " scales) refuses ", n_rows, " rows of ", n_in, " -> ", n_out,
+  LFM2_CHECK(st != CUBLAS_STATUS_NOT_SUPPORTED, "linear_fp8_lt: cuBLASLt's FP8 matmul (",
+             channel ? "channel" : "block128", " scales) refuses ", n_rows, " rows of ", n_in, " -> ", n_out,
              "; run this file with LFM2_FP8_PROJ unset (its projections dequantized)");
   CUBLAS_CHECK(st);
   if (cuda_sync_check_enabled()) CUDA_CHECK(cudaDeviceSynchronize());

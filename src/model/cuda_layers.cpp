@@ -252,7 +252,8 @@ void CudaLayers<T>::conv_block(size_t li, const T* y, float* x, const Pass& p) {
   const int64_t H = cfg_.hidden_size, L = cfg_.conv_L_cache;
   T* bcx = big_;
   T* z = mid_;
-  product(Product::kOut, bcx, y, {lw.conv_in_proj, lw.conv_in_proj_q, lw.conv_in_proj_s, lw.conv_in_proj_st}, H, 3 * H, p);
+  product(Product::kOut, bcx, y, {lw.conv_in_proj, lw.conv_in_proj_q, lw.conv_in_proj_s, lw.conv_in_proj_st}, H,
+          3 * H, p);
   if (p.step) {
     const StepDevice& s = *p.step;
     const int64_t longest = std::max<int64_t>(s.max_prompt_rows, s.n_decode ? 1 : 0);
@@ -261,7 +262,8 @@ void CudaLayers<T>::conv_block(size_t li, const T* y, float* x, const Pass& p) {
   } else {
     cuda::short_conv(z, bcx, lw.conv, p.n_seq, p.seq_len, H, L, stream_);
   }
-  product(Product::kAddF32, x, z, {lw.conv_out_proj, lw.conv_out_proj_q, lw.conv_out_proj_s, lw.conv_out_proj_st}, H, H, p);
+  product(Product::kAddF32, x, z, {lw.conv_out_proj, lw.conv_out_proj_q, lw.conv_out_proj_s, lw.conv_out_proj_st},
+          H, H, p);
 }
 
 // x += w2(silu(w1 f) * w3 f), HF Lfm2MoeMLP: w1 and w3 in one product (w13).

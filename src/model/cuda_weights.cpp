@@ -144,7 +144,8 @@ void DeviceWeights<T>::upload(WeightReader& reader, const StageLayers& stage, in
                     up.reserve_scales_kn({layer_path(il, names::kExpertsW2)})};
     }
   // LFM2_FP8_PROJ_GEMM=cutlass: the projections' scales k-block major too (their stacked members' order)
-  const bool proj_kn = fp8_proj && fp8_projections_on_cutlass() && (cfg.num_key_value_heads * cfg.head_dim()) % kFp8Block == 0;
+  const bool proj_kn = fp8_proj && fp8_projections_on_cutlass() &&
+                       (cfg.num_key_value_heads * cfg.head_dim()) % kFp8Block == 0;
   std::vector<std::vector<int64_t>> off_pkn(layers.size());
   for (size_t li = 0; li < layers.size() && proj_kn; ++li) {
     using namespace names;

@@ -316,7 +316,8 @@ TEST_F(CudaBatchApi, Fp8DenseProjectionsStayE4m3OnTheDevice) {
         }
         got.push_back(run_batches(*st, seqs, K, s, greedy, H, device_access()));
         if (got.size() > 1)
-          expect_same(got[0], got.back(), cat("--dense ", fp8_scheme_name(scheme), ", ", name, graphs ? ", graphs" : ""));
+          expect_same(got[0], got.back(),
+                      cat("--dense ", fp8_scheme_name(scheme), ", ", name, graphs ? ", graphs" : ""));
       }
     const Agreement a = agreement(got[0], ref_act, seqs), pa = agreement(got[0], ref_act, seqs, true);
     const Outcome half = run_batches(*make_cuda_stage(reader, whole_model(4), DType::F16, 0), seqs, K,
