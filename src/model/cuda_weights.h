@@ -60,11 +60,11 @@ struct DeviceLayerWeights {
   const float* experts_w13_st = nullptr;
   const float* experts_w2_st = nullptr;
 
-  // A --dense FP8 file's projections on a 16-bit stage (fp8_projections_on_device): e4m3 as
-  // stored, stacked as the T
-  // members are (qkv: q; k; v rows, w13: w1; w3), with the file's scales stacked alike (channel:
-  // (rows), block128: (rows / 128, cols / 128)); the T member null. The prompt rows run them on
-  // cuBLASLt's FP8 matmul, the decode rows on linear_fp8_decode (model/cuda_layers.h).
+  // A --dense FP8 file's projections on a 16-bit stage with LFM2_FP8_PROJ=1
+  // (fp8_projections_on_device): e4m3 as stored, stacked as the T members are (qkv: q; k; v rows,
+  // w13: w1; w3), with the file's scales stacked alike (channel: (rows), block128: (rows / 128,
+  // cols / 128)); the T member null. The prompt rows run them on cuBLASLt's FP8 matmul, the decode
+  // rows on linear_fp8_decode (model/cuda_layers.h). Else null.
   const uint8_t *qkv_proj_q = nullptr, *out_proj_q = nullptr, *conv_in_proj_q = nullptr;
   const uint8_t *conv_out_proj_q = nullptr, *w13_q = nullptr, *w2_q = nullptr;
   const float *qkv_proj_s = nullptr, *out_proj_s = nullptr, *conv_in_proj_s = nullptr;
