@@ -2,10 +2,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 #include <type_traits>
 
 #include "common/cuda_check.h"
 #include "common/error.h"
+#include "kernels/cuda/fp8_ops.h"
+#include "kernels/cuda/grouped_gemm_fp8.h"
+#include "kernels/cuda/linear_fp8_lt.h"
 #include "kernels/cuda/ops.h"
 #include "model/cuda_moe_fp8.h"
 
@@ -30,6 +35,14 @@ void CudaLayers<T>::reserve(int64_t max_tokens, int64_t y_rows, int device) {
   const int64_t o_moe = scratch_.reserve(fp8 ? moe_fp8_prompt_scratch_bytes(N, dims, et)
                                              : cuda::moe_experts_scratch_bytes(N, H, E, Im, k, et));
   const int64_t o_tok = scratch_.reserve(N * 4);
+  // e4m3 projections (a --dense FP8 file): their quantized inputs
+  const bool fp8_proj = std::any_of(w_.layers.begin(), w_.layers.end(),
+                                    [](const auto& l) { return l.qkv_proj_q || l.conv_in_proj_q; });
+  const int64_t max_in = std::max({H, nh * hd, I});
+  const int64_t o_aq = fp8_proj ? scratch_.reserve(N * max_in) : -1;
+  const int64_t o_as = fp8_proj ? scratch_.reserve(N * (max_in / 128) * 4) : -1;
+  const int64_t o_ao = fp8_proj ? scratch_.reserve(16) : -1;
+  const int64_t o_pw = fp8_proj ? scratch_.reserve(cuda::moe_grouped_matmul_fp8_workspace_bytes(1)) : -1;
   scratch_.allocate(cat("scratch for ", N, " tokens"), device);
   y_ = scratch_.at<T>(o_y);
   big_ = scratch_.at<T>(o_big);
@@ -39,6 +52,10 @@ void CudaLayers<T>::reserve(int64_t max_tokens, int64_t y_rows, int device) {
   topk_ids_ = scratch_.at<int32_t>(o_ids);
   moe_scratch_ = scratch_.at<char>(o_moe);
   ids_ = scratch_.at<int32_t>(o_tok);
+  act_q_ = fp8_proj ? scratch_.at<uint8_t>(o_aq) : nullptr;
+  act_s_ = fp8_proj ? scratch_.at<float>(o_as) : nullptr;
+  act_offsets_ = fp8_proj ? scratch_.at<int32_t>(o_ao) : nullptr;
+  proj_ws_ = fp8_proj ? scratch_.at<char>(o_pw) : nullptr;
   capacity_ = N;
 }
 
@@ -65,8 +82,10 @@ void CudaLayers<T>::run_step(float* x, const StepDevice& step) {
 // Decode rows [0, nd) by the decode products (their bits depend on the shape alone), the rest by
 // the pinned ones.
 template <typename T>
-void CudaLayers<T>::product(Product kind, void* out, const T* in, const T* weight, int64_t n_in, int64_t n_out,
+void CudaLayers<T>::product(Product kind, void* out, const T* in, Proj w, int64_t n_in, int64_t n_out,
                             const Pass& p) {
+  if (w.q) return product_fp8(kind, out, in, w, n_in, n_out, p);
+  const T* weight = w.w;
   const int64_t nd = p.n_decode(), np = p.n_tokens - nd;
   const int64_t out_elem = kind == Product::kOut ? int64_t(sizeof(T)) : 4;
   char* rest = static_cast<char*>(out) + nd * n_out * out_elem;
@@ -83,6 +102,58 @@ void CudaLayers<T>::product(Product kind, void* out, const T* in, const T* weigh
       if (nd) cuda::linear_add_f32_decode(static_cast<float*>(out), in, weight, nd, n_in, n_out, stream_, tf32_);
       if (np) cuda::linear_add_f32(reinterpret_cast<float*>(rest), in + nd * n_in, weight, np, n_in, n_out, stream_, tf32_);
       break;
+  }
+}
+
+namespace {
+bool fp8_decode_rows_on_lt() {
+  static const bool on = [] {
+    const char* e = std::getenv("LFM2_FP8_PROJ_DECODE");
+    return e && std::string(e) == "lt";
+  }();
+  return on;
+}
+}  // namespace
+
+// Prompt rows: quantized per row (channel) or per (row, 128 columns) (block128), the CPU oracle's
+// fp8_activations, then cuBLASLt's FP8 matmul (a pinned algorithm: a row's bits are its own).
+template <typename T>
+void CudaLayers<T>::product_fp8(Product kind, void* out, const T* in, Proj w, int64_t n_in, int64_t n_out,
+                                const Pass& p) {
+  if constexpr (sizeof(T) != 2) {
+    (void)kind, (void)out, (void)in, (void)w, (void)n_in, (void)n_out, (void)p;
+    LFM2_FAIL("cuda stage: e4m3 projections need --dtype bf16 or fp16");
+  } else {
+    const Fp8Scheme scheme = cfg_.fp8.scheme;
+    const int64_t nd = fp8_decode_rows_on_lt() ? 0 : p.n_decode(), np = p.n_tokens - nd;
+    const int64_t out_elem = kind == Product::kOut ? int64_t(sizeof(T)) : 4;
+    if (nd) {
+      const cuda::Fp8Out k = kind == Product::kOut      ? cuda::Fp8Out::T
+                             : kind == Product::kF32Out ? cuda::Fp8Out::F32
+                                                        : cuda::Fp8Out::AddF32;
+      cuda::linear_fp8_decode(out, k, in, w.q, w.s, scheme, nd, n_in, n_out, stream_);
+    }
+    if (np) {
+      const cuda::LtOut k = kind == Product::kOut      ? cuda::LtOut::kT
+                            : kind == Product::kF32Out ? cuda::LtOut::kF32
+                                                       : cuda::LtOut::kAddF32;
+      cuda::quantize_rows_fp8_lt(act_q_, act_s_, act_offsets_, in + nd * n_in, scheme, np, n_in, stream_);
+      if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+        if (w.st) {  // the CUTLASS kernel as one group: bf16 out, through big_ when added into x
+          LFM2_CHECK(kind != Product::kF32Out, "cuda stage: no fp32 out on the CUTLASS FP8 projections");
+          T* o = kind == Product::kOut ? reinterpret_cast<T*>(static_cast<char*>(out) + nd * n_out * out_elem) : big_;
+          cuda::moe_grouped_matmul_fp8(o, act_q_, act_s_, w.q, w.st, scheme, act_offsets_, np, 1, n_in, n_out, proj_ws_,
+                                       stream_);
+          if (kind == Product::kAddF32) {
+            float* x = static_cast<float*>(out) + nd * n_out;
+            cuda::add(x, x, big_, np * n_out, stream_);
+          }
+          return;
+        }
+      }
+      cuda::linear_fp8_lt<T>(static_cast<char*>(out) + nd * n_out * out_elem, k, act_q_, act_s_, w.q, w.s, scheme,
+                             np, n_in, n_out, stream_);
+    }
   }
 }
 
@@ -119,7 +190,7 @@ void CudaLayers<T>::attention_block(size_t li, const T* y, float* x, const Pass&
   const float scale = float(std::pow(double(hd), -0.5));  // HF: head_dim**-0.5, applied in fp32
   T* qkv = big_;
   T* o = mid_;
-  product(Product::kOut, qkv, y, lw.qkv_proj, H, width, p);
+  product(Product::kOut, qkv, y, {lw.qkv_proj, lw.qkv_proj_q, lw.qkv_proj_s, lw.qkv_proj_st}, H, width, p);
   if (!p.step) {
     cuda::qk_norm_rope(qkv, lw.q_layernorm, lw.k_layernorm, w_.rope_inv_freq, p.n_seq, p.seq_len, nh, nkv, hd, eps,
                        stream_);
@@ -141,7 +212,7 @@ void CudaLayers<T>::attention_block(size_t li, const T* y, float* x, const Pass&
                                     s.max_prompt_rows, state_.table(), sh.max_pages, sh.page_size, nh, nkv, hd, scale,
                                     stream_, width);
   }
-  product(Product::kAddF32, x, o, lw.out_proj, nh * hd, H, p);
+  product(Product::kAddF32, x, o, {lw.out_proj, lw.out_proj_q, lw.out_proj_s, lw.out_proj_st}, nh * hd, H, p);
 }
 
 // A generation step's attention over an fp8 cache (--kv-dtype fp8): the store quantizes each k and v
@@ -181,7 +252,8 @@ void CudaLayers<T>::conv_block(size_t li, const T* y, float* x, const Pass& p) {
   const int64_t H = cfg_.hidden_size, L = cfg_.conv_L_cache;
   T* bcx = big_;
   T* z = mid_;
-  product(Product::kOut, bcx, y, lw.conv_in_proj, H, 3 * H, p);
+  product(Product::kOut, bcx, y, {lw.conv_in_proj, lw.conv_in_proj_q, lw.conv_in_proj_s, lw.conv_in_proj_st}, H,
+          3 * H, p);
   if (p.step) {
     const StepDevice& s = *p.step;
     const int64_t longest = std::max<int64_t>(s.max_prompt_rows, s.n_decode ? 1 : 0);
@@ -190,7 +262,8 @@ void CudaLayers<T>::conv_block(size_t li, const T* y, float* x, const Pass& p) {
   } else {
     cuda::short_conv(z, bcx, lw.conv, p.n_seq, p.seq_len, H, L, stream_);
   }
-  product(Product::kAddF32, x, z, lw.conv_out_proj, H, H, p);
+  product(Product::kAddF32, x, z, {lw.conv_out_proj, lw.conv_out_proj_q, lw.conv_out_proj_s, lw.conv_out_proj_st},
+          H, H, p);
 }
 
 // x += w2(silu(w1 f) * w3 f), HF Lfm2MoeMLP: w1 and w3 in one product (w13).
@@ -199,9 +272,9 @@ void CudaLayers<T>::dense_block(const DeviceLayerWeights<T>& lw, const T* f, flo
   const int64_t H = cfg_.hidden_size, I = cfg_.intermediate_size;
   T* gate_up = big_;
   T* g = mid_;
-  product(Product::kOut, gate_up, f, lw.w13, H, 2 * I, p);
+  product(Product::kOut, gate_up, f, {lw.w13, lw.w13_q, lw.w13_s, lw.w13_st}, H, 2 * I, p);
   cuda::swiglu(g, gate_up, p.n_tokens, I, stream_);
-  product(Product::kAddF32, x, g, lw.w2, I, H, p);
+  product(Product::kAddF32, x, g, {lw.w2, lw.w2_q, lw.w2_s, lw.w2_st}, I, H, p);
 }
 
 // x += routed experts of f, HF Lfm2MoeSparseMoeBlock. Decode rows: moe_decode, or for e4m3 experts

@@ -130,19 +130,23 @@ int64_t WeightUploader::reserve_scales_kn(const std::vector<std::string>& matric
   int64_t N = 0;  // scale rows of all the matrices: block rows (block128) or rows (channel)
   for (const std::string& p : matrices) {
     const TensorSpec& s = spec(p);
-    LFM2_CHECK(s.shape.size() == 3 && s.shape[1] % kFp8Block == 0 && s.shape[2] % kFp8Block == 0 &&
-                   s.shape[0] == spec(matrices[0]).shape[0] && s.shape[2] == spec(matrices[0]).shape[2],
-               s.path, ": stacked matrices of whole 128 x 128 blocks, alike in count and columns");
+    const TensorSpec& s0 = spec(matrices[0]);
+    const size_t nd = s.shape.size();
+    LFM2_CHECK((nd == 3 || nd == 2) && s0.shape.size() == nd && s.shape[nd - 2] % kFp8Block == 0 &&
+                   s.shape[nd - 1] % kFp8Block == 0 && (nd == 2 || s.shape[0] == s0.shape[0]) &&
+                   s.shape[nd - 1] == s0.shape[nd - 1],
+               s.path, ": matrices (or stacks of them) of whole 128 x 128 blocks, alike in count and columns");
     parts.push_back(&s);
     sc.push_back(&scales(s));
-    N += block ? s.shape[1] / kFp8Block : s.shape[1];
+    N += block ? s.shape[nd - 2] / kFp8Block : s.shape[nd - 2];
   }
-  const int64_t n = parts[0]->shape[0], KB = parts[0]->shape[2] / kFp8Block;
+  const size_t nd = parts[0]->shape.size();  // a 2-D matrix is a stack of one
+  const int64_t n = nd == 3 ? parts[0]->shape[0] : 1, KB = parts[0]->shape[nd - 1] / kFp8Block;
   auto out = std::make_unique<std::vector<float>>(size_t(n * KB * N));
   for (int64_t i = 0; i < n; ++i) {
     int64_t r0 = 0;  // this matrix's first scale row among the stacked ones
     for (size_t m = 0; m < parts.size(); ++m) {
-      const int64_t rows = block ? parts[m]->shape[1] / kFp8Block : parts[m]->shape[1];
+      const int64_t rows = block ? parts[m]->shape[nd - 2] / kFp8Block : parts[m]->shape[nd - 2];
       const float* src = sc[m]->data() + i * rows * (block ? KB : 1);
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t kb = 0; kb < KB; ++kb) (*out)[size_t((i * KB + kb) * N + r0 + r)] = src[block ? r * KB + kb : r];

@@ -36,7 +36,8 @@ class WeightUploader {
   int64_t reserve(const std::string& path, DType as) { return reserve(std::vector<std::string>{path}, as); }
   // A block of host data (fp32), copied as it is.
   int64_t reserve_host(const std::vector<float>& data);
-  // The scales of stacked fp8 matrices (n, rows_i, cols), rows_i and cols multiples of 128, as the
+  // The scales of stacked fp8 matrices (n, rows_i, cols) (or 2-D (rows_i, cols): n = 1), rows_i and
+  // cols multiples of 128, as the
   // FP8 grouped GEMM reads them (kernels/cuda/grouped_gemm_fp8.h): for each of the n, k-block major,
   // the matrices' rows stacked (as reserve's interleave stacks them). block128: the (rows_i / 128,
   // cols / 128) block scales transposed to (cols / 128, sum rows_i / 128); channel: each row's
