@@ -127,8 +127,6 @@ __global__ void set_offsets_kernel(int32_t* offsets, int32_t n_rows) {
   offsets[1] = n_rows;
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 }  // namespace
 
 template <typename T>
@@ -159,7 +157,7 @@ void linear_fp8_lt(void* out, LtOut kind, const uint8_t* in, const float* in_sca
   // ragged counts (CUBLAS_STATUS_NOT_SUPPORTED); channel ran at every count tried
   LFM2_CHECK(st != CUBLAS_STATUS_NOT_SUPPORTED, "linear_fp8_lt: cuBLASLt's FP8 matmul (",
              channel ? "channel" : "block128", " scales) refuses ", n_rows, " rows of ", n_in, " -> ", n_out,
-             "; run this file with LFM2_FP8_PROJ unset (its projections dequantized)");
+             "; LFM2_FP8_PROJ=0 runs this file's projections dequantized");
   CUBLAS_CHECK(st);
   if (cuda_sync_check_enabled()) CUDA_CHECK(cudaDeviceSynchronize());
 }
@@ -174,11 +172,82 @@ void quantize_rows_fp8_lt(uint8_t* q, float* scales, int32_t* offsets, const T* 
   moe_quantize_e4m3(q, scales, x, nullptr, offsets, n_rows, 1, cols, scheme == Fp8Scheme::Channel, stream);
 }
 
+namespace {
+
+// linear_fp8's scratch, carved for one call's dims (each part no larger than for larger dims).
+struct FpScratch {
+  uint8_t *q, *tail_q;           // (n_rows, n_in), (Q, n_in) e4m3
+  float *s, *tail_s, *tail_tmp;  // (n_in / 128, n_rows), (n_in / 128, Q), (n_in / 128, rem) scales
+  int32_t* offsets;              // {0, main}, {0, rem}
+  char* tail_out;                // (Q, n_out) T or fp32
+  int64_t bytes;
+};
+
+int64_t up256(int64_t b) { return (b + 255) / 256 * 256; }
+
+FpScratch carve(char* base, int64_t n_rows, int64_t n_in, int64_t n_out) {
+  const int64_t Q = kFp8LtRowQuantum, G = n_in / kFp8Block;
+  FpScratch f{};
+  int64_t at = 0;
+  auto take = [&](int64_t bytes) {
+    char* p = base ? base + at : nullptr;
+    at += up256(bytes);
+    return p;
+  };
+  f.q = reinterpret_cast<uint8_t*>(take(n_rows * n_in));
+  f.s = reinterpret_cast<float*>(take(G * n_rows * 4));
+  f.offsets = reinterpret_cast<int32_t*>(take(16));
+  f.tail_q = reinterpret_cast<uint8_t*>(take(Q * n_in));
+  f.tail_s = reinterpret_cast<float*>(take(G * Q * 4));
+  f.tail_tmp = reinterpret_cast<float*>(take(G * Q * 4));
+  f.tail_out = take(Q * n_out * 4);
+  f.bytes = at;
+  return f;
+}
+
+}  // namespace
+
+int64_t linear_fp8_scratch_bytes(int64_t n_rows, int64_t n_in, int64_t n_out) {
+  return carve(nullptr, n_rows, n_in, n_out).bytes;
+}
+
+// block128: the first `main` rows (a multiple of Q) straight into out, the last rem < Q through
+// Q rows of scratch (zero rows after the real ones); channel takes every count (DN8 call 2).
+template <typename T>
+void linear_fp8(void* out, LtOut kind, const T* in, const uint8_t* w, const float* w_scales, Fp8Scheme scheme,
+                int64_t n_rows, int64_t n_in, int64_t n_out, void* scratch, cudaStream_t stream) {
+  if (n_rows == 0 || n_out == 0) return;
+  LFM2_CHECK(n_in % kFp8Block == 0 && reinterpret_cast<uintptr_t>(scratch) % 256 == 0,
+             "linear_fp8: n_in ", n_in, " (a multiple of 128) and a 256-byte aligned scratch");
+  const int64_t Q = kFp8LtRowQuantum, G = n_in / kFp8Block;
+  const int64_t rem = scheme == Fp8Scheme::Channel ? 0 : n_rows % Q, main = n_rows - rem;
+  const int64_t out_elem = kind == LtOut::kT ? int64_t(sizeof(T)) : 4;
+  const FpScratch f = carve(static_cast<char*>(scratch), n_rows, n_in, n_out);
+  if (main) {
+    quantize_rows_fp8_lt<T>(f.q, f.s, f.offsets, in, scheme, main, n_in, stream);
+    linear_fp8_lt<T>(out, kind, f.q, f.s, w, w_scales, scheme, main, n_in, n_out, stream);
+  }
+  if (!rem) return;
+  char* out_tail = static_cast<char*>(out) + main * n_out * out_elem;
+  CUDA_CHECK(cudaMemsetAsync(f.tail_q + rem * n_in, 0, size_t((Q - rem) * n_in), stream));
+  CUDA_CHECK(cudaMemsetAsync(f.tail_s, 0, size_t(G * Q * 4), stream));
+  quantize_rows_fp8_lt<T>(f.tail_q, f.tail_tmp, f.offsets + 2, in + main * n_in, scheme, rem, n_in, stream);
+  CUDA_CHECK(cudaMemcpy2DAsync(f.tail_s, size_t(Q * 4), f.tail_tmp, size_t(rem * 4), size_t(rem * 4), size_t(G),
+                               cudaMemcpyDeviceToDevice, stream));
+  if (kind == LtOut::kAddF32)
+    CUDA_CHECK(cudaMemcpyAsync(f.tail_out, out_tail, size_t(rem * n_out * 4), cudaMemcpyDeviceToDevice, stream));
+  linear_fp8_lt<T>(f.tail_out, kind, f.tail_q, f.tail_s, w, w_scales, scheme, Q, n_in, n_out, stream);
+  CUDA_CHECK(cudaMemcpyAsync(out_tail, f.tail_out, size_t(rem * n_out * out_elem), cudaMemcpyDeviceToDevice, stream));
+  if (cuda_sync_check_enabled()) CUDA_CHECK(cudaDeviceSynchronize());
+}
+
 #define INST(T)                                                                                                   \
   template void linear_fp8_lt<T>(void*, LtOut, const uint8_t*, const float*, const uint8_t*, const float*,        \
                                  Fp8Scheme, int64_t, int64_t, int64_t, cudaStream_t);                             \
   template void quantize_rows_fp8_lt<T>(uint8_t*, float*, int32_t*, const T*, Fp8Scheme, int64_t, int64_t,        \
-                                        cudaStream_t);
+                                        cudaStream_t);                                            \
+  template void linear_fp8<T>(void*, LtOut, const T*, const uint8_t*, const float*, Fp8Scheme, int64_t, int64_t,  \
+                              int64_t, void*, cudaStream_t);
 INST(__nv_bfloat16)
 INST(__half)
 #undef INST

@@ -38,10 +38,8 @@ void CudaLayers<T>::reserve(int64_t max_tokens, int64_t y_rows, int device) {
   // e4m3 projections (a --dense FP8 file): their quantized inputs
   const bool fp8_proj = std::any_of(w_.layers.begin(), w_.layers.end(),
                                     [](const auto& l) { return l.qkv_proj_q || l.conv_in_proj_q; });
-  const int64_t max_in = std::max({H, nh * hd, I});
-  const int64_t o_aq = fp8_proj ? scratch_.reserve(N * max_in) : -1;
-  const int64_t o_as = fp8_proj ? scratch_.reserve(N * (max_in / 128) * 4) : -1;
-  const int64_t o_ao = fp8_proj ? scratch_.reserve(16) : -1;
+  const int64_t max_in = std::max({H, nh * hd, I}), max_out = std::max(big_w, H);
+  const int64_t o_ps = fp8_proj ? scratch_.reserve(cuda::linear_fp8_scratch_bytes(N, max_in, max_out)) : -1;
   const int64_t o_pw = fp8_proj ? scratch_.reserve(cuda::moe_grouped_matmul_fp8_workspace_bytes(1)) : -1;
   scratch_.allocate(cat("scratch for ", N, " tokens"), device);
   y_ = scratch_.at<T>(o_y);
@@ -52,9 +50,13 @@ void CudaLayers<T>::reserve(int64_t max_tokens, int64_t y_rows, int device) {
   topk_ids_ = scratch_.at<int32_t>(o_ids);
   moe_scratch_ = scratch_.at<char>(o_moe);
   ids_ = scratch_.at<int32_t>(o_tok);
-  act_q_ = fp8_proj ? scratch_.at<uint8_t>(o_aq) : nullptr;
-  act_s_ = fp8_proj ? scratch_.at<float>(o_as) : nullptr;
-  act_offsets_ = fp8_proj ? scratch_.at<int32_t>(o_ao) : nullptr;
+  proj_scratch_ = fp8_proj ? scratch_.at<char>(o_ps) : nullptr;
+  // the CUTLASS path's quantized input inside it: (N, max_in) e4m3, (max_in / 128, N) scales, 2 ints
+  act_q_ = fp8_proj ? scratch_.at<uint8_t>(o_ps) : nullptr;
+  act_s_ = fp8_proj ? scratch_.at<float>(o_ps + DeviceBlocks::aligned(N * max_in)) : nullptr;
+  act_offsets_ = fp8_proj ? scratch_.at<int32_t>(o_ps + DeviceBlocks::aligned(N * max_in) +
+                                                 DeviceBlocks::aligned(N * (max_in / 128) * 4))
+                          : nullptr;
   proj_ws_ = fp8_proj ? scratch_.at<char>(o_pw) : nullptr;
   capacity_ = N;
 }
@@ -80,11 +82,10 @@ void CudaLayers<T>::run_step(float* x, const StepDevice& step) {
 }
 
 // Decode rows [0, nd) by the decode products (their bits depend on the shape alone), the rest by
-// the pinned ones.
+// the pinned ones; the rest on e4m3 where the projection is (a --dense FP8 file, product_fp8).
 template <typename T>
 void CudaLayers<T>::product(Product kind, void* out, const T* in, Proj w, int64_t n_in, int64_t n_out,
                             const Pass& p) {
-  if (w.q) return product_fp8(kind, out, in, w, n_in, n_out, p);
   const T* weight = w.w;
   const int64_t nd = p.n_decode(), np = p.n_tokens - nd;
   const int64_t out_elem = kind == Product::kOut ? int64_t(sizeof(T)) : 4;
@@ -92,68 +93,56 @@ void CudaLayers<T>::product(Product kind, void* out, const T* in, Proj w, int64_
   switch (kind) {
     case Product::kOut:
       if (nd) cuda::linear_decode(static_cast<T*>(out), in, weight, nd, n_in, n_out, stream_, tf32_);
-      if (np) cuda::linear(reinterpret_cast<T*>(rest), in + nd * n_in, weight, np, n_in, n_out, stream_, tf32_);
       break;
     case Product::kF32Out:
       if (nd) cuda::linear_f32out_decode(static_cast<float*>(out), in, weight, nd, n_in, n_out, stream_, tf32_);
-      if (np) cuda::linear_f32out(reinterpret_cast<float*>(rest), in + nd * n_in, weight, np, n_in, n_out, stream_, tf32_);
       break;
     case Product::kAddF32:
       if (nd) cuda::linear_add_f32_decode(static_cast<float*>(out), in, weight, nd, n_in, n_out, stream_, tf32_);
-      if (np) cuda::linear_add_f32(reinterpret_cast<float*>(rest), in + nd * n_in, weight, np, n_in, n_out, stream_, tf32_);
+      break;
+  }
+  if (!np) return;
+  if (w.q) return product_fp8(kind, rest, in + nd * n_in, w, np, n_in, n_out);
+  switch (kind) {
+    case Product::kOut:
+      cuda::linear(reinterpret_cast<T*>(rest), in + nd * n_in, weight, np, n_in, n_out, stream_, tf32_);
+      break;
+    case Product::kF32Out:
+      cuda::linear_f32out(reinterpret_cast<float*>(rest), in + nd * n_in, weight, np, n_in, n_out, stream_, tf32_);
+      break;
+    case Product::kAddF32:
+      cuda::linear_add_f32(reinterpret_cast<float*>(rest), in + nd * n_in, weight, np, n_in, n_out, stream_, tf32_);
       break;
   }
 }
 
-namespace {
-bool fp8_decode_rows_on_lt() {
-  static const bool on = [] {
-    const char* e = std::getenv("LFM2_FP8_PROJ_DECODE");
-    return e && std::string(e) == "lt";
-  }();
-  return on;
-}
-}  // namespace
-
-// Prompt rows: quantized per row (channel) or per (row, 128 columns) (block128), the CPU oracle's
-// fp8_activations, then cuBLASLt's FP8 matmul (a pinned algorithm: a row's bits are its own).
+// n prompt rows on e4m3: quantized per row (channel) or per (row, 128 columns) (block128), the CPU
+// oracle's fp8_activations, then cuBLASLt's FP8 matmul (cuda::linear_fp8: a pinned algorithm, row
+// counts it refuses padded in scratch; a row's bits are its own).
 template <typename T>
-void CudaLayers<T>::product_fp8(Product kind, void* out, const T* in, Proj w, int64_t n_in, int64_t n_out,
-                                const Pass& p) {
+void CudaLayers<T>::product_fp8(Product kind, void* out, const T* in, Proj w, int64_t n, int64_t n_in,
+                                int64_t n_out) {
   if constexpr (sizeof(T) != 2) {
-    (void)kind, (void)out, (void)in, (void)w, (void)n_in, (void)n_out, (void)p;
+    (void)kind, (void)out, (void)in, (void)w, (void)n, (void)n_in, (void)n_out;
     LFM2_FAIL("cuda stage: e4m3 projections need --dtype bf16 or fp16");
   } else {
     const Fp8Scheme scheme = cfg_.fp8.scheme;
-    const int64_t nd = fp8_decode_rows_on_lt() ? 0 : p.n_decode(), np = p.n_tokens - nd;
-    const int64_t out_elem = kind == Product::kOut ? int64_t(sizeof(T)) : 4;
-    if (nd) {
-      const cuda::Fp8Out k = kind == Product::kOut      ? cuda::Fp8Out::T
-                             : kind == Product::kF32Out ? cuda::Fp8Out::F32
-                                                        : cuda::Fp8Out::AddF32;
-      cuda::linear_fp8_decode(out, k, in, w.q, w.s, scheme, nd, n_in, n_out, stream_);
-    }
-    if (np) {
-      const cuda::LtOut k = kind == Product::kOut      ? cuda::LtOut::kT
-                            : kind == Product::kF32Out ? cuda::LtOut::kF32
-                                                       : cuda::LtOut::kAddF32;
-      cuda::quantize_rows_fp8_lt(act_q_, act_s_, act_offsets_, in + nd * n_in, scheme, np, n_in, stream_);
-      if constexpr (std::is_same<T, __nv_bfloat16>::value) {
-        if (w.st) {  // the CUTLASS kernel as one group: bf16 out, through big_ when added into x
-          LFM2_CHECK(kind != Product::kF32Out, "cuda stage: no fp32 out on the CUTLASS FP8 projections");
-          T* o = kind == Product::kOut ? reinterpret_cast<T*>(static_cast<char*>(out) + nd * n_out * out_elem) : big_;
-          cuda::moe_grouped_matmul_fp8(o, act_q_, act_s_, w.q, w.st, scheme, act_offsets_, np, 1, n_in, n_out, proj_ws_,
-                                       stream_);
-          if (kind == Product::kAddF32) {
-            float* x = static_cast<float*>(out) + nd * n_out;
-            cuda::add(x, x, big_, np * n_out, stream_);
-          }
-          return;
-        }
+    const cuda::LtOut k = kind == Product::kOut      ? cuda::LtOut::kT
+                          : kind == Product::kF32Out ? cuda::LtOut::kF32
+                                                     : cuda::LtOut::kAddF32;
+    if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+      if (w.st) {  // the CUTLASS kernel as one group: bf16 out, through big_ when added into x
+        LFM2_CHECK(kind != Product::kF32Out, "cuda stage: no fp32 out on the CUTLASS FP8 projections");
+        cuda::quantize_rows_fp8_lt(act_q_, act_s_, act_offsets_, in, scheme, n, n_in, stream_);
+        T* o = kind == Product::kOut ? static_cast<T*>(out) : big_;
+        cuda::moe_grouped_matmul_fp8(o, act_q_, act_s_, w.q, w.st, scheme, act_offsets_, n, 1, n_in, n_out, proj_ws_,
+                                     stream_);
+        if (kind == Product::kAddF32) cuda::add(static_cast<float*>(out), static_cast<float*>(out), big_, n * n_out,
+                                                stream_);
+        return;
       }
-      cuda::linear_fp8_lt<T>(static_cast<char*>(out) + nd * n_out * out_elem, k, act_q_, act_s_, w.q, w.s, scheme,
-                             np, n_in, n_out, stream_);
     }
+    cuda::linear_fp8<T>(out, k, in, w.q, w.s, scheme, n, n_in, n_out, proj_scratch_, stream_);
   }
 }
 

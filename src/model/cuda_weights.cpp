@@ -30,7 +30,7 @@ std::string sc(const char* leaf) { return fp8_scale_leaf(leaf); }
 // Calls f(member, leaves, interleave) for each device block of layer il in upload order: the
 // member to point at the block, the datasets stacked into it (interleave: row by row, see
 // WeightUploader::reserve). fp8_experts: the experts as stored (e4m3) and their scales; fp8_proj
-// the same for the attention, conv and dense projections.
+// the same for the attention, conv and dense projections, beside their dequantized T copy.
 template <typename T, typename F>
 void for_each_block(const ModelConfig& cfg, bool has_expert_bias, bool fp8_experts, bool fp8_proj,
                     DeviceLayerWeights<T>& d, F&& f) {
@@ -41,30 +41,27 @@ void for_each_block(const ModelConfig& cfg, bool has_expert_bias, bool fp8_exper
   f(d.operator_norm, Leaves{kOperatorNorm}, false);
   f(d.ffn_norm, Leaves{kFfnNorm}, false);
   if (cfg.is_attention(d.il)) {
+    f(d.qkv_proj, Leaves{kQProj, kKProj, kVProj}, false);
     if (fp8_proj) {
       f(d.qkv_proj_q, Leaves{kQProj, kKProj, kVProj}, false);
       f(d.qkv_proj_s, Leaves{q_s.c_str(), k_s.c_str(), v_s.c_str()}, false);
-    } else {
-      f(d.qkv_proj, Leaves{kQProj, kKProj, kVProj}, false);
     }
     f(d.q_layernorm, Leaves{kQLayernorm}, false);
     f(d.k_layernorm, Leaves{kKLayernorm}, false);
+    f(d.out_proj, Leaves{kOutProj}, false);
     if (fp8_proj) {
       f(d.out_proj_q, Leaves{kOutProj}, false);
       f(d.out_proj_s, Leaves{o_s.c_str()}, false);
-    } else {
-      f(d.out_proj, Leaves{kOutProj}, false);
     }
   } else {
     f(d.conv, Leaves{kConv}, false);
+    f(d.conv_in_proj, Leaves{kConvInProj}, false);
+    f(d.conv_out_proj, Leaves{kConvOutProj}, false);
     if (fp8_proj) {
       f(d.conv_in_proj_q, Leaves{kConvInProj}, false);
       f(d.conv_in_proj_s, Leaves{ci_s.c_str()}, false);
       f(d.conv_out_proj_q, Leaves{kConvOutProj}, false);
       f(d.conv_out_proj_s, Leaves{co_s.c_str()}, false);
-    } else {
-      f(d.conv_in_proj, Leaves{kConvInProj}, false);
-      f(d.conv_out_proj, Leaves{kConvOutProj}, false);
     }
   }
   if (cfg.is_moe(d.il)) {
@@ -79,14 +76,15 @@ void for_each_block(const ModelConfig& cfg, bool has_expert_bias, bool fp8_exper
       f(d.experts_w13, Leaves{kExpertsW1, kExpertsW3}, true);
       f(d.experts_w2, Leaves{kExpertsW2}, false);
     }
-  } else if (fp8_proj) {
-    f(d.w13_q, Leaves{kW1, kW3}, false);
-    f(d.w13_s, Leaves{w1_s.c_str(), w3_s.c_str()}, false);
-    f(d.w2_q, Leaves{kW2}, false);
-    f(d.w2_s, Leaves{w2_s.c_str()}, false);
   } else {
     f(d.w13, Leaves{kW1, kW3}, false);
     f(d.w2, Leaves{kW2}, false);
+    if (fp8_proj) {
+      f(d.w13_q, Leaves{kW1, kW3}, false);
+      f(d.w13_s, Leaves{w1_s.c_str(), w3_s.c_str()}, false);
+      f(d.w2_q, Leaves{kW2}, false);
+      f(d.w2_s, Leaves{w2_s.c_str()}, false);
+    }
   }
 }
 
@@ -98,7 +96,7 @@ using Pointee = std::remove_const_t<std::remove_pointer_t<std::remove_reference_
 
 bool fp8_projections_on_device(const ModelConfig& cfg, size_t elem_bytes) {
   const char* env = std::getenv("LFM2_FP8_PROJ");
-  if (!cfg.fp8.on || !cfg.fp8.projections || elem_bytes != 2 || !env || std::string(env) != "1") return false;
+  if (!cfg.fp8.on || !cfg.fp8.projections || elem_bytes != 2 || (env && std::string(env) == "0")) return false;
   // every product's n_in (the activations' 128-column groups); block128 also every stacked part's rows
   const int64_t hd = cfg.head_dim(), kv = cfg.fp8.scheme == Fp8Scheme::Block128 ? cfg.num_key_value_heads * hd : 128;
   for (int64_t n : {cfg.hidden_size, cfg.num_attention_heads * hd, kv, cfg.intermediate_size})

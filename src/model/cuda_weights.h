@@ -60,11 +60,11 @@ struct DeviceLayerWeights {
   const float* experts_w13_st = nullptr;
   const float* experts_w2_st = nullptr;
 
-  // A --dense FP8 file's projections on a 16-bit stage with LFM2_FP8_PROJ=1
-  // (fp8_projections_on_device): e4m3 as stored, stacked as the T members are (qkv: q; k; v rows,
-  // w13: w1; w3), with the file's scales stacked alike (channel: (rows), block128: (rows / 128,
-  // cols / 128)); the T member null. The prompt rows run them on cuBLASLt's FP8 matmul, the decode
-  // rows on linear_fp8_decode (model/cuda_layers.h). Else null.
+  // A --dense FP8 file's projections on a 16-bit stage (fp8_projections_on_device): e4m3 as
+  // stored, stacked as the T members are (qkv: q; k; v rows, w13: w1; w3), with the file's scales
+  // stacked alike (channel: (rows), block128: (rows / 128, cols / 128)); the T members hold their
+  // dequantized copy too. The prompt rows run the e4m3 ones on cuBLASLt's FP8 matmul, the decode rows
+  // the T copy on linear_decode (model/cuda_layers.h). Else null.
   const uint8_t *qkv_proj_q = nullptr, *out_proj_q = nullptr, *conv_in_proj_q = nullptr;
   const uint8_t *conv_out_proj_q = nullptr, *w13_q = nullptr, *w2_q = nullptr;
   const float *qkv_proj_s = nullptr, *out_proj_s = nullptr, *conv_in_proj_s = nullptr;
@@ -79,11 +79,10 @@ struct DeviceLayerWeights {
 // Whether LFM2_FP8_PROJ_GEMM=cutlass asks the CUTLASS kernel for the e4m3 projections' prompt rows.
 bool fp8_projections_on_cutlass();
 
-// Whether a 16-bit stage keeps a --dense FP8 file's projections in e4m3 (above): LFM2_FP8_PROJ=1
-// asks for it (opt-in: docs/fp8.md, "The CUDA stage on an FP8 file": the decode rows are slower
-// than on the dequantized bf16 copy, and cuBLASLt's block128 FP8 matmul refuses some row counts),
-// the file says "projections", and every product's input width is a multiple of 128 (block128:
-// every stacked part's rows too). Else they are dequantized at upload as before.
+// Whether a 16-bit stage keeps a --dense FP8 file's projections in e4m3 (above) beside the
+// dequantized T copy: by default for a file that says "projections" where every product's input
+// width is a multiple of 128 (block128: every stacked part's rows too); LFM2_FP8_PROJ=0 keeps the
+// T copy alone (every row on the 16-bit products, as before: docs/fp8.md).
 bool fp8_projections_on_device(const ModelConfig& cfg, size_t elem_bytes);
 
 // The stage's layers plus the embedding (first stage, or last when tied), the final norm and the

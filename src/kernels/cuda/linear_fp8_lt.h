@@ -34,4 +34,21 @@ template <typename T>
 void quantize_rows_fp8_lt(uint8_t* q, float* scales, int32_t* offsets, const T* x, Fp8Scheme scheme, int64_t n_rows,
                           int64_t cols, cudaStream_t stream);
 
+// Row counts linear_fp8_lt takes: multiples of this. cuBLASLt's block128 algorithm (pinned at 4,096
+// rows) refuses 1 row and some ragged counts (H100, CUDA 13.0, DN8 call 2); the activations'
+// VEC128 scales are (n_in / 128, n_rows) with n_rows their leading dimension.
+constexpr int64_t kFp8LtRowQuantum = 128;
+
+// A projection of any n_rows T rows on the FP8 tensor cores: in quantized (quantize_rows_fp8_lt),
+// then linear_fp8_lt on the first n_rows - n_rows % kFp8LtRowQuantum rows as they are and the rest
+// padded with zero rows to kFp8LtRowQuantum in scratch (their output copied out of scratch; kAddF32
+// copies the residual's rows in first). A row's bits depend on that row alone (the pinned
+// algorithm, its own scales), whatever n_rows and its place among them. Queues kernels, cuBLASLt
+// matmuls and device copies only (capturable). scratch: linear_fp8_scratch_bytes at least (for
+// dims no larger than its arguments), 256-byte aligned.
+int64_t linear_fp8_scratch_bytes(int64_t n_rows, int64_t n_in, int64_t n_out);
+template <typename T>
+void linear_fp8(void* out, LtOut kind, const T* in, const uint8_t* w, const float* w_scales, Fp8Scheme scheme,
+                int64_t n_rows, int64_t n_in, int64_t n_out, void* scratch, cudaStream_t stream);
+
 }  // namespace lfm2::cuda
