@@ -11,6 +11,7 @@
 
 #include "common/error.h"
 #include "io/weight_names.h"
+#include "kernels/cuda/linear_fp8_lt.h"
 #include "kernels/rope.h"
 #include "model/weight_upload.h"
 
@@ -30,11 +31,13 @@ std::string sc(const char* leaf) { return fp8_scale_leaf(leaf); }
 // Calls f(member, leaves, interleave) for each device block of layer il in upload order: the
 // member to point at the block, the datasets stacked into it (interleave: row by row, see
 // WeightUploader::reserve). fp8_experts: the experts as stored (e4m3) and their scales; fp8_proj
-// the same for the attention, conv and dense projections, beside their dequantized T copy.
+// the same for the attention, conv and dense projections, beside their dequantized T copy (their
+// scales here under channel only: block128's are laid out for cuBLASLt apart, DeviceWeights::upload).
 template <typename T, typename F>
 void for_each_block(const ModelConfig& cfg, bool has_expert_bias, bool fp8_experts, bool fp8_proj,
                     DeviceLayerWeights<T>& d, F&& f) {
   using namespace names;
+  const bool proj_scales = fp8_proj && cfg.fp8.scheme == Fp8Scheme::Channel;
   static const std::string q_s = sc(kQProj), k_s = sc(kKProj), v_s = sc(kVProj), o_s = sc(kOutProj);
   static const std::string ci_s = sc(kConvInProj), co_s = sc(kConvOutProj), w1_s = sc(kW1), w3_s = sc(kW3),
                            w2_s = sc(kW2);
@@ -44,14 +47,14 @@ void for_each_block(const ModelConfig& cfg, bool has_expert_bias, bool fp8_exper
     f(d.qkv_proj, Leaves{kQProj, kKProj, kVProj}, false);
     if (fp8_proj) {
       f(d.qkv_proj_q, Leaves{kQProj, kKProj, kVProj}, false);
-      f(d.qkv_proj_s, Leaves{q_s.c_str(), k_s.c_str(), v_s.c_str()}, false);
+      if (proj_scales) f(d.qkv_proj_s, Leaves{q_s.c_str(), k_s.c_str(), v_s.c_str()}, false);
     }
     f(d.q_layernorm, Leaves{kQLayernorm}, false);
     f(d.k_layernorm, Leaves{kKLayernorm}, false);
     f(d.out_proj, Leaves{kOutProj}, false);
     if (fp8_proj) {
       f(d.out_proj_q, Leaves{kOutProj}, false);
-      f(d.out_proj_s, Leaves{o_s.c_str()}, false);
+      if (proj_scales) f(d.out_proj_s, Leaves{o_s.c_str()}, false);
     }
   } else {
     f(d.conv, Leaves{kConv}, false);
@@ -59,9 +62,9 @@ void for_each_block(const ModelConfig& cfg, bool has_expert_bias, bool fp8_exper
     f(d.conv_out_proj, Leaves{kConvOutProj}, false);
     if (fp8_proj) {
       f(d.conv_in_proj_q, Leaves{kConvInProj}, false);
-      f(d.conv_in_proj_s, Leaves{ci_s.c_str()}, false);
+      if (proj_scales) f(d.conv_in_proj_s, Leaves{ci_s.c_str()}, false);
       f(d.conv_out_proj_q, Leaves{kConvOutProj}, false);
-      f(d.conv_out_proj_s, Leaves{co_s.c_str()}, false);
+      if (proj_scales) f(d.conv_out_proj_s, Leaves{co_s.c_str()}, false);
     }
   }
   if (cfg.is_moe(d.il)) {
@@ -81,9 +84,9 @@ void for_each_block(const ModelConfig& cfg, bool has_expert_bias, bool fp8_exper
     f(d.w2, Leaves{kW2}, false);
     if (fp8_proj) {
       f(d.w13_q, Leaves{kW1, kW3}, false);
-      f(d.w13_s, Leaves{w1_s.c_str(), w3_s.c_str()}, false);
+      if (proj_scales) f(d.w13_s, Leaves{w1_s.c_str(), w3_s.c_str()}, false);
       f(d.w2_q, Leaves{kW2}, false);
-      f(d.w2_s, Leaves{w2_s.c_str()}, false);
+      if (proj_scales) f(d.w2_s, Leaves{w2_s.c_str()}, false);
     }
   }
 }
@@ -141,6 +144,22 @@ void DeviceWeights<T>::upload(WeightReader& reader, const StageLayers& stage, in
       off_kn[li] = {up.reserve_scales_kn({layer_path(il, names::kExpertsW1), layer_path(il, names::kExpertsW3)}),
                     up.reserve_scales_kn({layer_path(il, names::kExpertsW2)})};
     }
+  // block128 e4m3 projections: their block scales as cuBLASLt's BLK128x128 reads them (rows of k
+  // blocks padded, cuda/linear_fp8_lt.h), the stacked parts' block rows one after the other
+  const bool proj_pad = fp8_proj && cfg.fp8.scheme == Fp8Scheme::Block128;
+  std::vector<std::vector<int64_t>> off_pad(layers.size());
+  for (size_t li = 0; li < layers.size() && proj_pad; ++li) {
+    using namespace names;
+    const int il = layers[li].il;
+    auto pad = [&](std::initializer_list<const char*> leaves) {
+      std::vector<std::string> paths;
+      for (const char* leaf : leaves) paths.push_back(layer_path(il, leaf));
+      off_pad[li].push_back(up.reserve_block_scales_padded(paths, cuda::kFp8LtScaleColumns));
+    };
+    if (layers[li].is_attention) pad({kQProj, kKProj, kVProj}), pad({kOutProj});
+    else pad({kConvInProj}), pad({kConvOutProj});
+    if (!layers[li].is_moe) pad({kW1, kW3}), pad({kW2});
+  }
   // LFM2_FP8_PROJ_GEMM=cutlass: the projections' scales k-block major too (their stacked members' order)
   const bool proj_kn = fp8_proj && fp8_projections_on_cutlass() &&
                        (cfg.num_key_value_heads * cfg.head_dim()) % kFp8Block == 0;
@@ -177,6 +196,13 @@ void DeviceWeights<T>::upload(WeightReader& reader, const StageLayers& stage, in
   for (size_t li = 0; li < layers.size(); ++li)
     for_each_block(cfg, has_bias[li], fp8_experts, fp8_proj, layers[li],
                    [&](auto& member, Leaves, bool) { at(member, offsets[next++]); });
+  for (size_t li = 0; li < layers.size() && proj_pad; ++li) {
+    DeviceLayerWeights<T>& d = layers[li];
+    const std::vector<int64_t>& o = off_pad[li];
+    at(d.is_attention ? d.qkv_proj_s : d.conv_in_proj_s, o[0]);
+    at(d.is_attention ? d.out_proj_s : d.conv_out_proj_s, o[1]);
+    if (!d.is_moe) at(d.w13_s, o[2]), at(d.w2_s, o[3]);
+  }
   for (size_t li = 0; li < layers.size() && proj_kn; ++li) {
     DeviceLayerWeights<T>& d = layers[li];
     const std::vector<int64_t>& o = off_pkn[li];

@@ -157,6 +157,26 @@ int64_t WeightUploader::reserve_scales_kn(const std::vector<std::string>& matric
   return reserve_host(*host_blocks_.back());
 }
 
+int64_t WeightUploader::reserve_block_scales_padded(const std::vector<std::string>& matrices, int64_t col_multiple) {
+  LFM2_CHECK(reader_.config().fp8.scheme == Fp8Scheme::Block128 && col_multiple > 0 && !matrices.empty(),
+             "weight upload: padded block scales of block128 matrices");
+  const int64_t KB = spec(matrices[0]).shape.back() / kFp8Block;
+  const int64_t KBp = (KB + col_multiple - 1) / col_multiple * col_multiple;
+  auto out = std::make_unique<std::vector<float>>();
+  for (const std::string& p : matrices) {
+    const TensorSpec& s = spec(p);
+    LFM2_CHECK(s.shape.size() == 2 && s.shape[0] % kFp8Block == 0 && s.shape[1] == KB * kFp8Block,
+               s.path, ": matrices of whole 128 x 128 blocks, alike in columns");
+    const std::vector<float>& sc = scales(s);
+    for (int64_t r = 0; r < s.shape[0] / kFp8Block; ++r) {
+      out->insert(out->end(), sc.begin() + r * KB, sc.begin() + (r + 1) * KB);
+      out->insert(out->end(), size_t(KBp - KB), 0.f);
+    }
+  }
+  host_blocks_.push_back(std::move(out));
+  return reserve_host(*host_blocks_.back());
+}
+
 void WeightUploader::upload(char* base, const std::string& what) {
   CUDA_CHECK(cudaSetDevice(device_));
   cudaStream_t stream = nullptr;

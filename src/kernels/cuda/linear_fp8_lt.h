@@ -1,8 +1,10 @@
 // The prompt rows' FP8 projections (docs/fp8.md, "The CUDA stage on an FP8 file"): cuBLASLt's FP8
 // matmul on Hopper, e4m3 x e4m3 with fp32 accumulation and the scales applied inside the kernel.
 // The weight as the file holds it ((n_out, n_in) e4m3, its scales per output row (channel:
-// CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F) or per 128 x 128 block (block128, the file's
-// (n_out / 128, n_in / 128) row-major: BLK128x128_32F)); the activations quantized by
+// CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F) or per 128 x 128 block (block128: BLK128x128_32F, the
+// file's (n_out / 128, n_in / 128) row-major with each row padded to a multiple of
+// kFp8LtScaleColumns k blocks: cuBLASLt reads row b of them at b x that multiple; H100, DN8L call 1:
+// unpadded, 256 -> 384 gave zeros past the second block row)); the activations quantized by
 // moe_quantize_e4m3 as one group (kernels/cuda/grouped_gemm_fp8.h: (n_in / 128, n_rows) k-block
 // major, per row (channel: its first n_rows are the OUTER_VEC scales) or per (row, 128 columns)
 // (block128: VEC128_32F)). One algorithm per (shape, scheme, out kind) pinned as linear.cu pins
@@ -38,6 +40,8 @@ void quantize_rows_fp8_lt(uint8_t* q, float* scales, int32_t* offsets, const T* 
 // rows) refuses 1 row and some ragged counts (H100, CUDA 13.0, DN8 call 2); the activations'
 // VEC128 scales are (n_in / 128, n_rows) with n_rows their leading dimension.
 constexpr int64_t kFp8LtRowQuantum = 128;
+// block128 weight scales: a row of n_in / 128 k blocks padded to a multiple of this (above).
+constexpr int64_t kFp8LtScaleColumns = 4;
 
 // A projection of any n_rows T rows on the FP8 tensor cores: in quantized (quantize_rows_fp8_lt),
 // then linear_fp8_lt on the first n_rows - n_rows % kFp8LtRowQuantum rows as they are and the rest
