@@ -14,6 +14,12 @@ namespace lfm2::cpu {
 void linear_fp8(float* out, const float* in, const uint8_t* w, const float* s, Fp8Scheme scheme, int64_t n_rows,
                 int64_t n_in, int64_t n_out, int n_threads = 1);
 
+// linear_fp8 with its input quantized first as the FP8 x FP8 products quantize it (the twin of
+// cuda::linear_fp8_lt, kernels/cuda/linear_fp8_lt.h): in's rows fake-quantized to e4m3 per row
+// (channel) or per 128 columns (block128), fp8_fake_quantize_rows' rule.
+void linear_fp8_act(float* out, const float* in, const uint8_t* w, const float* s, Fp8Scheme scheme, int64_t n_rows,
+                    int64_t n_in, int64_t n_out, int n_threads = 1);
+
 // moe_experts with e4m3 experts: w13 (n_experts, 2 inter, hidden) = each expert's w1 rows then w3
 // rows, s13 their scales, each half with its own (channel: (n_experts, 2 inter); block128:
 // (n_experts, 2 ceil(inter/128), ceil(hidden/128)), w1's blocks then w3's); w2 (n_experts, hidden,

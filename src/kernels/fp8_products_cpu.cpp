@@ -33,6 +33,13 @@ void linear_fp8(float* out, const float* in, const uint8_t* w, const float* s, F
   linear(out, in, wf.data(), n_rows, n_in, n_out, n_threads);
 }
 
+void linear_fp8_act(float* out, const float* in, const uint8_t* w, const float* s, Fp8Scheme scheme, int64_t n_rows,
+                    int64_t n_in, int64_t n_out, int n_threads) {
+  std::vector<float> a(in, in + n_rows * n_in);
+  fp8_fake_quantize_rows(a.data(), n_rows, n_in, scheme == Fp8Scheme::Block128 ? kFp8Block : n_in);
+  linear_fp8(out, a.data(), w, s, scheme, n_rows, n_in, n_out, n_threads);
+}
+
 void moe_experts_fp8(float* out, const float* in, const uint8_t* w13, const float* s13, const uint8_t* w2,
                      const float* s2, Fp8Scheme scheme, const int32_t* experts, const float* weights, int64_t n_tokens,
                      int64_t hidden, int64_t n_experts, int64_t inter, int64_t top_k, int n_threads,

@@ -2,10 +2,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 #include <type_traits>
 
 #include "common/cuda_check.h"
 #include "common/error.h"
+#include "kernels/cuda/fp8_ops.h"
+#include "kernels/cuda/grouped_gemm_fp8.h"
+#include "kernels/cuda/linear_fp8_lt.h"
 #include "kernels/cuda/ops.h"
 #include "model/cuda_moe_fp8.h"
 
@@ -30,6 +35,12 @@ void CudaLayers<T>::reserve(int64_t max_tokens, int64_t y_rows, int device) {
   const int64_t o_moe = scratch_.reserve(fp8 ? moe_fp8_prompt_scratch_bytes(N, dims, et)
                                              : cuda::moe_experts_scratch_bytes(N, H, E, Im, k, et));
   const int64_t o_tok = scratch_.reserve(N * 4);
+  // e4m3 projections (a --dense FP8 file): their quantized inputs
+  const bool fp8_proj = std::any_of(w_.layers.begin(), w_.layers.end(),
+                                    [](const auto& l) { return l.qkv_proj_q || l.conv_in_proj_q; });
+  const int64_t max_in = std::max({H, nh * hd, I}), max_out = std::max(big_w, H);
+  const int64_t o_ps = fp8_proj ? scratch_.reserve(cuda::linear_fp8_scratch_bytes(N, max_in, max_out)) : -1;
+  const int64_t o_pw = fp8_proj ? scratch_.reserve(cuda::moe_grouped_matmul_fp8_workspace_bytes(1)) : -1;
   scratch_.allocate(cat("scratch for ", N, " tokens"), device);
   y_ = scratch_.at<T>(o_y);
   big_ = scratch_.at<T>(o_big);
@@ -39,6 +50,14 @@ void CudaLayers<T>::reserve(int64_t max_tokens, int64_t y_rows, int device) {
   topk_ids_ = scratch_.at<int32_t>(o_ids);
   moe_scratch_ = scratch_.at<char>(o_moe);
   ids_ = scratch_.at<int32_t>(o_tok);
+  proj_scratch_ = fp8_proj ? scratch_.at<char>(o_ps) : nullptr;
+  // the CUTLASS path's quantized input inside it: (N, max_in) e4m3, (max_in / 128, N) scales, 2 ints
+  act_q_ = fp8_proj ? scratch_.at<uint8_t>(o_ps) : nullptr;
+  act_s_ = fp8_proj ? scratch_.at<float>(o_ps + DeviceBlocks::aligned(N * max_in)) : nullptr;
+  act_offsets_ = fp8_proj ? scratch_.at<int32_t>(o_ps + DeviceBlocks::aligned(N * max_in) +
+                                                 DeviceBlocks::aligned(N * (max_in / 128) * 4))
+                          : nullptr;
+  proj_ws_ = fp8_proj ? scratch_.at<char>(o_pw) : nullptr;
   capacity_ = N;
 }
 
@@ -63,26 +82,67 @@ void CudaLayers<T>::run_step(float* x, const StepDevice& step) {
 }
 
 // Decode rows [0, nd) by the decode products (their bits depend on the shape alone), the rest by
-// the pinned ones.
+// the pinned ones; the rest on e4m3 where the projection is (a --dense FP8 file, product_fp8).
 template <typename T>
-void CudaLayers<T>::product(Product kind, void* out, const T* in, const T* weight, int64_t n_in, int64_t n_out,
+void CudaLayers<T>::product(Product kind, void* out, const T* in, Proj w, int64_t n_in, int64_t n_out,
                             const Pass& p) {
+  const T* weight = w.w;
   const int64_t nd = p.n_decode(), np = p.n_tokens - nd;
   const int64_t out_elem = kind == Product::kOut ? int64_t(sizeof(T)) : 4;
   char* rest = static_cast<char*>(out) + nd * n_out * out_elem;
   switch (kind) {
     case Product::kOut:
       if (nd) cuda::linear_decode(static_cast<T*>(out), in, weight, nd, n_in, n_out, stream_, tf32_);
-      if (np) cuda::linear(reinterpret_cast<T*>(rest), in + nd * n_in, weight, np, n_in, n_out, stream_, tf32_);
       break;
     case Product::kF32Out:
       if (nd) cuda::linear_f32out_decode(static_cast<float*>(out), in, weight, nd, n_in, n_out, stream_, tf32_);
-      if (np) cuda::linear_f32out(reinterpret_cast<float*>(rest), in + nd * n_in, weight, np, n_in, n_out, stream_, tf32_);
       break;
     case Product::kAddF32:
       if (nd) cuda::linear_add_f32_decode(static_cast<float*>(out), in, weight, nd, n_in, n_out, stream_, tf32_);
-      if (np) cuda::linear_add_f32(reinterpret_cast<float*>(rest), in + nd * n_in, weight, np, n_in, n_out, stream_, tf32_);
       break;
+  }
+  if (!np) return;
+  if (w.q) return product_fp8(kind, rest, in + nd * n_in, w, np, n_in, n_out);
+  switch (kind) {
+    case Product::kOut:
+      cuda::linear(reinterpret_cast<T*>(rest), in + nd * n_in, weight, np, n_in, n_out, stream_, tf32_);
+      break;
+    case Product::kF32Out:
+      cuda::linear_f32out(reinterpret_cast<float*>(rest), in + nd * n_in, weight, np, n_in, n_out, stream_, tf32_);
+      break;
+    case Product::kAddF32:
+      cuda::linear_add_f32(reinterpret_cast<float*>(rest), in + nd * n_in, weight, np, n_in, n_out, stream_, tf32_);
+      break;
+  }
+}
+
+// n prompt rows on e4m3: quantized per row (channel) or per (row, 128 columns) (block128), the CPU
+// oracle's fp8_activations, then cuBLASLt's FP8 matmul (cuda::linear_fp8: a pinned algorithm, row
+// counts it refuses padded in scratch; a row's bits are its own).
+template <typename T>
+void CudaLayers<T>::product_fp8(Product kind, void* out, const T* in, Proj w, int64_t n, int64_t n_in,
+                                int64_t n_out) {
+  if constexpr (sizeof(T) != 2) {
+    (void)kind, (void)out, (void)in, (void)w, (void)n, (void)n_in, (void)n_out;
+    LFM2_FAIL("cuda stage: e4m3 projections need --dtype bf16 or fp16");
+  } else {
+    const Fp8Scheme scheme = cfg_.fp8.scheme;
+    const cuda::LtOut k = kind == Product::kOut      ? cuda::LtOut::kT
+                          : kind == Product::kF32Out ? cuda::LtOut::kF32
+                                                     : cuda::LtOut::kAddF32;
+    if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+      if (w.st) {  // the CUTLASS kernel as one group: bf16 out, through big_ when added into x
+        LFM2_CHECK(kind != Product::kF32Out, "cuda stage: no fp32 out on the CUTLASS FP8 projections");
+        cuda::quantize_rows_fp8_lt(act_q_, act_s_, act_offsets_, in, scheme, n, n_in, stream_);
+        T* o = kind == Product::kOut ? static_cast<T*>(out) : big_;
+        cuda::moe_grouped_matmul_fp8(o, act_q_, act_s_, w.q, w.st, scheme, act_offsets_, n, 1, n_in, n_out, proj_ws_,
+                                     stream_);
+        if (kind == Product::kAddF32) cuda::add(static_cast<float*>(out), static_cast<float*>(out), big_, n * n_out,
+                                                stream_);
+        return;
+      }
+    }
+    cuda::linear_fp8<T>(out, k, in, w.q, w.s, scheme, n, n_in, n_out, proj_scratch_, stream_);
   }
 }
 
@@ -119,7 +179,7 @@ void CudaLayers<T>::attention_block(size_t li, const T* y, float* x, const Pass&
   const float scale = float(std::pow(double(hd), -0.5));  // HF: head_dim**-0.5, applied in fp32
   T* qkv = big_;
   T* o = mid_;
-  product(Product::kOut, qkv, y, lw.qkv_proj, H, width, p);
+  product(Product::kOut, qkv, y, {lw.qkv_proj, lw.qkv_proj_q, lw.qkv_proj_s, lw.qkv_proj_st}, H, width, p);
   if (!p.step) {
     cuda::qk_norm_rope(qkv, lw.q_layernorm, lw.k_layernorm, w_.rope_inv_freq, p.n_seq, p.seq_len, nh, nkv, hd, eps,
                        stream_);
@@ -141,7 +201,7 @@ void CudaLayers<T>::attention_block(size_t li, const T* y, float* x, const Pass&
                                     s.max_prompt_rows, state_.table(), sh.max_pages, sh.page_size, nh, nkv, hd, scale,
                                     stream_, width);
   }
-  product(Product::kAddF32, x, o, lw.out_proj, nh * hd, H, p);
+  product(Product::kAddF32, x, o, {lw.out_proj, lw.out_proj_q, lw.out_proj_s, lw.out_proj_st}, nh * hd, H, p);
 }
 
 // A generation step's attention over an fp8 cache (--kv-dtype fp8): the store quantizes each k and v
@@ -181,7 +241,8 @@ void CudaLayers<T>::conv_block(size_t li, const T* y, float* x, const Pass& p) {
   const int64_t H = cfg_.hidden_size, L = cfg_.conv_L_cache;
   T* bcx = big_;
   T* z = mid_;
-  product(Product::kOut, bcx, y, lw.conv_in_proj, H, 3 * H, p);
+  product(Product::kOut, bcx, y, {lw.conv_in_proj, lw.conv_in_proj_q, lw.conv_in_proj_s, lw.conv_in_proj_st}, H,
+          3 * H, p);
   if (p.step) {
     const StepDevice& s = *p.step;
     const int64_t longest = std::max<int64_t>(s.max_prompt_rows, s.n_decode ? 1 : 0);
@@ -190,7 +251,8 @@ void CudaLayers<T>::conv_block(size_t li, const T* y, float* x, const Pass& p) {
   } else {
     cuda::short_conv(z, bcx, lw.conv, p.n_seq, p.seq_len, H, L, stream_);
   }
-  product(Product::kAddF32, x, z, lw.conv_out_proj, H, H, p);
+  product(Product::kAddF32, x, z, {lw.conv_out_proj, lw.conv_out_proj_q, lw.conv_out_proj_s, lw.conv_out_proj_st},
+          H, H, p);
 }
 
 // x += w2(silu(w1 f) * w3 f), HF Lfm2MoeMLP: w1 and w3 in one product (w13).
@@ -199,9 +261,9 @@ void CudaLayers<T>::dense_block(const DeviceLayerWeights<T>& lw, const T* f, flo
   const int64_t H = cfg_.hidden_size, I = cfg_.intermediate_size;
   T* gate_up = big_;
   T* g = mid_;
-  product(Product::kOut, gate_up, f, lw.w13, H, 2 * I, p);
+  product(Product::kOut, gate_up, f, {lw.w13, lw.w13_q, lw.w13_s, lw.w13_st}, H, 2 * I, p);
   cuda::swiglu(g, gate_up, p.n_tokens, I, stream_);
-  product(Product::kAddF32, x, g, lw.w2, I, H, p);
+  product(Product::kAddF32, x, g, {lw.w2, lw.w2_q, lw.w2_s, lw.w2_st}, I, H, p);
 }
 
 // x += routed experts of f, HF Lfm2MoeSparseMoeBlock. Decode rows: moe_decode, or for e4m3 experts

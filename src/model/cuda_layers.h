@@ -67,7 +67,19 @@ class CudaLayers {
   };
   // A product of the pass's rows: decode rows by the decode path, the others by the pinned one.
   enum class Product { kOut, kF32Out, kAddF32 };
-  void product(Product kind, void* out, const T* in, const T* weight, int64_t n_in, int64_t n_out, const Pass& p);
+  // A projection's weight: T (w), or e4m3 with its scales (q, s: a --dense FP8 file, cuda_weights.h).
+  struct Proj {
+    const T* w = nullptr;
+    const uint8_t* q = nullptr;
+    const float* s = nullptr;
+    const float* st = nullptr;  // the scales k-block major (LFM2_FP8_PROJ_GEMM=cutlass), or null
+  };
+  void product(Product kind, void* out, const T* in, Proj w, int64_t n_in, int64_t n_out, const Pass& p);
+  // The e4m3 projections' n prompt rows (in, out at their first): cuda::linear_fp8 (quantized, then
+  // cuBLASLt's FP8 matmul). With scales k-block major (w.st, LFM2_FP8_PROJ_GEMM=cutlass) on a bf16
+  // stage they run the experts' CUTLASS FP8 kernel as one group instead (bf16 out; added into the
+  // residual by add through big_). The decode rows stay on the T copy (product).
+  void product_fp8(Product kind, void* out, const T* in, Proj w, int64_t n, int64_t n_in, int64_t n_out);
 
   bool layer_forward(size_t li, float* x, const Pass& p, bool decode_rows_normed);
   void attention_block(size_t li, const T* y, float* x, const Pass& p);
@@ -89,6 +101,11 @@ class CudaLayers {
   float *router_logits_ = nullptr, *topk_w_ = nullptr;
   int32_t *topk_ids_ = nullptr, *ids_ = nullptr;
   void* moe_scratch_ = nullptr;
+  void* proj_scratch_ = nullptr;    // cuda::linear_fp8's (N rows, the widest n_in and n_out)
+  uint8_t* act_q_ = nullptr;        // in it, for the CUTLASS path: (N, max n_in) e4m3 input,
+  float* act_s_ = nullptr;          // (max n_in / 128, N) its scales (moe_quantize_e4m3's layout),
+  int32_t* act_offsets_ = nullptr;  // 2: the quantization's one group
+  void* proj_ws_ = nullptr;         // the CUTLASS kernel's workspace (LFM2_FP8_PROJ_GEMM=cutlass)
 };
 
 }  // namespace lfm2

@@ -3,6 +3,7 @@
 #include "model/cuda_weights.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <initializer_list>
 #include <string>
 #include <type_traits>
@@ -10,6 +11,7 @@
 
 #include "common/error.h"
 #include "io/weight_names.h"
+#include "kernels/cuda/linear_fp8_lt.h"
 #include "kernels/rope.h"
 #include "model/weight_upload.h"
 
@@ -23,24 +25,47 @@ const std::string kExpertsW1Scale = fp8_scale_leaf(names::kExpertsW1);
 const std::string kExpertsW3Scale = fp8_scale_leaf(names::kExpertsW3);
 const std::string kExpertsW2Scale = fp8_scale_leaf(names::kExpertsW2);
 
+// The scale datasets of a --dense file's projections.
+std::string sc(const char* leaf) { return fp8_scale_leaf(leaf); }
+
 // Calls f(member, leaves, interleave) for each device block of layer il in upload order: the
 // member to point at the block, the datasets stacked into it (interleave: row by row, see
-// WeightUploader::reserve). fp8_experts: the experts as stored (e4m3) and their scales.
+// WeightUploader::reserve). fp8_experts: the experts as stored (e4m3) and their scales; fp8_proj
+// the same for the attention, conv and dense projections, beside their dequantized T copy (their
+// scales here under channel only: block128's are laid out for cuBLASLt apart, DeviceWeights::upload).
 template <typename T, typename F>
-void for_each_block(const ModelConfig& cfg, bool has_expert_bias, bool fp8_experts, DeviceLayerWeights<T>& d,
-                    F&& f) {
+void for_each_block(const ModelConfig& cfg, bool has_expert_bias, bool fp8_experts, bool fp8_proj,
+                    DeviceLayerWeights<T>& d, F&& f) {
   using namespace names;
+  const bool proj_scales = fp8_proj && cfg.fp8.scheme == Fp8Scheme::Channel;
+  static const std::string q_s = sc(kQProj), k_s = sc(kKProj), v_s = sc(kVProj), o_s = sc(kOutProj);
+  static const std::string ci_s = sc(kConvInProj), co_s = sc(kConvOutProj), w1_s = sc(kW1), w3_s = sc(kW3),
+                           w2_s = sc(kW2);
   f(d.operator_norm, Leaves{kOperatorNorm}, false);
   f(d.ffn_norm, Leaves{kFfnNorm}, false);
   if (cfg.is_attention(d.il)) {
     f(d.qkv_proj, Leaves{kQProj, kKProj, kVProj}, false);
+    if (fp8_proj) {
+      f(d.qkv_proj_q, Leaves{kQProj, kKProj, kVProj}, false);
+      if (proj_scales) f(d.qkv_proj_s, Leaves{q_s.c_str(), k_s.c_str(), v_s.c_str()}, false);
+    }
     f(d.q_layernorm, Leaves{kQLayernorm}, false);
     f(d.k_layernorm, Leaves{kKLayernorm}, false);
     f(d.out_proj, Leaves{kOutProj}, false);
+    if (fp8_proj) {
+      f(d.out_proj_q, Leaves{kOutProj}, false);
+      if (proj_scales) f(d.out_proj_s, Leaves{o_s.c_str()}, false);
+    }
   } else {
     f(d.conv, Leaves{kConv}, false);
     f(d.conv_in_proj, Leaves{kConvInProj}, false);
     f(d.conv_out_proj, Leaves{kConvOutProj}, false);
+    if (fp8_proj) {
+      f(d.conv_in_proj_q, Leaves{kConvInProj}, false);
+      if (proj_scales) f(d.conv_in_proj_s, Leaves{ci_s.c_str()}, false);
+      f(d.conv_out_proj_q, Leaves{kConvOutProj}, false);
+      if (proj_scales) f(d.conv_out_proj_s, Leaves{co_s.c_str()}, false);
+    }
   }
   if (cfg.is_moe(d.il)) {
     f(d.gate, Leaves{kGate}, false);
@@ -57,6 +82,12 @@ void for_each_block(const ModelConfig& cfg, bool has_expert_bias, bool fp8_exper
   } else {
     f(d.w13, Leaves{kW1, kW3}, false);
     f(d.w2, Leaves{kW2}, false);
+    if (fp8_proj) {
+      f(d.w13_q, Leaves{kW1, kW3}, false);
+      if (proj_scales) f(d.w13_s, Leaves{w1_s.c_str(), w3_s.c_str()}, false);
+      f(d.w2_q, Leaves{kW2}, false);
+      if (proj_scales) f(d.w2_s, Leaves{w2_s.c_str()}, false);
+    }
   }
 }
 
@@ -66,12 +97,28 @@ using Pointee = std::remove_const_t<std::remove_pointer_t<std::remove_reference_
 
 }  // namespace
 
+bool fp8_projections_on_device(const ModelConfig& cfg, size_t elem_bytes) {
+  const char* env = std::getenv("LFM2_FP8_PROJ");
+  if (!cfg.fp8.on || !cfg.fp8.projections || elem_bytes != 2 || (env && std::string(env) == "0")) return false;
+  // every product's n_in (the activations' 128-column groups); block128 also every stacked part's rows
+  const int64_t hd = cfg.head_dim(), kv = cfg.fp8.scheme == Fp8Scheme::Block128 ? cfg.num_key_value_heads * hd : 128;
+  for (int64_t n : {cfg.hidden_size, cfg.num_attention_heads * hd, kv, cfg.intermediate_size})
+    if (n <= 0 || n % kFp8Block != 0) return false;
+  return true;
+}
+
+bool fp8_projections_on_cutlass() {
+  const char* env = std::getenv("LFM2_FP8_PROJ_GEMM");
+  return env && std::string(env) == "cutlass";
+}
+
 template <typename T>
 void DeviceWeights<T>::upload(WeightReader& reader, const StageLayers& stage, int device) {
   const ModelConfig& cfg = reader.config();
   const int il0 = stage.layer_begin, il1 = stage.layer_end;
   WeightUploader up(reader, stage_tensor_specs(cfg, stage), device);
   const bool fp8_experts = cfg.fp8.on && sizeof(T) == 2;  // the e4m3 products take 16-bit activations
+  const bool fp8_proj = fp8_projections_on_device(cfg, sizeof(T));
   layers.assign(size_t(il1 - il0), DeviceLayerWeights<T>{});
   std::vector<bool> has_bias;
   std::vector<int64_t> offsets;  // of every layer block, in for_each_block order
@@ -81,7 +128,7 @@ void DeviceWeights<T>::upload(WeightReader& reader, const StageLayers& stage, in
     d.is_attention = cfg.is_attention(il);
     d.is_moe = cfg.is_moe(il);
     has_bias.push_back(d.is_moe && up.has(layer_path(il, names::kExpertBias)));
-    for_each_block(cfg, has_bias.back(), fp8_experts, d, [&](auto& member, Leaves leaves, bool interleave) {
+    for_each_block(cfg, has_bias.back(), fp8_experts, fp8_proj, d, [&](auto& member, Leaves leaves, bool interleave) {
       std::vector<std::string> paths;
       for (const char* leaf : leaves) paths.push_back(layer_path(il, leaf));
       offsets.push_back(up.reserve(paths, dtype_of<Pointee<decltype(member)>>(), interleave));
@@ -97,6 +144,38 @@ void DeviceWeights<T>::upload(WeightReader& reader, const StageLayers& stage, in
       off_kn[li] = {up.reserve_scales_kn({layer_path(il, names::kExpertsW1), layer_path(il, names::kExpertsW3)}),
                     up.reserve_scales_kn({layer_path(il, names::kExpertsW2)})};
     }
+  // block128 e4m3 projections: their block scales as cuBLASLt's BLK128x128 reads them (rows of k
+  // blocks padded, cuda/linear_fp8_lt.h), the stacked parts' block rows one after the other
+  const bool proj_pad = fp8_proj && cfg.fp8.scheme == Fp8Scheme::Block128;
+  std::vector<std::vector<int64_t>> off_pad(layers.size());
+  for (size_t li = 0; li < layers.size() && proj_pad; ++li) {
+    using namespace names;
+    const int il = layers[li].il;
+    auto pad = [&](std::initializer_list<const char*> leaves) {
+      std::vector<std::string> paths;
+      for (const char* leaf : leaves) paths.push_back(layer_path(il, leaf));
+      off_pad[li].push_back(up.reserve_block_scales_padded(paths, cuda::kFp8LtScaleColumns));
+    };
+    if (layers[li].is_attention) pad({kQProj, kKProj, kVProj}), pad({kOutProj});
+    else pad({kConvInProj}), pad({kConvOutProj});
+    if (!layers[li].is_moe) pad({kW1, kW3}), pad({kW2});
+  }
+  // LFM2_FP8_PROJ_GEMM=cutlass: the projections' scales k-block major too (their stacked members' order)
+  const bool proj_kn = fp8_proj && fp8_projections_on_cutlass() &&
+                       (cfg.num_key_value_heads * cfg.head_dim()) % kFp8Block == 0;
+  std::vector<std::vector<int64_t>> off_pkn(layers.size());
+  for (size_t li = 0; li < layers.size() && proj_kn; ++li) {
+    using namespace names;
+    const int il = layers[li].il;
+    auto kn = [&](std::initializer_list<const char*> leaves) {
+      std::vector<std::string> paths;
+      for (const char* leaf : leaves) paths.push_back(layer_path(il, leaf));
+      off_pkn[li].push_back(up.reserve_scales_kn(paths));
+    };
+    if (layers[li].is_attention) kn({kQProj, kKProj, kVProj}), kn({kOutProj});
+    else kn({kConvInProj}), kn({kConvOutProj});
+    if (!layers[li].is_moe) kn({kW1, kW3}), kn({kW2});
+  }
   tied_ = cfg.tie_word_embeddings;
   int64_t off_embed = -1, off_norm = -1, off_head = -1;
   if (stage.is_first() || (stage.is_last() && tied_)) off_embed = up.reserve(names::kEmbedTokens, dtype_of<T>());
@@ -115,8 +194,22 @@ void DeviceWeights<T>::upload(WeightReader& reader, const StageLayers& stage, in
   auto at = [&](auto& member, int64_t offset) { member = memory_.at<Pointee<decltype(member)>>(offset); };
   size_t next = 0;
   for (size_t li = 0; li < layers.size(); ++li)
-    for_each_block(cfg, has_bias[li], fp8_experts, layers[li],
+    for_each_block(cfg, has_bias[li], fp8_experts, fp8_proj, layers[li],
                    [&](auto& member, Leaves, bool) { at(member, offsets[next++]); });
+  for (size_t li = 0; li < layers.size() && proj_pad; ++li) {
+    DeviceLayerWeights<T>& d = layers[li];
+    const std::vector<int64_t>& o = off_pad[li];
+    at(d.is_attention ? d.qkv_proj_s : d.conv_in_proj_s, o[0]);
+    at(d.is_attention ? d.out_proj_s : d.conv_out_proj_s, o[1]);
+    if (!d.is_moe) at(d.w13_s, o[2]), at(d.w2_s, o[3]);
+  }
+  for (size_t li = 0; li < layers.size() && proj_kn; ++li) {
+    DeviceLayerWeights<T>& d = layers[li];
+    const std::vector<int64_t>& o = off_pkn[li];
+    at(d.is_attention ? d.qkv_proj_st : d.conv_in_proj_st, o[0]);
+    at(d.is_attention ? d.out_proj_st : d.conv_out_proj_st, o[1]);
+    if (!d.is_moe) at(d.w13_st, o[2]), at(d.w2_st, o[3]);
+  }
   for (size_t li = 0; li < layers.size(); ++li) {
     at(layers[li].experts_w13_st, off_kn[li].first);
     at(layers[li].experts_w2_st, off_kn[li].second);

@@ -59,7 +59,31 @@ struct DeviceLayerWeights {
   // (w13: (H / 128, 2 Im)); else null.
   const float* experts_w13_st = nullptr;
   const float* experts_w2_st = nullptr;
+
+  // A --dense FP8 file's projections on a 16-bit stage (fp8_projections_on_device): e4m3 as
+  // stored, stacked as the T members are (qkv: q; k; v rows, w13: w1; w3), with the file's scales
+  // stacked alike (channel: (rows), block128: (rows / 128, cols / 128)); the T members hold their
+  // dequantized copy too. The prompt rows run the e4m3 ones on cuBLASLt's FP8 matmul, the decode rows
+  // the T copy on linear_decode (model/cuda_layers.h). Else null.
+  const uint8_t *qkv_proj_q = nullptr, *out_proj_q = nullptr, *conv_in_proj_q = nullptr;
+  const uint8_t *conv_out_proj_q = nullptr, *w13_q = nullptr, *w2_q = nullptr;
+  const float *qkv_proj_s = nullptr, *out_proj_s = nullptr, *conv_in_proj_s = nullptr;
+  const float *conv_out_proj_s = nullptr, *w13_s = nullptr, *w2_s = nullptr;
+  // With LFM2_FP8_PROJ_GEMM=cutlass (the prompt rows on the experts' CUTLASS FP8 kernel as one
+  // group, to compare; every part whole 128-row blocks): their scales k-block major as
+  // experts_w13_st; else null.
+  const float *qkv_proj_st = nullptr, *out_proj_st = nullptr, *conv_in_proj_st = nullptr;
+  const float *conv_out_proj_st = nullptr, *w13_st = nullptr, *w2_st = nullptr;
 };
+
+// Whether LFM2_FP8_PROJ_GEMM=cutlass asks the CUTLASS kernel for the e4m3 projections' prompt rows.
+bool fp8_projections_on_cutlass();
+
+// Whether a 16-bit stage keeps a --dense FP8 file's projections in e4m3 (above) beside the
+// dequantized T copy: by default for a file that says "projections" where every product's input
+// width is a multiple of 128 (block128: every stacked part's rows too); LFM2_FP8_PROJ=0 keeps the
+// T copy alone (every row on the 16-bit products, as before: docs/fp8.md).
+bool fp8_projections_on_device(const ModelConfig& cfg, size_t elem_bytes);
 
 // The stage's layers plus the embedding (first stage, or last when tied), the final norm and the
 // head (last stage), and the RoPE inverse frequencies (cpu::rope_inv_freq).

@@ -130,23 +130,47 @@ int64_t WeightUploader::reserve_scales_kn(const std::vector<std::string>& matric
   int64_t N = 0;  // scale rows of all the matrices: block rows (block128) or rows (channel)
   for (const std::string& p : matrices) {
     const TensorSpec& s = spec(p);
-    LFM2_CHECK(s.shape.size() == 3 && s.shape[1] % kFp8Block == 0 && s.shape[2] % kFp8Block == 0 &&
-                   s.shape[0] == spec(matrices[0]).shape[0] && s.shape[2] == spec(matrices[0]).shape[2],
-               s.path, ": stacked matrices of whole 128 x 128 blocks, alike in count and columns");
+    const TensorSpec& s0 = spec(matrices[0]);
+    const size_t nd = s.shape.size();
+    LFM2_CHECK((nd == 3 || nd == 2) && s0.shape.size() == nd && s.shape[nd - 2] % kFp8Block == 0 &&
+                   s.shape[nd - 1] % kFp8Block == 0 && (nd == 2 || s.shape[0] == s0.shape[0]) &&
+                   s.shape[nd - 1] == s0.shape[nd - 1],
+               s.path, ": matrices (or stacks of them) of whole 128 x 128 blocks, alike in count and columns");
     parts.push_back(&s);
     sc.push_back(&scales(s));
-    N += block ? s.shape[1] / kFp8Block : s.shape[1];
+    N += block ? s.shape[nd - 2] / kFp8Block : s.shape[nd - 2];
   }
-  const int64_t n = parts[0]->shape[0], KB = parts[0]->shape[2] / kFp8Block;
+  const size_t nd = parts[0]->shape.size();  // a 2-D matrix is a stack of one
+  const int64_t n = nd == 3 ? parts[0]->shape[0] : 1, KB = parts[0]->shape[nd - 1] / kFp8Block;
   auto out = std::make_unique<std::vector<float>>(size_t(n * KB * N));
   for (int64_t i = 0; i < n; ++i) {
     int64_t r0 = 0;  // this matrix's first scale row among the stacked ones
     for (size_t m = 0; m < parts.size(); ++m) {
-      const int64_t rows = block ? parts[m]->shape[1] / kFp8Block : parts[m]->shape[1];
+      const int64_t rows = block ? parts[m]->shape[nd - 2] / kFp8Block : parts[m]->shape[nd - 2];
       const float* src = sc[m]->data() + i * rows * (block ? KB : 1);
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t kb = 0; kb < KB; ++kb) (*out)[size_t((i * KB + kb) * N + r0 + r)] = src[block ? r * KB + kb : r];
       r0 += rows;
+    }
+  }
+  host_blocks_.push_back(std::move(out));
+  return reserve_host(*host_blocks_.back());
+}
+
+int64_t WeightUploader::reserve_block_scales_padded(const std::vector<std::string>& matrices, int64_t col_multiple) {
+  LFM2_CHECK(reader_.config().fp8.scheme == Fp8Scheme::Block128 && col_multiple > 0 && !matrices.empty(),
+             "weight upload: padded block scales of block128 matrices");
+  const int64_t KB = spec(matrices[0]).shape.back() / kFp8Block;
+  const int64_t KBp = (KB + col_multiple - 1) / col_multiple * col_multiple;
+  auto out = std::make_unique<std::vector<float>>();
+  for (const std::string& p : matrices) {
+    const TensorSpec& s = spec(p);
+    LFM2_CHECK(s.shape.size() == 2 && s.shape[0] % kFp8Block == 0 && s.shape[1] == KB * kFp8Block,
+               s.path, ": matrices of whole 128 x 128 blocks, alike in columns");
+    const std::vector<float>& sc = scales(s);
+    for (int64_t r = 0; r < s.shape[0] / kFp8Block; ++r) {
+      out->insert(out->end(), sc.begin() + r * KB, sc.begin() + (r + 1) * KB);
+      out->insert(out->end(), size_t(KBp - KB), 0.f);
     }
   }
   host_blocks_.push_back(std::move(out));

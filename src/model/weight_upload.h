@@ -36,12 +36,18 @@ class WeightUploader {
   int64_t reserve(const std::string& path, DType as) { return reserve(std::vector<std::string>{path}, as); }
   // A block of host data (fp32), copied as it is.
   int64_t reserve_host(const std::vector<float>& data);
-  // The scales of stacked fp8 matrices (n, rows_i, cols), rows_i and cols multiples of 128, as the
+  // The scales of stacked fp8 matrices (n, rows_i, cols) (or 2-D (rows_i, cols): n = 1), rows_i and
+  // cols multiples of 128, as the
   // FP8 grouped GEMM reads them (kernels/cuda/grouped_gemm_fp8.h): for each of the n, k-block major,
   // the matrices' rows stacked (as reserve's interleave stacks them). block128: the (rows_i / 128,
   // cols / 128) block scales transposed to (cols / 128, sum rows_i / 128); channel: each row's
   // scale repeated for every 128 columns, (cols / 128, sum rows_i). fp32.
   int64_t reserve_scales_kn(const std::vector<std::string>& matrices);
+  // The 128 x 128 block scales of 2-D block128 fp8 matrices (rows_i, cols), rows_i and cols
+  // multiples of 128, as cuBLASLt's BLK128x128 scales read them (kernels/cuda/linear_fp8_lt.h): the
+  // matrices' (rows_i / 128, cols / 128) stacked, each row of cols / 128 k blocks padded with zeros
+  // to a multiple of col_multiple. fp32.
+  int64_t reserve_block_scales_padded(const std::vector<std::string>& matrices, int64_t col_multiple);
   bool has(const std::string& path) const;
 
   int64_t total_bytes() const { return total_; }
