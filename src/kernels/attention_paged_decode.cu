@@ -101,12 +101,12 @@ __device__ __forceinline__ Split split_of_block(const PagedSeq* seqs, int n_kv, 
 // Measured on an H100 at 32 x 10240 positions, pages of 16 shuffled (32/8 heads, hd 64, bf16; splits
 // of 4 tiles then): 273.5, 267.0, 261.0, 264.3, 272.3, 265.6, 259.3, 262.6 us for variants 0..7; 6 is
 // the default.
-constexpr int kDefaultVariant = 6;
+constexpr int kDefaultVariant = 6 | 8;
 
 int decode_variant() {
   static const int v = [] {
     const char* e = std::getenv("LFM2_DECODE_VARIANT");
-    return e && *e ? std::atoi(e) & 7 : kDefaultVariant;
+    return e && *e ? std::atoi(e) & 31 : kDefaultVariant;
   }();
   return v;
 }
@@ -117,10 +117,11 @@ int decode_variant() {
 // tiles behind a second barrier 226 us; two T tiles pipelined 264; 5 or 6 stages (a 4-tile split in
 // flight at once, 4 or 3 blocks an SM) 233 / 250; V widened in place over the warp's own e4m3 rows
 // (no T tile, held to 96 registers: spills) 247 at 4 stages, 260 at 5.
-template <int HD, bool kSwizzle, bool kF8 = false>
+template <int HD, bool kSwizzle, bool kF8 = false, int NT = 1>
 struct DecodeSmem {
   static constexpr int kStages = kSwizzle && HD < 128 ? 4 : 3;
-  static constexpr int kTK = kF8 ? 0 : kStages, kTV = kF8 ? 1 : kStages;  // T tiles of K, of V
+  static_assert(kStages >= 2 * NT, "a round's tiles and the next round's in flight");
+  static constexpr int kTK = kF8 ? 0 : kStages, kTV = kF8 ? NT : kStages;  // T tiles of K, of V
   static constexpr int LQ = HD + 8;                  // Q rows padded: ldmatrix's 8 rows hit 8 bank groups
   static constexpr int LKV = kSwizzle ? HD : HD + 8;  // K/V rows: swizzled, or padded as Q
   static constexpr int kQ = 16 * LQ, kKV = kTile * LKV;
@@ -152,14 +153,14 @@ struct DecodeSmem {
 };
 
 // KV: T, or uint8_t for an fp8 cache (k_scale, v_scale its scale pools; null otherwise).
-template <typename T, int HD, bool kSwizzle, bool kL2Prefetch, typename KV = T>
+template <typename T, int HD, bool kSwizzle, bool kL2Prefetch, typename KV, int NT, bool kHalf>
 __global__ void __launch_bounds__(kThreads)
     decode_tc_kernel(float* part_o, float2* part_ml, const T* q, const KV* k_pool, const KV* v_pool,
                      const float* k_scale, const float* v_scale, const PagedSeq* seqs, const int32_t* block_table,
                      int max_pages, int shift, int n_heads, int n_kv, int group, int ms, int64_t q_stride,
                      float scale_log2) {
   constexpr bool kF8 = std::is_same<KV, uint8_t>::value;
-  using S = DecodeSmem<HD, kSwizzle, kF8>;
+  using S = DecodeSmem<HD, kSwizzle, kF8, NT>;
   constexpr int LQ = S::LQ, KC = HD / 16, DT = HD / 8, kChunks = HD / 8, kStages = S::kStages;
   constexpr int kC8 = HD / 16;  // 16-byte chunks of an e4m3 row
   // a tile's 16-byte copies of K / V rows (HD * sizeof(KV) bytes a row) per thread, a trip count known
@@ -230,9 +231,10 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
   };
+  const int n_round_tiles = (n_tiles + NT - 1) / NT * NT;  // a round's tiles past the split's end zero-filled
 #pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (s < n_tiles) load_tile(s, s);
+  for (int s = 0; s < kStages - NT; ++s) {
+    if (s < n_round_tiles) load_tile(s, s);
     cp_async_commit();  // empty groups keep the count uniform
   }
 
@@ -242,106 +244,143 @@ __global__ void __launch_bounds__(kThreads)
   for (int j = 0; j < DT; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
 
-  // Tile t's scores and its P V for this warp's 16 positions, the online softmax in between.
-  auto attend = [&](int t, const T* ks, const T* vs) {
-    const int k0 = sp.start + t * kTile + 16 * warp;  // this warp's 16 positions
-    if (k0 >= sp.end) return;
+  // Round t / NT: tiles t .. t + NT - 1, this warp's 16 positions of each (16 NT positions) scored
+  // as one: one max, rescale and exp round, then P V. kHalf (group <= 8): A rows 8..15 hold no query
+  // head, so their max, exp, sum and rescale are skipped and their P is 0 (the live rows' bits are
+  // the same either way).
+  auto attend = [&](int t) {
+    const int kw = sp.start + t * kTile + 16 * warp;  // this warp's first position of the round
+    if (kw >= sp.end) return;
     const int mi = lane >> 3;
-    const int st = t % kStages;
-    if constexpr (kF8) {  // V rows 16 warp .. + 15 -> T; the warp's ldmatrix of tile t - 1 is done
+    if constexpr (kF8) {  // V rows 16 warp .. + 15 of each tile -> T; the warp's ldmatrix of the last round is done
       __syncwarp();
-      const uint8_t* v8t = v8 + st * S::kF8Tile;
-      for (int c = lane; c < 16 * kC8; c += 32) {
-        const int r = 16 * warp + c / kC8, ch = c % kC8;
-        const uint4 bv = *reinterpret_cast<const uint4*>(v8t + S::kv8(r, ch));
-        kv8::widen16<T>(sv + S::kv(r, 2 * ch), sv + S::kv(r, 2 * ch + 1), bv, vs8[st * kTile + r]);
+#pragma unroll
+      for (int i = 0; i < NT; ++i) {
+        const int st = (t + i) % kStages;
+        const uint8_t* v8t = v8 + st * S::kF8Tile;
+        T* svi = sv + i * S::kKV;
+#pragma unroll
+        for (int c = lane; c < 16 * kC8; c += 32) {
+          const int r = 16 * warp + c / kC8, ch = c % kC8;
+          const uint4 bv = *reinterpret_cast<const uint4*>(v8t + S::kv8(r, ch));
+          kv8::widen16<T>(svi + S::kv(r, 2 * ch), svi + S::kv(r, 2 * ch + 1), bv, vs8[st * kTile + r]);
+        }
       }
     }
-    float sc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+    float sc[NT][2][4];
 #pragma unroll
-    for (int kc = 0; kc < KC; ++kc) {
-      uint32_t b[4];
-      if constexpr (kF8) {  // b as ldmatrix_x4 below gives it: rows g, 8 + g; pairs t4, 4 + t4 of unit kc
-        const uint8_t* k8t = k8 + st * S::kF8Tile;
+    for (int i = 0; i < NT; ++i) {
+      const int st = (t + i) % kStages;
 #pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          const int r = 16 * warp + 8 * j + g;
-          const uint4 u = *reinterpret_cast<const uint4*>(k8t + S::kv8(r, kc));
-          const float s = ks8[st * kTile + r];
-          const int sh = 16 * (t4 & 1);
-          b[2 * j] = kv8::widen2<T>((t4 & 2 ? u.y : u.x) >> sh, s);
-          b[2 * j + 1] = kv8::widen2<T>((t4 & 2 ? u.w : u.z) >> sh, s);
+      for (int j = 0; j < 2; ++j) sc[i][j][0] = sc[i][j][1] = sc[i][j][2] = sc[i][j][3] = 0.f;
+#pragma unroll
+      for (int kc = 0; kc < KC; ++kc) {
+        uint32_t b[4];
+        if constexpr (kF8) {  // b as ldmatrix_x4 below gives it: rows g, 8 + g; pairs t4, 4 + t4 of unit kc
+          const uint8_t* k8t = k8 + st * S::kF8Tile;
+#pragma unroll
+          for (int j = 0; j < 2; ++j) {
+            const int r = 16 * warp + 8 * j + g;
+            const uint4 u = *reinterpret_cast<const uint4*>(k8t + S::kv8(r, kc));
+            const float s = ks8[st * kTile + r];
+            const int sh = 16 * (t4 & 1);
+            b[2 * j] = kv8::widen2<T>((t4 & 2 ? u.y : u.x) >> sh, s);
+            b[2 * j + 1] = kv8::widen2<T>((t4 & 2 ? u.w : u.z) >> sh, s);
+          }
+        } else {
+          ldmatrix_x4(b, sk + st * S::kKV + S::kv(16 * warp + (mi >> 1) * 8 + (lane & 7), kc * 2 + (mi & 1)));
         }
-      } else {
-        ldmatrix_x4(b, ks + S::kv(16 * warp + (mi >> 1) * 8 + (lane & 7), kc * 2 + (mi & 1)));
+        mma16816<T>(sc[i][0], qf[kc], b[0], b[1]);
+        mma16816<T>(sc[i][1], qf[kc], b[2], b[3]);
       }
-      mma16816<T>(sc[0], qf[kc], b[0], b[1]);
-      mma16816<T>(sc[1], qf[kc], b[2], b[3]);
     }
     float tmax0 = -INFINITY, tmax1 = -INFINITY;
 #pragma unroll
-    for (int j = 0; j < 2; ++j)
+    for (int i = 0; i < NT; ++i)
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const bool ok = k0 + j * 8 + 2 * t4 + e < sp.end;
-        sc[j][e] = ok ? sc[j][e] * scale_log2 : -INFINITY;
-        sc[j][2 + e] = ok ? sc[j][2 + e] * scale_log2 : -INFINITY;
-        tmax0 = fmaxf(tmax0, sc[j][e]);
-        tmax1 = fmaxf(tmax1, sc[j][2 + e]);
-      }
+      for (int j = 0; j < 2; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const bool ok = kw + i * kTile + j * 8 + 2 * t4 + e < sp.end;
+          sc[i][j][e] = ok ? sc[i][j][e] * scale_log2 : -INFINITY;
+          tmax0 = fmaxf(tmax0, sc[i][j][e]);
+          if constexpr (!kHalf) {
+            sc[i][j][2 + e] = ok ? sc[i][j][2 + e] * scale_log2 : -INFINITY;
+            tmax1 = fmaxf(tmax1, sc[i][j][2 + e]);
+          }
+        }
 #pragma unroll
     for (int o2 = 1; o2 <= 2; o2 <<= 1) {
       tmax0 = fmaxf(tmax0, __shfl_xor_sync(0xffffffffu, tmax0, o2));
-      tmax1 = fmaxf(tmax1, __shfl_xor_sync(0xffffffffu, tmax1, o2));
+      if constexpr (!kHalf) tmax1 = fmaxf(tmax1, __shfl_xor_sync(0xffffffffu, tmax1, o2));
     }
-    // position k0 is valid, so every row's new max is finite
-    const float mn0 = fmaxf(m0, tmax0), mn1 = fmaxf(m1, tmax1);
-    const float alpha0 = exp2f(m0 - mn0), alpha1 = exp2f(m1 - mn1);
+    // position kw is valid, so every row's new max is finite
+    const float mn0 = fmaxf(m0, tmax0), alpha0 = exp2f(m0 - mn0);
     m0 = mn0;
-    m1 = mn1;
     l0 *= alpha0;
-    l1 *= alpha1;
+    float mn1 = 0.f, alpha1 = 0.f;
+    if constexpr (!kHalf) {
+      mn1 = fmaxf(m1, tmax1), alpha1 = exp2f(m1 - mn1);
+      m1 = mn1;
+      l1 *= alpha1;
+    }
 #pragma unroll
     for (int j = 0; j < DT; ++j) {
       o[j][0] *= alpha0;
       o[j][1] *= alpha0;
-      o[j][2] *= alpha1;
-      o[j][3] *= alpha1;
+      if constexpr (!kHalf) {
+        o[j][2] *= alpha1;
+        o[j][3] *= alpha1;
+      }
     }
-    float p[2][4];
+    uint32_t pa[NT][4];
 #pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      p[j][0] = exp2f(sc[j][0] - mn0);
-      p[j][1] = exp2f(sc[j][1] - mn0);
-      p[j][2] = exp2f(sc[j][2] - mn1);
-      p[j][3] = exp2f(sc[j][3] - mn1);
-      l0 += p[j][0] + p[j][1];
-      l1 += p[j][2] + p[j][3];
+    for (int i = 0; i < NT; ++i) {
+      float p[2][4];
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        p[j][0] = exp2f(sc[i][j][0] - mn0);
+        p[j][1] = exp2f(sc[i][j][1] - mn0);
+        l0 += p[j][0] + p[j][1];
+        if constexpr (!kHalf) {
+          p[j][2] = exp2f(sc[i][j][2] - mn1);
+          p[j][3] = exp2f(sc[i][j][3] - mn1);
+          l1 += p[j][2] + p[j][3];
+        }
+      }
+      pa[i][0] = pack2<T>(p[0][0], p[0][1]);
+      pa[i][2] = pack2<T>(p[1][0], p[1][1]);
+      pa[i][1] = kHalf ? 0u : pack2<T>(p[0][2], p[0][3]);
+      pa[i][3] = kHalf ? 0u : pack2<T>(p[1][2], p[1][3]);
     }
-    const uint32_t pa[4] = {pack2<T>(p[0][0], p[0][1]), pack2<T>(p[0][2], p[0][3]), pack2<T>(p[1][0], p[1][1]),
-                            pack2<T>(p[1][2], p[1][3])};
     if constexpr (kF8) __syncwarp();  // the warp's V rows written
 #pragma unroll
-    for (int d = 0; d < DT; d += 2) {
-      uint32_t b[4];
-      ldmatrix_x4_trans(b, vs + S::kv(16 * warp + (mi & 1) * 8 + (lane & 7), d + (mi >> 1)));
-      mma16816<T>(o[d], pa, b[0], b[1]);
-      mma16816<T>(o[d + 1], pa, b[2], b[3]);
+    for (int i = 0; i < NT; ++i) {
+      const T* vs = sv + (kF8 ? i : (t + i) % kStages) * S::kKV;
+#pragma unroll
+      for (int d = 0; d < DT; d += 2) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, vs + S::kv(16 * warp + (mi & 1) * 8 + (lane & 7), d + (mi >> 1)));
+        mma16816<T>(o[d], pa[i], b[0], b[1]);
+        mma16816<T>(o[d + 1], pa[i], b[2], b[3]);
+      }
     }
   };
-  for (int t = 0; t < n_tiles; ++t) {
-    cp_async_wait<kStages - 2>();  // tile t (and the Q rows) landed
-    __syncthreads();               // ... for every thread; tile t-1's stage is free
-    if (t + kStages - 1 < n_tiles) load_tile((t + kStages - 1) % kStages, t + kStages - 1);
-    cp_async_commit();
+  // rounds of NT tiles; the stages of round r - 1's tiles are refilled in round r
+  for (int t = 0; t < n_round_tiles; t += NT) {
+    cp_async_wait<kStages - 2 * NT>();  // tiles t .. t + NT - 1 (and the Q rows) landed
+    __syncthreads();                    // ... for every thread; the last round's stages are free
+#pragma unroll
+    for (int i = 0; i < NT; ++i) {
+      const int tl = t + kStages - NT + i;
+      if (tl < n_round_tiles) load_tile(tl % kStages, tl);
+      cp_async_commit();
+    }
     if (t == 0) {
 #pragma unroll
       for (int kc = 0; kc < KC; ++kc) ldmatrix_x4(qf[kc], sq + (lane & 15) * LQ + kc * 16 + (lane >> 4) * 8);
     }
-    if constexpr (kF8)
-      attend(t, sk, sv);
-    else
-      attend(t, sk + (t % kStages) * S::kKV, sv + (t % kStages) * S::kKV);
+    attend(t);
   }
   cp_async_wait<0>();
 #pragma unroll
@@ -511,17 +550,45 @@ struct DecodeArgs {
   const float *k_scale = nullptr, *v_scale = nullptr;  // an fp8 cache's scale pools
 };
 
-template <typename T, int HD, bool kSwizzle, bool kL2Prefetch, typename KV = T>
-void launch_tc(float* part_o, float2* part_ml, const T* q, const KV* k_pool, const KV* v_pool, const DecodeArgs& a,
-               int64_t ms, unsigned blocks, cudaStream_t stream) {
-  auto kernel = decode_tc_kernel<T, HD, kSwizzle, kL2Prefetch, KV>;
-  constexpr size_t smem = DecodeSmem<HD, kSwizzle, std::is_same<KV, uint8_t>::value>::kBytes;
+template <typename T, int HD, bool kSwizzle, bool kL2Prefetch, typename KV, int NT, bool kHalf>
+void launch_tc_kernel(float* part_o, float2* part_ml, const T* q, const KV* k_pool, const KV* v_pool,
+                      const DecodeArgs& a, int64_t ms, unsigned blocks, cudaStream_t stream) {
+  auto kernel = decode_tc_kernel<T, HD, kSwizzle, kL2Prefetch, KV, NT, kHalf>;
+  constexpr size_t smem = DecodeSmem<HD, kSwizzle, std::is_same<KV, uint8_t>::value, NT>::kBytes;
   if (smem > (size_t(48) << 10)) raise_smem_limit(reinterpret_cast<const void*>(kernel), int(smem));
   kernel<<<blocks, kThreads, smem, stream>>>(part_o, part_ml, q, k_pool, v_pool, a.k_scale, a.v_scale, a.seqs,
                                              a.block_table, int(a.max_pages), page_shift(a.page_size),
                                              int(a.n_heads), int(a.n_kv_heads), int(a.n_heads / a.n_kv_heads), int(ms),
                                              a.q_stride, a.scale * 1.4426950408889634f);
   CUDA_CHECK_LAUNCH("decode_tc_kernel");
+}
+
+// The round (variant bit 3: 2 tiles, 32 positions a warp, on the 4-stage swizzled pipeline; else 1)
+// and the half A operand (group <= 8, unless variant bit 4) for the swizzled stages without the L2
+// hint; the other variants keep 16-position rounds on all 16 rows.
+template <typename T, int HD, bool kSwizzle, bool kL2Prefetch, typename KV = T>
+void launch_tc(float* part_o, float2* part_ml, const T* q, const KV* k_pool, const KV* v_pool, const DecodeArgs& a,
+               int64_t ms, unsigned blocks, cudaStream_t stream) {
+  const int variant = decode_variant();
+  if constexpr (kSwizzle && !kL2Prefetch) {
+    const bool half = a.n_heads / a.n_kv_heads <= 8 && !(variant & 16);
+    if constexpr (DecodeSmem<HD, kSwizzle, std::is_same<KV, uint8_t>::value>::kStages >= 4) {
+      if (variant & 8) {
+        if (half)
+          launch_tc_kernel<T, HD, true, false, KV, 2, true>(part_o, part_ml, q, k_pool, v_pool, a, ms, blocks, stream);
+        else
+          launch_tc_kernel<T, HD, true, false, KV, 2, false>(part_o, part_ml, q, k_pool, v_pool, a, ms, blocks, stream);
+        return;
+      }
+    }
+    if (half)
+      launch_tc_kernel<T, HD, true, false, KV, 1, true>(part_o, part_ml, q, k_pool, v_pool, a, ms, blocks, stream);
+    else
+      launch_tc_kernel<T, HD, true, false, KV, 1, false>(part_o, part_ml, q, k_pool, v_pool, a, ms, blocks, stream);
+  } else {
+    launch_tc_kernel<T, HD, kSwizzle, kL2Prefetch, KV, 1, false>(part_o, part_ml, q, k_pool, v_pool, a, ms, blocks,
+                                                                stream);
+  }
 }
 
 template <typename T, int HD, typename KV = T>
