@@ -101,12 +101,12 @@ __device__ __forceinline__ Split split_of_block(const PagedSeq* seqs, int n_kv, 
 // Measured on an H100 at 32 x 10240 positions, pages of 16 shuffled (32/8 heads, hd 64, bf16; splits
 // of 4 tiles then): 273.5, 267.0, 261.0, 264.3, 272.3, 265.6, 259.3, 262.6 us for variants 0..7; 6 is
 // the default.
-constexpr int kDefaultVariant = 6 | 8;
+constexpr int kDefaultVariant = 6 | 8 | 32;
 
 int decode_variant() {
   static const int v = [] {
     const char* e = std::getenv("LFM2_DECODE_VARIANT");
-    return e && *e ? std::atoi(e) & 31 : kDefaultVariant;
+    return e && *e ? std::atoi(e) & 63 : kDefaultVariant;
   }();
   return v;
 }
@@ -117,11 +117,11 @@ int decode_variant() {
 // tiles behind a second barrier 226 us; two T tiles pipelined 264; 5 or 6 stages (a 4-tile split in
 // flight at once, 4 or 3 blocks an SM) 233 / 250; V widened in place over the warp's own e4m3 rows
 // (no T tile, held to 96 registers: spills) 247 at 4 stages, 260 at 5.
-template <int HD, bool kSwizzle, bool kF8 = false, int NT = 1>
+template <int HD, bool kSwizzle, bool kF8 = false, int NT = 1, bool kV1 = false>
 struct DecodeSmem {
   static constexpr int kStages = kSwizzle && HD < 128 ? 4 : 3;
   static_assert(kStages >= 2 * NT, "a round's tiles and the next round's in flight");
-  static constexpr int kTK = kF8 ? 0 : kStages, kTV = kF8 ? NT : kStages;  // T tiles of K, of V
+  static constexpr int kTK = kF8 ? 0 : kStages, kTV = kF8 ? (kV1 ? 1 : NT) : kStages;  // T tiles of K, of V
   static constexpr int LQ = HD + 8;                  // Q rows padded: ldmatrix's 8 rows hit 8 bank groups
   static constexpr int LKV = kSwizzle ? HD : HD + 8;  // K/V rows: swizzled, or padded as Q
   static constexpr int kQ = 16 * LQ, kKV = kTile * LKV;
@@ -153,14 +153,24 @@ struct DecodeSmem {
 };
 
 // KV: T, or uint8_t for an fp8 cache (k_scale, v_scale its scale pools; null otherwise).
-template <typename T, int HD, bool kSwizzle, bool kL2Prefetch, typename KV, int NT, bool kHalf>
-__global__ void __launch_bounds__(kThreads)
+// The fp8 kernels' registers held to what lets the blocks their shared memory allows (at most 5) be
+// resident: unbounded, the 16-position kernel took 122 registers (4 blocks an SM) after the
+// round's refactor, against 96 (5 blocks, no spills) when held.
+template <int HD, bool kSwizzle, bool kF8, int NT, bool kV1>
+constexpr int min_blocks() {
+  if (!kF8) return 1;
+  const int b = int((size_t(227) << 10) / (DecodeSmem<HD, kSwizzle, kF8, NT, kV1>::kBytes + 1024));
+  return b < 5 ? b : 5;
+}
+
+template <typename T, int HD, bool kSwizzle, bool kL2Prefetch, typename KV, int NT, bool kHalf, bool kV1>
+__global__ void __launch_bounds__(kThreads, (min_blocks<HD, kSwizzle, std::is_same<KV, uint8_t>::value, NT, kV1>()))
     decode_tc_kernel(float* part_o, float2* part_ml, const T* q, const KV* k_pool, const KV* v_pool,
                      const float* k_scale, const float* v_scale, const PagedSeq* seqs, const int32_t* block_table,
                      int max_pages, int shift, int n_heads, int n_kv, int group, int ms, int64_t q_stride,
                      float scale_log2) {
   constexpr bool kF8 = std::is_same<KV, uint8_t>::value;
-  using S = DecodeSmem<HD, kSwizzle, kF8, NT>;
+  using S = DecodeSmem<HD, kSwizzle, kF8, NT, kV1>;
   constexpr int LQ = S::LQ, KC = HD / 16, DT = HD / 8, kChunks = HD / 8, kStages = S::kStages;
   constexpr int kC8 = HD / 16;  // 16-byte chunks of an e4m3 row
   // a tile's 16-byte copies of K / V rows (HD * sizeof(KV) bytes a row) per thread, a trip count known
@@ -252,20 +262,20 @@ __global__ void __launch_bounds__(kThreads)
     const int kw = sp.start + t * kTile + 16 * warp;  // this warp's first position of the round
     if (kw >= sp.end) return;
     const int mi = lane >> 3;
-    if constexpr (kF8) {  // V rows 16 warp .. + 15 of each tile -> T; the warp's ldmatrix of the last round is done
+    // fp8: V rows 16 warp .. + 15 of tile t + i -> T tile dst (the warp's own rows)
+    auto widen_v = [&](int i, T* dst) {
+      const int st = (t + i) % kStages;
+      const uint8_t* v8t = v8 + st * S::kF8Tile;
+      for (int c = lane; c < 16 * kC8; c += 32) {
+        const int r = 16 * warp + c / kC8, ch = c % kC8;
+        const uint4 bv = *reinterpret_cast<const uint4*>(v8t + S::kv8(r, ch));
+        kv8::widen16<T>(dst + S::kv(r, 2 * ch), dst + S::kv(r, 2 * ch + 1), bv, vs8[st * kTile + r]);
+      }
+    };
+    if constexpr (kF8) {  // the warp's ldmatrix of the last round is done; kV1: tile t's V only, t + 1's after its P V
       __syncwarp();
 #pragma unroll
-      for (int i = 0; i < NT; ++i) {
-        const int st = (t + i) % kStages;
-        const uint8_t* v8t = v8 + st * S::kF8Tile;
-        T* svi = sv + i * S::kKV;
-#pragma unroll
-        for (int c = lane; c < 16 * kC8; c += 32) {
-          const int r = 16 * warp + c / kC8, ch = c % kC8;
-          const uint4 bv = *reinterpret_cast<const uint4*>(v8t + S::kv8(r, ch));
-          kv8::widen16<T>(svi + S::kv(r, 2 * ch), svi + S::kv(r, 2 * ch + 1), bv, vs8[st * kTile + r]);
-        }
-      }
+      for (int i = 0; i < S::kTV; ++i) widen_v(i, sv + i * S::kKV);
     }
     float sc[NT][2][4];
 #pragma unroll
@@ -353,10 +363,16 @@ __global__ void __launch_bounds__(kThreads)
       pa[i][1] = kHalf ? 0u : pack2<T>(p[0][2], p[0][3]);
       pa[i][3] = kHalf ? 0u : pack2<T>(p[1][2], p[1][3]);
     }
-    if constexpr (kF8) __syncwarp();  // the warp's V rows written
 #pragma unroll
     for (int i = 0; i < NT; ++i) {
-      const T* vs = sv + (kF8 ? i : (t + i) % kStages) * S::kKV;
+      if constexpr (kF8) {
+        if (kV1 && i > 0) {  // tile t + i - 1's ldmatrix done: its rows rewritten with tile t + i's
+          __syncwarp();
+          widen_v(i, sv);
+        }
+        __syncwarp();  // the warp's V rows written
+      }
+      const T* vs = sv + (kF8 ? (kV1 ? 0 : i) : (t + i) % kStages) * S::kKV;
 #pragma unroll
       for (int d = 0; d < DT; d += 2) {
         uint32_t b[4];
@@ -550,11 +566,11 @@ struct DecodeArgs {
   const float *k_scale = nullptr, *v_scale = nullptr;  // an fp8 cache's scale pools
 };
 
-template <typename T, int HD, bool kSwizzle, bool kL2Prefetch, typename KV, int NT, bool kHalf>
+template <typename T, int HD, bool kSwizzle, bool kL2Prefetch, typename KV, int NT, bool kHalf, bool kV1 = false>
 void launch_tc_kernel(float* part_o, float2* part_ml, const T* q, const KV* k_pool, const KV* v_pool,
                       const DecodeArgs& a, int64_t ms, unsigned blocks, cudaStream_t stream) {
-  auto kernel = decode_tc_kernel<T, HD, kSwizzle, kL2Prefetch, KV, NT, kHalf>;
-  constexpr size_t smem = DecodeSmem<HD, kSwizzle, std::is_same<KV, uint8_t>::value, NT>::kBytes;
+  auto kernel = decode_tc_kernel<T, HD, kSwizzle, kL2Prefetch, KV, NT, kHalf, kV1>;
+  constexpr size_t smem = DecodeSmem<HD, kSwizzle, std::is_same<KV, uint8_t>::value, NT, kV1>::kBytes;
   if (smem > (size_t(48) << 10)) raise_smem_limit(reinterpret_cast<const void*>(kernel), int(smem));
   kernel<<<blocks, kThreads, smem, stream>>>(part_o, part_ml, q, k_pool, v_pool, a.k_scale, a.v_scale, a.seqs,
                                              a.block_table, int(a.max_pages), page_shift(a.page_size),
@@ -573,6 +589,17 @@ void launch_tc(float* part_o, float2* part_ml, const T* q, const KV* k_pool, con
   if constexpr (kSwizzle && !kL2Prefetch) {
     const bool half = a.n_heads / a.n_kv_heads <= 8 && !(variant & 16);
     if constexpr (DecodeSmem<HD, kSwizzle, std::is_same<KV, uint8_t>::value>::kStages >= 4) {
+      if constexpr (std::is_same<KV, uint8_t>::value) {
+        if ((variant & 8) && (variant & 32)) {
+          if (half)
+            launch_tc_kernel<T, HD, true, false, KV, 2, true, true>(part_o, part_ml, q, k_pool, v_pool, a, ms, blocks,
+                                                                    stream);
+          else
+            launch_tc_kernel<T, HD, true, false, KV, 2, false, true>(part_o, part_ml, q, k_pool, v_pool, a, ms, blocks,
+                                                                     stream);
+          return;
+        }
+      }
       if (variant & 8) {
         if (half)
           launch_tc_kernel<T, HD, true, false, KV, 2, true>(part_o, part_ml, q, k_pool, v_pool, a, ms, blocks, stream);
