@@ -101,12 +101,12 @@ __device__ __forceinline__ Split split_of_block(const PagedSeq* seqs, int n_kv, 
 // Measured on an H100 at 32 x 10240 positions, pages of 16 shuffled (32/8 heads, hd 64, bf16; splits
 // of 4 tiles then): 273.5, 267.0, 261.0, 264.3, 272.3, 265.6, 259.3, 262.6 us for variants 0..7; 6 is
 // the default.
-constexpr int kDefaultVariant = 6 | 8 | 32;
+constexpr int kDefaultVariant = 6 | 8 | 32 | 64;
 
 int decode_variant() {
   static const int v = [] {
     const char* e = std::getenv("LFM2_DECODE_VARIANT");
-    return e && *e ? std::atoi(e) & 63 : kDefaultVariant;
+    return e && *e ? std::atoi(e) & 127 : kDefaultVariant;
   }();
   return v;
 }
@@ -163,7 +163,7 @@ constexpr int min_blocks() {
   return b < 5 ? b : 5;
 }
 
-template <typename T, int HD, bool kSwizzle, bool kL2Prefetch, typename KV, int NT, bool kHalf, bool kV1>
+template <typename T, int HD, bool kSwizzle, bool kL2Prefetch, typename KV, int NT, bool kHalf, bool kV1, bool kPK>
 __global__ void __launch_bounds__(kThreads, (min_blocks<HD, kSwizzle, std::is_same<KV, uint8_t>::value, NT, kV1>()))
     decode_tc_kernel(float* part_o, float2* part_ml, const T* q, const KV* k_pool, const KV* v_pool,
                      const float* k_scale, const float* v_scale, const PagedSeq* seqs, const int32_t* block_table,
@@ -196,9 +196,52 @@ __global__ void __launch_bounds__(kThreads, (min_blocks<HD, kSwizzle, std::is_sa
   const int64_t head_off = int64_t(sp.kvh) * HD;
 
   const T* qb = q + int64_t(sp.row) * q_stride + int64_t(sp.kvh) * group * HD;
-  for (int c = tid; c < 16 * kChunks; c += kThreads) {
-    const int r = c / kChunks, col = (c % kChunks) * 8;
-    cp_async16(sq + r * LQ + col, r < group ? qb + int64_t(r) * HD + col : qb, r < group);
+  // kPK: mma k index (chunk kc, k in 0..15) <-> head dim, the same for Q and K, so that lane t4's B
+  // fragments of every chunk are head dims t4 HD / 4 .. + HD / 4 - 1 of its row, read at once (one
+  // 16-byte load an e4m3 row at head_dim 64) instead of a load a chunk
+  auto k_dim = [](int col) {
+    const int kc = col / 16, k = col % 16;
+    return (HD / 4) * ((k % 8) / 2) + 4 * kc + (k % 2) + 2 * (k / 8);
+  };
+  // e4m3 row r's bytes t4 HD / 4 .. as HD / 16 words (word kc: head dims 4 kc .. 4 kc + 3 of the lane's)
+  auto k_words8 = [&](uint32_t* w, const uint8_t* k8t, int r) {
+    if constexpr (HD >= 64) {
+#pragma unroll
+      for (int u = 0; u < HD / 64; ++u) {
+        const uint4 v = *reinterpret_cast<const uint4*>(k8t + S::kv8(r, t4 * (HD / 64) + u));
+        w[4 * u] = v.x, w[4 * u + 1] = v.y, w[4 * u + 2] = v.z, w[4 * u + 3] = v.w;
+      }
+    } else if constexpr (HD == 32) {
+      const uint2 v = *reinterpret_cast<const uint2*>(k8t + S::kv8(r, t4 >> 1) + (t4 & 1) * 8);
+      w[0] = v.x, w[1] = v.y;
+    } else {
+      w[0] = *reinterpret_cast<const uint32_t*>(k8t + S::kv8(r, 0) + t4 * 4);
+    }
+  };
+  // T row r's elements t4 HD / 4 .. as HD / 8 words (words 2 kc, 2 kc + 1: the pairs of chunk kc)
+  auto k_words = [&](uint32_t* w, const T* kt, int r) {
+    if constexpr (HD >= 32) {
+#pragma unroll
+      for (int u = 0; u < HD / 32; ++u) {
+        const uint4 v = *reinterpret_cast<const uint4*>(kt + S::kv(r, t4 * (HD / 32) + u));
+        w[4 * u] = v.x, w[4 * u + 1] = v.y, w[4 * u + 2] = v.z, w[4 * u + 3] = v.w;
+      }
+    } else {
+      const uint2 v = *reinterpret_cast<const uint2*>(kt + S::kv(r, t4 >> 1) + (t4 & 1) * 4);
+      w[0] = v.x, w[1] = v.y;
+    }
+  };
+  if constexpr (kPK) {  // Q's head dims permuted (k_dim below), a pair of T a copy; rows past the group zero
+    for (int c = tid; c < 8 * HD; c += kThreads) {
+      const int r = c / (HD / 2), col = 2 * (c % (HD / 2));
+      const uint32_t v = r < group ? *reinterpret_cast<const uint32_t*>(qb + int64_t(r) * HD + k_dim(col)) : 0u;
+      *reinterpret_cast<uint32_t*>(sq + r * LQ + col) = v;
+    }
+  } else {
+    for (int c = tid; c < 16 * kChunks; c += kThreads) {
+      const int r = c / kChunks, col = (c % kChunks) * 8;
+      cp_async16(sq + r * LQ + col, r < group ? qb + int64_t(r) * HD + col : qb, r < group);
+    }
   }
   auto load_tile = [&](int stage, int t) {
     const int p0 = sp.start + t * kTile;
@@ -283,25 +326,54 @@ __global__ void __launch_bounds__(kThreads, (min_blocks<HD, kSwizzle, std::is_sa
       const int st = (t + i) % kStages;
 #pragma unroll
       for (int j = 0; j < 2; ++j) sc[i][j][0] = sc[i][j][1] = sc[i][j][2] = sc[i][j][3] = 0.f;
+      if constexpr (kPK) {  // the lane's HD / 4 head dims of rows g, 8 + g: words kc of k_dim's order
+        uint32_t w[2][kF8 ? KC : 2 * KC];
 #pragma unroll
-      for (int kc = 0; kc < KC; ++kc) {
-        uint32_t b[4];
-        if constexpr (kF8) {  // b as ldmatrix_x4 below gives it: rows g, 8 + g; pairs t4, 4 + t4 of unit kc
-          const uint8_t* k8t = k8 + st * S::kF8Tile;
+        for (int j = 0; j < 2; ++j) {
+          const int r = 16 * warp + 8 * j + g;
+          if constexpr (kF8)
+            k_words8(w[j], k8 + st * S::kF8Tile, r);
+          else
+            k_words(w[j], sk + st * S::kKV, r);
+        }
+#pragma unroll
+        for (int kc = 0; kc < KC; ++kc) {
+          uint32_t b[4];
 #pragma unroll
           for (int j = 0; j < 2; ++j) {
-            const int r = 16 * warp + 8 * j + g;
-            const uint4 u = *reinterpret_cast<const uint4*>(k8t + S::kv8(r, kc));
-            const float s = ks8[st * kTile + r];
-            const int sh = 16 * (t4 & 1);
-            b[2 * j] = kv8::widen2<T>((t4 & 2 ? u.y : u.x) >> sh, s);
-            b[2 * j + 1] = kv8::widen2<T>((t4 & 2 ? u.w : u.z) >> sh, s);
+            if constexpr (kF8) {
+              const float s = ks8[st * kTile + 16 * warp + 8 * j + g];
+              b[2 * j] = kv8::widen2<T>(w[j][kc], s);
+              b[2 * j + 1] = kv8::widen2<T>(w[j][kc] >> 16, s);
+            } else {
+              b[2 * j] = w[j][2 * kc];
+              b[2 * j + 1] = w[j][2 * kc + 1];
+            }
           }
-        } else {
-          ldmatrix_x4(b, sk + st * S::kKV + S::kv(16 * warp + (mi >> 1) * 8 + (lane & 7), kc * 2 + (mi & 1)));
+          mma16816<T>(sc[i][0], qf[kc], b[0], b[1]);
+          mma16816<T>(sc[i][1], qf[kc], b[2], b[3]);
         }
-        mma16816<T>(sc[i][0], qf[kc], b[0], b[1]);
-        mma16816<T>(sc[i][1], qf[kc], b[2], b[3]);
+      } else {
+  #pragma unroll
+        for (int kc = 0; kc < KC; ++kc) {
+          uint32_t b[4];
+          if constexpr (kF8) {  // b as ldmatrix_x4 below gives it: rows g, 8 + g; pairs t4, 4 + t4 of unit kc
+            const uint8_t* k8t = k8 + st * S::kF8Tile;
+  #pragma unroll
+            for (int j = 0; j < 2; ++j) {
+              const int r = 16 * warp + 8 * j + g;
+              const uint4 u = *reinterpret_cast<const uint4*>(k8t + S::kv8(r, kc));
+              const float s = ks8[st * kTile + r];
+              const int sh = 16 * (t4 & 1);
+              b[2 * j] = kv8::widen2<T>((t4 & 2 ? u.y : u.x) >> sh, s);
+              b[2 * j + 1] = kv8::widen2<T>((t4 & 2 ? u.w : u.z) >> sh, s);
+            }
+          } else {
+            ldmatrix_x4(b, sk + st * S::kKV + S::kv(16 * warp + (mi >> 1) * 8 + (lane & 7), kc * 2 + (mi & 1)));
+          }
+          mma16816<T>(sc[i][0], qf[kc], b[0], b[1]);
+          mma16816<T>(sc[i][1], qf[kc], b[2], b[3]);
+        }
       }
     }
     float tmax0 = -INFINITY, tmax1 = -INFINITY;
@@ -566,10 +638,11 @@ struct DecodeArgs {
   const float *k_scale = nullptr, *v_scale = nullptr;  // an fp8 cache's scale pools
 };
 
-template <typename T, int HD, bool kSwizzle, bool kL2Prefetch, typename KV, int NT, bool kHalf, bool kV1 = false>
+template <typename T, int HD, bool kSwizzle, bool kL2Prefetch, typename KV, int NT, bool kHalf, bool kV1 = false,
+          bool kPK = false>
 void launch_tc_kernel(float* part_o, float2* part_ml, const T* q, const KV* k_pool, const KV* v_pool,
                       const DecodeArgs& a, int64_t ms, unsigned blocks, cudaStream_t stream) {
-  auto kernel = decode_tc_kernel<T, HD, kSwizzle, kL2Prefetch, KV, NT, kHalf, kV1>;
+  auto kernel = decode_tc_kernel<T, HD, kSwizzle, kL2Prefetch, KV, NT, kHalf, kV1, kPK>;
   constexpr size_t smem = DecodeSmem<HD, kSwizzle, std::is_same<KV, uint8_t>::value, NT, kV1>::kBytes;
   if (smem > (size_t(48) << 10)) raise_smem_limit(reinterpret_cast<const void*>(kernel), int(smem));
   kernel<<<blocks, kThreads, smem, stream>>>(part_o, part_ml, q, k_pool, v_pool, a.k_scale, a.v_scale, a.seqs,
@@ -579,32 +652,40 @@ void launch_tc_kernel(float* part_o, float2* part_ml, const T* q, const KV* k_po
   CUDA_CHECK_LAUNCH("decode_tc_kernel");
 }
 
-// The round (variant bit 3: 2 tiles, 32 positions a warp, on the 4-stage swizzled pipeline; else 1)
-// and the half A operand (group <= 8, unless variant bit 4) for the swizzled stages without the L2
-// hint; the other variants keep 16-position rounds on all 16 rows.
+// 32-position rounds (NT = 2), the half A operand, one V tile, K's dims permuted: see the variants.
+template <typename T, int HD, typename KV, bool kV1, bool kPK>
+void launch_round2(float* part_o, float2* part_ml, const T* q, const KV* k_pool, const KV* v_pool, const DecodeArgs& a,
+                   int64_t ms, unsigned blocks, cudaStream_t stream, bool half) {
+  if (half)
+    launch_tc_kernel<T, HD, true, false, KV, 2, true, kV1, kPK>(part_o, part_ml, q, k_pool, v_pool, a, ms, blocks,
+                                                                 stream);
+  else
+    launch_tc_kernel<T, HD, true, false, KV, 2, false, kV1, kPK>(part_o, part_ml, q, k_pool, v_pool, a, ms, blocks,
+                                                                  stream);
+}
+
+// The round (variant bit 3: 2 tiles, 32 positions a warp, on the 4-stage swizzled pipeline; else 1),
+// the half A operand (group <= 8, unless bit 4), for the fp8 cache one V T tile (bit 5) and K's head
+// dims permuted (bit 6, with bit 3), on the swizzled stages without the L2 hint; the other variants
+// keep 16-position rounds on all 16 rows.
 template <typename T, int HD, bool kSwizzle, bool kL2Prefetch, typename KV = T>
 void launch_tc(float* part_o, float2* part_ml, const T* q, const KV* k_pool, const KV* v_pool, const DecodeArgs& a,
                int64_t ms, unsigned blocks, cudaStream_t stream) {
+  constexpr bool kF8 = std::is_same<KV, uint8_t>::value;
   const int variant = decode_variant();
   if constexpr (kSwizzle && !kL2Prefetch) {
     const bool half = a.n_heads / a.n_kv_heads <= 8 && !(variant & 16);
-    if constexpr (DecodeSmem<HD, kSwizzle, std::is_same<KV, uint8_t>::value>::kStages >= 4) {
-      if constexpr (std::is_same<KV, uint8_t>::value) {
-        if ((variant & 8) && (variant & 32)) {
-          if (half)
-            launch_tc_kernel<T, HD, true, false, KV, 2, true, true>(part_o, part_ml, q, k_pool, v_pool, a, ms, blocks,
-                                                                    stream);
-          else
-            launch_tc_kernel<T, HD, true, false, KV, 2, false, true>(part_o, part_ml, q, k_pool, v_pool, a, ms, blocks,
-                                                                     stream);
-          return;
-        }
-      }
+    if constexpr (DecodeSmem<HD, kSwizzle, kF8>::kStages >= 4) {
       if (variant & 8) {
-        if (half)
-          launch_tc_kernel<T, HD, true, false, KV, 2, true>(part_o, part_ml, q, k_pool, v_pool, a, ms, blocks, stream);
+        const bool v1 = kF8 && (variant & 32), pk = (variant & 64) != 0;
+        if (v1 && pk)
+          launch_round2<T, HD, KV, kF8, true>(part_o, part_ml, q, k_pool, v_pool, a, ms, blocks, stream, half);
+        else if (v1)
+          launch_round2<T, HD, KV, kF8, false>(part_o, part_ml, q, k_pool, v_pool, a, ms, blocks, stream, half);
+        else if (pk)
+          launch_round2<T, HD, KV, false, true>(part_o, part_ml, q, k_pool, v_pool, a, ms, blocks, stream, half);
         else
-          launch_tc_kernel<T, HD, true, false, KV, 2, false>(part_o, part_ml, q, k_pool, v_pool, a, ms, blocks, stream);
+          launch_round2<T, HD, KV, false, false>(part_o, part_ml, q, k_pool, v_pool, a, ms, blocks, stream, half);
         return;
       }
     }
