@@ -18,7 +18,13 @@
 // positions past the length zero-filled and never read; see the variants below), warp w takes
 // positions 16w..16w+15 of each tile: S = Q K^T and O += P V as m16n8k16 mma with fp32
 // accumulators, an online softmax in fp32 (log2 units), P rounded to the element type for P V as
-// in attention.cu. The 4 warps' states are merged in warp
+// in attention.cu. By default a warp scores two tiles' positions (32) as one round: both tiles' S,
+// one max / rescale / exp round, then both P V (fewer serial chains a position, two mma chains side
+// by side; the pipeline then refills a round's two stages at once). With group <= 8 the A rows
+// 8..15 hold no query head: their max, exp, sum and rescale are skipped and their P is 0 (the live
+// rows' bits are the same). K's head dims are permuted with Q's (k_dim: any permutation of the mma
+// k index works if Q and K agree), so a lane's B fragments of all k chunks are HD / 4 contiguous
+// head dims of its row, read at once. The 4 warps' states are merged in warp
 // order in shared memory and the split's (O unnormalised, max, sum) written to the workspace.
 // fp32: SIMT, exact FMAs; tiles of 32 positions in shared memory, each warp taking query heads of
 // the group, lane j scoring position j of the tile, then lanes owning head dims for P V.
@@ -29,12 +35,13 @@
 //
 // fp8 cache (attention_decode_paged_fp8, bf16 / fp16): the stages hold a tile's e4m3 bytes (16-byte
 // units XOR-swizzled by their 128-byte line) and its rows' fp32 scales (cp.async, 16 and 4 bytes),
-// one barrier a tile as for T. Each warp widens only its own 16 positions (kv_fp8.cuh: e4m3 * scale
-// in fp32, rounded to T): K straight into the mma B fragments (a lane reads its row's 16-byte unit
-// and keeps the two byte pairs the fragment holds), V into the warp's 16 rows of one T tile
-// (__syncwarp, then ldmatrix.trans as for T). The mma operands are the T kernel's on the dequantized
-// cache rounded to T, so the bits are; half the cache bytes a position; the split, the merge and
-// their order are the T kernel's.
+// one barrier a round as for T. Each warp widens only its own positions (kv_fp8.cuh: e4m3 * scale
+// in fp32, rounded to T): K straight into the mma B fragments (with the permuted head dims a lane
+// reads its row's HD / 4 bytes at once: one 16-byte unit at head_dim 64), V into the warp's 16 rows
+// of a T tile per tile of the round (__syncwarp, then ldmatrix.trans as for T). The mma operands are
+// the T kernel's on the dequantized cache rounded to T, so the bits are (for every variant, as the
+// T kernel's of the same variant); half the cache bytes a position; the split, the rounds, the merge
+// and their order are the T kernel's.
 #include <cmath>
 #include <cstdlib>
 #include <type_traits>
@@ -99,9 +106,18 @@ __device__ __forceinline__ Split split_of_block(const PagedSeq* seqs, int n_kv, 
 // in flight at once, 3 blocks per SM at head_dim 64) instead of padded rows 3 deep;
 // bit 2: the merge launched as a programmatic dependent of pass 1 (its launch overlaps pass 1's tail).
 // Measured on an H100 at 32 x 10240 positions, pages of 16 shuffled (32/8 heads, hd 64, bf16; splits
-// of 4 tiles then): 273.5, 267.0, 261.0, 264.3, 272.3, 265.6, 259.3, 262.6 us for variants 0..7; 6 is
-// the default.
-constexpr int kDefaultVariant = 6 | 8 | 32 | 64;
+// of 4 tiles then): 273.5, 267.0, 261.0, 264.3, 272.3, 265.6, 259.3, 262.6 us for variants 0..7.
+// Bits 3-6 (launch_tc) change the arithmetic's order, so the bits (the same for T and the fp8 cache
+// in each): bit 3 rounds of 2 tiles (32 positions a warp) on the swizzled stages without the L2 hint
+// (else 16), bit 4 all 16 A rows (else the half A operand when group <= 8), bit 5 the fp8 cache's
+// rounds through one V T tile (45 KB, 96 registers: 5 blocks an SM, else two tiles, 53 KB, 4 blocks),
+// bit 6 K's head dims permuted (rounds of 2 only). fp8 cache at 32 x 10,240 / 32 x 8,192 / 256 x
+// 1,024 / 8 x 32,768 (H100, AT32 call 2; main's kernel 188.5 / 155.2 / 152.2 / 153.1 us): 6 184.2 /
+// 148.3 / 145.8 / 159.9, 14 180.8 / 148.1 / 146.6 / 146.6, 46 181.3 / 144.3 / 141.7 / 161.3, 78
+// 178.9 / 145.7 / 144.5 / 146.2, 110 181.4 / 144.6 / 141.6 / 157.5 (5 blocks an SM lose at 8 x
+// 32,768: 1,024 blocks make 1.55 waves of 660 against 1.94 of 528); the bf16 cache 247-250 / 200-202 /
+// 199-201 / 194-198 for all. 78 is the default.
+constexpr int kDefaultVariant = 6 | 8 | 64;
 
 int decode_variant() {
   static const int v = [] {
@@ -111,9 +127,11 @@ int decode_variant() {
   return v;
 }
 
-// kF8: the stages hold e4m3 tiles (kTile rows of HD bytes) and their scales; one T tile of V (each
-// warp its own 16 rows), none of K (widened into registers): 221-225 us at 32 x 10240 on an H100,
-// 5 blocks an SM (96 registers, 45 KB). Measured slower there: the block widening both into T
+// kF8: the stages hold e4m3 tiles (kTile rows of HD bytes) and their scales; a T tile of V per tile
+// of a round (each warp its own 16 rows; kV1: one, reused by the round's tiles in turn), none of K
+// (widened into registers). Before the rounds (16 positions a warp, one V tile): 221-225 us at
+// 32 x 10240 on an H100 (splits of 4 tiles), 5 blocks an SM (96 registers, 45 KB). Measured slower
+// there: the block widening both into T
 // tiles behind a second barrier 226 us; two T tiles pipelined 264; 5 or 6 stages (a 4-tile split in
 // flight at once, 4 or 3 blocks an SM) 233 / 250; V widened in place over the warp's own e4m3 rows
 // (no T tile, held to 96 registers: spills) 247 at 4 stages, 260 at 5.
@@ -354,12 +372,12 @@ __global__ void __launch_bounds__(kThreads, (min_blocks<HD, kSwizzle, std::is_sa
           mma16816<T>(sc[i][1], qf[kc], b[2], b[3]);
         }
       } else {
-  #pragma unroll
+#pragma unroll
         for (int kc = 0; kc < KC; ++kc) {
           uint32_t b[4];
           if constexpr (kF8) {  // b as ldmatrix_x4 below gives it: rows g, 8 + g; pairs t4, 4 + t4 of unit kc
             const uint8_t* k8t = k8 + st * S::kF8Tile;
-  #pragma unroll
+#pragma unroll
             for (int j = 0; j < 2; ++j) {
               const int r = 16 * warp + 8 * j + g;
               const uint4 u = *reinterpret_cast<const uint4*>(k8t + S::kv8(r, kc));
