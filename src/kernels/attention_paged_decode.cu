@@ -18,7 +18,13 @@
 // positions past the length zero-filled and never read; see the variants below), warp w takes
 // positions 16w..16w+15 of each tile: S = Q K^T and O += P V as m16n8k16 mma with fp32
 // accumulators, an online softmax in fp32 (log2 units), P rounded to the element type for P V as
-// in attention.cu. The 4 warps' states are merged in warp
+// in attention.cu. By default a warp scores two tiles' positions (32) as one round: both tiles' S,
+// one max / rescale / exp round, then both P V (fewer serial chains a position, two mma chains side
+// by side; the pipeline then refills a round's two stages at once). With group <= 8 the A rows
+// 8..15 hold no query head: their max, exp, sum and rescale are skipped and their P is 0 (the live
+// rows' bits are the same). K's head dims are permuted with Q's (k_dim: any permutation of the mma
+// k index works if Q and K agree), so a lane's B fragments of all k chunks are HD / 4 contiguous
+// head dims of its row, read at once. The 4 warps' states are merged in warp
 // order in shared memory and the split's (O unnormalised, max, sum) written to the workspace.
 // fp32: SIMT, exact FMAs; tiles of 32 positions in shared memory, each warp taking query heads of
 // the group, lane j scoring position j of the tile, then lanes owning head dims for P V.
@@ -29,12 +35,13 @@
 //
 // fp8 cache (attention_decode_paged_fp8, bf16 / fp16): the stages hold a tile's e4m3 bytes (16-byte
 // units XOR-swizzled by their 128-byte line) and its rows' fp32 scales (cp.async, 16 and 4 bytes),
-// one barrier a tile as for T. Each warp widens only its own 16 positions (kv_fp8.cuh: e4m3 * scale
-// in fp32, rounded to T): K straight into the mma B fragments (a lane reads its row's 16-byte unit
-// and keeps the two byte pairs the fragment holds), V into the warp's 16 rows of one T tile
-// (__syncwarp, then ldmatrix.trans as for T). The mma operands are the T kernel's on the dequantized
-// cache rounded to T, so the bits are; half the cache bytes a position; the split, the merge and
-// their order are the T kernel's.
+// one barrier a round as for T. Each warp widens only its own positions (kv_fp8.cuh: e4m3 * scale
+// in fp32, rounded to T): K straight into the mma B fragments (with the permuted head dims a lane
+// reads its row's HD / 4 bytes at once: one 16-byte unit at head_dim 64), V into the warp's 16 rows
+// of a T tile per tile of the round (__syncwarp, then ldmatrix.trans as for T). The mma operands are
+// the T kernel's on the dequantized cache rounded to T, so the bits are (for every variant, as the
+// T kernel's of the same variant); half the cache bytes a position; the split, the rounds, the merge
+// and their order are the T kernel's.
 #include <cmath>
 #include <cstdlib>
 #include <type_traits>
@@ -99,28 +106,40 @@ __device__ __forceinline__ Split split_of_block(const PagedSeq* seqs, int n_kv, 
 // in flight at once, 3 blocks per SM at head_dim 64) instead of padded rows 3 deep;
 // bit 2: the merge launched as a programmatic dependent of pass 1 (its launch overlaps pass 1's tail).
 // Measured on an H100 at 32 x 10240 positions, pages of 16 shuffled (32/8 heads, hd 64, bf16; splits
-// of 4 tiles then): 273.5, 267.0, 261.0, 264.3, 272.3, 265.6, 259.3, 262.6 us for variants 0..7; 6 is
-// the default.
-constexpr int kDefaultVariant = 6;
+// of 4 tiles then): 273.5, 267.0, 261.0, 264.3, 272.3, 265.6, 259.3, 262.6 us for variants 0..7.
+// Bits 3-6 (launch_tc) change the arithmetic's order, so the bits (the same for T and the fp8 cache
+// in each): bit 3 rounds of 2 tiles (32 positions a warp) on the swizzled stages without the L2 hint
+// (else 16), bit 4 all 16 A rows (else the half A operand when group <= 8), bit 5 the fp8 cache's
+// rounds through one V T tile (45 KB, 96 registers: 5 blocks an SM, else two tiles, 53 KB, 4 blocks),
+// bit 6 K's head dims permuted (rounds of 2 only). fp8 cache at 32 x 10,240 / 32 x 8,192 / 256 x
+// 1,024 / 8 x 32,768 (H100, AT32 call 2; main's kernel 188.5 / 155.2 / 152.2 / 153.1 us): 6 184.2 /
+// 148.3 / 145.8 / 159.9, 14 180.8 / 148.1 / 146.6 / 146.6, 46 181.3 / 144.3 / 141.7 / 161.3, 78
+// 178.9 / 145.7 / 144.5 / 146.2, 110 181.4 / 144.6 / 141.6 / 157.5 (5 blocks an SM lose at 8 x
+// 32,768: 1,024 blocks make 1.55 waves of 660 against 1.94 of 528); the bf16 cache 247-250 / 200-202 /
+// 199-201 / 194-198 for all. 78 is the default.
+constexpr int kDefaultVariant = 6 | 8 | 64;
 
 int decode_variant() {
   static const int v = [] {
     const char* e = std::getenv("LFM2_DECODE_VARIANT");
-    return e && *e ? std::atoi(e) & 7 : kDefaultVariant;
+    return e && *e ? std::atoi(e) & 127 : kDefaultVariant;
   }();
   return v;
 }
 
-// kF8: the stages hold e4m3 tiles (kTile rows of HD bytes) and their scales; one T tile of V (each
-// warp its own 16 rows), none of K (widened into registers): 221-225 us at 32 x 10240 on an H100,
-// 5 blocks an SM (96 registers, 45 KB). Measured slower there: the block widening both into T
+// kF8: the stages hold e4m3 tiles (kTile rows of HD bytes) and their scales; a T tile of V per tile
+// of a round (each warp its own 16 rows; kV1: one, reused by the round's tiles in turn), none of K
+// (widened into registers). Before the rounds (16 positions a warp, one V tile): 221-225 us at
+// 32 x 10240 on an H100 (splits of 4 tiles), 5 blocks an SM (96 registers, 45 KB). Measured slower
+// there: the block widening both into T
 // tiles behind a second barrier 226 us; two T tiles pipelined 264; 5 or 6 stages (a 4-tile split in
 // flight at once, 4 or 3 blocks an SM) 233 / 250; V widened in place over the warp's own e4m3 rows
 // (no T tile, held to 96 registers: spills) 247 at 4 stages, 260 at 5.
-template <int HD, bool kSwizzle, bool kF8 = false>
+template <int HD, bool kSwizzle, bool kF8 = false, int NT = 1, bool kV1 = false>
 struct DecodeSmem {
   static constexpr int kStages = kSwizzle && HD < 128 ? 4 : 3;
-  static constexpr int kTK = kF8 ? 0 : kStages, kTV = kF8 ? 1 : kStages;  // T tiles of K, of V
+  static_assert(kStages >= 2 * NT, "a round's tiles and the next round's in flight");
+  static constexpr int kTK = kF8 ? 0 : kStages, kTV = kF8 ? (kV1 ? 1 : NT) : kStages;  // T tiles of K, of V
   static constexpr int LQ = HD + 8;                  // Q rows padded: ldmatrix's 8 rows hit 8 bank groups
   static constexpr int LKV = kSwizzle ? HD : HD + 8;  // K/V rows: swizzled, or padded as Q
   static constexpr int kQ = 16 * LQ, kKV = kTile * LKV;
@@ -152,14 +171,24 @@ struct DecodeSmem {
 };
 
 // KV: T, or uint8_t for an fp8 cache (k_scale, v_scale its scale pools; null otherwise).
-template <typename T, int HD, bool kSwizzle, bool kL2Prefetch, typename KV = T>
-__global__ void __launch_bounds__(kThreads)
+// The fp8 kernels' registers held to what lets the blocks their shared memory allows (at most 5) be
+// resident: unbounded, the 16-position kernel took 122 registers (4 blocks an SM) after the
+// round's refactor, against 96 (5 blocks, no spills) when held.
+template <int HD, bool kSwizzle, bool kF8, int NT, bool kV1>
+constexpr int min_blocks() {
+  if (!kF8) return 1;
+  const int b = int((size_t(227) << 10) / (DecodeSmem<HD, kSwizzle, kF8, NT, kV1>::kBytes + 1024));
+  return b < 5 ? b : 5;
+}
+
+template <typename T, int HD, bool kSwizzle, bool kL2Prefetch, typename KV, int NT, bool kHalf, bool kV1, bool kPK>
+__global__ void __launch_bounds__(kThreads, (min_blocks<HD, kSwizzle, std::is_same<KV, uint8_t>::value, NT, kV1>()))
     decode_tc_kernel(float* part_o, float2* part_ml, const T* q, const KV* k_pool, const KV* v_pool,
                      const float* k_scale, const float* v_scale, const PagedSeq* seqs, const int32_t* block_table,
                      int max_pages, int shift, int n_heads, int n_kv, int group, int ms, int64_t q_stride,
                      float scale_log2) {
   constexpr bool kF8 = std::is_same<KV, uint8_t>::value;
-  using S = DecodeSmem<HD, kSwizzle, kF8>;
+  using S = DecodeSmem<HD, kSwizzle, kF8, NT, kV1>;
   constexpr int LQ = S::LQ, KC = HD / 16, DT = HD / 8, kChunks = HD / 8, kStages = S::kStages;
   constexpr int kC8 = HD / 16;  // 16-byte chunks of an e4m3 row
   // a tile's 16-byte copies of K / V rows (HD * sizeof(KV) bytes a row) per thread, a trip count known
@@ -185,9 +214,52 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t head_off = int64_t(sp.kvh) * HD;
 
   const T* qb = q + int64_t(sp.row) * q_stride + int64_t(sp.kvh) * group * HD;
-  for (int c = tid; c < 16 * kChunks; c += kThreads) {
-    const int r = c / kChunks, col = (c % kChunks) * 8;
-    cp_async16(sq + r * LQ + col, r < group ? qb + int64_t(r) * HD + col : qb, r < group);
+  // kPK: mma k index (chunk kc, k in 0..15) <-> head dim, the same for Q and K, so that lane t4's B
+  // fragments of every chunk are head dims t4 HD / 4 .. + HD / 4 - 1 of its row, read at once (one
+  // 16-byte load an e4m3 row at head_dim 64) instead of a load a chunk
+  auto k_dim = [](int col) {
+    const int kc = col / 16, k = col % 16;
+    return (HD / 4) * ((k % 8) / 2) + 4 * kc + (k % 2) + 2 * (k / 8);
+  };
+  // e4m3 row r's bytes t4 HD / 4 .. as HD / 16 words (word kc: head dims 4 kc .. 4 kc + 3 of the lane's)
+  auto k_words8 = [&](uint32_t* w, const uint8_t* k8t, int r) {
+    if constexpr (HD >= 64) {
+#pragma unroll
+      for (int u = 0; u < HD / 64; ++u) {
+        const uint4 v = *reinterpret_cast<const uint4*>(k8t + S::kv8(r, t4 * (HD / 64) + u));
+        w[4 * u] = v.x, w[4 * u + 1] = v.y, w[4 * u + 2] = v.z, w[4 * u + 3] = v.w;
+      }
+    } else if constexpr (HD == 32) {
+      const uint2 v = *reinterpret_cast<const uint2*>(k8t + S::kv8(r, t4 >> 1) + (t4 & 1) * 8);
+      w[0] = v.x, w[1] = v.y;
+    } else {
+      w[0] = *reinterpret_cast<const uint32_t*>(k8t + S::kv8(r, 0) + t4 * 4);
+    }
+  };
+  // T row r's elements t4 HD / 4 .. as HD / 8 words (words 2 kc, 2 kc + 1: the pairs of chunk kc)
+  auto k_words = [&](uint32_t* w, const T* kt, int r) {
+    if constexpr (HD >= 32) {
+#pragma unroll
+      for (int u = 0; u < HD / 32; ++u) {
+        const uint4 v = *reinterpret_cast<const uint4*>(kt + S::kv(r, t4 * (HD / 32) + u));
+        w[4 * u] = v.x, w[4 * u + 1] = v.y, w[4 * u + 2] = v.z, w[4 * u + 3] = v.w;
+      }
+    } else {
+      const uint2 v = *reinterpret_cast<const uint2*>(kt + S::kv(r, t4 >> 1) + (t4 & 1) * 4);
+      w[0] = v.x, w[1] = v.y;
+    }
+  };
+  if constexpr (kPK) {  // Q's head dims permuted (k_dim below), a pair of T a copy; rows past the group zero
+    for (int c = tid; c < 8 * HD; c += kThreads) {
+      const int r = c / (HD / 2), col = 2 * (c % (HD / 2));
+      const uint32_t v = r < group ? *reinterpret_cast<const uint32_t*>(qb + int64_t(r) * HD + k_dim(col)) : 0u;
+      *reinterpret_cast<uint32_t*>(sq + r * LQ + col) = v;
+    }
+  } else {
+    for (int c = tid; c < 16 * kChunks; c += kThreads) {
+      const int r = c / kChunks, col = (c % kChunks) * 8;
+      cp_async16(sq + r * LQ + col, r < group ? qb + int64_t(r) * HD + col : qb, r < group);
+    }
   }
   auto load_tile = [&](int stage, int t) {
     const int p0 = sp.start + t * kTile;
@@ -230,9 +302,10 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
   };
+  const int n_round_tiles = (n_tiles + NT - 1) / NT * NT;  // a round's tiles past the split's end zero-filled
 #pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (s < n_tiles) load_tile(s, s);
+  for (int s = 0; s < kStages - NT; ++s) {
+    if (s < n_round_tiles) load_tile(s, s);
     cp_async_commit();  // empty groups keep the count uniform
   }
 
@@ -242,106 +315,178 @@ __global__ void __launch_bounds__(kThreads)
   for (int j = 0; j < DT; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
 
-  // Tile t's scores and its P V for this warp's 16 positions, the online softmax in between.
-  auto attend = [&](int t, const T* ks, const T* vs) {
-    const int k0 = sp.start + t * kTile + 16 * warp;  // this warp's 16 positions
-    if (k0 >= sp.end) return;
+  // Round t / NT: tiles t .. t + NT - 1, this warp's 16 positions of each (16 NT positions) scored
+  // as one: one max, rescale and exp round, then P V. kHalf (group <= 8): A rows 8..15 hold no query
+  // head, so their max, exp, sum and rescale are skipped and their P is 0 (the live rows' bits are
+  // the same either way).
+  auto attend = [&](int t) {
+    const int kw = sp.start + t * kTile + 16 * warp;  // this warp's first position of the round
+    if (kw >= sp.end) return;
     const int mi = lane >> 3;
-    const int st = t % kStages;
-    if constexpr (kF8) {  // V rows 16 warp .. + 15 -> T; the warp's ldmatrix of tile t - 1 is done
-      __syncwarp();
+    // fp8: V rows 16 warp .. + 15 of tile t + i -> T tile dst (the warp's own rows)
+    auto widen_v = [&](int i, T* dst) {
+      const int st = (t + i) % kStages;
       const uint8_t* v8t = v8 + st * S::kF8Tile;
       for (int c = lane; c < 16 * kC8; c += 32) {
         const int r = 16 * warp + c / kC8, ch = c % kC8;
         const uint4 bv = *reinterpret_cast<const uint4*>(v8t + S::kv8(r, ch));
-        kv8::widen16<T>(sv + S::kv(r, 2 * ch), sv + S::kv(r, 2 * ch + 1), bv, vs8[st * kTile + r]);
+        kv8::widen16<T>(dst + S::kv(r, 2 * ch), dst + S::kv(r, 2 * ch + 1), bv, vs8[st * kTile + r]);
       }
-    }
-    float sc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+    };
+    if constexpr (kF8) {  // the warp's ldmatrix of the last round is done; kV1: tile t's V only, t + 1's after its P V
+      __syncwarp();
 #pragma unroll
-    for (int kc = 0; kc < KC; ++kc) {
-      uint32_t b[4];
-      if constexpr (kF8) {  // b as ldmatrix_x4 below gives it: rows g, 8 + g; pairs t4, 4 + t4 of unit kc
-        const uint8_t* k8t = k8 + st * S::kF8Tile;
+      for (int i = 0; i < S::kTV; ++i) widen_v(i, sv + i * S::kKV);
+    }
+    float sc[NT][2][4];
+#pragma unroll
+    for (int i = 0; i < NT; ++i) {
+      const int st = (t + i) % kStages;
+#pragma unroll
+      for (int j = 0; j < 2; ++j) sc[i][j][0] = sc[i][j][1] = sc[i][j][2] = sc[i][j][3] = 0.f;
+      if constexpr (kPK) {  // the lane's HD / 4 head dims of rows g, 8 + g: words kc of k_dim's order
+        uint32_t w[2][kF8 ? KC : 2 * KC];
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
           const int r = 16 * warp + 8 * j + g;
-          const uint4 u = *reinterpret_cast<const uint4*>(k8t + S::kv8(r, kc));
-          const float s = ks8[st * kTile + r];
-          const int sh = 16 * (t4 & 1);
-          b[2 * j] = kv8::widen2<T>((t4 & 2 ? u.y : u.x) >> sh, s);
-          b[2 * j + 1] = kv8::widen2<T>((t4 & 2 ? u.w : u.z) >> sh, s);
+          if constexpr (kF8)
+            k_words8(w[j], k8 + st * S::kF8Tile, r);
+          else
+            k_words(w[j], sk + st * S::kKV, r);
+        }
+#pragma unroll
+        for (int kc = 0; kc < KC; ++kc) {
+          uint32_t b[4];
+#pragma unroll
+          for (int j = 0; j < 2; ++j) {
+            if constexpr (kF8) {
+              const float s = ks8[st * kTile + 16 * warp + 8 * j + g];
+              b[2 * j] = kv8::widen2<T>(w[j][kc], s);
+              b[2 * j + 1] = kv8::widen2<T>(w[j][kc] >> 16, s);
+            } else {
+              b[2 * j] = w[j][2 * kc];
+              b[2 * j + 1] = w[j][2 * kc + 1];
+            }
+          }
+          mma16816<T>(sc[i][0], qf[kc], b[0], b[1]);
+          mma16816<T>(sc[i][1], qf[kc], b[2], b[3]);
         }
       } else {
-        ldmatrix_x4(b, ks + S::kv(16 * warp + (mi >> 1) * 8 + (lane & 7), kc * 2 + (mi & 1)));
+#pragma unroll
+        for (int kc = 0; kc < KC; ++kc) {
+          uint32_t b[4];
+          if constexpr (kF8) {  // b as ldmatrix_x4 below gives it: rows g, 8 + g; pairs t4, 4 + t4 of unit kc
+            const uint8_t* k8t = k8 + st * S::kF8Tile;
+#pragma unroll
+            for (int j = 0; j < 2; ++j) {
+              const int r = 16 * warp + 8 * j + g;
+              const uint4 u = *reinterpret_cast<const uint4*>(k8t + S::kv8(r, kc));
+              const float s = ks8[st * kTile + r];
+              const int sh = 16 * (t4 & 1);
+              b[2 * j] = kv8::widen2<T>((t4 & 2 ? u.y : u.x) >> sh, s);
+              b[2 * j + 1] = kv8::widen2<T>((t4 & 2 ? u.w : u.z) >> sh, s);
+            }
+          } else {
+            ldmatrix_x4(b, sk + st * S::kKV + S::kv(16 * warp + (mi >> 1) * 8 + (lane & 7), kc * 2 + (mi & 1)));
+          }
+          mma16816<T>(sc[i][0], qf[kc], b[0], b[1]);
+          mma16816<T>(sc[i][1], qf[kc], b[2], b[3]);
+        }
       }
-      mma16816<T>(sc[0], qf[kc], b[0], b[1]);
-      mma16816<T>(sc[1], qf[kc], b[2], b[3]);
     }
     float tmax0 = -INFINITY, tmax1 = -INFINITY;
 #pragma unroll
-    for (int j = 0; j < 2; ++j)
+    for (int i = 0; i < NT; ++i)
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const bool ok = k0 + j * 8 + 2 * t4 + e < sp.end;
-        sc[j][e] = ok ? sc[j][e] * scale_log2 : -INFINITY;
-        sc[j][2 + e] = ok ? sc[j][2 + e] * scale_log2 : -INFINITY;
-        tmax0 = fmaxf(tmax0, sc[j][e]);
-        tmax1 = fmaxf(tmax1, sc[j][2 + e]);
-      }
+      for (int j = 0; j < 2; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const bool ok = kw + i * kTile + j * 8 + 2 * t4 + e < sp.end;
+          sc[i][j][e] = ok ? sc[i][j][e] * scale_log2 : -INFINITY;
+          tmax0 = fmaxf(tmax0, sc[i][j][e]);
+          if constexpr (!kHalf) {
+            sc[i][j][2 + e] = ok ? sc[i][j][2 + e] * scale_log2 : -INFINITY;
+            tmax1 = fmaxf(tmax1, sc[i][j][2 + e]);
+          }
+        }
 #pragma unroll
     for (int o2 = 1; o2 <= 2; o2 <<= 1) {
       tmax0 = fmaxf(tmax0, __shfl_xor_sync(0xffffffffu, tmax0, o2));
-      tmax1 = fmaxf(tmax1, __shfl_xor_sync(0xffffffffu, tmax1, o2));
+      if constexpr (!kHalf) tmax1 = fmaxf(tmax1, __shfl_xor_sync(0xffffffffu, tmax1, o2));
     }
-    // position k0 is valid, so every row's new max is finite
-    const float mn0 = fmaxf(m0, tmax0), mn1 = fmaxf(m1, tmax1);
-    const float alpha0 = exp2f(m0 - mn0), alpha1 = exp2f(m1 - mn1);
+    // position kw is valid, so every row's new max is finite
+    const float mn0 = fmaxf(m0, tmax0), alpha0 = exp2f(m0 - mn0);
     m0 = mn0;
-    m1 = mn1;
     l0 *= alpha0;
-    l1 *= alpha1;
+    float mn1 = 0.f, alpha1 = 0.f;
+    if constexpr (!kHalf) {
+      mn1 = fmaxf(m1, tmax1), alpha1 = exp2f(m1 - mn1);
+      m1 = mn1;
+      l1 *= alpha1;
+    }
 #pragma unroll
     for (int j = 0; j < DT; ++j) {
       o[j][0] *= alpha0;
       o[j][1] *= alpha0;
-      o[j][2] *= alpha1;
-      o[j][3] *= alpha1;
+      if constexpr (!kHalf) {
+        o[j][2] *= alpha1;
+        o[j][3] *= alpha1;
+      }
     }
-    float p[2][4];
+    uint32_t pa[NT][4];
 #pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      p[j][0] = exp2f(sc[j][0] - mn0);
-      p[j][1] = exp2f(sc[j][1] - mn0);
-      p[j][2] = exp2f(sc[j][2] - mn1);
-      p[j][3] = exp2f(sc[j][3] - mn1);
-      l0 += p[j][0] + p[j][1];
-      l1 += p[j][2] + p[j][3];
+    for (int i = 0; i < NT; ++i) {
+      float p[2][4];
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        p[j][0] = exp2f(sc[i][j][0] - mn0);
+        p[j][1] = exp2f(sc[i][j][1] - mn0);
+        l0 += p[j][0] + p[j][1];
+        if constexpr (!kHalf) {
+          p[j][2] = exp2f(sc[i][j][2] - mn1);
+          p[j][3] = exp2f(sc[i][j][3] - mn1);
+          l1 += p[j][2] + p[j][3];
+        }
+      }
+      pa[i][0] = pack2<T>(p[0][0], p[0][1]);
+      pa[i][2] = pack2<T>(p[1][0], p[1][1]);
+      pa[i][1] = kHalf ? 0u : pack2<T>(p[0][2], p[0][3]);
+      pa[i][3] = kHalf ? 0u : pack2<T>(p[1][2], p[1][3]);
     }
-    const uint32_t pa[4] = {pack2<T>(p[0][0], p[0][1]), pack2<T>(p[0][2], p[0][3]), pack2<T>(p[1][0], p[1][1]),
-                            pack2<T>(p[1][2], p[1][3])};
-    if constexpr (kF8) __syncwarp();  // the warp's V rows written
 #pragma unroll
-    for (int d = 0; d < DT; d += 2) {
-      uint32_t b[4];
-      ldmatrix_x4_trans(b, vs + S::kv(16 * warp + (mi & 1) * 8 + (lane & 7), d + (mi >> 1)));
-      mma16816<T>(o[d], pa, b[0], b[1]);
-      mma16816<T>(o[d + 1], pa, b[2], b[3]);
+    for (int i = 0; i < NT; ++i) {
+      if constexpr (kF8) {
+        if (kV1 && i > 0) {  // tile t + i - 1's ldmatrix done: its rows rewritten with tile t + i's
+          __syncwarp();
+          widen_v(i, sv);
+        }
+        __syncwarp();  // the warp's V rows written
+      }
+      const T* vs = sv + (kF8 ? (kV1 ? 0 : i) : (t + i) % kStages) * S::kKV;
+#pragma unroll
+      for (int d = 0; d < DT; d += 2) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, vs + S::kv(16 * warp + (mi & 1) * 8 + (lane & 7), d + (mi >> 1)));
+        mma16816<T>(o[d], pa[i], b[0], b[1]);
+        mma16816<T>(o[d + 1], pa[i], b[2], b[3]);
+      }
     }
   };
-  for (int t = 0; t < n_tiles; ++t) {
-    cp_async_wait<kStages - 2>();  // tile t (and the Q rows) landed
-    __syncthreads();               // ... for every thread; tile t-1's stage is free
-    if (t + kStages - 1 < n_tiles) load_tile((t + kStages - 1) % kStages, t + kStages - 1);
-    cp_async_commit();
+  // rounds of NT tiles; the stages of round r - 1's tiles are refilled in round r
+  for (int t = 0; t < n_round_tiles; t += NT) {
+    cp_async_wait<kStages - 2 * NT>();  // tiles t .. t + NT - 1 (and the Q rows) landed
+    __syncthreads();                    // ... for every thread; the last round's stages are free
+#pragma unroll
+    for (int i = 0; i < NT; ++i) {
+      const int tl = t + kStages - NT + i;
+      if (tl < n_round_tiles) load_tile(tl % kStages, tl);
+      cp_async_commit();
+    }
     if (t == 0) {
 #pragma unroll
       for (int kc = 0; kc < KC; ++kc) ldmatrix_x4(qf[kc], sq + (lane & 15) * LQ + kc * 16 + (lane >> 4) * 8);
     }
-    if constexpr (kF8)
-      attend(t, sk, sv);
-    else
-      attend(t, sk + (t % kStages) * S::kKV, sv + (t % kStages) * S::kKV);
+    attend(t);
   }
   cp_async_wait<0>();
 #pragma unroll
@@ -511,17 +656,65 @@ struct DecodeArgs {
   const float *k_scale = nullptr, *v_scale = nullptr;  // an fp8 cache's scale pools
 };
 
-template <typename T, int HD, bool kSwizzle, bool kL2Prefetch, typename KV = T>
-void launch_tc(float* part_o, float2* part_ml, const T* q, const KV* k_pool, const KV* v_pool, const DecodeArgs& a,
-               int64_t ms, unsigned blocks, cudaStream_t stream) {
-  auto kernel = decode_tc_kernel<T, HD, kSwizzle, kL2Prefetch, KV>;
-  constexpr size_t smem = DecodeSmem<HD, kSwizzle, std::is_same<KV, uint8_t>::value>::kBytes;
+template <typename T, int HD, bool kSwizzle, bool kL2Prefetch, typename KV, int NT, bool kHalf, bool kV1 = false,
+          bool kPK = false>
+void launch_tc_kernel(float* part_o, float2* part_ml, const T* q, const KV* k_pool, const KV* v_pool,
+                      const DecodeArgs& a, int64_t ms, unsigned blocks, cudaStream_t stream) {
+  auto kernel = decode_tc_kernel<T, HD, kSwizzle, kL2Prefetch, KV, NT, kHalf, kV1, kPK>;
+  constexpr size_t smem = DecodeSmem<HD, kSwizzle, std::is_same<KV, uint8_t>::value, NT, kV1>::kBytes;
   if (smem > (size_t(48) << 10)) raise_smem_limit(reinterpret_cast<const void*>(kernel), int(smem));
   kernel<<<blocks, kThreads, smem, stream>>>(part_o, part_ml, q, k_pool, v_pool, a.k_scale, a.v_scale, a.seqs,
                                              a.block_table, int(a.max_pages), page_shift(a.page_size),
                                              int(a.n_heads), int(a.n_kv_heads), int(a.n_heads / a.n_kv_heads), int(ms),
                                              a.q_stride, a.scale * 1.4426950408889634f);
   CUDA_CHECK_LAUNCH("decode_tc_kernel");
+}
+
+// 32-position rounds (NT = 2), the half A operand, one V tile, K's dims permuted: see the variants.
+template <typename T, int HD, typename KV, bool kV1, bool kPK>
+void launch_round2(float* part_o, float2* part_ml, const T* q, const KV* k_pool, const KV* v_pool, const DecodeArgs& a,
+                   int64_t ms, unsigned blocks, cudaStream_t stream, bool half) {
+  if (half)
+    launch_tc_kernel<T, HD, true, false, KV, 2, true, kV1, kPK>(part_o, part_ml, q, k_pool, v_pool, a, ms, blocks,
+                                                                 stream);
+  else
+    launch_tc_kernel<T, HD, true, false, KV, 2, false, kV1, kPK>(part_o, part_ml, q, k_pool, v_pool, a, ms, blocks,
+                                                                  stream);
+}
+
+// The round (variant bit 3: 2 tiles, 32 positions a warp, on the 4-stage swizzled pipeline; else 1),
+// the half A operand (group <= 8, unless bit 4), for the fp8 cache one V T tile (bit 5) and K's head
+// dims permuted (bit 6, with bit 3), on the swizzled stages without the L2 hint; the other variants
+// keep 16-position rounds on all 16 rows.
+template <typename T, int HD, bool kSwizzle, bool kL2Prefetch, typename KV = T>
+void launch_tc(float* part_o, float2* part_ml, const T* q, const KV* k_pool, const KV* v_pool, const DecodeArgs& a,
+               int64_t ms, unsigned blocks, cudaStream_t stream) {
+  constexpr bool kF8 = std::is_same<KV, uint8_t>::value;
+  const int variant = decode_variant();
+  if constexpr (kSwizzle && !kL2Prefetch) {
+    const bool half = a.n_heads / a.n_kv_heads <= 8 && !(variant & 16);
+    if constexpr (DecodeSmem<HD, kSwizzle, kF8>::kStages >= 4) {
+      if (variant & 8) {
+        const bool v1 = kF8 && (variant & 32), pk = (variant & 64) != 0;
+        if (v1 && pk)
+          launch_round2<T, HD, KV, kF8, true>(part_o, part_ml, q, k_pool, v_pool, a, ms, blocks, stream, half);
+        else if (v1)
+          launch_round2<T, HD, KV, kF8, false>(part_o, part_ml, q, k_pool, v_pool, a, ms, blocks, stream, half);
+        else if (pk)
+          launch_round2<T, HD, KV, false, true>(part_o, part_ml, q, k_pool, v_pool, a, ms, blocks, stream, half);
+        else
+          launch_round2<T, HD, KV, false, false>(part_o, part_ml, q, k_pool, v_pool, a, ms, blocks, stream, half);
+        return;
+      }
+    }
+    if (half)
+      launch_tc_kernel<T, HD, true, false, KV, 1, true>(part_o, part_ml, q, k_pool, v_pool, a, ms, blocks, stream);
+    else
+      launch_tc_kernel<T, HD, true, false, KV, 1, false>(part_o, part_ml, q, k_pool, v_pool, a, ms, blocks, stream);
+  } else {
+    launch_tc_kernel<T, HD, kSwizzle, kL2Prefetch, KV, 1, false>(part_o, part_ml, q, k_pool, v_pool, a, ms, blocks,
+                                                                stream);
+  }
 }
 
 template <typename T, int HD, typename KV = T>
