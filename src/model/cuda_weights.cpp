@@ -95,6 +95,31 @@ void for_each_block(const ModelConfig& cfg, bool has_expert_bias, bool fp8_exper
 template <typename P>
 using Pointee = std::remove_const_t<std::remove_pointer_t<std::remove_reference_t<P>>>;
 
+// Calls f(leaves, s, st) for each stacked projection of layer d that a --dense file keeps in e4m3:
+// the mixer's in and out products, then a dense layer's w13 and w2; s and st are the members for
+// its block scales as cuBLASLt reads them (block128) and k-block major (the CUTLASS path).
+template <typename T, typename F>
+void for_each_projection(DeviceLayerWeights<T>& d, F&& f) {
+  using namespace names;
+  if (d.is_attention) {
+    f(Leaves{kQProj, kKProj, kVProj}, d.qkv_proj_s, d.qkv_proj_st);
+    f(Leaves{kOutProj}, d.out_proj_s, d.out_proj_st);
+  } else {
+    f(Leaves{kConvInProj}, d.conv_in_proj_s, d.conv_in_proj_st);
+    f(Leaves{kConvOutProj}, d.conv_out_proj_s, d.conv_out_proj_st);
+  }
+  if (!d.is_moe) {
+    f(Leaves{kW1, kW3}, d.w13_s, d.w13_st);
+    f(Leaves{kW2}, d.w2_s, d.w2_st);
+  }
+}
+
+std::vector<std::string> layer_paths(int il, Leaves leaves) {
+  std::vector<std::string> paths;
+  for (const char* leaf : leaves) paths.push_back(layer_path(il, leaf));
+  return paths;
+}
+
 }  // namespace
 
 bool fp8_projections_on_device(const ModelConfig& cfg, size_t elem_bytes) {
@@ -129,9 +154,7 @@ void DeviceWeights<T>::upload(WeightReader& reader, const StageLayers& stage, in
     d.is_moe = cfg.is_moe(il);
     has_bias.push_back(d.is_moe && up.has(layer_path(il, names::kExpertBias)));
     for_each_block(cfg, has_bias.back(), fp8_experts, fp8_proj, d, [&](auto& member, Leaves leaves, bool interleave) {
-      std::vector<std::string> paths;
-      for (const char* leaf : leaves) paths.push_back(layer_path(il, leaf));
-      offsets.push_back(up.reserve(paths, dtype_of<Pointee<decltype(member)>>(), interleave));
+      offsets.push_back(up.reserve(layer_paths(il, leaves), dtype_of<Pointee<decltype(member)>>(), interleave));
     });
   }
   // The prompt rows' FP8 grouped GEMM reads the scales k-block major: laid out here, once.
@@ -139,43 +162,22 @@ void DeviceWeights<T>::upload(WeightReader& reader, const StageLayers& stage, in
       fp8_experts && cfg.hidden_size % kFp8Block == 0 && cfg.moe_intermediate_size % kFp8Block == 0;
   std::vector<std::pair<int64_t, int64_t>> off_kn(layers.size(), {-1, -1});  // w13's, w2's
   for (size_t li = 0; li < layers.size() && scales_kn; ++li)
-    if (layers[li].is_moe) {
-      const int il = layers[li].il;
-      off_kn[li] = {up.reserve_scales_kn({layer_path(il, names::kExpertsW1), layer_path(il, names::kExpertsW3)}),
-                    up.reserve_scales_kn({layer_path(il, names::kExpertsW2)})};
-    }
+    if (layers[li].is_moe)
+      off_kn[li] = {up.reserve_scales_kn(layer_paths(layers[li].il, {names::kExpertsW1, names::kExpertsW3})),
+                    up.reserve_scales_kn(layer_paths(layers[li].il, {names::kExpertsW2}))};
   // block128 e4m3 projections: their block scales as cuBLASLt's BLK128x128 reads them (rows of k
-  // blocks padded, cuda/linear_fp8_lt.h), the stacked parts' block rows one after the other
-  const bool proj_pad = fp8_proj && cfg.fp8.scheme == Fp8Scheme::Block128;
-  std::vector<std::vector<int64_t>> off_pad(layers.size());
-  for (size_t li = 0; li < layers.size() && proj_pad; ++li) {
-    using namespace names;
-    const int il = layers[li].il;
-    auto pad = [&](std::initializer_list<const char*> leaves) {
-      std::vector<std::string> paths;
-      for (const char* leaf : leaves) paths.push_back(layer_path(il, leaf));
-      off_pad[li].push_back(up.reserve_block_scales_padded(paths, cuda::kFp8LtScaleColumns));
-    };
-    if (layers[li].is_attention) pad({kQProj, kKProj, kVProj}), pad({kOutProj});
-    else pad({kConvInProj}), pad({kConvOutProj});
-    if (!layers[li].is_moe) pad({kW1, kW3}), pad({kW2});
-  }
+  // blocks padded, cuda/linear_fp8_lt.h), the stacked parts' block rows one after the other;
   // LFM2_FP8_PROJ_GEMM=cutlass: the projections' scales k-block major too (their stacked members' order)
+  const bool proj_pad = fp8_proj && cfg.fp8.scheme == Fp8Scheme::Block128;
   const bool proj_kn = fp8_proj && fp8_projections_on_cutlass() &&
                        (cfg.num_key_value_heads * cfg.head_dim()) % kFp8Block == 0;
-  std::vector<std::vector<int64_t>> off_pkn(layers.size());
-  for (size_t li = 0; li < layers.size() && proj_kn; ++li) {
-    using namespace names;
-    const int il = layers[li].il;
-    auto kn = [&](std::initializer_list<const char*> leaves) {
-      std::vector<std::string> paths;
-      for (const char* leaf : leaves) paths.push_back(layer_path(il, leaf));
-      off_pkn[li].push_back(up.reserve_scales_kn(paths));
-    };
-    if (layers[li].is_attention) kn({kQProj, kKProj, kVProj}), kn({kOutProj});
-    else kn({kConvInProj}), kn({kConvOutProj});
-    if (!layers[li].is_moe) kn({kW1, kW3}), kn({kW2});
-  }
+  std::vector<int64_t> off_pad, off_pkn;  // in for_each_projection order, layer after layer
+  for (DeviceLayerWeights<T>& d : layers)
+    for_each_projection(d, [&](Leaves leaves, auto&, auto&) {
+      const std::vector<std::string> paths = layer_paths(d.il, leaves);
+      if (proj_pad) off_pad.push_back(up.reserve_block_scales_padded(paths, cuda::kFp8LtScaleColumns));
+      if (proj_kn) off_pkn.push_back(up.reserve_scales_kn(paths));
+    });
   tied_ = cfg.tie_word_embeddings;
   int64_t off_embed = -1, off_norm = -1, off_head = -1;
   if (stage.is_first() || (stage.is_last() && tied_)) off_embed = up.reserve(names::kEmbedTokens, dtype_of<T>());
@@ -196,20 +198,12 @@ void DeviceWeights<T>::upload(WeightReader& reader, const StageLayers& stage, in
   for (size_t li = 0; li < layers.size(); ++li)
     for_each_block(cfg, has_bias[li], fp8_experts, fp8_proj, layers[li],
                    [&](auto& member, Leaves, bool) { at(member, offsets[next++]); });
-  for (size_t li = 0; li < layers.size() && proj_pad; ++li) {
-    DeviceLayerWeights<T>& d = layers[li];
-    const std::vector<int64_t>& o = off_pad[li];
-    at(d.is_attention ? d.qkv_proj_s : d.conv_in_proj_s, o[0]);
-    at(d.is_attention ? d.out_proj_s : d.conv_out_proj_s, o[1]);
-    if (!d.is_moe) at(d.w13_s, o[2]), at(d.w2_s, o[3]);
-  }
-  for (size_t li = 0; li < layers.size() && proj_kn; ++li) {
-    DeviceLayerWeights<T>& d = layers[li];
-    const std::vector<int64_t>& o = off_pkn[li];
-    at(d.is_attention ? d.qkv_proj_st : d.conv_in_proj_st, o[0]);
-    at(d.is_attention ? d.out_proj_st : d.conv_out_proj_st, o[1]);
-    if (!d.is_moe) at(d.w13_st, o[2]), at(d.w2_st, o[3]);
-  }
+  size_t next_pad = 0, next_kn = 0;
+  for (DeviceLayerWeights<T>& d : layers)
+    for_each_projection(d, [&](Leaves, auto& s, auto& st) {
+      if (proj_pad) at(s, off_pad[next_pad++]);
+      if (proj_kn) at(st, off_pkn[next_kn++]);
+    });
   for (size_t li = 0; li < layers.size(); ++li) {
     at(layers[li].experts_w13_st, off_kn[li].first);
     at(layers[li].experts_w2_st, off_kn[li].second);

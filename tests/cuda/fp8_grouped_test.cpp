@@ -328,6 +328,37 @@ TEST_F(CudaTest, Fp8RawProductMatchesCpu) {
   }
 }
 
+// The GPU's w13 of E experts (w1, w3: (E, I, H)): per expert w1's rows then w3's; its scales
+// likewise per k block.
+Experts stack_w13(const Experts& w1, const Experts& w3, int64_t E, int64_t I, int64_t H, Fp8Scheme scheme) {
+  Experts w13{std::vector<uint8_t>(size_t(E * 2 * I * H)), {}};
+  const int64_t KB = H / 128, Ns = scheme == Fp8Scheme::Channel ? I : I / 128;  // scale rows of w1
+  for (int64_t e = 0; e < E; ++e) {
+    std::copy_n(w1.q.begin() + e * I * H, I * H, w13.q.begin() + e * 2 * I * H);
+    std::copy_n(w3.q.begin() + e * I * H, I * H, w13.q.begin() + e * 2 * I * H + I * H);
+    for (int64_t kb = 0; kb < KB; ++kb) {
+      const int64_t at = (e * KB + kb) * Ns;
+      w13.s.insert(w13.s.end(), w1.s.begin() + at, w1.s.begin() + at + Ns);
+      w13.s.insert(w13.s.end(), w3.s.begin() + at, w3.s.begin() + at + Ns);
+    }
+  }
+  return w13;
+}
+
+// The oracle's fp32 experts (E, rows, cols): e4m3 x scale.
+std::vector<float> dequantize(const Experts& x, int64_t E, int64_t rows, int64_t cols, Fp8Scheme scheme) {
+  std::vector<float> out(x.q.size());
+  const bool channel = scheme == Fp8Scheme::Channel;
+  const int64_t NS = channel ? rows : rows / 128, CB = cols / 128;
+  for (int64_t e = 0; e < E; ++e)
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) {
+        const float s = x.s[size_t((e * CB + c / 128) * NS + (channel ? r : r / 128))];
+        out[size_t((e * rows + r) * cols + c)] = e4m3_to_float(x.q[size_t((e * rows + r) * cols + c)]) * s;
+      }
+  return out;
+}
+
 // The prompt rows' MoE (moe_experts_fp8) against the oracle: x + cpu::moe_experts(in) with the
 // experts dequantized and the activations fake-quantized per row (channel) or per 128 columns
 // (block128), as the CPU stage's fp8_activations; row 0 alone gives its batch's bits.
@@ -340,32 +371,9 @@ TYPED_TEST(CudaFp8Grouped, ExpertsMatchTheOracle) {
       SCOPED_TRACE(cat(n, " tokens, H ", H, ", E ", E, ", I ", I, ", top-", k, ", ", fp8_scheme_name(scheme)));
       const Experts w1 = make_experts(E, I, H, scheme, 50), w3 = make_experts(E, I, H, scheme, 51);
       const Experts w2 = make_experts(E, H, I, scheme, 52);
-      // the GPU's w13: per expert w1's rows then w3's; its scales likewise per k block
-      Experts w13{std::vector<uint8_t>(size_t(E * 2 * I * H)), {}};
-      const int64_t KB = H / 128, Ns = scheme == Fp8Scheme::Channel ? I : I / 128;  // scale rows of w1
-      for (int64_t e = 0; e < E; ++e) {
-        std::copy_n(w1.q.begin() + e * I * H, I * H, w13.q.begin() + e * 2 * I * H);
-        std::copy_n(w3.q.begin() + e * I * H, I * H, w13.q.begin() + e * 2 * I * H + I * H);
-        for (int64_t kb = 0; kb < KB; ++kb) {
-          const int64_t at = (e * KB + kb) * Ns;
-          w13.s.insert(w13.s.end(), w1.s.begin() + at, w1.s.begin() + at + Ns);
-          w13.s.insert(w13.s.end(), w3.s.begin() + at, w3.s.begin() + at + Ns);
-        }
-      }
-      // the oracle's fp32 experts: e4m3 x scale
-      auto deq = [&](const Experts& x, int64_t rows, int64_t cols) {
-        std::vector<float> out(x.q.size());
-        const bool channel = scheme == Fp8Scheme::Channel;
-        const int64_t NS = channel ? rows : rows / 128, CB = cols / 128;
-        for (int64_t e = 0; e < E; ++e)
-          for (int64_t r = 0; r < rows; ++r)
-            for (int64_t c = 0; c < cols; ++c) {
-              const float s = x.s[size_t((e * CB + c / 128) * NS + (channel ? r : r / 128))];
-              out[size_t((e * rows + r) * cols + c)] = e4m3_to_float(x.q[size_t((e * rows + r) * cols + c)]) * s;
-            }
-        return out;
-      };
-      const auto f1 = deq(w1, I, H), f3 = deq(w3, I, H), f2 = deq(w2, H, I);
+      const Experts w13 = stack_w13(w1, w3, E, I, H, scheme);
+      const auto f1 = dequantize(w1, E, I, H, scheme), f3 = dequantize(w3, E, I, H, scheme);
+      const auto f2 = dequantize(w2, E, H, I, scheme);
       auto in = rand_vec(size_t(n * H), 60 + uint64_t(n));
       const auto in_t = round_to<T>(in);
       const auto x0 = rand_vec(size_t(n * H), 61);
