@@ -96,11 +96,9 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
 }
 
 // Four e4m3 codes of v / s (RNE, saturating: moe_quantize_e4m3's conversion) in one word.
-__device__ __forceinline__ uint32_t e4m3x4(const float (&v)[4], float s) {
-  uint32_t w = 0;
-#pragma unroll
-  for (int k = 0; k < 4; ++k) w |= uint32_t(__nv_cvt_float_to_fp8(v[k] / s, __NV_SATFINITE, __NV_E4M3)) << (8 * k);
-  return w;
+__device__ __forceinline__ uint32_t e4m3x4(const float4& v, float s) {
+  auto code = [s](float f) { return uint32_t(__nv_cvt_float_to_fp8(f / s, __NV_SATFINITE, __NV_E4M3)); };
+  return code(v.x) | code(v.y) << 8 | code(v.z) << 16 | code(v.w) << 24;
 }
 
 // rmsnorm_vec_kernel's norm, then the T outputs (widened back) quantized from registers: dim % 128
@@ -127,7 +125,6 @@ __global__ void __launch_bounds__(kThreads)
   ss = block_sum(ss, scratch);
   const float inv = 1.0f / sqrtf(ss / float(dim) + eps);
   const float4* w4 = reinterpret_cast<const float4*>(weight);
-  float o[kMaxVec][4];
   float amax = 0.f;
 #pragma unroll
   for (int j = 0; j < kMaxVec; ++j) {
@@ -137,11 +134,8 @@ __global__ void __launch_bounds__(kThreads)
       alignas(8) T t[4] = {from_f32<T>(w.x * (v[j].x * inv)), from_f32<T>(w.y * (v[j].y * inv)),
                            from_f32<T>(w.z * (v[j].z * inv)), from_f32<T>(w.w * (v[j].w * inv))};
       *reinterpret_cast<uint2*>(out + r * dim + 4 * int64_t(c)) = *reinterpret_cast<const uint2*>(t);
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        o[j][k] = to_f32(t[k]);
-        amax = fmaxf(amax, fabsf(o[j][k]));
-      }
+      v[j] = make_float4(to_f32(t[0]), to_f32(t[1]), to_f32(t[2]), to_f32(t[3]));  // the T outputs, in place
+      amax = fmaxf(amax, fmaxf(fmaxf(fabsf(v[j].x), fabsf(v[j].y)), fmaxf(fabsf(v[j].z), fabsf(v[j].w))));
     }
   }
   if (r < first_q) return;  // a decode row: not quantized (block-uniform)
@@ -153,7 +147,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int j = 0; j < kMaxVec; ++j) {
       const int c = threadIdx.x + j * kThreads;
-      if (c < chunks) qrow[c] = e4m3x4(o[j], s);
+      if (c < chunks) qrow[c] = e4m3x4(v[j], s);
     }
     for (int64_t g = threadIdx.x; g < dim / 128; g += kThreads) scales[g * q_rows + qr] = s;
     return;
@@ -162,11 +156,11 @@ __global__ void __launch_bounds__(kThreads)
   for (int j = 0; j < kMaxVec; ++j) {
     const int c = threadIdx.x + j * kThreads;
     if (c >= chunks) continue;
-    float m = fmaxf(fmaxf(fabsf(o[j][0]), fabsf(o[j][1])), fmaxf(fabsf(o[j][2]), fabsf(o[j][3])));
+    float m = fmaxf(fmaxf(fabsf(v[j].x), fabsf(v[j].y)), fmaxf(fabsf(v[j].z), fabsf(v[j].w)));
 #pragma unroll
     for (int sh = 16; sh > 0; sh >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, sh));
     const float s = m > 0 ? m / kE4m3MaxF : 1.0f;
-    qrow[c] = e4m3x4(o[j], s);
+    qrow[c] = e4m3x4(v[j], s);
     if ((threadIdx.x & 31) == 0) scales[int64_t(c / 32) * q_rows + qr] = s;
   }
 }
