@@ -1,5 +1,6 @@
 // RMSNorm on the GPU, with the residual add fused in (add_rmsnorm), a last-token variant for the
-// head, and one that also quantizes its output to e4m3 (rmsnorm_quantize_e4m3: an FP8 product's input). One block per row; sum of squares in fp32 with a fixed reduction order.
+// head, and one that also quantizes its output to e4m3 (rmsnorm_quantize_e4m3: an FP8 product's
+// input). One block per row; sum of squares in fp32 with a fixed reduction order.
 #include <cuda_fp8.h>
 
 #include "common/cuda_check.h"

@@ -10,6 +10,9 @@
 //   y = rmsnorm(x)
 //   dense: big = y W13^T; mid = swiglu(big); x += mid W2^T                               linear_add_f32
 //   MoE:   logits = y Wg^T (fp32); route; x += experts(y) (moe_experts, the combine adds into x)
+// Where a norm's prompt rows feed an e4m3 product (a --dense FP8 file's qkv / conv in / w13, or the
+// FP8 experts), the norm also writes their e4m3 codes and scales (rmsnorm_quantize_e4m3), which the
+// product takes as they are (the bits of its own quantization; docs/fp8.md).
 // run() queues kernels only: no allocation, no host synchronisation, no host read of a device
 // value (the MoE's per-expert counts stay on the device), so it can be captured in a CUDA Graph.
 //
