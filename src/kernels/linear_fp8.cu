@@ -211,6 +211,22 @@ int64_t linear_fp8_scratch_bytes(int64_t n_rows, int64_t n_in, int64_t n_out) {
   return carve(nullptr, n_rows, n_in, n_out).bytes;
 }
 
+namespace {
+
+// The last rem < Q rows of a block128 projection: their codes in f.tail_q and scales in f.tail_s
+// (ld Q), zero after them, through Q rows of scratch (kAddF32 copies the residual's rows in first).
+template <typename T>
+void run_tail(void* out_tail, LtOut kind, const FpScratch& f, const uint8_t* w, const float* w_scales,
+              Fp8Scheme scheme, int64_t rem, int64_t n_in, int64_t n_out, cudaStream_t stream) {
+  const int64_t Q = kFp8LtRowQuantum, out_elem = kind == LtOut::kT ? int64_t(sizeof(T)) : 4;
+  if (kind == LtOut::kAddF32)
+    CUDA_CHECK(cudaMemcpyAsync(f.tail_out, out_tail, size_t(rem * n_out * 4), cudaMemcpyDeviceToDevice, stream));
+  linear_fp8_lt<T>(f.tail_out, kind, f.tail_q, f.tail_s, w, w_scales, scheme, Q, n_in, n_out, stream);
+  CUDA_CHECK(cudaMemcpyAsync(out_tail, f.tail_out, size_t(rem * n_out * out_elem), cudaMemcpyDeviceToDevice, stream));
+}
+
+}  // namespace
+
 // block128: the first `main` rows (a multiple of Q) straight into out, the last rem < Q through
 // Q rows of scratch (zero rows after the real ones); channel takes every count (DN8 call 2).
 template <typename T>
@@ -228,16 +244,49 @@ void linear_fp8(void* out, LtOut kind, const T* in, const uint8_t* w, const floa
     linear_fp8_lt<T>(out, kind, f.q, f.s, w, w_scales, scheme, main, n_in, n_out, stream);
   }
   if (!rem) return;
-  char* out_tail = static_cast<char*>(out) + main * n_out * out_elem;
   CUDA_CHECK(cudaMemsetAsync(f.tail_q + rem * n_in, 0, size_t((Q - rem) * n_in), stream));
   CUDA_CHECK(cudaMemsetAsync(f.tail_s, 0, size_t(G * Q * 4), stream));
   quantize_rows_fp8_lt<T>(f.tail_q, f.tail_tmp, f.offsets + 2, in + main * n_in, scheme, rem, n_in, stream);
   CUDA_CHECK(cudaMemcpy2DAsync(f.tail_s, size_t(Q * 4), f.tail_tmp, size_t(rem * 4), size_t(rem * 4), size_t(G),
                                cudaMemcpyDeviceToDevice, stream));
-  if (kind == LtOut::kAddF32)
-    CUDA_CHECK(cudaMemcpyAsync(f.tail_out, out_tail, size_t(rem * n_out * 4), cudaMemcpyDeviceToDevice, stream));
-  linear_fp8_lt<T>(f.tail_out, kind, f.tail_q, f.tail_s, w, w_scales, scheme, Q, n_in, n_out, stream);
-  CUDA_CHECK(cudaMemcpyAsync(out_tail, f.tail_out, size_t(rem * n_out * out_elem), cudaMemcpyDeviceToDevice, stream));
+  run_tail<T>(static_cast<char*>(out) + main * n_out * out_elem, kind, f, w, w_scales, scheme, rem, n_in, n_out,
+              stream);
+  if (cuda_sync_check_enabled()) CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+// As linear_fp8 on rows quantized before (rmsnorm_quantize_e4m3): block128's scales repacked to the
+// main rows' leading dimension where the rows do not fill q_ld, the tail's codes and scales copied
+// into its padded scratch.
+template <typename T>
+void linear_fp8_quantized(void* out, LtOut kind, const uint8_t* q, const float* q_scales, int64_t q_ld,
+                          const uint8_t* w, const float* w_scales, Fp8Scheme scheme, int64_t n_rows, int64_t n_in,
+                          int64_t n_out, void* scratch, cudaStream_t stream) {
+  if (n_rows == 0 || n_out == 0) return;
+  LFM2_CHECK(n_in % kFp8Block == 0 && reinterpret_cast<uintptr_t>(scratch) % 256 == 0 && q_ld >= n_rows,
+             "linear_fp8_quantized: n_in ", n_in, " (a multiple of 128), a 256-byte aligned scratch and ", q_ld,
+             " >= ", n_rows, " rows of scales");
+  const bool channel = scheme == Fp8Scheme::Channel;
+  const int64_t Q = kFp8LtRowQuantum, G = n_in / kFp8Block;
+  const int64_t rem = channel ? 0 : n_rows % Q, main = n_rows - rem;
+  const int64_t out_elem = kind == LtOut::kT ? int64_t(sizeof(T)) : 4;
+  const FpScratch f = carve(static_cast<char*>(scratch), n_rows, n_in, n_out);
+  if (main) {
+    const float* s = q_scales;  // channel: OUTER_VEC reads group 0's n_rows scales only
+    if (!channel && q_ld != main) {
+      CUDA_CHECK(cudaMemcpy2DAsync(f.s, size_t(main * 4), q_scales, size_t(q_ld * 4), size_t(main * 4), size_t(G),
+                                   cudaMemcpyDeviceToDevice, stream));
+      s = f.s;
+    }
+    linear_fp8_lt<T>(out, kind, q, s, w, w_scales, scheme, main, n_in, n_out, stream);
+  }
+  if (!rem) return;
+  CUDA_CHECK(cudaMemcpyAsync(f.tail_q, q + main * n_in, size_t(rem * n_in), cudaMemcpyDeviceToDevice, stream));
+  CUDA_CHECK(cudaMemsetAsync(f.tail_q + rem * n_in, 0, size_t((Q - rem) * n_in), stream));
+  CUDA_CHECK(cudaMemsetAsync(f.tail_s, 0, size_t(G * Q * 4), stream));
+  CUDA_CHECK(cudaMemcpy2DAsync(f.tail_s, size_t(Q * 4), q_scales + main, size_t(q_ld * 4), size_t(rem * 4), size_t(G),
+                               cudaMemcpyDeviceToDevice, stream));
+  run_tail<T>(static_cast<char*>(out) + main * n_out * out_elem, kind, f, w, w_scales, scheme, rem, n_in, n_out,
+              stream);
   if (cuda_sync_check_enabled()) CUDA_CHECK(cudaDeviceSynchronize());
 }
 
@@ -247,7 +296,9 @@ void linear_fp8(void* out, LtOut kind, const T* in, const uint8_t* w, const floa
   template void quantize_rows_fp8_lt<T>(uint8_t*, float*, int32_t*, const T*, Fp8Scheme, int64_t, int64_t,        \
                                         cudaStream_t);                                            \
   template void linear_fp8<T>(void*, LtOut, const T*, const uint8_t*, const float*, Fp8Scheme, int64_t, int64_t,  \
-                              int64_t, void*, cudaStream_t);
+                              int64_t, void*, cudaStream_t);                                                      \
+  template void linear_fp8_quantized<T>(void*, LtOut, const uint8_t*, const float*, int64_t, const uint8_t*,      \
+                                        const float*, Fp8Scheme, int64_t, int64_t, int64_t, void*, cudaStream_t);
 INST(__nv_bfloat16)
 INST(__half)
 #undef INST

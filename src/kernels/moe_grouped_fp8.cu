@@ -239,6 +239,24 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   for (int64_t g = lane; g < G; g += 32) srow[g * m] = s;
 }
 
+// One warp per expert-ordered row (rows from offsets[n_experts] on skipped): its token's codes, 16
+// bytes a lane, and its scales from (g * s_ld + token) to moe_quantize_e4m3's places.
+__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+    gather_e4m3_kernel(uint8_t* q, float* scales, const uint8_t* q_in, const float* s_in, int64_t s_ld,
+                       const int32_t* src_row, const int32_t* offsets, int64_t n_rows, int n_experts, int64_t cols) {
+  const int64_t row = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  if (row >= n_rows || row >= offsets[n_experts]) return;
+  const int lane = threadIdx.x & 31;
+  const int64_t src = src_row[row], G = cols / kGroup;
+  int64_t r0 = 0, m = 0;
+  row_expert(row, offsets, n_experts, r0, m);
+  const uint4* from = reinterpret_cast<const uint4*>(q_in + src * cols);
+  uint4* to = reinterpret_cast<uint4*>(q + row * cols);
+  for (int64_t c = lane; c < cols / 16; c += 32) to[c] = from[c];
+  float* srow = scales + r0 * G + (row - r0);
+  for (int64_t g = lane; g < G; g += 32) srow[g * m] = s_in[g * s_ld + src];
+}
+
 void check_quantize(const char* what, const void* q, const void* x, int64_t n_rows, int64_t n_experts,
                     int64_t cols) {
   LFM2_CHECK(cols > 0 && cols % kGroup == 0, what, ": ", cols, " columns (a multiple of 128)");
@@ -259,6 +277,16 @@ void moe_quantize_e4m3(uint8_t* q, float* scales, const T* x, const int32_t* src
   quantize_e4m3_kernel<RowSource<T>><<<quantize_blocks(n_rows), kWarpsPerBlock * 32, 0, stream>>>(
       q, scales, RowSource<T>{x, src_row, cols}, offsets, n_rows, int(n_experts), per_row);
   CUDA_CHECK_LAUNCH("quantize_e4m3_kernel");
+}
+
+void moe_gather_e4m3(uint8_t* q, float* scales, const uint8_t* q_in, const float* s_in, int64_t s_ld,
+                     const int32_t* src_row, const int32_t* offsets, int64_t n_rows, int64_t n_experts, int64_t cols,
+                     cudaStream_t stream) {
+  check_quantize("moe_gather_e4m3", q, q_in, n_rows, n_experts, cols);
+  if (n_rows == 0) return;
+  gather_e4m3_kernel<<<quantize_blocks(n_rows), kWarpsPerBlock * 32, 0, stream>>>(
+      q, scales, q_in, s_in, s_ld, src_row, offsets, n_rows, int(n_experts), cols);
+  CUDA_CHECK_LAUNCH("gather_e4m3_kernel");
 }
 
 void moe_swiglu_quantize_e4m3(uint8_t* q, float* scales, const __nv_bfloat16* gate_up, const int32_t* offsets,

@@ -61,7 +61,8 @@ int64_t moe_experts_fp8_scratch_bytes(int64_t n_tokens, int64_t hidden, int64_t 
 template <typename T>
 void moe_experts_fp8(float* x, const T* in, const uint8_t* w13, const float* s13, const uint8_t* w2, const float* s2,
                      Fp8Scheme scheme, const int32_t* experts, const float* weights, int64_t n_tokens, int64_t hidden,
-                     int64_t n_experts, int64_t inter, int64_t top_k, void* scratch, cudaStream_t stream) {
+                     int64_t n_experts, int64_t inter, int64_t top_k, void* scratch, cudaStream_t stream,
+                     const uint8_t* in_q, const float* in_s, int64_t in_s_ld) {
   if (n_tokens == 0) return;
   LFM2_CHECK(hidden % 128 == 0 && inter % 128 == 0, "moe_experts_fp8: hidden ", hidden, " and inter ", inter,
              " (multiples of 128)");
@@ -79,8 +80,12 @@ void moe_experts_fp8(float* x, const T* in, const uint8_t* w13, const float* s13
 
   moe_permute(offsets, ints(l.src_token), ints(l.dest_row), experts, n_tokens, n_experts, top_k, ints(l.permute),
               stream);
-  moe_quantize_e4m3<T>(bytes(l.q_in), floats(l.s_in), in, ints(l.src_token), offsets, P, n_experts, hidden, per_row,
-                       stream);
+  if (in_q)
+    moe_gather_e4m3(bytes(l.q_in), floats(l.s_in), in_q, in_s, in_s_ld, ints(l.src_token), offsets, P, n_experts,
+                    hidden, stream);
+  else
+    moe_quantize_e4m3<T>(bytes(l.q_in), floats(l.s_in), in, ints(l.src_token), offsets, P, n_experts, hidden,
+                         per_row, stream);
   if (per_row && channel_plain()) {
     moe_grouped_matmul_fp8_raw(gate_up, bytes(l.q_in), w13, offsets, P, n_experts, hidden, 2 * inter, ws, stream);
     moe_swiglu_quantize_e4m3_scaled(bytes(l.q_act), floats(l.s_act), gate_up, floats(l.s_in), s13, offsets, P,
@@ -100,9 +105,11 @@ void moe_experts_fp8(float* x, const T* in, const uint8_t* w13, const float* s13
 
 template void moe_experts_fp8<__nv_bfloat16>(float*, const __nv_bfloat16*, const uint8_t*, const float*,
                                              const uint8_t*, const float*, Fp8Scheme, const int32_t*, const float*,
-                                             int64_t, int64_t, int64_t, int64_t, int64_t, void*, cudaStream_t);
+                                             int64_t, int64_t, int64_t, int64_t, int64_t, void*, cudaStream_t,
+                                             const uint8_t*, const float*, int64_t);
 template void moe_experts_fp8<__half>(float*, const __half*, const uint8_t*, const float*, const uint8_t*,
                                       const float*, Fp8Scheme, const int32_t*, const float*, int64_t, int64_t,
-                                      int64_t, int64_t, int64_t, void*, cudaStream_t);
+                                      int64_t, int64_t, int64_t, void*, cudaStream_t, const uint8_t*, const float*,
+                                      int64_t);
 
 }  // namespace lfm2::cuda

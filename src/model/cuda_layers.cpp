@@ -41,6 +41,17 @@ void CudaLayers<T>::reserve(int64_t max_tokens, int64_t y_rows, int device) {
   const int64_t max_in = std::max({H, nh * hd, I}), max_out = std::max(big_w, H);
   const int64_t o_ps = fp8_proj ? scratch_.reserve(cuda::linear_fp8_scratch_bytes(N, max_in, max_out)) : -1;
   const int64_t o_pw = fp8_proj ? scratch_.reserve(cuda::moe_grouped_matmul_fp8_workspace_bytes(1)) : -1;
+  // the norms' e4m3 outputs (16-bit stages, H a multiple of 128: rmsnorm_quantize_e4m3)
+  const char* fuse_env = std::getenv("LFM2_FP8_NORM_QUANT");
+  const std::string fuse = fuse_env ? fuse_env : "1";
+  LFM2_CHECK(fuse == "1" || fuse == "0" || fuse == "proj" || fuse == "moe", "LFM2_FP8_NORM_QUANT=", fuse,
+             " (1, 0, proj or moe)");
+  const bool fusable = sizeof(T) == 2 && H % 128 == 0 && H <= 8192;
+  fuse_proj_ = fusable && fp8_proj && (fuse == "1" || fuse == "proj");
+  fuse_moe_ = fusable && fp8 && moe_fp8_prompt_on_tensor_cores(dims) && (fuse == "1" || fuse == "moe");
+  const bool fused = fuse_proj_ || fuse_moe_;
+  const int64_t o_nq = fused ? scratch_.reserve(N * H) : -1;
+  const int64_t o_ns = fused ? scratch_.reserve(N * (H / 128) * 4) : -1;
   scratch_.allocate(cat("scratch for ", N, " tokens"), device);
   y_ = scratch_.at<T>(o_y);
   big_ = scratch_.at<T>(o_big);
@@ -58,6 +69,8 @@ void CudaLayers<T>::reserve(int64_t max_tokens, int64_t y_rows, int device) {
                                                  DeviceBlocks::aligned(N * (max_in / 128) * 4))
                           : nullptr;
   proj_ws_ = fp8_proj ? scratch_.at<char>(o_pw) : nullptr;
+  norm_q_ = fused ? scratch_.at<uint8_t>(o_nq) : nullptr;
+  norm_s_ = fused ? scratch_.at<float>(o_ns) : nullptr;
   capacity_ = N;
 }
 
@@ -85,7 +98,7 @@ void CudaLayers<T>::run_step(float* x, const StepDevice& step) {
 // the pinned ones; the rest on e4m3 where the projection is (a --dense FP8 file, product_fp8).
 template <typename T>
 void CudaLayers<T>::product(Product kind, void* out, const T* in, Proj w, int64_t n_in, int64_t n_out,
-                            const Pass& p) {
+                            const Pass& p, const QuantRows* yq) {
   const T* weight = w.w;
   const int64_t nd = p.n_decode(), np = p.n_tokens - nd;
   const int64_t out_elem = kind == Product::kOut ? int64_t(sizeof(T)) : 4;
@@ -102,7 +115,7 @@ void CudaLayers<T>::product(Product kind, void* out, const T* in, Proj w, int64_
       break;
   }
   if (!np) return;
-  if (w.q) return product_fp8(kind, rest, in + nd * n_in, w, np, n_in, n_out);
+  if (w.q) return product_fp8(kind, rest, in + nd * n_in, w, np, n_in, n_out, yq);
   switch (kind) {
     case Product::kOut:
       cuda::linear(reinterpret_cast<T*>(rest), in + nd * n_in, weight, np, n_in, n_out, stream_, tf32_);
@@ -121,9 +134,9 @@ void CudaLayers<T>::product(Product kind, void* out, const T* in, Proj w, int64_
 // counts it refuses padded in scratch; a row's bits are its own).
 template <typename T>
 void CudaLayers<T>::product_fp8(Product kind, void* out, const T* in, Proj w, int64_t n, int64_t n_in,
-                                int64_t n_out) {
+                                int64_t n_out, const QuantRows* yq) {
   if constexpr (sizeof(T) != 2) {
-    (void)kind, (void)out, (void)in, (void)w, (void)n, (void)n_in, (void)n_out;
+    (void)kind, (void)out, (void)in, (void)w, (void)n, (void)n_in, (void)n_out, (void)yq;
     LFM2_FAIL("cuda stage: e4m3 projections need --dtype bf16 or fp16");
   } else {
     const Fp8Scheme scheme = cfg_.fp8.scheme;
@@ -142,7 +155,11 @@ void CudaLayers<T>::product_fp8(Product kind, void* out, const T* in, Proj w, in
         return;
       }
     }
-    cuda::linear_fp8<T>(out, k, in, w.q, w.s, scheme, n, n_in, n_out, proj_scratch_, stream_);
+    if (yq)
+      cuda::linear_fp8_quantized<T>(out, k, yq->q, yq->s, yq->ld, w.q, w.s, scheme, n, n_in, n_out, proj_scratch_,
+                                    stream_);
+    else
+      cuda::linear_fp8<T>(out, k, in, w.q, w.s, scheme, n, n_in, n_out, proj_scratch_, stream_);
   }
 }
 
@@ -151,19 +168,43 @@ void CudaLayers<T>::product_fp8(Product kind, void* out, const T* in, Proj w, in
 template <typename T>
 bool CudaLayers<T>::layer_forward(size_t li, float* x, const Pass& p, bool decode_rows_normed) {
   const DeviceLayerWeights<T>& lw = w_.layers[li];
-  const int64_t n_tokens = p.n_tokens, H = cfg_.hidden_size, skip = decode_rows_normed ? p.n_decode() : 0;
-  const float eps = float(cfg_.norm_eps);
-  T* y = y_;
-  cuda::rmsnorm(y + skip * H, x + skip * H, lw.operator_norm, n_tokens - skip, H, eps, stream_);
+  const int64_t skip = decode_rows_normed ? p.n_decode() : 0;
+  const cuda::MoeDims dims{cfg_.hidden_size, cfg_.num_experts, cfg_.moe_intermediate_size, cfg_.num_experts_per_tok,
+                           cfg_.norm_topk_prob, float(cfg_.routed_scaling_factor)};
+  // the CUTLASS projections (w.st) quantize for themselves
+  const bool mixer_e4m3 = fuse_proj_ && (lw.is_attention ? lw.qkv_proj_q && !lw.qkv_proj_st
+                                                         : lw.conv_in_proj_q && !lw.conv_in_proj_st);
+  const QuantRows* yq = norm(x, lw.operator_norm, skip, mixer_e4m3, p);
   if (lw.is_attention)
-    attention_block(li, y, x, p);
+    attention_block(li, y_, x, p, yq);
   else
-    conv_block(li, y, x, p);
+    conv_block(li, y_, x, p, yq);
 
-  cuda::rmsnorm(y, x, lw.ffn_norm, n_tokens, H, eps, stream_);
-  if (lw.is_moe) return moe_block(li, y, x, p);
-  dense_block(lw, y, x, p);
+  const bool ffn_e4m3 = lw.is_moe ? fuse_moe_ && lw.experts_w13_q && moe_fp8_prompt_on_tensor_cores(dims)
+                                  : fuse_proj_ && lw.w13_q && !lw.w13_st;
+  yq = norm(x, lw.ffn_norm, 0, ffn_e4m3, p);
+  if (lw.is_moe) return moe_block(li, y_, x, p, yq);
+  dense_block(lw, y_, x, p, yq);
   return false;
+}
+
+// One launch either way; the quantized rows are the prompt rows [n_decode, n_tokens) (a prompt row's
+// bits: rmsnorm, then the consumer's quantization of its T output).
+template <typename T>
+const typename CudaLayers<T>::QuantRows* CudaLayers<T>::norm(float* x, const float* weight, int64_t skip,
+                                                             bool feeds_e4m3, const Pass& p) {
+  const int64_t H = cfg_.hidden_size, nd = p.n_decode(), np = p.n_tokens - nd;
+  const float eps = float(cfg_.norm_eps);
+  if constexpr (sizeof(T) == 2) {
+    if (feeds_e4m3 && np) {
+      cuda::rmsnorm_quantize_e4m3(y_ + skip * H, norm_q_, norm_s_, x + skip * H, weight, p.n_tokens - skip,
+                                  nd - skip, H, eps, cfg_.fp8.scheme == Fp8Scheme::Channel, stream_);
+      norm_rows_ = {norm_q_, norm_s_, np};
+      return &norm_rows_;
+    }
+  }
+  cuda::rmsnorm(y_ + skip * H, x + skip * H, weight, p.n_tokens - skip, H, eps, stream_);
+  return nullptr;
 }
 
 // x += out_proj(attention(rope(q_norm(q)), rope(k_norm(k)), v)), HF Lfm2MoeAttention: q, k and v
@@ -171,7 +212,7 @@ bool CudaLayers<T>::layer_forward(size_t li, float* x, const Pass& p, bool decod
 // every row's k and v in its slot's pages with the norms and RoPE (qk_norm_rope_store), then its
 // decode rows attend by flash-decoding, its prompt chunks by the chunked prefill.
 template <typename T>
-void CudaLayers<T>::attention_block(size_t li, const T* y, float* x, const Pass& p) {
+void CudaLayers<T>::attention_block(size_t li, const T* y, float* x, const Pass& p, const QuantRows* yq) {
   const DeviceLayerWeights<T>& lw = w_.layers[li];
   const int64_t H = cfg_.hidden_size, hd = cfg_.head_dim();
   const int64_t nh = cfg_.num_attention_heads, nkv = cfg_.num_key_value_heads, width = (nh + 2 * nkv) * hd;
@@ -179,7 +220,7 @@ void CudaLayers<T>::attention_block(size_t li, const T* y, float* x, const Pass&
   const float scale = float(std::pow(double(hd), -0.5));  // HF: head_dim**-0.5, applied in fp32
   T* qkv = big_;
   T* o = mid_;
-  product(Product::kOut, qkv, y, {lw.qkv_proj, lw.qkv_proj_q, lw.qkv_proj_s, lw.qkv_proj_st}, H, width, p);
+  product(Product::kOut, qkv, y, {lw.qkv_proj, lw.qkv_proj_q, lw.qkv_proj_s, lw.qkv_proj_st}, H, width, p, yq);
   if (!p.step) {
     cuda::qk_norm_rope(qkv, lw.q_layernorm, lw.k_layernorm, w_.rope_inv_freq, p.n_seq, p.seq_len, nh, nkv, hd, eps,
                        stream_);
@@ -236,13 +277,13 @@ void CudaLayers<T>::attention_step_fp8(size_t li, T* qkv, T* o, const StepDevice
 // x += out_proj(C * conv(B * x)), HF Lfm2MoeShortConv. A generation step continues each entry from
 // its slot's conv state and leaves there the last inputs of its rows (short_conv_step).
 template <typename T>
-void CudaLayers<T>::conv_block(size_t li, const T* y, float* x, const Pass& p) {
+void CudaLayers<T>::conv_block(size_t li, const T* y, float* x, const Pass& p, const QuantRows* yq) {
   const DeviceLayerWeights<T>& lw = w_.layers[li];
   const int64_t H = cfg_.hidden_size, L = cfg_.conv_L_cache;
   T* bcx = big_;
   T* z = mid_;
   product(Product::kOut, bcx, y, {lw.conv_in_proj, lw.conv_in_proj_q, lw.conv_in_proj_s, lw.conv_in_proj_st}, H,
-          3 * H, p);
+          3 * H, p, yq);
   if (p.step) {
     const StepDevice& s = *p.step;
     const int64_t longest = std::max<int64_t>(s.max_prompt_rows, s.n_decode ? 1 : 0);
@@ -257,11 +298,12 @@ void CudaLayers<T>::conv_block(size_t li, const T* y, float* x, const Pass& p) {
 
 // x += w2(silu(w1 f) * w3 f), HF Lfm2MoeMLP: w1 and w3 in one product (w13).
 template <typename T>
-void CudaLayers<T>::dense_block(const DeviceLayerWeights<T>& lw, const T* f, float* x, const Pass& p) {
+void CudaLayers<T>::dense_block(const DeviceLayerWeights<T>& lw, const T* f, float* x, const Pass& p,
+                                const QuantRows* yq) {
   const int64_t H = cfg_.hidden_size, I = cfg_.intermediate_size;
   T* gate_up = big_;
   T* g = mid_;
-  product(Product::kOut, gate_up, f, {lw.w13, lw.w13_q, lw.w13_s, lw.w13_st}, H, 2 * I, p);
+  product(Product::kOut, gate_up, f, {lw.w13, lw.w13_q, lw.w13_s, lw.w13_st}, H, 2 * I, p, yq);
   cuda::swiglu(g, gate_up, p.n_tokens, I, stream_);
   product(Product::kAddF32, x, g, {lw.w2, lw.w2_q, lw.w2_s, lw.w2_st}, I, H, p);
 }
@@ -271,7 +313,7 @@ void CudaLayers<T>::dense_block(const DeviceLayerWeights<T>& lw, const T* f, flo
 // where there is one); the other rows: the router's product, moe_router and the CUTLASS experts (for
 // e4m3 experts the FP8 ones, cuda_moe_fp8.h).
 template <typename T>
-bool CudaLayers<T>::moe_block(size_t li, const T* f, float* x, const Pass& p) {
+bool CudaLayers<T>::moe_block(size_t li, const T* f, float* x, const Pass& p, const QuantRows* yq) {
   const DeviceLayerWeights<T>& lw = w_.layers[li];
   const int64_t H = cfg_.hidden_size, E = cfg_.num_experts, Im = cfg_.moe_intermediate_size;
   const int64_t top_k = cfg_.num_experts_per_tok, nd = p.n_decode(), np = p.n_tokens - nd;
@@ -293,7 +335,7 @@ bool CudaLayers<T>::moe_block(size_t li, const T* f, float* x, const Pass& p) {
     if (fp8) {
       if constexpr (sizeof(T) == 2)
         moe_fp8_prompt_rows(x + nd * H, f + nd * H, lw, cfg_.fp8.scheme, topk_ids_, topk_w_, np, dims, moe_scratch_,
-                            stream_);
+                            stream_, yq ? yq->q : nullptr, yq ? yq->s : nullptr, yq ? yq->ld : 0);
     } else {
       cuda::moe_experts(x + nd * H, f + nd * H, lw.experts_w13, lw.experts_w2, topk_ids_, topk_w_, np, H, E, Im,
                         top_k, moe_scratch_, stream_);

@@ -10,6 +10,9 @@
 //   y = rmsnorm(x)
 //   dense: big = y W13^T; mid = swiglu(big); x += mid W2^T                               linear_add_f32
 //   MoE:   logits = y Wg^T (fp32); route; x += experts(y) (moe_experts, the combine adds into x)
+// Where a norm's prompt rows feed an e4m3 product (a --dense FP8 file's qkv / conv in / w13, or the
+// FP8 experts), the norm also writes their e4m3 codes and scales (rmsnorm_quantize_e4m3), which the
+// product takes as they are (the bits of its own quantization; docs/fp8.md).
 // run() queues kernels only: no allocation, no host synchronisation, no host read of a device
 // value (the MoE's per-expert counts stay on the device), so it can be captured in a CUDA Graph.
 //
@@ -74,20 +77,33 @@ class CudaLayers {
     const float* s = nullptr;
     const float* st = nullptr;  // the scales k-block major (LFM2_FP8_PROJ_GEMM=cutlass), or null
   };
-  void product(Product kind, void* out, const T* in, Proj w, int64_t n_in, int64_t n_out, const Pass& p);
+  // The prompt rows of a product's input already in e4m3 (rmsnorm_quantize_e4m3): codes (rows, n_in),
+  // the scale of (row r, 128 columns g) at s[g * ld + r].
+  struct QuantRows {
+    const uint8_t* q = nullptr;
+    const float* s = nullptr;
+    int64_t ld = 0;
+  };
+  void product(Product kind, void* out, const T* in, Proj w, int64_t n_in, int64_t n_out, const Pass& p,
+               const QuantRows* yq = nullptr);
   // The e4m3 projections' n prompt rows (in, out at their first): cuda::linear_fp8 (quantized, then
   // cuBLASLt's FP8 matmul). With scales k-block major (w.st, LFM2_FP8_PROJ_GEMM=cutlass) on a bf16
   // stage they run the experts' CUTLASS FP8 kernel as one group instead (bf16 out; added into the
   // residual by add through big_). The decode rows stay on the T copy (product).
-  void product_fp8(Product kind, void* out, const T* in, Proj w, int64_t n, int64_t n_in, int64_t n_out);
+  // yq: in's rows already quantized (linear_fp8_quantized; not on the CUTLASS path).
+  void product_fp8(Product kind, void* out, const T* in, Proj w, int64_t n, int64_t n_in, int64_t n_out,
+                   const QuantRows* yq);
 
   bool layer_forward(size_t li, float* x, const Pass& p, bool decode_rows_normed);
-  void attention_block(size_t li, const T* y, float* x, const Pass& p);
+  // A norm of x into y (rows [skip, n_tokens)); where its prompt rows feed an e4m3 product (feeds_e4m3)
+  // and the fusion is on, also their e4m3 codes (rmsnorm_quantize_e4m3), returned (else null).
+  const QuantRows* norm(float* x, const float* weight, int64_t skip, bool feeds_e4m3, const Pass& p);
+  void attention_block(size_t li, const T* y, float* x, const Pass& p, const QuantRows* yq);
   void attention_step_fp8(size_t li, T* qkv, T* o, const StepDevice& s);
-  void conv_block(size_t li, const T* y, float* x, const Pass& p);
-  void dense_block(const DeviceLayerWeights<T>& lw, const T* f, float* x, const Pass& p);
+  void conv_block(size_t li, const T* y, float* x, const Pass& p, const QuantRows* yq);
+  void dense_block(const DeviceLayerWeights<T>& lw, const T* f, float* x, const Pass& p, const QuantRows* yq);
   // Returns whether the decode rows' next operator norm was fused into the MoE (into y).
-  bool moe_block(size_t li, const T* f, float* x, const Pass& p);
+  bool moe_block(size_t li, const T* f, float* x, const Pass& p, const QuantRows* yq);
 
   const ModelConfig& cfg_;
   const DeviceWeights<T>& w_;
@@ -106,6 +122,12 @@ class CudaLayers {
   float* act_s_ = nullptr;          // (max n_in / 128, N) its scales (moe_quantize_e4m3's layout),
   int32_t* act_offsets_ = nullptr;  // 2: the quantization's one group
   void* proj_ws_ = nullptr;         // the CUTLASS kernel's workspace (LFM2_FP8_PROJ_GEMM=cutlass)
+  // The normed prompt rows in e4m3 (N, H) and their scales (H / 128, N), where the norms feed e4m3
+  // products (LFM2_FP8_NORM_QUANT: 1 (default) for projections and experts, proj, moe, 0 none).
+  uint8_t* norm_q_ = nullptr;
+  float* norm_s_ = nullptr;
+  QuantRows norm_rows_;  // over them, ld the pass's prompt rows
+  bool fuse_proj_ = false, fuse_moe_ = false;
 };
 
 }  // namespace lfm2

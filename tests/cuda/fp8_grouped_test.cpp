@@ -4,7 +4,7 @@
 // dequantized, each product's input fake-quantized). Oracles and tolerances:
 // - quantization of gathered bf16 / fp16 rows, per row and per (row, 128 columns): bits and
 //   scales equal to cpu::moe_quantize_e4m3's (a zero group and a saturating value included; rows of
-//   2,048 and 4,608 columns);
+//   2,048 and 4,608 columns); the byte gather of rows quantized before (moe_gather_e4m3): the same;
 // - the SwiGLU's quantization: cpu::moe_swiglu_quantize_e4m3; scales within 1e-6 relative, codes
 //   at most one apart and 99 % equal (the device's expf is not glibc's);
 // - the products, channel and block128 weight scales, per-row and per-128 activation scales:
@@ -99,6 +99,13 @@ TYPED_TEST(CudaFp8Grouped, QuantizeMatchesCpu) {
   upload(d_x, raw);
   upload(d_off, offsets);
   upload(d_src, src);
+  // the tokens quantized before (rmsnorm_quantize_e4m3's layout: one group of n_tok rows), for the byte gather
+  const int64_t n_tok = 120;
+  const std::vector<int32_t> tok_offsets = {0, int32_t(n_tok)};
+  DevBuf<int32_t> d_tok_off(2);
+  DevBuf<uint8_t> d_tok_q(size_t(n_tok * cols));
+  DevBuf<float> d_tok_s(size_t(n_tok * cols / 128));
+  upload(d_tok_off, tok_offsets);
   for (const bool per_row : {false, true})
     for (const bool gather : {false, true}) {
       SCOPED_TRACE(cat(per_row ? "per row" : "per 128 columns", gather ? ", gathered" : ""));
@@ -112,6 +119,17 @@ TYPED_TEST(CudaFp8Grouped, QuantizeMatchesCpu) {
                              cols, per_row);
       EXPECT_EQ(byte_download(d_q.get(), q.size()), q);
       EXPECT_EQ(download(d_s.get(), s.size()), s);
+      if (!gather) continue;
+      // the byte gather of the quantized tokens: moe_quantize_e4m3's bits
+      CUDA_CHECK(cudaMemset(d_q.get(), 0xff, q.size()));
+      CUDA_CHECK(cudaMemset(d_s.get(), 0xff, s.size() * 4));
+      cuda::moe_quantize_e4m3(d_tok_q.get(), d_tok_s.get(), d_x.get(), nullptr, d_tok_off.get(), n_tok, 1, cols,
+                              per_row, this->stream_);
+      cuda::moe_gather_e4m3(d_q.get(), d_s.get(), d_tok_q.get(), d_tok_s.get(), n_tok, d_src.get(), d_off.get(), rows,
+                            E, cols, this->stream_);
+      this->sync();
+      EXPECT_EQ(byte_download(d_q.get(), q.size()), q) << "byte gather";
+      EXPECT_EQ(download(d_s.get(), s.size()), s) << "byte gather";
     }
 }
 

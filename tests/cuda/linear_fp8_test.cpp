@@ -5,15 +5,18 @@
 // fp32), the model's shapes and small ones at ragged row counts (1, a tail past a multiple of 128);
 // a row's bits the same alone, in its batch and in a batch that starts one row later (the padded
 // tail then holds other rows); block128 at 2 k blocks (its scale rows padded to 4) and 3 block rows.
-// Skips without a GPU.
+// The prompt rows' norm with its e4m3 output (rmsnorm_quantize_e4m3) and the projection on rows
+// quantized before (linear_fp8_quantized): bit for bit the unfused pair's. Skips without a GPU.
 #include <cmath>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "common/fp8.h"
 #include "cuda_test_util.h"
 #include "moe_test_util.h"
 #include "kernels/cuda/linear_fp8_lt.h"
+#include "kernels/cuda/ops.h"
 #include "kernels/fp8_products.h"
 
 namespace lfm2 {
@@ -93,6 +96,84 @@ TYPED_TEST(CudaLinearFp8, MatchesCpuTwin) {
       EXPECT_TRUE(close_t<T>(download(d_out.get(), ref.size()), sum));
       run(d_out_t.get(), cuda::LtOut::kT, 0, n);
       EXPECT_TRUE(close_t<T>(download(d_out_t.get(), ref.size()), ref));
+    }
+}
+
+std::vector<uint8_t> byte_download(const uint8_t* d, size_t n) {
+  std::vector<uint8_t> h(n);
+  CUDA_CHECK(cudaMemcpy(h.data(), d, n, cudaMemcpyDeviceToHost));
+  return h;
+}
+
+// rmsnorm_quantize_e4m3: the bits of rmsnorm, then quantize_rows_fp8_lt of its T rows from first_q
+// on (a zero row: scale 1; a large value); the small models' widths, the full one's and the widest.
+TYPED_TEST(CudaLinearFp8, FusedNormQuantizeMatchesNormThenQuantize) {
+  using T = TypeParam;
+  for (const Fp8Scheme scheme : {Fp8Scheme::Channel, Fp8Scheme::Block128})
+    for (const int64_t dim : {128, 640, 2048, 8192})
+      for (const auto& [n, first_q] : std::vector<std::pair<int64_t, int64_t>>{{1, 0}, {37, 0}, {37, 5}, {6, 6}}) {
+        SCOPED_TRACE(cat(n, " rows from ", first_q, ", dim ", dim, ", ", fp8_scheme_name(scheme)));
+        auto x = rand_vec(size_t(n * dim), 80 + uint64_t(dim), 4.f);
+        if (n > 3) std::fill(x.begin() + 3 * dim, x.begin() + 4 * dim, 0.f);
+        x[size_t((n - 1) * dim + 7)] = 1e3f;
+        const auto w = rand_vec(size_t(dim), 81, 2.f);
+        const int64_t nq = n - first_q, G = dim / 128;
+        const size_t n_s = size_t(std::max<int64_t>(nq, 1) * G);
+        DevBuf<float> d_x(x.size()), d_w(w.size()), d_s(n_s), d_s_ref(n_s);
+        DevBuf<T> d_out(x.size()), d_ref(x.size());
+        DevBuf<uint8_t> d_q(x.size()), d_q_ref(x.size());
+        DevBuf<int32_t> d_off(2);
+        upload(d_x, x);
+        upload(d_w, w);
+        cuda::rmsnorm(d_ref.get(), d_x.get(), d_w.get(), n, dim, 1e-5f, this->stream_);
+        cuda::quantize_rows_fp8_lt(d_q_ref.get(), d_s_ref.get(), d_off.get(), d_ref.get() + first_q * dim, scheme, nq,
+                                   dim, this->stream_);
+        cuda::rmsnorm_quantize_e4m3(d_out.get(), d_q.get(), d_s.get(), d_x.get(), d_w.get(), n, first_q, dim, 1e-5f,
+                                    scheme == Fp8Scheme::Channel, this->stream_);
+        this->sync();
+        EXPECT_TRUE(same_bits(download(d_out.get(), x.size()), download(d_ref.get(), x.size()))) << "norm";
+        EXPECT_EQ(byte_download(d_q.get(), size_t(nq * dim)), byte_download(d_q_ref.get(), size_t(nq * dim)));
+        EXPECT_TRUE(same_bits(download(d_s.get(), size_t(nq * G)), download(d_s_ref.get(), size_t(nq * G))));
+      }
+}
+
+// linear_fp8_quantized on rows quantized before (their scales' leading dimension past the rows
+// taken): linear_fp8's bits, block128's tail included.
+TYPED_TEST(CudaLinearFp8, QuantizedRowsMatchLinearFp8) {
+  using T = TypeParam;
+  const std::vector<std::tuple<int64_t, int64_t, int64_t>> shapes = {
+      {5, 256, 384}, {128, 256, 384}, {300, 512, 1536}, {129, 2048, 2048}};
+  for (const Fp8Scheme scheme : {Fp8Scheme::Channel, Fp8Scheme::Block128})
+    for (const auto& [n, K, N] : shapes) {
+      SCOPED_TRACE(cat(n, " rows, ", K, " -> ", N, ", ", fp8_scheme_name(scheme)));
+      const int64_t ld = n + 7;  // quantized rows past the n taken
+      const auto wf = rand_vec(size_t(N * K), 90 + uint64_t(K + N), float(1 / std::sqrt(double(K))));
+      std::vector<uint8_t> wq(wf.size());
+      std::vector<float> ws(size_t(fp8_scale_rows(scheme, N) * fp8_scale_cols(scheme, K)));
+      fp8_quantize(wq.data(), ws.data(), wf.data(), N, K, scheme);
+      const std::vector<float> ws_dev = lt_scales(ws, scheme, N, K);
+      auto in = rand_vec(size_t(ld * K), 91 + uint64_t(n));
+      const auto in_t = round_to<T>(in);
+      DevBuf<T> d_in(in_t.size());
+      DevBuf<uint8_t> d_w(wq.size()), d_q(size_t(ld * K));
+      DevBuf<float> d_ws(ws_dev.size()), d_s(size_t(ld * K / 128)), d_out(size_t(n * N)), d_ref(size_t(n * N));
+      DevBuf<int32_t> d_off(2);
+      DevBuf<char> d_scratch(size_t(cuda::linear_fp8_scratch_bytes(n, K, N)));
+      upload(d_in, in_t);
+      upload(d_w, wq);
+      upload(d_ws, ws_dev);
+      for (const cuda::LtOut kind : {cuda::LtOut::kF32, cuda::LtOut::kAddF32}) {
+        const auto x0 = rand_vec(size_t(n * N), 92);
+        upload(d_ref, x0);
+        upload(d_out, x0);
+        cuda::linear_fp8<T>(d_ref.get(), kind, d_in.get(), d_w.get(), d_ws.get(), scheme, n, K, N, d_scratch.get(),
+                            this->stream_);
+        cuda::quantize_rows_fp8_lt(d_q.get(), d_s.get(), d_off.get(), d_in.get(), scheme, ld, K, this->stream_);
+        cuda::linear_fp8_quantized<T>(d_out.get(), kind, d_q.get(), d_s.get(), ld, d_w.get(), d_ws.get(), scheme, n,
+                                      K, N, d_scratch.get(), this->stream_);
+        this->sync();
+        EXPECT_TRUE(same_bits(download(d_out.get(), size_t(n * N)), download(d_ref.get(), size_t(n * N))));
+      }
     }
 }
 

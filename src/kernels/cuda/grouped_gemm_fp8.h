@@ -34,6 +34,13 @@ template <typename T>
 void moe_quantize_e4m3(uint8_t* q, float* scales, const T* x, const int32_t* src_row, const int32_t* offsets,
                        int64_t n_rows, int64_t n_experts, int64_t cols, bool per_row, cudaStream_t stream);
 
+// moe_quantize_e4m3's output for tokens quantized before (rmsnorm_quantize_e4m3): row r of q gets
+// token src_row[r]'s codes (q_in (n_tokens, cols)) and its scales (the one of 128 columns g at
+// s_in[g * s_ld + token]) at moe_quantize_e4m3's places: a byte gather, the same bits.
+void moe_gather_e4m3(uint8_t* q, float* scales, const uint8_t* q_in, const float* s_in, int64_t s_ld,
+                     const int32_t* src_row, const int32_t* offsets, int64_t n_rows, int64_t n_experts, int64_t cols,
+                     cudaStream_t stream);
+
 // The SwiGLU of the [gate | up] rows of gate_up (n_rows, 2 inter), silu(g) * u in fp32 (cpu::silu's
 // formula), quantized as moe_quantize_e4m3 into q (n_rows, inter): the down product's input.
 void moe_swiglu_quantize_e4m3(uint8_t* q, float* scales, const __nv_bfloat16* gate_up, const int32_t* offsets,
@@ -90,12 +97,15 @@ void moe_combine_fp8_scaled(float* x, const __nv_bfloat16* expert_out, const int
 // e4m3 (each expert's w1 rows then its w3 rows), w2 (E, hidden, inter); s13 / s2 as
 // moe_grouped_matmul_fp8's w_scales. hidden and inter multiples of 128, Hopper. Scratch:
 // moe_experts_fp8_scratch_bytes. Queues kernels only (capturable); a row's bits depend on it alone.
+// in_q: in already quantized (rmsnorm_quantize_e4m3: codes (n_tokens, hidden), scales at
+// in_s[g * in_s_ld + token]); the gather then copies them (moe_gather_e4m3), the same bits.
 int64_t moe_experts_fp8_scratch_bytes(int64_t n_tokens, int64_t hidden, int64_t n_experts, int64_t inter,
                                       int64_t top_k);
 template <typename T>
 void moe_experts_fp8(float* x, const T* in, const uint8_t* w13, const float* s13, const uint8_t* w2, const float* s2,
                      Fp8Scheme scheme, const int32_t* experts, const float* weights, int64_t n_tokens, int64_t hidden,
-                     int64_t n_experts, int64_t inter, int64_t top_k, void* scratch, cudaStream_t stream);
+                     int64_t n_experts, int64_t inter, int64_t top_k, void* scratch, cudaStream_t stream,
+                     const uint8_t* in_q = nullptr, const float* in_s = nullptr, int64_t in_s_ld = 0);
 
 }  // namespace lfm2::cuda
 

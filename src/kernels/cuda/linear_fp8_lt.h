@@ -55,4 +55,12 @@ template <typename T>
 void linear_fp8(void* out, LtOut kind, const T* in, const uint8_t* w, const float* w_scales, Fp8Scheme scheme,
                 int64_t n_rows, int64_t n_in, int64_t n_out, void* scratch, cudaStream_t stream);
 
+// linear_fp8 on rows quantized before (rmsnorm_quantize_e4m3, the same codes and scales as
+// linear_fp8's own quantization, so the same bits): q (n_rows, n_in) e4m3, the scale of (row r, 128
+// columns g) at q_scales[g * q_ld + r], q_ld >= n_rows. Scratch as linear_fp8's.
+template <typename T>
+void linear_fp8_quantized(void* out, LtOut kind, const uint8_t* q, const float* q_scales, int64_t q_ld,
+                          const uint8_t* w, const float* w_scales, Fp8Scheme scheme, int64_t n_rows, int64_t n_in,
+                          int64_t n_out, void* scratch, cudaStream_t stream);
+
 }  // namespace lfm2::cuda

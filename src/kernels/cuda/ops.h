@@ -33,6 +33,15 @@ void rmsnorm(T* out, const float* in, const float* weight, int64_t n_rows, int64
 template <typename T>
 void add_rmsnorm(T* out, float* x, const T* delta, const float* weight, int64_t n_rows, int64_t dim, float eps,
                  cudaStream_t stream);
+// RMSNorm of the prompt rows that feed an e4m3 product (issue 23): out as rmsnorm, and rows
+// [first_q, n_rows) also quantized to e4m3 from their T outputs, the codes and scales
+// moe_quantize_e4m3 writes for out's rows afterwards (one group of n_rows - first_q rows): q
+// (n_rows - first_q, dim), the scale of (row r, 128 columns g) at scales[g * (n_rows - first_q) +
+// r - first_q], per row (its one scale repeated per group) or per (row, 128 columns). One pass over
+// in; dim a multiple of 128 and <= 8192, in and weight 16-byte aligned. bf16 and fp16.
+template <typename T>
+void rmsnorm_quantize_e4m3(T* out, uint8_t* q, float* scales, const float* in, const float* weight, int64_t n_rows,
+                           int64_t first_q, int64_t dim, float eps, bool per_row, cudaStream_t stream);
 // RMSNorm of the last token of each sequence only: out (n_seq, dim); in (n_seq * seq_len, dim);
 // lengths (n_seq, device) gives each sequence's own length (its last row is lengths[s] - 1), or null
 // for seq_len.
