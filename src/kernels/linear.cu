@@ -26,6 +26,7 @@
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/linear_lt.h"
+#include "kernels/cuda/lt_algo.h"
 #include "kernels/cuda/ops.h"
 
 namespace lfm2::cuda {
@@ -70,47 +71,15 @@ struct Plan {
   std::map<int64_t, cublasLtMatmulAlgo_t> per_rows;  // unpinned: the heuristic's choice per row count
 };
 
-struct Layouts {
-  cublasLtMatrixLayout_t b = nullptr, d = nullptr;
-  Layouts(cudaDataType_t ab, cudaDataType_t dt, int64_t rows, int64_t n_in, int64_t n_out) {
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b, ab, uint64_t(n_in), uint64_t(rows), n_in));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d, dt, uint64_t(n_out), uint64_t(rows), n_out));
-  }
-  ~Layouts() {
-    if (b) cublasLtMatrixLayoutDestroy(b);
-    if (d) cublasLtMatrixLayoutDestroy(d);
-  }
-  Layouts(const Layouts&) = delete;
-  Layouts& operator=(const Layouts&) = delete;
-};
-
 // The heuristic's first algorithm without split-K for this shape (16-byte aligned buffers).
 cublasLtMatmulAlgo_t choose(const PlanKey& k, const Plan& p, int64_t rows) {
-  cublasLtMatmulPreference_t pref;
-  CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-  const uint64_t ws = kCublasWorkspaceBytes;
-  const uint32_t no_reduction = CUBLASLT_REDUCTION_SCHEME_NONE, align = 16;
-  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &no_reduction,
-                                                    sizeof(no_reduction)));
-  for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
-    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof(align)));
-  Layouts l(k.ab, k.d, rows, k.n_in, k.n_out);
-  constexpr int kWant = 8;
-  cublasLtMatmulHeuristicResult_t res[kWant];
-  int n = 0;
-  CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(cublaslt_handle(), p.op, p.a, l.b, l.d, l.d, pref, kWant, res, &n));
-  cublasLtMatmulPreferenceDestroy(pref);
-  for (int i = 0; i < n; ++i) {
-    if (res[i].state != CUBLAS_STATUS_SUCCESS) continue;
-    int32_t splitk = 1;
-    size_t written = 0;
-    CUBLAS_CHECK(cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk,
-                                                      sizeof(splitk), &written));
-    if (splitk <= 1) return res[i].algo;
-  }
-  LFM2_FAIL("linear: cuBLASLt offers no algorithm without split-K for ", rows, " x ", k.n_in, " -> ", k.n_out);
+  const LtLayouts l(k.ab, k.d, rows, k.n_in, k.n_out);
+  cublasLtMatmulAlgo_t algo{};
+  bool found = false;
+  CUBLAS_CHECK(unsplit_algo(p.op, p.a, l, &algo, &found));
+  LFM2_CHECK(found, "linear: cuBLASLt offers no algorithm without split-K for ", rows, " x ", k.n_in, " -> ",
+             k.n_out);
+  return algo;
 }
 
 std::mutex g_mutex;
@@ -165,7 +134,7 @@ void gemm(void* out, cudaDataType_t out_type, const T* in, const T* weight, int6
       algo = it->second;
     }
   }
-  Layouts l(key.ab, key.d, n_rows, n_in, n_out);
+  const LtLayouts l(key.ab, key.d, n_rows, n_in, n_out);
   const float alpha = 1.f, beta = accumulate ? 1.f : 0.f;
   CUBLAS_CHECK(cublasLtMatmul(cublaslt_handle(), op, &alpha, weight, a, in, l.b, &beta, out, l.d, out, l.d, &algo,
                               cublas_workspace(), kCublasWorkspaceBytes, stream));

@@ -13,6 +13,7 @@
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/grouped_gemm_fp8.h"
 #include "kernels/cuda/linear_fp8_lt.h"
+#include "kernels/cuda/lt_algo.h"
 
 namespace lfm2::cuda {
 namespace {
@@ -43,51 +44,17 @@ struct Plan {
   cublasLtMatmulAlgo_t algo{};
 };
 
-struct Layouts {
-  cublasLtMatrixLayout_t b = nullptr, d = nullptr;
-  Layouts(cudaDataType_t dt, int64_t rows, int64_t n_in, int64_t n_out) {
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b, CUDA_R_8F_E4M3, uint64_t(n_in), uint64_t(rows), n_in));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d, dt, uint64_t(n_out), uint64_t(rows), n_out));
-  }
-  ~Layouts() {
-    if (b) cublasLtMatrixLayoutDestroy(b);
-    if (d) cublasLtMatrixLayoutDestroy(d);
-  }
-  Layouts(const Layouts&) = delete;
-  Layouts& operator=(const Layouts&) = delete;
-};
-
 // The heuristic's first algorithm without split-K at kPlanRows rows.
 cublasLtMatmulAlgo_t choose(const Key& k, const Plan& p) {
-  cublasLtMatmulPreference_t pref;
-  CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-  const uint64_t ws = kCublasWorkspaceBytes;
-  const uint32_t no_reduction = CUBLASLT_REDUCTION_SCHEME_NONE, align = 16;
-  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &no_reduction,
-                                                    sizeof(no_reduction)));
-  for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
-    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof(align)));
-  Layouts l(k.d, kPlanRows, k.n_in, k.n_out);
-  constexpr int kWant = 8;
-  cublasLtMatmulHeuristicResult_t res[kWant];
-  int n = 0;
-  const cublasStatus_t st =
-      cublasLtMatmulAlgoGetHeuristic(cublaslt_handle(), p.op, p.a, l.b, l.d, l.d, pref, kWant, res, &n);
-  cublasLtMatmulPreferenceDestroy(pref);
+  const LtLayouts l(CUDA_R_8F_E4M3, k.d, kPlanRows, k.n_in, k.n_out);
+  cublasLtMatmulAlgo_t algo{};
+  bool found = false;
+  const cublasStatus_t st = unsplit_algo(p.op, p.a, l, &algo, &found);
   LFM2_CHECK(st == CUBLAS_STATUS_SUCCESS, "linear_fp8_lt: cuBLASLt refuses e4m3 ", k.channel ? "channel" : "block128",
              " scales for ", k.n_in, " -> ", k.n_out, (k.accumulate ? " (+= fp32)" : ""), ": ",
              cublasGetStatusString(st));
-  for (int i = 0; i < n; ++i) {
-    if (res[i].state != CUBLAS_STATUS_SUCCESS) continue;
-    int32_t splitk = 1;
-    size_t written = 0;
-    CUBLAS_CHECK(cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk,
-                                                      sizeof(splitk), &written));
-    if (splitk <= 1) return res[i].algo;
-  }
-  LFM2_FAIL("linear_fp8_lt: cuBLASLt offers no algorithm without split-K for ", k.n_in, " -> ", k.n_out);
+  LFM2_CHECK(found, "linear_fp8_lt: cuBLASLt offers no algorithm without split-K for ", k.n_in, " -> ", k.n_out);
+  return algo;
 }
 
 std::mutex g_mutex;
@@ -143,7 +110,7 @@ void linear_fp8_lt(void* out, LtOut kind, const uint8_t* in, const float* in_sca
              "linear_fp8_lt: buffers must be 16-byte aligned");
   const cudaDataType_t dt = kind == LtOut::kT ? t_type<T>() : CUDA_R_32F;
   const Key key{current_device(), dt, n_in, n_out, kind == LtOut::kAddF32, channel};
-  Layouts l(dt, n_rows, n_in, n_out);
+  const LtLayouts l(CUDA_R_8F_E4M3, dt, n_rows, n_in, n_out);
   const float alpha = 1.f, beta = kind == LtOut::kAddF32 ? 1.f : 0.f;
   std::lock_guard<std::mutex> lock(g_mutex);  // the scale pointers live in the shared descriptor
   Plan& p = plan_for(key, w_scales, in_scales);
@@ -213,12 +180,20 @@ int64_t linear_fp8_scratch_bytes(int64_t n_rows, int64_t n_in, int64_t n_out) {
 
 namespace {
 
-// The last rem < Q rows of a block128 projection: their codes in f.tail_q and scales in f.tail_s
-// (ld Q), zero after them, through Q rows of scratch (kAddF32 copies the residual's rows in first).
+// The last rem < Q rows of a block128 projection through Q rows of scratch: their codes (at q, rows
+// of n_in) and scales (the one of 128 columns g at s[g * s_ld]) into f.tail_q / f.tail_s (ld Q), zero
+// rows after them; kAddF32 copies the residual's rows in first.
 template <typename T>
-void run_tail(void* out_tail, LtOut kind, const FpScratch& f, const uint8_t* w, const float* w_scales,
-              Fp8Scheme scheme, int64_t rem, int64_t n_in, int64_t n_out, cudaStream_t stream) {
-  const int64_t Q = kFp8LtRowQuantum, out_elem = kind == LtOut::kT ? int64_t(sizeof(T)) : 4;
+void run_tail(void* out_tail, LtOut kind, const FpScratch& f, const uint8_t* q, const float* s, int64_t s_ld,
+              const uint8_t* w, const float* w_scales, Fp8Scheme scheme, int64_t rem, int64_t n_in, int64_t n_out,
+              cudaStream_t stream) {
+  const int64_t Q = kFp8LtRowQuantum, G = n_in / kFp8Block, out_elem = kind == LtOut::kT ? int64_t(sizeof(T)) : 4;
+  if (q != f.tail_q)
+    CUDA_CHECK(cudaMemcpyAsync(f.tail_q, q, size_t(rem * n_in), cudaMemcpyDeviceToDevice, stream));
+  CUDA_CHECK(cudaMemsetAsync(f.tail_q + rem * n_in, 0, size_t((Q - rem) * n_in), stream));
+  CUDA_CHECK(cudaMemsetAsync(f.tail_s, 0, size_t(G * Q * 4), stream));
+  CUDA_CHECK(cudaMemcpy2DAsync(f.tail_s, size_t(Q * 4), s, size_t(s_ld * 4), size_t(rem * 4), size_t(G),
+                               cudaMemcpyDeviceToDevice, stream));
   if (kind == LtOut::kAddF32)
     CUDA_CHECK(cudaMemcpyAsync(f.tail_out, out_tail, size_t(rem * n_out * 4), cudaMemcpyDeviceToDevice, stream));
   linear_fp8_lt<T>(f.tail_out, kind, f.tail_q, f.tail_s, w, w_scales, scheme, Q, n_in, n_out, stream);
@@ -235,7 +210,7 @@ void linear_fp8(void* out, LtOut kind, const T* in, const uint8_t* w, const floa
   if (n_rows == 0 || n_out == 0) return;
   LFM2_CHECK(n_in % kFp8Block == 0 && reinterpret_cast<uintptr_t>(scratch) % 256 == 0,
              "linear_fp8: n_in ", n_in, " (a multiple of 128) and a 256-byte aligned scratch");
-  const int64_t Q = kFp8LtRowQuantum, G = n_in / kFp8Block;
+  const int64_t Q = kFp8LtRowQuantum;
   const int64_t rem = scheme == Fp8Scheme::Channel ? 0 : n_rows % Q, main = n_rows - rem;
   const int64_t out_elem = kind == LtOut::kT ? int64_t(sizeof(T)) : 4;
   const FpScratch f = carve(static_cast<char*>(scratch), n_rows, n_in, n_out);
@@ -244,13 +219,9 @@ void linear_fp8(void* out, LtOut kind, const T* in, const uint8_t* w, const floa
     linear_fp8_lt<T>(out, kind, f.q, f.s, w, w_scales, scheme, main, n_in, n_out, stream);
   }
   if (!rem) return;
-  CUDA_CHECK(cudaMemsetAsync(f.tail_q + rem * n_in, 0, size_t((Q - rem) * n_in), stream));
-  CUDA_CHECK(cudaMemsetAsync(f.tail_s, 0, size_t(G * Q * 4), stream));
   quantize_rows_fp8_lt<T>(f.tail_q, f.tail_tmp, f.offsets + 2, in + main * n_in, scheme, rem, n_in, stream);
-  CUDA_CHECK(cudaMemcpy2DAsync(f.tail_s, size_t(Q * 4), f.tail_tmp, size_t(rem * 4), size_t(rem * 4), size_t(G),
-                               cudaMemcpyDeviceToDevice, stream));
-  run_tail<T>(static_cast<char*>(out) + main * n_out * out_elem, kind, f, w, w_scales, scheme, rem, n_in, n_out,
-              stream);
+  run_tail<T>(static_cast<char*>(out) + main * n_out * out_elem, kind, f, f.tail_q, f.tail_tmp, rem, w, w_scales,
+              scheme, rem, n_in, n_out, stream);
   if (cuda_sync_check_enabled()) CUDA_CHECK(cudaDeviceSynchronize());
 }
 
@@ -280,13 +251,8 @@ void linear_fp8_quantized(void* out, LtOut kind, const uint8_t* q, const float* 
     linear_fp8_lt<T>(out, kind, q, s, w, w_scales, scheme, main, n_in, n_out, stream);
   }
   if (!rem) return;
-  CUDA_CHECK(cudaMemcpyAsync(f.tail_q, q + main * n_in, size_t(rem * n_in), cudaMemcpyDeviceToDevice, stream));
-  CUDA_CHECK(cudaMemsetAsync(f.tail_q + rem * n_in, 0, size_t((Q - rem) * n_in), stream));
-  CUDA_CHECK(cudaMemsetAsync(f.tail_s, 0, size_t(G * Q * 4), stream));
-  CUDA_CHECK(cudaMemcpy2DAsync(f.tail_s, size_t(Q * 4), q_scales + main, size_t(q_ld * 4), size_t(rem * 4), size_t(G),
-                               cudaMemcpyDeviceToDevice, stream));
-  run_tail<T>(static_cast<char*>(out) + main * n_out * out_elem, kind, f, w, w_scales, scheme, rem, n_in, n_out,
-              stream);
+  run_tail<T>(static_cast<char*>(out) + main * n_out * out_elem, kind, f, q + main * n_in, q_scales + main, q_ld, w,
+              w_scales, scheme, rem, n_in, n_out, stream);
   if (cuda_sync_check_enabled()) CUDA_CHECK(cudaDeviceSynchronize());
 }
 
