@@ -7,6 +7,7 @@
 #include "common/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/grouped_gemm_fp8.h"
+#include "kernels/cuda/moe_rows.cuh"
 #include "kernels/cuda/ops.h"
 
 namespace lfm2::cuda {
@@ -148,17 +149,10 @@ __global__ void __launch_bounds__(kThreads)
   sorted_pairs(s_row, s_w, dest_row, topk_w, t, top_k);
   if (threadIdx.x < top_k && s_row[threadIdx.x] >= 0) {
     const int p = s_row[threadIdx.x];
-    int lo = 0, hi = n_experts - 1;  // the last expert whose first row is <= p
-    while (lo < hi) {
-      const int mid = (lo + hi + 1) >> 1;
-      if (offsets[mid] <= p)
-        lo = mid;
-      else
-        hi = mid - 1;
-    }
-    const int64_t r0 = offsets[lo];
+    int64_t r0 = 0, m = 0;
+    const int e = row_expert(p, offsets, n_experts, r0, m);
     s_a[threadIdx.x] = act_scales[r0 * groups + (p - r0)];
-    s_sw[threadIdx.x] = w2_scales + int64_t(lo) * groups * hidden;
+    s_sw[threadIdx.x] = w2_scales + int64_t(e) * groups * hidden;
   }
   __syncthreads();
   float* xr = x + t * hidden;

@@ -10,6 +10,7 @@
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/grouped_gemm_fp8.h"
+#include "kernels/cuda/moe_rows.cuh"
 
 namespace lfm2::cuda {
 namespace {
@@ -172,23 +173,6 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     *reinterpret_cast<uint2*>(qrow + c) = to_e4m3(v, s);
     if ((lane & 15) == 0) srow[(c / kGroup) * m] = s;
   }
-}
-
-// Row `row`'s expert (the last whose first row is <= row, by binary search over the offsets), its
-// first row r0 and its row count m.
-__device__ __forceinline__ int row_expert(int64_t row, const int32_t* offsets, int n_experts, int64_t& r0,
-                                          int64_t& m) {
-  int lo = 0, hi = n_experts - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) >> 1;
-    if (offsets[mid] <= row)
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
-  r0 = offsets[lo];
-  m = offsets[lo + 1] - r0;
-  return lo;
 }
 
 // Per row for the scaled SwiGLU (its source needs the row's expert): one warp per row as above, the
