@@ -98,7 +98,7 @@ void CudaLayers<T>::run_step(float* x, const StepDevice& step) {
 // the pinned ones; the rest on e4m3 where the projection is (a --dense FP8 file, product_fp8).
 template <typename T>
 void CudaLayers<T>::product(Product kind, void* out, const T* in, Proj w, int64_t n_in, int64_t n_out,
-                            const Pass& p, const QuantRows* yq) {
+                            const Pass& p, const QuantRows& yq) {
   const T* weight = w.w;
   const int64_t nd = p.n_decode(), np = p.n_tokens - nd;
   const int64_t out_elem = kind == Product::kOut ? int64_t(sizeof(T)) : 4;
@@ -134,7 +134,7 @@ void CudaLayers<T>::product(Product kind, void* out, const T* in, Proj w, int64_
 // counts it refuses padded in scratch; a row's bits are its own).
 template <typename T>
 void CudaLayers<T>::product_fp8(Product kind, void* out, const T* in, Proj w, int64_t n, int64_t n_in,
-                                int64_t n_out, const QuantRows* yq) {
+                                int64_t n_out, const QuantRows& yq) {
   if constexpr (sizeof(T) != 2) {
     (void)kind, (void)out, (void)in, (void)w, (void)n, (void)n_in, (void)n_out, (void)yq;
     LFM2_FAIL("cuda stage: e4m3 projections need --dtype bf16 or fp16");
@@ -155,8 +155,8 @@ void CudaLayers<T>::product_fp8(Product kind, void* out, const T* in, Proj w, in
         return;
       }
     }
-    if (yq)
-      cuda::linear_fp8_quantized<T>(out, k, yq->q, yq->s, yq->ld, w.q, w.s, scheme, n, n_in, n_out, proj_scratch_,
+    if (yq.q)
+      cuda::linear_fp8_quantized<T>(out, k, yq.q, yq.s, yq.ld, w.q, w.s, scheme, n, n_in, n_out, proj_scratch_,
                                     stream_);
     else
       cuda::linear_fp8<T>(out, k, in, w.q, w.s, scheme, n, n_in, n_out, proj_scratch_, stream_);
@@ -169,19 +169,17 @@ template <typename T>
 bool CudaLayers<T>::layer_forward(size_t li, float* x, const Pass& p, bool decode_rows_normed) {
   const DeviceLayerWeights<T>& lw = w_.layers[li];
   const int64_t skip = decode_rows_normed ? p.n_decode() : 0;
-  const cuda::MoeDims dims{cfg_.hidden_size, cfg_.num_experts, cfg_.moe_intermediate_size, cfg_.num_experts_per_tok,
-                           cfg_.norm_topk_prob, float(cfg_.routed_scaling_factor)};
   // the CUTLASS projections (w.st) quantize for themselves
   const bool mixer_e4m3 = fuse_proj_ && (lw.is_attention ? lw.qkv_proj_q && !lw.qkv_proj_st
                                                          : lw.conv_in_proj_q && !lw.conv_in_proj_st);
-  const QuantRows* yq = norm(x, lw.operator_norm, skip, mixer_e4m3, p);
+  QuantRows yq = norm(x, lw.operator_norm, skip, mixer_e4m3, p);
   if (lw.is_attention)
     attention_block(li, y_, x, p, yq);
   else
     conv_block(li, y_, x, p, yq);
 
-  const bool ffn_e4m3 = lw.is_moe ? fuse_moe_ && lw.experts_w13_q && moe_fp8_prompt_on_tensor_cores(dims)
-                                  : fuse_proj_ && lw.w13_q && !lw.w13_st;
+  // fuse_moe_: e4m3 experts on the tensor cores (checked once, at reserve)
+  const bool ffn_e4m3 = lw.is_moe ? fuse_moe_ && lw.experts_w13_q : fuse_proj_ && lw.w13_q && !lw.w13_st;
   yq = norm(x, lw.ffn_norm, 0, ffn_e4m3, p);
   if (lw.is_moe) return moe_block(li, y_, x, p, yq);
   dense_block(lw, y_, x, p, yq);
@@ -191,20 +189,19 @@ bool CudaLayers<T>::layer_forward(size_t li, float* x, const Pass& p, bool decod
 // One launch either way; the quantized rows are the prompt rows [n_decode, n_tokens) (a prompt row's
 // bits: rmsnorm, then the consumer's quantization of its T output).
 template <typename T>
-const typename CudaLayers<T>::QuantRows* CudaLayers<T>::norm(float* x, const float* weight, int64_t skip,
-                                                             bool feeds_e4m3, const Pass& p) {
+typename CudaLayers<T>::QuantRows CudaLayers<T>::norm(float* x, const float* weight, int64_t skip, bool feeds_e4m3,
+                                                      const Pass& p) {
   const int64_t H = cfg_.hidden_size, nd = p.n_decode(), np = p.n_tokens - nd;
   const float eps = float(cfg_.norm_eps);
   if constexpr (sizeof(T) == 2) {
     if (feeds_e4m3 && np) {
       cuda::rmsnorm_quantize_e4m3(y_ + skip * H, norm_q_, norm_s_, x + skip * H, weight, p.n_tokens - skip,
                                   nd - skip, H, eps, cfg_.fp8.scheme == Fp8Scheme::Channel, stream_);
-      norm_rows_ = {norm_q_, norm_s_, np};
-      return &norm_rows_;
+      return {norm_q_, norm_s_, np};
     }
   }
   cuda::rmsnorm(y_ + skip * H, x + skip * H, weight, p.n_tokens - skip, H, eps, stream_);
-  return nullptr;
+  return {};
 }
 
 // x += out_proj(attention(rope(q_norm(q)), rope(k_norm(k)), v)), HF Lfm2MoeAttention: q, k and v
@@ -212,7 +209,7 @@ const typename CudaLayers<T>::QuantRows* CudaLayers<T>::norm(float* x, const flo
 // every row's k and v in its slot's pages with the norms and RoPE (qk_norm_rope_store), then its
 // decode rows attend by flash-decoding, its prompt chunks by the chunked prefill.
 template <typename T>
-void CudaLayers<T>::attention_block(size_t li, const T* y, float* x, const Pass& p, const QuantRows* yq) {
+void CudaLayers<T>::attention_block(size_t li, const T* y, float* x, const Pass& p, const QuantRows& yq) {
   const DeviceLayerWeights<T>& lw = w_.layers[li];
   const int64_t H = cfg_.hidden_size, hd = cfg_.head_dim();
   const int64_t nh = cfg_.num_attention_heads, nkv = cfg_.num_key_value_heads, width = (nh + 2 * nkv) * hd;
@@ -277,7 +274,7 @@ void CudaLayers<T>::attention_step_fp8(size_t li, T* qkv, T* o, const StepDevice
 // x += out_proj(C * conv(B * x)), HF Lfm2MoeShortConv. A generation step continues each entry from
 // its slot's conv state and leaves there the last inputs of its rows (short_conv_step).
 template <typename T>
-void CudaLayers<T>::conv_block(size_t li, const T* y, float* x, const Pass& p, const QuantRows* yq) {
+void CudaLayers<T>::conv_block(size_t li, const T* y, float* x, const Pass& p, const QuantRows& yq) {
   const DeviceLayerWeights<T>& lw = w_.layers[li];
   const int64_t H = cfg_.hidden_size, L = cfg_.conv_L_cache;
   T* bcx = big_;
@@ -299,7 +296,7 @@ void CudaLayers<T>::conv_block(size_t li, const T* y, float* x, const Pass& p, c
 // x += w2(silu(w1 f) * w3 f), HF Lfm2MoeMLP: w1 and w3 in one product (w13).
 template <typename T>
 void CudaLayers<T>::dense_block(const DeviceLayerWeights<T>& lw, const T* f, float* x, const Pass& p,
-                                const QuantRows* yq) {
+                                const QuantRows& yq) {
   const int64_t H = cfg_.hidden_size, I = cfg_.intermediate_size;
   T* gate_up = big_;
   T* g = mid_;
@@ -313,7 +310,7 @@ void CudaLayers<T>::dense_block(const DeviceLayerWeights<T>& lw, const T* f, flo
 // where there is one); the other rows: the router's product, moe_router and the CUTLASS experts (for
 // e4m3 experts the FP8 ones, cuda_moe_fp8.h).
 template <typename T>
-bool CudaLayers<T>::moe_block(size_t li, const T* f, float* x, const Pass& p, const QuantRows* yq) {
+bool CudaLayers<T>::moe_block(size_t li, const T* f, float* x, const Pass& p, const QuantRows& yq) {
   const DeviceLayerWeights<T>& lw = w_.layers[li];
   const int64_t H = cfg_.hidden_size, E = cfg_.num_experts, Im = cfg_.moe_intermediate_size;
   const int64_t top_k = cfg_.num_experts_per_tok, nd = p.n_decode(), np = p.n_tokens - nd;
@@ -335,7 +332,7 @@ bool CudaLayers<T>::moe_block(size_t li, const T* f, float* x, const Pass& p, co
     if (fp8) {
       if constexpr (sizeof(T) == 2)
         moe_fp8_prompt_rows(x + nd * H, f + nd * H, lw, cfg_.fp8.scheme, topk_ids_, topk_w_, np, dims, moe_scratch_,
-                            stream_, yq ? yq->q : nullptr, yq ? yq->s : nullptr, yq ? yq->ld : 0);
+                            stream_, yq.q, yq.s, yq.ld);
     } else {
       cuda::moe_experts(x + nd * H, f + nd * H, lw.experts_w13, lw.experts_w2, topk_ids_, topk_w_, np, H, E, Im,
                         top_k, moe_scratch_, stream_);

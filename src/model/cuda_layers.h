@@ -85,25 +85,25 @@ class CudaLayers {
     int64_t ld = 0;
   };
   void product(Product kind, void* out, const T* in, Proj w, int64_t n_in, int64_t n_out, const Pass& p,
-               const QuantRows* yq = nullptr);
+               const QuantRows& yq = {});
   // The e4m3 projections' n prompt rows (in, out at their first): cuda::linear_fp8 (quantized, then
   // cuBLASLt's FP8 matmul). With scales k-block major (w.st, LFM2_FP8_PROJ_GEMM=cutlass) on a bf16
   // stage they run the experts' CUTLASS FP8 kernel as one group instead (bf16 out; added into the
   // residual by add through big_). The decode rows stay on the T copy (product).
-  // yq: in's rows already quantized (linear_fp8_quantized; not on the CUTLASS path).
+  // yq.q: in's rows already quantized (linear_fp8_quantized; not on the CUTLASS path).
   void product_fp8(Product kind, void* out, const T* in, Proj w, int64_t n, int64_t n_in, int64_t n_out,
-                   const QuantRows* yq);
+                   const QuantRows& yq);
 
   bool layer_forward(size_t li, float* x, const Pass& p, bool decode_rows_normed);
   // A norm of x into y (rows [skip, n_tokens)); where its prompt rows feed an e4m3 product (feeds_e4m3)
-  // and the fusion is on, also their e4m3 codes (rmsnorm_quantize_e4m3), returned (else null).
-  const QuantRows* norm(float* x, const float* weight, int64_t skip, bool feeds_e4m3, const Pass& p);
-  void attention_block(size_t li, const T* y, float* x, const Pass& p, const QuantRows* yq);
+  // and the fusion is on, also their e4m3 codes (rmsnorm_quantize_e4m3), returned (else q null).
+  QuantRows norm(float* x, const float* weight, int64_t skip, bool feeds_e4m3, const Pass& p);
+  void attention_block(size_t li, const T* y, float* x, const Pass& p, const QuantRows& yq);
   void attention_step_fp8(size_t li, T* qkv, T* o, const StepDevice& s);
-  void conv_block(size_t li, const T* y, float* x, const Pass& p, const QuantRows* yq);
-  void dense_block(const DeviceLayerWeights<T>& lw, const T* f, float* x, const Pass& p, const QuantRows* yq);
+  void conv_block(size_t li, const T* y, float* x, const Pass& p, const QuantRows& yq);
+  void dense_block(const DeviceLayerWeights<T>& lw, const T* f, float* x, const Pass& p, const QuantRows& yq);
   // Returns whether the decode rows' next operator norm was fused into the MoE (into y).
-  bool moe_block(size_t li, const T* f, float* x, const Pass& p, const QuantRows* yq);
+  bool moe_block(size_t li, const T* f, float* x, const Pass& p, const QuantRows& yq);
 
   const ModelConfig& cfg_;
   const DeviceWeights<T>& w_;
@@ -126,7 +126,6 @@ class CudaLayers {
   // products (LFM2_FP8_NORM_QUANT: 1 (default) for projections and experts, proj, moe, 0 none).
   uint8_t* norm_q_ = nullptr;
   float* norm_s_ = nullptr;
-  QuantRows norm_rows_;  // over them, ld the pass's prompt rows
   bool fuse_proj_ = false, fuse_moe_ = false;
 };
 
