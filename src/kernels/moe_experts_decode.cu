@@ -35,6 +35,7 @@
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/gemv_mma.cuh"
 #include "kernels/cuda/moe_decode_gemm.cuh"
+#include "kernels/cuda/moe_decode_wgmma.h"
 #include "kernels/cuda/ops.h"
 
 namespace lfm2::cuda {
@@ -187,18 +188,24 @@ void launch_products(T* act, float* y, const T* in, const T* w13, const T* w2, c
 
 // ---- the persistent pipelined products (moe_decode_gemm.cuh)
 
+bool is_sm90(int device) {
+  const DeviceInfo& d = device_info(device);
+  return d.major == 9 && d.minor == 0;
+}
+
+constexpr int kVariants = 10;  // the highest variant
 int g_variant = -1;  // moe_experts_decode_force_variant; -1: LFM2_MOE_VARIANT (tuning), else 0
 
 int variant() {
   static const int env = [] {
     const char* e = std::getenv("LFM2_MOE_VARIANT");
-    return e ? std::min(8, std::max(0, std::atoi(e))) : 0;
+    return e ? std::min(kVariants, std::max(0, std::atoi(e))) : 0;
   }();
   return g_variant >= 0 ? g_variant : env;
 }
 
 struct GemmConfig {
-  int stages, ctas_per_sm, l2_hints, items = 0;
+  int stages, ctas_per_sm, l2_hints, items = 0, wgmma = 0;
 };
 // Variants 2..6: (stages, blocks per SM, L2 hints); 7, 8: 2 and 4 with blocks taking (unit, pass)
 // items (moe_decode_gemm.cuh's item_of: for experts crowded past 64 rows). Not defaults: one H100,
@@ -216,6 +223,8 @@ GemmConfig gemm_config(int64_t P, int64_t E) {
     case 6: return {4, 2, 0};
     case 7: return {6, 1, 1, 1};
     case 8: return {4, 2, 1, 1};
+    case 9: return {6, 1, 1, 0, 1};
+    case 10: return {4, 2, 1, 0, 1};
     default: return P >= 32 * E ? GemmConfig{4, 2, 1} : GemmConfig{6, 1, 1};
   }
 }
@@ -231,15 +240,34 @@ void launch_gemm(const moe_gemm::Args& a, int64_t max_units, int ctas_per_sm, cu
   CUDA_CHECK_LAUNCH(kGateUp ? "moe_gemm_kernel (gate/up)" : "moe_gemm_kernel (down)");
 }
 
+// Variants 9 and 10 (6 stages at one block per SM, 4 at two): the wgmma consumer
+// (moe_decode_wgmma.cuh), on compute capability 9.0 only (its kernels exist for sm_90a alone).
+template <typename T>
+void launch_wgmma(const moe_gemm::Args& a, bool gate_up, int64_t max_units, const GemmConfig& c, cudaStream_t stream) {
+  const moe_gemm::Kernel kernel = moe_gemm::wgmma_kernel<T>(gate_up, c.stages);
+  const int smem = moe_gemm::wgmma_smem_bytes(c.stages);
+  raise_smem_limit(reinterpret_cast<const void*>(kernel), smem);
+  const int64_t grid = std::max<int64_t>(
+      1, std::min<int64_t>(max_units, int64_t(compute_sms(current_device())) * c.ctas_per_sm));
+  launch_pdl(kernel, dim3(unsigned(grid)), dim3(moe_gemm::kThreads), smem, stream, true, a);
+  CUDA_CHECK_LAUNCH(gate_up ? "moe_gemm_kernel wgmma (gate/up)" : "moe_gemm_kernel wgmma (down)");
+}
+
 template <typename T, int S>
 void launch_pipelined(T* act, float* y, const T* in, const T* w13, const T* w2, const int32_t* offsets,
                       const int32_t* src_token, int64_t P, int64_t H, int64_t E, int64_t I, const GemmConfig& c,
                       cudaStream_t stream) {
   const int64_t touched = std::min(E, P);
+  const int64_t units13 = touched * ((I + 63) / 64), units2 = touched * ((H + moe_gemm::kBM - 1) / moe_gemm::kBM);
   moe_gemm::Args a{w13, in, offsets, src_token, act, H, I, int(E), c.l2_hints, c.items};
-  launch_gemm<T, true, S>(a, touched * ((I + 63) / 64), c.ctas_per_sm, stream);
   moe_gemm::Args b{w2, act, offsets, nullptr, y, I, H, int(E), c.l2_hints, c.items};
-  launch_gemm<T, false, S>(b, touched * ((H + moe_gemm::kBM - 1) / moe_gemm::kBM), c.ctas_per_sm, stream);
+  if (c.wgmma) {
+    launch_wgmma<T>(a, true, units13, c, stream);
+    launch_wgmma<T>(b, false, units2, c, stream);
+    return;
+  }
+  launch_gemm<T, true, S>(a, units13, c.ctas_per_sm, stream);
+  launch_gemm<T, false, S>(b, units2, c.ctas_per_sm, stream);
 }
 
 // act and y from the permutation: the variant's products.
@@ -257,7 +285,9 @@ void run_products(T* act, float* y, const T* in, const T* w13, const T* w2, cons
     return;
   }
   const int64_t P = n_tokens * top_k;
-  const GemmConfig c = gemm_config(P, E);
+  GemmConfig c = gemm_config(P, E);
+  if (c.wgmma && !is_sm90(current_device())) c = GemmConfig{6, 1, 1};  // variant 2 elsewhere
+
   switch (c.stages) {  // (variants 7 and 8 share 2's and 4's kernels)
     case 4: launch_pipelined<T, 4>(act, y, in, w13, w2, offsets, src_token, P, H, E, I, c, stream); break;
     case 8: launch_pipelined<T, 8>(act, y, in, w13, w2, offsets, src_token, P, H, E, I, c, stream); break;
@@ -283,7 +313,7 @@ void moe_experts_decode_force_nt(int nt) {
 }
 
 void moe_experts_decode_force_variant(int variant) {
-  LFM2_CHECK(variant >= 0 && variant <= 8, "moe_experts_decode_force_variant: ", variant);
+  LFM2_CHECK(variant >= 0 && variant <= kVariants, "moe_experts_decode_force_variant: ", variant);
   g_variant = variant;
 }
 
