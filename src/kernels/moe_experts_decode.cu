@@ -214,7 +214,7 @@ struct GemmConfig {
 // expert: variant 4 (two blocks of 4 stages per SM) from 32 (256 tokens at top-4 of 32), else 2.
 // One H100, the whole step at 256 x 64: 8.06 ms with 4, 8.33 with 2 (a layer's router to combine
 // 301 vs 320 us); at 32 x 8192: 8.01 with 4, 7.79 with 2 (.bench/k3/run2.sh).
-GemmConfig gemm_config(int64_t P, int64_t E) {
+GemmConfig gemm_config(int64_t P, int64_t E, bool sm90) {
   switch (variant()) {
     case 2: return {6, 1, 1};
     case 3: return {8, 1, 1};
@@ -223,9 +223,9 @@ GemmConfig gemm_config(int64_t P, int64_t E) {
     case 6: return {4, 2, 0};
     case 7: return {6, 1, 1, 1};
     case 8: return {4, 2, 1, 1};
-    case 9: return {6, 1, 1, 0, 1};
-    case 10: return {4, 2, 1, 0, 1};
-    default: return P >= 32 * E ? GemmConfig{4, 2, 1} : GemmConfig{6, 1, 1};
+    case 9: return sm90 ? GemmConfig{6, 1, 1, 0, 1} : GemmConfig{6, 1, 1};  // elsewhere 2
+    case 10: return sm90 ? GemmConfig{4, 2, 1, 0, 1} : GemmConfig{6, 1, 1};
+    default: return P >= 32 * E ? GemmConfig{4, 2, 1, 0, sm90} : GemmConfig{6, 1, 1, 0, sm90};
   }
 }
 
@@ -285,8 +285,7 @@ void run_products(T* act, float* y, const T* in, const T* w13, const T* w2, cons
     return;
   }
   const int64_t P = n_tokens * top_k;
-  GemmConfig c = gemm_config(P, E);
-  if (c.wgmma && !is_sm90(current_device())) c = GemmConfig{6, 1, 1};  // variant 2 elsewhere
+  const GemmConfig c = gemm_config(P, E, is_sm90(current_device()));
 
   switch (c.stages) {  // (variants 7 and 8 share 2's and 4's kernels)
     case 4: launch_pipelined<T, 4>(act, y, in, w13, w2, offsets, src_token, P, H, E, I, c, stream); break;
