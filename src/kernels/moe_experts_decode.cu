@@ -20,7 +20,11 @@
 // it: alone they are within 1-2 % of each other, but inside the step at 256 rows (the model's
 // routing, some experts crowded) variant 4 took a layer's router-to-combine from 320 to 301 us,
 // and at 32 rows variant 2 is 10 us a layer ahead (gemm_config). The hints are worth 4-6 %
-// (variant 5); 8 stages (variant 3) changes nothing.
+// (variant 5); 8 stages (variant 3) changes nothing. On compute capability 9.0 the default is
+// variant 9, the same pipeline with the stages multiplied by wgmma (moe_decode_wgmma.cuh): one H100,
+// moe_experts_decode alone 0.177 / 0.249 / 0.251 / 0.255 / 0.264 ms at 8 / 32 / 64 / 128 / 256 tokens
+// (83 / 95 / 94 / 93 / 90 % of the floor) against 0.176 / 0.253 / 0.256 / 0.259 / 0.286 for variants
+// 2 / 4 in the same call.
 //
 // Variant 1 (moe_experts_decode_force_variant, tuning only) runs the first decode kernels instead:
 // gemv_mma.cuh's register-streamed warp tiles, grid (row tiles, E), NT tokens per pass: 0.167 /
@@ -210,10 +214,15 @@ struct GemmConfig {
 // Variants 2..6: (stages, blocks per SM, L2 hints); 7, 8: 2 and 4 with blocks taking (unit, pass)
 // items (moe_decode_gemm.cuh's item_of: for experts crowded past 64 rows). Not defaults: one H100,
 // the step at 32 x 8192 / 256 x 64, 7.65 / 8.53 ms (7) and 7.77 / 8.06 (8) against the default's
-// 7.58-7.62 / 8.02-8.03 in the same call (results.md, fifth session, call 6). 0, the default, picks by the mean rows per
-// expert: variant 4 (two blocks of 4 stages per SM) from 32 (256 tokens at top-4 of 32), else 2.
-// One H100, the whole step at 256 x 64: 8.06 ms with 4, 8.33 with 2 (a layer's router to combine
-// 301 vs 320 us); at 32 x 8192: 8.01 with 4, 7.79 with 2 (.bench/k3/run2.sh).
+// 7.58-7.62 / 8.02-8.03 in the same call (results.md, fifth session, call 6). 9, 10: 2 and 4 on
+// wgmma (moe_decode_wgmma.cuh; compute capability 9.0 only, elsewhere they run 2).
+// 0, the default: variant 9 on compute capability 9.0. One H100, the step at 32 x 8192 / 256 x 64
+// (.bench/wg/call2.sh, twice alternated): 7.69 / 7.60 ms with 9, 7.97 / 7.90 with 10, 7.76 / 8.47
+// with 2, 7.92 / 8.19 with 4 (the wgmma consumer keeps up with 32 rows per expert at one block of
+// 6 stages per SM, where mma.sync needed two blocks to hide its per-stage work). Elsewhere by the
+// mean rows per expert: variant 4 (two blocks of 4 stages per SM) from 32 (256 tokens at top-4 of
+// 32), else 2 (a fifth-session H100: the step at 256 x 64 8.06 ms with 4, 8.33 with 2; at
+// 32 x 8192 8.01 with 4, 7.79 with 2, .bench/k3/run2.sh).
 GemmConfig gemm_config(int64_t P, int64_t E, bool sm90) {
   switch (variant()) {
     case 2: return {6, 1, 1};
@@ -225,7 +234,9 @@ GemmConfig gemm_config(int64_t P, int64_t E, bool sm90) {
     case 8: return {4, 2, 1, 1};
     case 9: return sm90 ? GemmConfig{6, 1, 1, 0, 1} : GemmConfig{6, 1, 1};  // elsewhere 2
     case 10: return sm90 ? GemmConfig{4, 2, 1, 0, 1} : GemmConfig{6, 1, 1};
-    default: return P >= 32 * E ? GemmConfig{4, 2, 1, 0, sm90} : GemmConfig{6, 1, 1, 0, sm90};
+    default:
+      if (sm90) return {6, 1, 1, 0, 1};
+      return P >= 32 * E ? GemmConfig{4, 2, 1} : GemmConfig{6, 1, 1};
   }
 }
 
