@@ -16,7 +16,8 @@
 // (rg = w % 4, th = w / 4) multiplies weight rows [32 rg, +32) (two m16 tiles: gate/up, the gate and
 // up rows of the same 16 j) by the token n8 tiles th, th + 2, th + 4, th + 6 (only those with live
 // tokens: the two halves share the work of any token count), mma.sync m16n8k16 with fp32
-// accumulators: swap-AB, the weights are the A operand. Weight loads may carry an L2 evict-first
+// accumulators: swap-AB, the weights are the A operand (MmaConsumer; the kernel's Consumer argument
+// may instead be moe_decode_wgmma.cuh's WgmmaConsumer, Hopper's wgmma on the same stages). Weight loads may carry an L2 evict-first
 // hint and token loads evict-last (Args::l2_hints), so the streamed weights do not push the tokens
 // (read once per unit) out of L2.
 //
