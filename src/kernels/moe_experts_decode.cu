@@ -20,7 +20,11 @@
 // it: alone they are within 1-2 % of each other, but inside the step at 256 rows (the model's
 // routing, some experts crowded) variant 4 took a layer's router-to-combine from 320 to 301 us,
 // and at 32 rows variant 2 is 10 us a layer ahead (gemm_config). The hints are worth 4-6 %
-// (variant 5); 8 stages (variant 3) changes nothing.
+// (variant 5); 8 stages (variant 3) changes nothing. On compute capability 9.0 the default is
+// variant 9, the same pipeline with the stages multiplied by wgmma (moe_decode_wgmma.cuh): one H100,
+// moe_experts_decode alone 0.177 / 0.249 / 0.251 / 0.255 / 0.264 ms at 8 / 32 / 64 / 128 / 256 tokens
+// (83 / 95 / 94 / 93 / 90 % of the floor) against 0.176 / 0.253 / 0.256 / 0.259 / 0.286 for variants
+// 2 / 4 in the same call.
 //
 // Variant 1 (moe_experts_decode_force_variant, tuning only) runs the first decode kernels instead:
 // gemv_mma.cuh's register-streamed warp tiles, grid (row tiles, E), NT tokens per pass: 0.167 /
@@ -35,6 +39,7 @@
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/gemv_mma.cuh"
 #include "kernels/cuda/moe_decode_gemm.cuh"
+#include "kernels/cuda/moe_decode_wgmma.h"
 #include "kernels/cuda/ops.h"
 
 namespace lfm2::cuda {
@@ -187,27 +192,38 @@ void launch_products(T* act, float* y, const T* in, const T* w13, const T* w2, c
 
 // ---- the persistent pipelined products (moe_decode_gemm.cuh)
 
+bool is_sm90(int device) {
+  const DeviceInfo& d = device_info(device);
+  return d.major == 9 && d.minor == 0;
+}
+
+constexpr int kVariants = 10;  // the highest variant
 int g_variant = -1;  // moe_experts_decode_force_variant; -1: LFM2_MOE_VARIANT (tuning), else 0
 
 int variant() {
   static const int env = [] {
     const char* e = std::getenv("LFM2_MOE_VARIANT");
-    return e ? std::min(8, std::max(0, std::atoi(e))) : 0;
+    return e ? std::min(kVariants, std::max(0, std::atoi(e))) : 0;
   }();
   return g_variant >= 0 ? g_variant : env;
 }
 
 struct GemmConfig {
-  int stages, ctas_per_sm, l2_hints, items = 0;
+  int stages, ctas_per_sm, l2_hints, items = 0, wgmma = 0;
 };
 // Variants 2..6: (stages, blocks per SM, L2 hints); 7, 8: 2 and 4 with blocks taking (unit, pass)
 // items (moe_decode_gemm.cuh's item_of: for experts crowded past 64 rows). Not defaults: one H100,
 // the step at 32 x 8192 / 256 x 64, 7.65 / 8.53 ms (7) and 7.77 / 8.06 (8) against the default's
-// 7.58-7.62 / 8.02-8.03 in the same call (results.md, fifth session, call 6). 0, the default, picks by the mean rows per
-// expert: variant 4 (two blocks of 4 stages per SM) from 32 (256 tokens at top-4 of 32), else 2.
-// One H100, the whole step at 256 x 64: 8.06 ms with 4, 8.33 with 2 (a layer's router to combine
-// 301 vs 320 us); at 32 x 8192: 8.01 with 4, 7.79 with 2 (.bench/k3/run2.sh).
-GemmConfig gemm_config(int64_t P, int64_t E) {
+// 7.58-7.62 / 8.02-8.03 in the same call (results.md, fifth session, call 6). 9, 10: 2 and 4 on
+// wgmma (moe_decode_wgmma.cuh; compute capability 9.0 only, elsewhere they run 2).
+// 0, the default: variant 9 on compute capability 9.0. One H100, the step at 32 x 8192 / 256 x 64
+// (.bench/wg/call2.sh, twice alternated): 7.69 / 7.60 ms with 9, 7.97 / 7.90 with 10, 7.76 / 8.47
+// with 2, 7.92 / 8.19 with 4 (the wgmma consumer keeps up with 32 rows per expert at one block of
+// 6 stages per SM, where mma.sync needed two blocks to hide its per-stage work). Elsewhere by the
+// mean rows per expert: variant 4 (two blocks of 4 stages per SM) from 32 (256 tokens at top-4 of
+// 32), else 2 (a fifth-session H100: the step at 256 x 64 8.06 ms with 4, 8.33 with 2; at
+// 32 x 8192 8.01 with 4, 7.79 with 2, .bench/k3/run2.sh).
+GemmConfig gemm_config(int64_t P, int64_t E, bool sm90) {
   switch (variant()) {
     case 2: return {6, 1, 1};
     case 3: return {8, 1, 1};
@@ -216,7 +232,11 @@ GemmConfig gemm_config(int64_t P, int64_t E) {
     case 6: return {4, 2, 0};
     case 7: return {6, 1, 1, 1};
     case 8: return {4, 2, 1, 1};
-    default: return P >= 32 * E ? GemmConfig{4, 2, 1} : GemmConfig{6, 1, 1};
+    case 9: return sm90 ? GemmConfig{6, 1, 1, 0, 1} : GemmConfig{6, 1, 1};  // elsewhere 2
+    case 10: return sm90 ? GemmConfig{4, 2, 1, 0, 1} : GemmConfig{6, 1, 1};
+    default:
+      if (sm90) return {6, 1, 1, 0, 1};
+      return P >= 32 * E ? GemmConfig{4, 2, 1} : GemmConfig{6, 1, 1};
   }
 }
 
@@ -231,15 +251,34 @@ void launch_gemm(const moe_gemm::Args& a, int64_t max_units, int ctas_per_sm, cu
   CUDA_CHECK_LAUNCH(kGateUp ? "moe_gemm_kernel (gate/up)" : "moe_gemm_kernel (down)");
 }
 
+// Variants 9 and 10 (6 stages at one block per SM, 4 at two): the wgmma consumer
+// (moe_decode_wgmma.cuh), on compute capability 9.0 only (its kernels exist for sm_90a alone).
+template <typename T>
+void launch_wgmma(const moe_gemm::Args& a, bool gate_up, int64_t max_units, const GemmConfig& c, cudaStream_t stream) {
+  const moe_gemm::Kernel kernel = moe_gemm::wgmma_kernel<T>(gate_up, c.stages);
+  const int smem = moe_gemm::wgmma_smem_bytes(c.stages);
+  raise_smem_limit(reinterpret_cast<const void*>(kernel), smem);
+  const int64_t grid = std::max<int64_t>(
+      1, std::min<int64_t>(max_units, int64_t(compute_sms(current_device())) * c.ctas_per_sm));
+  launch_pdl(kernel, dim3(unsigned(grid)), dim3(moe_gemm::kThreads), smem, stream, true, a);
+  CUDA_CHECK_LAUNCH(gate_up ? "moe_gemm_kernel wgmma (gate/up)" : "moe_gemm_kernel wgmma (down)");
+}
+
 template <typename T, int S>
 void launch_pipelined(T* act, float* y, const T* in, const T* w13, const T* w2, const int32_t* offsets,
                       const int32_t* src_token, int64_t P, int64_t H, int64_t E, int64_t I, const GemmConfig& c,
                       cudaStream_t stream) {
   const int64_t touched = std::min(E, P);
+  const int64_t units13 = touched * ((I + 63) / 64), units2 = touched * ((H + moe_gemm::kBM - 1) / moe_gemm::kBM);
   moe_gemm::Args a{w13, in, offsets, src_token, act, H, I, int(E), c.l2_hints, c.items};
-  launch_gemm<T, true, S>(a, touched * ((I + 63) / 64), c.ctas_per_sm, stream);
   moe_gemm::Args b{w2, act, offsets, nullptr, y, I, H, int(E), c.l2_hints, c.items};
-  launch_gemm<T, false, S>(b, touched * ((H + moe_gemm::kBM - 1) / moe_gemm::kBM), c.ctas_per_sm, stream);
+  if (c.wgmma) {
+    launch_wgmma<T>(a, true, units13, c, stream);
+    launch_wgmma<T>(b, false, units2, c, stream);
+    return;
+  }
+  launch_gemm<T, true, S>(a, units13, c.ctas_per_sm, stream);
+  launch_gemm<T, false, S>(b, units2, c.ctas_per_sm, stream);
 }
 
 // act and y from the permutation: the variant's products.
@@ -257,7 +296,8 @@ void run_products(T* act, float* y, const T* in, const T* w13, const T* w2, cons
     return;
   }
   const int64_t P = n_tokens * top_k;
-  const GemmConfig c = gemm_config(P, E);
+  const GemmConfig c = gemm_config(P, E, is_sm90(current_device()));
+
   switch (c.stages) {  // (variants 7 and 8 share 2's and 4's kernels)
     case 4: launch_pipelined<T, 4>(act, y, in, w13, w2, offsets, src_token, P, H, E, I, c, stream); break;
     case 8: launch_pipelined<T, 8>(act, y, in, w13, w2, offsets, src_token, P, H, E, I, c, stream); break;
@@ -283,7 +323,7 @@ void moe_experts_decode_force_nt(int nt) {
 }
 
 void moe_experts_decode_force_variant(int variant) {
-  LFM2_CHECK(variant >= 0 && variant <= 8, "moe_experts_decode_force_variant: ", variant);
+  LFM2_CHECK(variant >= 0 && variant <= kVariants, "moe_experts_decode_force_variant: ", variant);
   g_variant = variant;
 }
 

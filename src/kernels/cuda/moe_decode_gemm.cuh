@@ -16,7 +16,8 @@
 // (rg = w % 4, th = w / 4) multiplies weight rows [32 rg, +32) (two m16 tiles: gate/up, the gate and
 // up rows of the same 16 j) by the token n8 tiles th, th + 2, th + 4, th + 6 (only those with live
 // tokens: the two halves share the work of any token count), mma.sync m16n8k16 with fp32
-// accumulators: swap-AB, the weights are the A operand. Weight loads may carry an L2 evict-first
+// accumulators: swap-AB, the weights are the A operand (MmaConsumer; the kernel's Consumer argument
+// may instead be moe_decode_wgmma.cuh's WgmmaConsumer, Hopper's wgmma on the same stages). Weight loads may carry an L2 evict-first
 // hint and token loads evict-last (Args::l2_hints), so the streamed weights do not push the tokens
 // (read once per unit) out of L2.
 //
@@ -56,8 +57,9 @@ constexpr int kMaxExperts = 1024;
 
 // Dynamic shared memory of a block: S stages, then offsets (E + 1), the touched list (E) and the
 // items' prefix (E + 1) as ints, sized for kMaxExperts so that a kernel's size never changes
-// (raise_smem_limit keys on it).
-constexpr int smem_bytes(int stages) { return stages * kStageBytes + (3 * kMaxExperts + 8) * 4; }
+// (raise_smem_limit keys on it); `pad` bytes more where the stages' base must be aligned past the
+// dynamic memory's own alignment (the wgmma consumer: 1024, moe_decode_wgmma.cuh).
+constexpr int smem_bytes(int stages, int pad = 0) { return stages * kStageBytes + (3 * kMaxExperts + 8) * 4 + pad; }
 
 struct Args {
   const void* w;             // (E, rows, K): gate/up w13 (rows 2 R), down w2 (rows R)
@@ -150,8 +152,10 @@ __device__ __forceinline__ Unit item_of(int64_t w, int64_t tiles, const int* s_t
 
 // The producer side of one thread: which global rows its cp.async copies read for the current
 // (unit, pass). Thread t copies chunk t % 8 of weight rows t / 8 + 32 i (i < 4) and of token rows
-// t / 8 + 32 i (i < 2).
-template <typename T, bool kGateUp>
+// t / 8 + 32 i (i < 2). gate/up's tile rows: in each 32-row slab, 16 gate rows j then the up rows
+// of the same 16 j (kPairs8 = false: mma.sync's two m16 tiles), or in each 16-row slab 8 gate rows
+// then the up rows of the same 8 j (kPairs8: a wgmma thread's accumulator rows g and g + 8).
+template <typename T, bool kGateUp, bool kPairs8 = false>
 struct Feeder {
   const T* w[4];   // weight rows (nullptr: past the end, zeros)
   const T* x[2];   // token rows (nullptr: no token, zeros)
@@ -164,7 +168,10 @@ struct Feeder {
     for (int i = 0; i < 4; ++i) {
       const int r = (threadIdx.x >> 3) + 32 * i;
       int64_t f, row;
-      if constexpr (kGateUp) {
+      if constexpr (kGateUp && kPairs8) {
+        f = un.tile * 64 + 8 * (r >> 4) + (r & 7);
+        row = ((r >> 3) & 1) * a.R + f;
+      } else if constexpr (kGateUp) {
         f = un.tile * 64 + 16 * (r >> 5) + (r & 15);
         row = ((r >> 4) & 1) * a.R + f;
       } else {
@@ -290,15 +297,41 @@ __device__ __forceinline__ void store_tile(const Args& a, float (&acc)[2][4][4],
       for (int c = 0; c < 4; ++c) acc[m][t][c] = 0.f;
 }
 
-template <typename T, bool kGateUp, int S>
+// The consumer of the stages with mma.sync (kernel's Consumer; moe_decode_wgmma.cuh has the
+// wgmma one): warp (rg, th)'s accumulators over the live n8 token tiles of the pass.
+template <typename T, bool kGateUp>
+struct MmaConsumer {
+  static constexpr bool kAsyncProxy = false;  // the stages are read by ldmatrix (generic proxy)
+  static constexpr bool kPairs8 = false;      // Feeder's gate/up row order
+  static constexpr int kPad = 0;              // smem_bytes' pad: the dynamic base's 128 bytes suffice
+  float acc[2][4][4];
+  int rg, th, nt = 0;
+
+  __device__ __forceinline__ MmaConsumer() : acc{}, rg((threadIdx.x >> 5) & 3), th(threadIdx.x >> 7) {}
+
+  __device__ __forceinline__ void begin(const Unit& un, int pass) { nt = live_tiles(un, pass, th); }
+  __device__ __forceinline__ void stage(uint32_t s) {
+    if (nt > 0) stage_mma<T>(acc, s, rg, th, nt);
+  }
+  __device__ __forceinline__ void store(const Args& a, const Unit& un, int pass) {
+    if (nt > 0) store_tile<T, kGateUp>(a, acc, un, pass, rg, th, nt);
+  }
+};
+
+template <typename T, bool kGateUp, int S, typename Consumer = MmaConsumer<T, kGateUp>>
 __global__ void __launch_bounds__(kThreads, 1) moe_gemm_kernel(const Args a) {
-  extern __shared__ __align__(128) unsigned char smem[];
+  extern __shared__ __align__(128) unsigned char smem_raw[];
   __shared__ int s_count;
+  // the stages' base aligned as the consumer needs (smem_bytes' pad leaves room for it)
+  unsigned char* smem = smem_raw;
+  if constexpr (Consumer::kPad > 0)
+    smem += (Consumer::kPad - (uint32_t(__cvta_generic_to_shared(smem_raw)) & (Consumer::kPad - 1))) &
+            (Consumer::kPad - 1);
   int* s_off = reinterpret_cast<int*>(smem + S * kStageBytes);
   int* s_touched = s_off + a.n_experts + 1;
   int* s_cum = s_touched + a.n_experts;
   const uint32_t base = uint32_t(__cvta_generic_to_shared(smem));
-  const int tid = threadIdx.x, warp = tid >> 5, rg = warp & 3, th = warp >> 2;
+  const int tid = threadIdx.x;
 
   // the touched experts, ascending (offsets come from the router, finished before gate/up's wait
   // returns and before down starts)
@@ -354,7 +387,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_kernel(const Args a) {
   }
   const int nk = int((a.K + kBK - 1) / kBK);
 
-  Feeder<T, kGateUp> feed;
+  Feeder<T, kGateUp, Consumer::kPairs8> feed;
   l2_policies(a.l2_hints != 0, feed.pol_w, feed.pol_x);
   Unit pun = unit_at(pu, p_hint);
   feed.set_unit(a, pun);
@@ -393,11 +426,13 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_kernel(const Args a) {
   int64_t cu = units * blockIdx.x / gridDim.x;  // the consumer's unit, pass and k step
   Unit cun = unit_at(cu, c_hint);
   int cp = 0, ck = 0;
-  int nt = live_tiles(cun, cun.pass0, th);
+  Consumer con;
+  con.begin(cun, cun.pass0);
   int slot_c = 0, slot_p = S - 1;
-  float acc[2][4][4] = {};
   while (cu < u_end) {
     wait_pending<S - 2>();  // this thread's copies of stage slot_c have landed
+    // (wgmma reads them through the async proxy: this thread's writes are ordered before it here)
+    if constexpr (Consumer::kAsyncProxy) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     __syncthreads();        // everyone's have, and everyone is done with slot_p (consumed last round)
     if (pu < u_end) {
       feed.load_w(a, base + slot_p * kStageBytes, pk);
@@ -407,16 +442,16 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_kernel(const Args a) {
     if (pu < u_end) advance();
     slot_p = slot_p + 1 == S ? 0 : slot_p + 1;
 
-    if (nt > 0) stage_mma<T>(acc, base + slot_c * kStageBytes, rg, th, nt);
+    con.stage(base + slot_c * kStageBytes);  // done with the slot when it returns
     slot_c = slot_c + 1 == S ? 0 : slot_c + 1;
     if (++ck == nk) {
-      if (nt > 0) store_tile<T, kGateUp>(a, acc, cun, cun.pass0 + cp, rg, th, nt);
+      con.store(a, cun, cun.pass0 + cp);
       ck = 0;
       if (++cp >= cun.passes) {
         cp = 0;
         if (++cu < u_end) cun = unit_at(cu, c_hint);
       }
-      nt = live_tiles(cun, cun.pass0 + cp, th);
+      con.begin(cun, cun.pass0 + cp);
     }
   }
   wait_pending<0>();
