@@ -184,9 +184,11 @@ void launch(const g8::Args& a, int64_t max_units, int64_t rows, const Fp8DecodeT
     launch_xr<T, kGateUp, KH, 64, F8>(a, max_units, tn, stream);
 }
 
-// The FP8 x FP8 products on wgmma (fp8_wgmma.h): one block an SM, units from a.ctr.
-void launch_wgmma(bool gate_up, g8::Args a, int64_t max_units, cudaStream_t stream) {
-  const Fp8WgmmaKernel k = moe_wgmma_fp8_kernel(gate_up);
+// The FP8 x FP8 products on wgmma (fp8_wgmma.h): one block an SM, units from a.ctr, the token tile
+// as launch's (rows: the rows a unit is expected to hold at most).
+void launch_wgmma(bool gate_up, g8::Args a, int64_t max_units, int64_t rows, const Fp8DecodeTuning& tn,
+                  cudaStream_t stream) {
+  const Fp8WgmmaKernel k = moe_wgmma_fp8_kernel(gate_up, int(std::min<int64_t>(64, tn.tile_rows > 0 ? tn.tile_rows : rows)));
   raise_smem_limit(k.fn, k.smem);
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(unsigned(std::max<int64_t>(1, std::min<int64_t>(max_units, n_sms()))));
@@ -204,9 +206,9 @@ void launch_wgmma(bool gate_up, g8::Args a, int64_t max_units, cudaStream_t stre
 }
 
 // Whether the MoE's FP8 x FP8 products run on wgmma: compute capability 9.0 (sm_90a code), the
-// units from the counters, the call's tile (tuning: Fp8DecodeTuning::wgmma).
+// units from the counters (tuning: Fp8DecodeTuning::wgmma).
 bool use_wgmma(const Fp8DecodeTuning& tn, bool counters) {
-  if (tn.wgmma == 0 || !counters || tn.tile_rows > 0) return false;
+  if (tn.wgmma == 0 || !counters) return false;
   const DeviceInfo& d = device_info(current_device());
   return d.major == 9 && d.minor == 0;
 }
@@ -293,7 +295,7 @@ void moe_experts_decode_fp8_routed_tuned(float* x, T* norm_out, const T* in, con
     if (!(tn.variant & 4)) {
       quantize_rows<T>(xq, xs, in, src_token, P, H, blocks, ctr, stream);
       if (wg)
-        launch_wgmma(true, a, units13, stream);
+        launch_wgmma(true, a, units13, rows, tn, stream);
       else
         launch<T, true, 2, true>(a, units13, rows, tn, stream);
     } else if (ctr) {
@@ -302,7 +304,7 @@ void moe_experts_decode_fp8_routed_tuned(float* x, T* norm_out, const T* in, con
     if (!(tn.variant & 8)) {
       quantize_rows<float>(aq, as, act, nullptr, P, I, blocks, nullptr, stream);
       if (wg)
-        launch_wgmma(false, b, units2, stream);
+        launch_wgmma(false, b, units2, rows, tn, stream);
       else
         launch<T, false, 2, true>(b, units2, rows, tn, stream);
     }

@@ -5,11 +5,12 @@
 
 namespace lfm2::cuda {
 
-// The kernel (gate/up or down; its one argument a moe_gemm_fp8::Args) and its dynamic shared memory.
+// The kernel (gate/up or down; its one argument a moe_gemm_fp8::Args) for a token tile of xr rows
+// (8, 16, 32 or 64) and its dynamic shared memory.
 struct Fp8WgmmaKernel {
   const void* fn;
   int smem;
 };
-Fp8WgmmaKernel moe_wgmma_fp8_kernel(bool gate_up);
+Fp8WgmmaKernel moe_wgmma_fp8_kernel(bool gate_up, int xr);
 
 }  // namespace lfm2::cuda

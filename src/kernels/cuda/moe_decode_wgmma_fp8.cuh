@@ -3,14 +3,16 @@
 // counter and ring, PDL) with a wgmma consumer instead of mma.sync (which sm_90 runs on e4m3 as two
 // widened fp16 HMMAs: the FP8 rate is wgmma's alone).
 //
-// A stage is 128 k: the e4m3 weight tile (128 rows x 128 bytes, 16 KB) and the token tile (64 slots x
-// 128 bytes, 8 KB), both with the 128-byte swizzle (chunk c of row r at c ^ (r & 7)) on 1024-byte
-// aligned bases; the 64 tokens' block scales of the stage beside the stages (a ring of 256 bytes a
-// stage). 9 stages (144 KB of weights in flight). Warpgroup wg multiplies weight rows [64 wg, +64) by
-// all 64 token slots: 4 x m64n64k32 from zero, the stage's sums then added on the CUDA cores into the
-// fp32 accumulator (block128: times the weight block's scale and the token's; channel: as they are,
-// both scales at the store), so the tensor core never accumulates more than 128 k.
-// - N = 64 slots always (dead slots hold stale data; their columns are never stored).
+// A stage is 128 k: the token tile (XR = 8, 16, 32 or 64 slots x 128 bytes) then the e4m3 weight tile
+// (128 rows x 128 bytes, 16 KB), both with the 128-byte swizzle (chunk c of row r at c ^ (r & 7)) on
+// 1024-byte aligned bases; beside the stages a ring of their scales (block128: the XR tokens' and the
+// unit's two weight blocks'). 13 / 12 / 11 / 9 stages (XR 8 / 16 / 32 / 64) as the mma.sync kernel's
+// token tile heights. Warpgroup wg multiplies weight rows [64 wg, +64) by 64 token columns: 4 x
+// m64n64k32 from zero, the stage's sums then added on the CUDA cores into the fp32 accumulator
+// (block128: times the weight block's scale and the token's; channel: as they are, both scales at the
+// store), so the tensor core never accumulates more than 128 k.
+// - N = 64 always: past the XR slots (and past the live ones) the B rows read the stage's own weight
+//   tile or stale tokens, landed data either way; those columns are never stored.
 // - gate/up: in each 16-row slab s of the unit, rows 0-7 are gate j = 64 tile + 8 s + i and rows
 //   8-15 up of the same j, so a lane's accumulator holds gate j and up j (rows g and g + 8).
 //
@@ -30,23 +32,31 @@ namespace lfm2::cuda::moe_wgmma_fp8 {
 namespace g8 = moe_gemm_fp8;
 constexpr int kThreads = 256;  // two warpgroups
 constexpr int kBK = 128;
-constexpr int kXR = 64;                           // token slots a pass (the instruction's N)
-constexpr int kTileW = 128 * kBK;                 // 16 KB
-constexpr int kTileX = kXR * kBK;                 // 8 KB
-constexpr int kStage = kTileW + kTileX;           // 1024-byte multiple
-constexpr int kScales = kXR * 4;                  // a stage's token scales
+constexpr int kTileW = 128 * kBK;  // 16 KB
 constexpr int kFixed = (2 * g8::kMaxExperts + 4 + 32) * 4;  // offsets, touched, count, the unit ring
-constexpr int kStages = (g8::kSmemMax - 1024 - kFixed) / (kStage + kScales);
-constexpr int kSmem = 1024 + kStages * (kStage + kScales) + kFixed;  // + 1 KB to align the stages
-static_assert(kStages >= 4 && kSmem <= g8::kSmemMax, "the pipeline's shared memory");
+
+// XR token slots a pass (the token tile's rows; the instruction's N is 64 whatever XR).
+template <int XR>
+struct Shape {
+  static constexpr int kTileX = XR * kBK;
+  static constexpr int kStage = kTileX + kTileW;  // a 1024-byte multiple
+  static constexpr int kScales = XR * 4 + 16;     // the tokens' block scales, the two weight blocks'
+  static constexpr int kFit = (g8::kSmemMax - 1024 - kFixed) / (kStage + kScales);
+  static constexpr int kStages = kFit < 16 ? kFit : 16;
+  static constexpr int kSmem = 1024 + kStages * (kStage + kScales) + kFixed;  // + 1 KB to align the stages
+  static_assert(kStages >= 4 && kSmem <= g8::kSmemMax && kStage % 1024 == 0, "the pipeline's shared memory");
+};
 
 // The producer side of one thread: chunk t % 8 of weight rows t / 8 + 32 i (i < 4) and of token rows
-// t / 8 + 32 i (i < 2); thread t < 64 token t's block scale of the stage.
-template <bool kGateUp>
+// t / 8 + 32 i (< XR); block128: thread t < XR token t's scale of the stage, threads 128 and 129 the
+// unit's gate and up (down: its one) weight block's.
+template <bool kGateUp, int XR>
 struct Feeder {
-  const uint8_t* w[4];  // null: past the end, zeros
-  const uint8_t* x[2];  // null: no token (not loaded: its column is never stored)
-  const float* xs;      // block scales: the thread's token's scale row; null: none
+  static constexpr int kX = (XR + 31) / 32;
+  const uint8_t* w[4];   // null: past the end, zeros
+  const uint8_t* x[kX];  // null: no token (not loaded: its column is never stored)
+  const float* xs;       // block scales: the thread's token's scale row; null: none
+  const float* ws;       // block scales: the thread's weight block's scale row; null: none
   uint64_t pol_w, pol_x;
 
   __device__ __forceinline__ void set_unit(const g8::Args& a, const moe_gemm::Unit& un) {
@@ -65,19 +75,27 @@ struct Feeder {
       }
       w[i] = f < a.R ? we + row * a.K : nullptr;
     }
+    const int h = int(threadIdx.x) - 128;
+    ws = nullptr;
+    if (a.block_scales && (h == 0 || h == 1)) {
+      const int64_t kb = (a.K + 127) / 128, rb1 = (a.R + 127) / 128, rb = (kGateUp ? 2 : 1) * rb1;
+      const int64_t b = kGateUp ? un.tile * 64 / 128 : un.tile;
+      ws = a.s + (int64_t(un.e) * rb + (kGateUp && h == 1 ? rb1 : 0) + b) * kb;
+    }
   }
   __device__ __forceinline__ void set_pass(const g8::Args& a, const moe_gemm::Unit& un, int pass) {
-    const int live = min(kXR, un.n_e - pass * kXR);
+    const int live = min(XR, un.n_e - pass * XR);
     const uint8_t* x8 = static_cast<const uint8_t*>(a.x);
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
+    for (int i = 0; i < kX; ++i) {
       const int n = (threadIdx.x >> 3) + 32 * i;
-      x[i] = n < live ? x8 + int64_t(un.begin + pass * kXR + n) * a.K : nullptr;
+      x[i] = n < live ? x8 + int64_t(un.begin + pass * XR + n) * a.K : nullptr;
     }
     const int n = threadIdx.x;
-    xs = a.block_scales && n < live ? a.xs + int64_t(un.begin + pass * kXR + n) * ((a.K + kBK - 1) / kBK) : nullptr;
+    xs = a.block_scales && n < live ? a.xs + int64_t(un.begin + pass * XR + n) * ((a.K + kBK - 1) / kBK) : nullptr;
   }
-  __device__ __forceinline__ void load_w(const g8::Args& a, uint32_t stage, int ks) const {
+  // the weight tile at stage + kTileX (and its block scales into the stage's scales)
+  __device__ __forceinline__ void load_w(const g8::Args& a, uint32_t stage, uint32_t scales, int ks) const {
     const int c = threadIdx.x & 7;
     const int64_t k = int64_t(ks) * kBK + 16 * c;
     const bool kin = k < a.K;
@@ -85,25 +103,27 @@ struct Feeder {
     for (int i = 0; i < 4; ++i) {
       const int r = (threadIdx.x >> 3) + 32 * i;
       const bool live = kin && w[i] != nullptr;
-      moe_gemm::cp16<true>(stage + moe_gemm::swz(r, c), live ? static_cast<const void*>(w[i] + k) : a.w, live, pol_w);
+      moe_gemm::cp16<true>(stage + Shape<XR>::kTileX + moe_gemm::swz(r, c),
+                           live ? static_cast<const void*>(w[i] + k) : a.w, live, pol_w);
     }
+    if (ws) g8::cp4(scales + 4 * (XR + threadIdx.x - 128), ws + ks, true);
   }
   __device__ __forceinline__ void load_x(const g8::Args& a, uint32_t stage, uint32_t scales, int ks) const {
     const int c = threadIdx.x & 7;
     const int64_t k = int64_t(ks) * kBK + 16 * c;
     const bool kin = k < a.K;
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
+    for (int i = 0; i < kX; ++i) {
       if (x[i] == nullptr) continue;
       const int n = (threadIdx.x >> 3) + 32 * i;
-      moe_gemm::cp16<false>(stage + kTileW + moe_gemm::swz(n, c), kin ? static_cast<const void*>(x[i] + k) : a.x, kin,
-                            pol_x);
+      moe_gemm::cp16<false>(stage + moe_gemm::swz(n, c), kin ? static_cast<const void*>(x[i] + k) : a.x, kin, pol_x);
     }
     if (xs) g8::cp4(scales + 4 * threadIdx.x, xs + ks, true);
   }
 };
 
-// p = the warpgroup's 64 weight rows of the stage . its 64 token rows, over the stage's 128 k.
+// p = the warpgroup's 64 weight rows of the stage . its 64 token rows, over the stage's 128 k: issued
+// (committed as one group); p is the tensor core's until wgmma_done.
 __device__ __forceinline__ void stage_wgmma(float (&p)[32], uint32_t wt, uint32_t xt) {
 #pragma unroll
   for (int i = 0; i < 32; ++i) p[i] = 0.f;
@@ -113,6 +133,9 @@ __device__ __forceinline__ void stage_wgmma(float (&p)[32], uint32_t wt, uint32_
   for (int kk = 0; kk < 4; ++kk)
     wgmma::mma_m64n64k32_e4m3(p, wgmma::desc_sw128(wt + 32 * kk), wgmma::desc_sw128(xt + 32 * kk), kk);
   wgmma::commit();
+}
+__device__ __forceinline__ void wgmma_done(float (&p)[32]) {
+  wgmma::fence_acc(p);
   wgmma::wait<0>();
   wgmma::fence_acc(p);
 }
@@ -120,7 +143,7 @@ __device__ __forceinline__ void stage_wgmma(float (&p)[32], uint32_t wt, uint32_
 // The end of a (unit, pass): the accumulators, times the channel scales, to act (gate/up, SwiGLU,
 // fp32) or out (down, fp32). Lane (w, g, q) of warpgroup wg holds rows 16 w + g (+ 8) of the
 // warpgroup's 64 and token columns 8 j + 2 q + (i & 1) in acc[4 j + i].
-template <bool kGateUp>
+template <bool kGateUp, int XR>
 __device__ __forceinline__ void store_tile(const g8::Args& a, const float (&acc)[32], const moe_gemm::Unit& un,
                                            int pass, int wg) {
   const int lane = threadIdx.x & 31, w = (threadIdx.x >> 5) & 3, g = lane >> 2, q = lane & 3;
@@ -135,10 +158,10 @@ __device__ __forceinline__ void store_tile(const g8::Args& a, const float (&acc)
   }
   float* out = static_cast<float*>(a.out);
 #pragma unroll
-  for (int j = 0; j < 8; ++j)
+  for (int j = 0; j < XR / 8; ++j)
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
-      const int slot = pass * kXR + 8 * j + 2 * q + c;
+      const int slot = pass * XR + 8 * j + 2 * q + c;
       if (slot >= un.n_e) continue;
       const int64_t row = un.begin + slot;
       const float sx = !a.block_scales ? __ldg(a.xs + row) : 1.f;
@@ -154,19 +177,11 @@ __device__ __forceinline__ void store_tile(const g8::Args& a, const float (&acc)
     }
 }
 
-// The block128 scale rows of warpgroup rows h = 0 / 1 (gate / up; down: the unit's one block).
-template <bool kGateUp>
-__device__ __forceinline__ void scale_rows(const float* (&sp)[2], const g8::Args& a, const moe_gemm::Unit& un) {
-  const int64_t kb = (a.K + 127) / 128, rb1 = (a.R + 127) / 128, rb = (kGateUp ? 2 : 1) * rb1;
-  const int64_t b = kGateUp ? un.tile * 64 / 128 : un.tile;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) sp[h] = a.s + (int64_t(un.e) * rb + (kGateUp && h == 1 ? rb1 : 0) + b) * kb;
-}
-
 // The F8 products (Args as moe_gemm_fp8_kernel's, out_mode kOutF32 for down, a.ctr required).
-template <bool kGateUp>
+template <bool kGateUp, int XR>
 __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_fp8_kernel(const g8::Args a) {
-  constexpr int S = kStages;
+  using Sh = Shape<XR>;
+  constexpr int S = Sh::kStages, kStage = Sh::kStage, kScales = Sh::kScales;
   extern __shared__ __align__(1024) unsigned char smem[];
   const uint32_t raw = uint32_t(__cvta_generic_to_shared(smem));
   const uint32_t pad = (1024u - (raw & 1023u)) & 1023u;
@@ -217,9 +232,9 @@ __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_fp8_kernel(const g8::Ar
   const int nk = int((a.K + kBK - 1) / kBK);
   const bool blocks = a.block_scales != 0;
 
-  Feeder<kGateUp> feed;
+  Feeder<kGateUp, XR> feed;
   moe_gemm::l2_policies(a.l2_hints != 0, feed.pol_w, feed.pol_x);
-  moe_gemm::Unit pun = g8::unit_of<kXR>(pu, tiles, s_touched, s_off);
+  moe_gemm::Unit pun = g8::unit_of<XR>(pu, tiles, s_touched, s_off);
   feed.set_unit(a, pun);
   feed.set_pass(a, pun, 0);
   int pp = 0, pk = 0;
@@ -230,7 +245,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_fp8_kernel(const g8::Ar
       pp = 0;
       pu = next_unit();
       if (pu >= units) return;
-      pun = g8::unit_of<kXR>(pu, tiles, s_touched, s_off);
+      pun = g8::unit_of<XR>(pu, tiles, s_touched, s_off);
       feed.set_unit(a, pun);
     }
     feed.set_pass(a, pun, pp);
@@ -239,12 +254,12 @@ __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_fp8_kernel(const g8::Ar
   int pre = 0;
   if constexpr (!kGateUp) {
     pre = min(S - 1, nk);
-    for (int s = 0; s < pre; ++s) feed.load_w(a, base + s * kStage, s);
+    for (int s = 0; s < pre; ++s) feed.load_w(a, base + s * kStage, scales + s * kScales, s);
     moe_gemm::griddep_wait();
   }
   for (int s = 0; s < S - 1; ++s) {
     if (pu < units) {
-      if (s >= pre) feed.load_w(a, base + s * kStage, pk);
+      if (s >= pre) feed.load_w(a, base + s * kStage, scales + s * kScales, pk);
       feed.load_x(a, base + s * kStage, scales + s * kScales, pk);
     }
     moe_gemm::commit();
@@ -253,9 +268,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_fp8_kernel(const g8::Ar
 
   int64_t cu = blockIdx.x;
   int ci = 0;
-  moe_gemm::Unit cun = g8::unit_of<kXR>(cu, tiles, s_touched, s_off);
-  const float* sp[2];
-  scale_rows<kGateUp>(sp, a, cun);
+  moe_gemm::Unit cun = g8::unit_of<XR>(cu, tiles, s_touched, s_off);
   int cp = 0, ck = 0;
   int slot_c = 0, slot_p = S - 1;
   float acc[32] = {};
@@ -264,48 +277,44 @@ __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_fp8_kernel(const g8::Ar
     moe_gemm::wait_pending<S - 2>();  // this thread's copies of stage slot_c have landed
     wgmma::fence_proxy_async();       // and are visible to the async proxy (wgmma's reads)
     __syncthreads();                  // everyone's are, and everyone's wgmma on slot_p has completed
+    float p[32];
+    stage_wgmma(p, base + slot_c * kStage + Sh::kTileX + wg * (64 * kBK), base + slot_c * kStage);
+    // the refill of slot_p (consumed last round) while the tensor core works on slot_c
     if (pu < units) {
-      feed.load_w(a, base + slot_p * kStage, pk);
+      feed.load_w(a, base + slot_p * kStage, scales + slot_p * kScales, pk);
       feed.load_x(a, base + slot_p * kStage, scales + slot_p * kScales, pk);
     }
     moe_gemm::commit();
     if (pu < units) advance();
     slot_p = slot_p + 1 == S ? 0 : slot_p + 1;
-
-    float sc[2] = {1.f, 1.f};
+    wgmma_done(p);
     if (blocks) {
+      const uint32_t sxa = scales + slot_c * kScales;
+      uint32_t scw[2];
+      g8::lds64(scw, sxa + 4 * XR);
+      const float sc[2] = {__uint_as_float(scw[0]), __uint_as_float(scw[1])};
 #pragma unroll
-      for (int h = 0; h < 2; ++h) sc[h] = __ldg(sp[h] + ck);
-    }
-    float p[32];
-    stage_wgmma(p, base + slot_c * kStage + wg * (64 * kBK), base + slot_c * kStage + kTileW);
-    if (blocks) {
-      const uint32_t sxa = scales + slot_c * kScales + 8 * q;
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
+      for (int j = 0; j < XR / 8; ++j) {
         uint32_t sxw[2];
-        g8::lds64(sxw, sxa + 32 * j);
+        g8::lds64(sxw, sxa + 32 * j + 8 * q);
 #pragma unroll
         for (int i = 0; i < 4; ++i)
           acc[4 * j + i] = fmaf(sc[i >> 1] * __uint_as_float(sxw[i & 1]), p[4 * j + i], acc[4 * j + i]);
       }
     } else {
 #pragma unroll
-      for (int i = 0; i < 32; ++i) acc[i] += p[i];
+      for (int i = 0; i < XR / 2; ++i) acc[i] += p[i];
     }
     slot_c = slot_c + 1 == S ? 0 : slot_c + 1;
     if (++ck == nk) {
-      store_tile<kGateUp>(a, acc, cun, cp, wg);
+      store_tile<kGateUp, XR>(a, acc, cun, cp, wg);
 #pragma unroll
       for (int i = 0; i < 32; ++i) acc[i] = 0.f;
       ck = 0;
       if (++cp >= cun.passes) {
         cp = 0;
         cu = ring[++ci & 31];
-        if (cu < units) {
-          cun = g8::unit_of<kXR>(cu, tiles, s_touched, s_off);
-          scale_rows<kGateUp>(sp, a, cun);
-        }
+        if (cu < units) cun = g8::unit_of<XR>(cu, tiles, s_touched, s_off);
       }
     }
   }
