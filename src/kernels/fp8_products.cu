@@ -188,7 +188,9 @@ void launch(const g8::Args& a, int64_t max_units, int64_t rows, const Fp8DecodeT
 // as launch's (rows: the rows a unit is expected to hold at most).
 void launch_wgmma(bool gate_up, g8::Args a, int64_t max_units, int64_t rows, const Fp8DecodeTuning& tn,
                   cudaStream_t stream) {
-  const Fp8WgmmaKernel k = moe_wgmma_fp8_kernel(gate_up, int(std::min<int64_t>(64, tn.tile_rows > 0 ? tn.tile_rows : rows)));
+  const Fp8WgmmaKernel k =
+      moe_wgmma_fp8_kernel(gate_up, int(std::min<int64_t>(64, tn.tile_rows > 0 ? tn.tile_rows : rows)));
+  a.variant = tn.variant & 16;
   raise_smem_limit(k.fn, k.smem);
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(unsigned(std::max<int64_t>(1, std::min<int64_t>(max_units, n_sms()))));
