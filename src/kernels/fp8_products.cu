@@ -11,6 +11,7 @@
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/fp8_ops.h"
 #include "kernels/cuda/fp8_tuning.h"
+#include "kernels/cuda/fp8_wgmma.h"
 #include "kernels/cuda/moe_decode_gemm_fp8.cuh"
 #include "kernels/cuda/ops.h"
 
@@ -183,6 +184,37 @@ void launch(const g8::Args& a, int64_t max_units, int64_t rows, const Fp8DecodeT
     launch_xr<T, kGateUp, KH, 64, F8>(a, max_units, tn, stream);
 }
 
+// The FP8 x FP8 products on wgmma (fp8_wgmma.h): one block an SM, units from a.ctr, the token tile
+// as launch's (rows: the rows a unit is expected to hold at most).
+void launch_wgmma(bool gate_up, g8::Args a, int64_t max_units, int64_t rows, const Fp8DecodeTuning& tn,
+                  cudaStream_t stream) {
+  const Fp8WgmmaKernel k =
+      moe_wgmma_fp8_kernel(gate_up, int(std::min<int64_t>(64, tn.tile_rows > 0 ? tn.tile_rows : rows)));
+  a.variant = tn.variant & 16;
+  raise_smem_limit(k.fn, k.smem);
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(unsigned(std::max<int64_t>(1, std::min<int64_t>(max_units, n_sms()))));
+  cfg.blockDim = dim3(g8::kThreads);
+  cfg.dynamicSmemBytes = size_t(k.smem);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  void* args[] = {&a};
+  CUDA_CHECK(cudaLaunchKernelExC(&cfg, k.fn, args));
+  CUDA_CHECK_LAUNCH(gate_up ? "moe_wgmma_fp8_kernel (gate/up)" : "moe_wgmma_fp8_kernel (down)");
+}
+
+// Whether the MoE's FP8 x FP8 products run on wgmma: compute capability 9.0 (sm_90a code), the
+// units from the counters (tuning: Fp8DecodeTuning::wgmma).
+bool use_wgmma(const Fp8DecodeTuning& tn, bool counters) {
+  if (tn.wgmma == 0 || !counters) return false;
+  const DeviceInfo& d = device_info(current_device());
+  return d.major == 9 && d.minor == 0;
+}
+
 // The routed products' scratch (fp8_ops.h): F8, the permuted rows in e4m3 (P, H) and their scales,
 // act fp32 (P, I), its e4m3 and scales, y (P, H) fp32, the two products' unit counters; the widening
 // products' act (P, I) T and y fit in it.
@@ -261,15 +293,22 @@ void moe_experts_decode_fp8_routed_tuned(float* x, T* norm_out, const T* in, con
     g8::Args b{w2, s2, aq, offsets, nullptr, y, I, H, int(E), 0, blocks, g8::kOutF32, 1};
     b.xs = as;
     b.ctr = ctr ? ctr + 1 : nullptr;
+    const bool wg = use_wgmma(tn, ctr != nullptr);
     if (!(tn.variant & 4)) {
       quantize_rows<T>(xq, xs, in, src_token, P, H, blocks, ctr, stream);
-      launch<T, true, 2, true>(a, units13, rows, tn, stream);
+      if (wg)
+        launch_wgmma(true, a, units13, rows, tn, stream);
+      else
+        launch<T, true, 2, true>(a, units13, rows, tn, stream);
     } else if (ctr) {
       CUDA_CHECK(cudaMemsetAsync(ctr, 0, 2 * sizeof(int), stream));  // bench: down alone
     }
     if (!(tn.variant & 8)) {
       quantize_rows<float>(aq, as, act, nullptr, P, I, blocks, nullptr, stream);
-      launch<T, false, 2, true>(b, units2, rows, tn, stream);
+      if (wg)
+        launch_wgmma(false, b, units2, rows, tn, stream);
+      else
+        launch<T, false, 2, true>(b, units2, rows, tn, stream);
     }
   } else {
     auto* act = reinterpret_cast<T*>(base + l.act);

@@ -165,6 +165,13 @@ void bench_moe_fp8_routed(cudaStream_t s, const MoeCase& c, const DevQ8& q13, co
 template <class Tuned, class Line>
 void bench_moe_fp8_variants(const MoeCase& c, Fp8Scheme scheme, const Tuned& tuned, const Line& line) {
   cuda::Fp8DecodeTuning tn;
+  tn.wgmma = 0;
+  line("mma.sync", tuned(tn));
+  tn.variant = 8;
+  line("mma.sync gate/up", tuned(tn));
+  tn.variant = 4;
+  line("mma.sync down", tuned(tn));
+  tn = {};
   tn.variant = 32;
   line("fixed shares", tuned(tn));
   tn.variant = 64;

@@ -88,12 +88,15 @@ struct DevFp8Moe {
     upload(e, experts);
   }
 
-  // x0 + the products of the first `rows` rows: the production entry (act_fp8) or the widening one.
-  std::vector<float> run(const std::vector<float>& x0, int64_t rows, int act_fp8, cudaStream_t stream) {
+  // x0 + the products of the first `rows` rows: the production entry (act_fp8, wgmma -1), the
+  // FP8 x FP8 products' mma.sync kernel (wgmma 0) or the widening one (act_fp8 0).
+  std::vector<float> run(const std::vector<float>& x0, int64_t rows, int act_fp8, cudaStream_t stream,
+                         int wgmma = -1) {
     cuda::Fp8DecodeTuning tn;
     tn.act_fp8 = act_fp8;
+    tn.wgmma = wgmma;
     upload(x, x0);
-    if (act_fp8)
+    if (act_fp8 && wgmma == -1)
       cuda::moe_experts_decode_fp8<T>(x.get(), in.get(), w13.get(), s13.get(), w2.get(), s2.get(), scheme, e.get(),
                                       wt.get(), rows, H, E, I, k, scratch.get(), stream);
     else
@@ -174,6 +177,14 @@ TYPED_TEST(CudaFp8, MoeExpertsMatchCpuTwin) {
       EXPECT_TRUE(same_bits(dev.run(x0, n, 1, this->stream_), got));
       // row 0 alone: the bits it had in the batch
       EXPECT_TRUE(same_bits(dev.run(x0, 1, 1, this->stream_), std::vector<float>(got.begin(), got.begin() + H)));
+      {
+        // the mma.sync kernel (the production one off compute capability 9.0; on it, wgmma's): the
+        // oracle within the same tolerance, a row alone its bits in the batch
+        SCOPED_TRACE("mma.sync products");
+        const auto sync = dev.run(x0, n, 1, this->stream_, 0);
+        EXPECT_TRUE(close_t<T>(sync, ref, 3.0));
+        EXPECT_TRUE(same_bits(dev.run(x0, 1, 1, this->stream_, 0), std::vector<float>(sync.begin(), sync.begin() + H)));
+      }
       if (widening) {
         SCOPED_TRACE("widening products");
         const auto widened = dev.run(x0, n, 0, this->stream_);

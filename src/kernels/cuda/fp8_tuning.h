@@ -30,6 +30,11 @@ struct Fp8DecodeTuning {
   // taken from a counter as blocks free up); bit 6: FP8 x FP8, one block an SM (not two up to
   // 32 token slots)
   int variant = 0;
+  // the MoE's FP8 x FP8 products on wgmma (kernels/cuda/moe_decode_wgmma_fp8.cuh): -1 on compute
+  // capability 9.0 (the default), 0 the mma.sync kernel (moe_decode_gemm_fp8.cuh); other bits than
+  // mma.sync's (another summation order), each a row's own. Fixed shares (variant bit 5) run the
+  // mma.sync kernel.
+  int wgmma = -1;
   // linear_fp8_decode's warps along k (2: 128-row units, 8: 32-row units); 0: by the shape
   int linear_kh = 0;
 };

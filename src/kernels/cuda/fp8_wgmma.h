@@ -1,0 +1,16 @@
+// The FP8 x FP8 decode expert products on wgmma (kernels/cuda/moe_decode_wgmma_fp8.cuh), built for
+// sm_90a alone in fp8_products_wgmma.cu (lfm2_kernels_cutlass): fp8_products.cu launches them on
+// compute capability 9.0 only.
+#pragma once
+
+namespace lfm2::cuda {
+
+// The kernel (gate/up or down; its one argument a moe_gemm_fp8::Args) for a token tile of xr rows
+// (8, 16, 32 or 64) and its dynamic shared memory.
+struct Fp8WgmmaKernel {
+  const void* fn;
+  int smem;
+};
+Fp8WgmmaKernel moe_wgmma_fp8_kernel(bool gate_up, int xr);
+
+}  // namespace lfm2::cuda
