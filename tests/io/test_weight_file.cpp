@@ -9,8 +9,8 @@
 namespace lfm2 {
 namespace {
 
-TensorSpec matrix_spec() { return {"layers/0/conv/in_proj", {6, 5}, 0, "x"}; }
-TensorSpec vector_spec() { return {"layers/0/operator_norm", {5}, 0, "y"}; }
+TensorSpec matrix_spec() { return {"layers/0/conv/in_proj", {6, 5}, 0, "x", std::nullopt}; }
+TensorSpec vector_spec() { return {"layers/0/operator_norm", {5}, 0, "y", std::nullopt}; }
 
 std::vector<float> values(size_t n) {
   std::vector<float> v(n);

@@ -375,7 +375,9 @@ TEST(BatchScheduler, PrefillFirstGivesDuePromptsItemsOfTheirOwn) {
     const SimRun got = FakePipeline(f, prompts).run();
     expect_all(got, prompts, cat("prefill first, ", name));
     EXPECT_EQ(got.tokens, ref.tokens) << name;
-    if (std::string(name) == "preemption") EXPECT_GT(got.stats.preemptions, 0);
+    if (std::string(name) == "preemption") {
+      EXPECT_GT(got.stats.preemptions, 0);
+    }
   }
 }
 
