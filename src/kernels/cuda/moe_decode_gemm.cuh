@@ -76,6 +76,28 @@ struct Args {
 __device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
 __device__ __forceinline__ void griddep_launch() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
 
+// The touched experts, ascending (offsets[e + 1] > offsets[e]): s_off (n_experts + 1) copied from
+// offsets (the router's, finished before gate/up's grid wait returns and before down starts),
+// s_touched[0, s_count) the experts with rows. Every thread of the block calls it (two barriers).
+__device__ __forceinline__ void load_touched(const int32_t* offsets, int n_experts, int* s_off, int* s_touched,
+                                             int& s_count) {
+  for (int i = threadIdx.x; i <= n_experts; i += blockDim.x) s_off[i] = __ldcg(offsets + i);
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    int run = 0;
+    for (int b = 0; b < n_experts; b += 32) {
+      const int e = b + lane;
+      const bool used = e < n_experts && s_off[e + 1] > s_off[e];
+      const unsigned m = __ballot_sync(0xffffffffu, used);
+      if (used) s_touched[run + __popc(m & ((1u << lane) - 1u))] = e;
+      run += __popc(m);
+    }
+    if (lane == 0) s_count = run;
+  }
+  __syncthreads();
+}
+
 // 16 bytes global -> shared (zeros when !live; src must still be a valid address) under an L2
 // cache policy. Weights hint a 256-byte L2 fetch: a row's next stage then comes from L2.
 template <bool kWeight>
@@ -333,23 +355,8 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_kernel(const Args a) {
   const uint32_t base = uint32_t(__cvta_generic_to_shared(smem));
   const int tid = threadIdx.x;
 
-  // the touched experts, ascending (offsets come from the router, finished before gate/up's wait
-  // returns and before down starts)
   if constexpr (kGateUp) griddep_wait();
-  for (int i = tid; i <= a.n_experts; i += kThreads) s_off[i] = __ldcg(a.offsets + i);
-  __syncthreads();
-  if (tid < 32) {
-    int run = 0;
-    for (int b = 0; b < a.n_experts; b += 32) {
-      const int e = b + tid;
-      const bool used = e < a.n_experts && s_off[e + 1] > s_off[e];
-      const unsigned m = __ballot_sync(0xffffffffu, used);
-      if (used) s_touched[run + __popc(m & ((1u << tid) - 1u))] = e;
-      run += __popc(m);
-    }
-    if (tid == 0) s_count = run;
-  }
-  __syncthreads();
+  load_touched(a.offsets, a.n_experts, s_off, s_touched, s_count);
   if constexpr (kGateUp) griddep_launch();
 
   const int64_t tiles = kGateUp ? (a.R + 63) / 64 : (a.R + kBM - 1) / kBM;

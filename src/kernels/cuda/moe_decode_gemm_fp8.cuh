@@ -614,20 +614,7 @@ __global__ void __launch_bounds__(kThreads, BPS) moe_gemm_fp8_kernel(const Args 
     __syncthreads();
   } else {
     if constexpr (kGateUp) moe_gemm::griddep_wait();
-    for (int i = tid; i <= a.n_experts; i += kThreads) s_off[i] = __ldcg(a.offsets + i);
-    __syncthreads();
-    if (tid < 32) {
-      int run = 0;
-      for (int b = 0; b < a.n_experts; b += 32) {
-        const int e = b + tid;
-        const bool used = e < a.n_experts && s_off[e + 1] > s_off[e];
-        const unsigned m = __ballot_sync(0xffffffffu, used);
-        if (used) s_touched[run + __popc(m & ((1u << tid) - 1u))] = e;
-        run += __popc(m);
-      }
-      if (tid == 0) s_count = run;
-    }
-    __syncthreads();
+    moe_gemm::load_touched(a.offsets, a.n_experts, s_off, s_touched, s_count);
   }
   // gate/up lets its dependent (down, or F8 act's quantization) launch once it has the offsets; bench
   // variant 16: F8 at its end instead (the quantization's blocks then never wait beside it)
