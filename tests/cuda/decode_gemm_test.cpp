@@ -223,7 +223,9 @@ TYPED_TEST(CudaDecodeGemm, MoeExpertsDecodeMatchesCpu) {
         EXPECT_TRUE(same_bits(got, pipelined)) << "variant " << variant << " vs 2, " << n << " tokens";
       }
       if (variant == 9) wgmma = got;
-      if (variant == 10) EXPECT_TRUE(same_bits(got, wgmma)) << "variant 10 vs 9, " << n << " tokens";
+      if (variant == 10) {
+        EXPECT_TRUE(same_bits(got, wgmma)) << "variant 10 vs 9, " << n << " tokens";
+      }
     }
   }
 }
