@@ -211,8 +211,7 @@ void launch_wgmma(bool gate_up, g8::Args a, int64_t max_units, int64_t rows, con
 // units from the counters (tuning: Fp8DecodeTuning::wgmma).
 bool use_wgmma(const Fp8DecodeTuning& tn, bool counters) {
   if (tn.wgmma == 0 || !counters) return false;
-  const DeviceInfo& d = device_info(current_device());
-  return d.major == 9 && d.minor == 0;
+  return device_info(current_device()).sm90a();
 }
 
 // The routed products' scratch (fp8_ops.h): F8, the permuted rows in e4m3 (P, H) and their scales,

@@ -192,11 +192,6 @@ void launch_products(T* act, float* y, const T* in, const T* w13, const T* w2, c
 
 // ---- the persistent pipelined products (moe_decode_gemm.cuh)
 
-bool is_sm90(int device) {
-  const DeviceInfo& d = device_info(device);
-  return d.major == 9 && d.minor == 0;
-}
-
 constexpr int kVariants = 10;  // the highest variant
 int g_variant = -1;  // moe_experts_decode_force_variant; -1: LFM2_MOE_VARIANT (tuning), else 0
 
@@ -296,7 +291,7 @@ void run_products(T* act, float* y, const T* in, const T* w13, const T* w2, cons
     return;
   }
   const int64_t P = n_tokens * top_k;
-  const GemmConfig c = gemm_config(P, E, is_sm90(current_device()));
+  const GemmConfig c = gemm_config(P, E, device_info(current_device()).sm90a());
 
   switch (c.stages) {  // (variants 7 and 8 share 2's and 4's kernels)
     case 4: launch_pipelined<T, 4>(act, y, in, w13, w2, offsets, src_token, P, H, E, I, c, stream); break;

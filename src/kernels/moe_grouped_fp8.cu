@@ -311,7 +311,7 @@ int check_product(const char* what, const void* out, const void* in, const void*
              " (n_in, n_out multiples of 128)");
   const int device = current_device();
   const DeviceInfo& info = device_info(device);
-  LFM2_CHECK(info.major == 9 && info.minor == 0, what, ": built for Hopper (sm_90a); device ", device, " is sm_",
+  LFM2_CHECK(info.sm90a(), what, ": built for Hopper (sm_90a); device ", device, " is sm_",
              info.major, info.minor);
   LFM2_CHECK(aligned16(in) && aligned16(w) && aligned16(out) && aligned16(workspace), what,
              ": 16-byte aligned operands and a workspace");

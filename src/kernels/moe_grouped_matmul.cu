@@ -176,7 +176,7 @@ int check_sixteen_bit(const void* in, const void* weight, const void* out, int64
                       const void* workspace, const char* what) {
   const int device = current_device();
   const DeviceInfo& info = device_info(device);
-  LFM2_CHECK(info.major == 9 && info.minor == 0, what, ": the bf16/fp16 grouped GEMM is built for Hopper (sm_90a); ",
+  LFM2_CHECK(info.sm90a(), what, ": the bf16/fp16 grouped GEMM is built for Hopper (sm_90a); ",
              "device ", device, " is sm_", info.major, info.minor);
   LFM2_CHECK(n_in % 8 == 0 && n_out % 8 == 0 && aligned16(in) && aligned16(weight) && aligned16(out), what,
              ": bf16/fp16 needs 16-byte rows and pointers (n_in ", n_in, ", n_out ", n_out, " multiples of 8)");

@@ -60,7 +60,7 @@ void check_sixteen_bit_shapes(const ModelConfig& cfg, const StageLayers& stage, 
   for (int il = stage.layer_begin; il < stage.layer_end; ++il) any_moe = any_moe || cfg.is_moe(il);
   if (!any_moe) return;
   const cuda::DeviceInfo& info = cuda::device_info(device);
-  LFM2_CHECK(info.major == 9 && info.minor == 0, "cuda stage: ", dtype_name(dtype),
+  LFM2_CHECK(info.sm90a(), "cuda stage: ", dtype_name(dtype),
              " MoE layers need a Hopper GPU (sm_90: the CUTLASS grouped GEMM); device ", device, " is sm_",
              info.major, info.minor, " (use --dtype fp32)");
   LFM2_CHECK(cfg.hidden_size % 8 == 0 && cfg.moe_intermediate_size % 8 == 0, "cuda stage: ", dtype_name(dtype),

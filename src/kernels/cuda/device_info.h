@@ -7,6 +7,8 @@ namespace lfm2::cuda {
 struct DeviceInfo {
   int sm_count = 0;
   int major = 0, minor = 0;  // compute capability
+  // compute capability 9.0: the kernels built for sm_90a alone (wgmma, the CUTLASS sm90 GEMMs) run
+  bool sm90a() const { return major == 9 && minor == 0; }
 };
 
 int current_device();
