@@ -275,12 +275,10 @@ void short_conv_step(T* out, const T* bcx, const float* conv_w, float* state, co
                      reinterpret_cast<uintptr_t>(bcx) % 16 == 0 && reinterpret_cast<uintptr_t>(state) % 16 == 0;
     const int64_t groups = vec ? hidden / V : hidden, threads = std::min<int64_t>(256, (groups + 31) / 32 * 32);
     const dim3 grid(unsigned(n_seqs), unsigned((groups + threads - 1) / threads));
-    if (vec && L == 3)  // LFM2's
-      conv_step_rows_kernel<T, V, 3><<<grid, unsigned(threads), 0, stream>>>(out, bcx, conv_w, state, seqs, ends, hidden, L);
-    else if (vec)
-      conv_step_rows_kernel<T, V, 0><<<grid, unsigned(threads), 0, stream>>>(out, bcx, conv_w, state, seqs, ends, hidden, L);
-    else
-      conv_step_rows_kernel<T, 1, 0><<<grid, unsigned(threads), 0, stream>>>(out, bcx, conv_w, state, seqs, ends, hidden, L);
+    const auto kernel = vec && L == 3 ? conv_step_rows_kernel<T, V, 3>  // LFM2's
+                        : vec         ? conv_step_rows_kernel<T, V, 0>
+                                      : conv_step_rows_kernel<T, 1, 0>;
+    kernel<<<grid, unsigned(threads), 0, stream>>>(out, bcx, conv_w, state, seqs, ends, hidden, L);
     CUDA_CHECK_LAUNCH("conv_step_rows_kernel");
     return;
   }

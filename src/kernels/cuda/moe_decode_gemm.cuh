@@ -17,9 +17,9 @@
 // up rows of the same 16 j) by the token n8 tiles th, th + 2, th + 4, th + 6 (only those with live
 // tokens: the two halves share the work of any token count), mma.sync m16n8k16 with fp32
 // accumulators: swap-AB, the weights are the A operand (MmaConsumer; the kernel's Consumer argument
-// may instead be moe_decode_wgmma.cuh's WgmmaConsumer, Hopper's wgmma on the same stages). Weight loads may carry an L2 evict-first
-// hint and token loads evict-last (Args::l2_hints), so the streamed weights do not push the tokens
-// (read once per unit) out of L2.
+// may instead be moe_decode_wgmma.cuh's WgmmaConsumer, Hopper's wgmma on the same stages). Weight
+// loads may carry an L2 evict-first hint and token loads evict-last (Args::l2_hints), so the
+// streamed weights do not push the tokens (read once per unit) out of L2.
 //
 // Exactness: an output element (feature, token) is the sum over 64-k stages in ascending k, each
 // four mma steps of 16 k in order, from that feature's weight row and that token's row alone; which
