@@ -153,6 +153,32 @@ __device__ __forceinline__ moe_gemm::Unit unit_of(int64_t u, int64_t tiles, cons
 }
 
 // d = A B (C = 0) and d += A B, m16n8k16, fp32 accumulation.
+// Units taken from a counter as blocks free up (Args::ctr): unit blockIdx.x first, then one from
+// the counter each time the producer starts a unit, asked for one unit ahead (thread 0 never waits
+// on the atomic) and kept in ring[i % 32] for the consumer (at most S - 1 < 32 units behind). A
+// unit's arithmetic never depends on the block that takes it. producer_next: every thread (a
+// barrier); consumer_next: the unit the producer took i-th, for the consumer's i-th.
+struct UnitRing {
+  int* ctr;
+  int* ring;
+  int ahead = 0;  // thread 0: the counter's value for the next unit (raw)
+  int pi = 0, ci = 0;  // the producer's and the consumer's unit counts
+
+  __device__ __forceinline__ UnitRing(int* counter, int* ring32) : ctr(counter), ring(ring32) {
+    if (ctr && threadIdx.x == 0) ahead = atomicAdd(ctr, 1);
+  }
+  __device__ __forceinline__ int64_t producer_next() {
+    ++pi;
+    if (threadIdx.x == 0) {
+      ring[pi & 31] = int(gridDim.x) + ahead;
+      ahead = atomicAdd(ctr, 1);
+    }
+    __syncthreads();
+    return ring[pi & 31];
+  }
+  __device__ __forceinline__ int64_t consumer_next() { return ring[++ci & 31]; }
+};
+
 template <typename T>
 __device__ __forceinline__ void mma_first(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   d[0] = d[1] = d[2] = d[3] = 0.f;
@@ -624,28 +650,13 @@ __global__ void __launch_bounds__(kThreads, BPS) moe_gemm_fp8_kernel(const Args 
   const int64_t tiles = kGateUp ? (a.R + 63) / 64 : (a.R + Sh::kRows - 1) / Sh::kRows;
   const int64_t units = int64_t(s_count) * tiles;
   // the block's units in ascending order. Fixed (a.ctr null): [units b / grid, units (b + 1) / grid).
-  // Taken (a.ctr): unit b, then one from the counter each time the producer starts a unit, asked for
-  // one unit ahead (thread 0 never waits on the atomic) and kept in ring[i % 32] for the consumer
-  // (at most S - 1 < 32 units behind). A unit's arithmetic never depends on the block that takes it;
-  // taking them as blocks free up spreads the weight stream's uneven per-SM rates (blocks with a
-  // fixed share idle up to ~20 % of the kernel at its end).
+  // Taken (a.ctr): UnitRing's; taking them as blocks free up spreads the weight stream's uneven
+  // per-SM rates (blocks with a fixed share idle up to ~20 % of the kernel at its end).
   const bool taken = a.ctr != nullptr;
-  int* const ring = s_off + 2 * kMaxExperts + 4;
-  int ahead = 0;  // thread 0: the counter's value for the next unit (raw)
-  if (taken && tid == 0) ahead = atomicAdd(a.ctr, 1);
+  UnitRing ring(a.ctr, s_off + 2 * kMaxExperts + 4);
   const int64_t u_end = taken ? units : units * (blockIdx.x + 1) / gridDim.x;
   int64_t pu = taken ? int64_t(blockIdx.x) : units * blockIdx.x / gridDim.x;
-  int pi = 0;  // the producer's unit count
-  auto next_unit = [&](int64_t u) -> int64_t {
-    if (!taken) return u + 1;
-    ++pi;
-    if (tid == 0) {
-      ring[pi & 31] = int(gridDim.x) + ahead;
-      ahead = atomicAdd(a.ctr, 1);
-    }
-    __syncthreads();
-    return ring[pi & 31];
-  };
+  auto next_unit = [&](int64_t u) -> int64_t { return taken ? ring.producer_next() : u + 1; };
   if (pu >= u_end) {
     if constexpr (!kGateUp) moe_gemm::griddep_wait();
     return;
@@ -690,7 +701,6 @@ __global__ void __launch_bounds__(kThreads, BPS) moe_gemm_fp8_kernel(const Args 
   }
 
   int64_t cu = taken ? int64_t(blockIdx.x) : units * blockIdx.x / gridDim.x;
-  int ci = 0;  // the consumer's unit count
   moe_gemm::Unit cun = unit_of<XR>(cu, tiles, s_touched, s_off);
   const float* sp[2];
   scale_rows<kGateUp, Sh::kRows>(sp, a, cun, rg);
@@ -762,7 +772,7 @@ __global__ void __launch_bounds__(kThreads, BPS) moe_gemm_fp8_kernel(const Args 
       ck = 0;
       if (++cp >= cun.passes) {
         cp = 0;
-        cu = taken ? int64_t(ring[++ci & 31]) : cu + 1;
+        cu = taken ? ring.consumer_next() : cu + 1;
         if (cu < u_end) {
           cun = unit_of<XR>(cu, tiles, s_touched, s_off);
           scale_rows<kGateUp, Sh::kRows>(sp, a, cun, rg);

@@ -189,7 +189,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_fp8_kernel(const g8::Ar
   int* s_off = reinterpret_cast<int*>(smem + pad + S * (kStage + kScales));
   int* s_touched = s_off + a.n_experts + 1;
   int& s_count = s_off[2 * g8::kMaxExperts + 3];
-  int* const ring = s_off + 2 * g8::kMaxExperts + 4;
+  int* const ring32 = s_off + 2 * g8::kMaxExperts + 4;
   const int tid = threadIdx.x, wg = tid >> 7;
 
   if constexpr (kGateUp) moe_gemm::griddep_wait();
@@ -200,20 +200,9 @@ __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_fp8_kernel(const g8::Ar
 
   const int64_t tiles = kGateUp ? (a.R + 63) / 64 : (a.R + 127) / 128;
   const int64_t units = int64_t(s_count) * tiles;
-  // units from the counter as blocks free up (moe_gemm_fp8_kernel's walk: unit b, then one a time)
-  int ahead = 0;
-  if (tid == 0) ahead = atomicAdd(a.ctr, 1);
+  // units from the counter as blocks free up (g8::UnitRing, as moe_gemm_fp8_kernel's)
+  g8::UnitRing ring(a.ctr, ring32);
   int64_t pu = blockIdx.x;
-  int pi = 0;
-  auto next_unit = [&]() -> int64_t {
-    ++pi;
-    if (tid == 0) {
-      ring[pi & 31] = int(gridDim.x) + ahead;
-      ahead = atomicAdd(a.ctr, 1);
-    }
-    __syncthreads();
-    return ring[pi & 31];
-  };
   if (pu >= units) {
     if constexpr (!kGateUp) moe_gemm::griddep_wait();
     return;
@@ -232,7 +221,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_fp8_kernel(const g8::Ar
     pk = 0;
     if (++pp >= pun.passes) {
       pp = 0;
-      pu = next_unit();
+      pu = ring.producer_next();
       if (pu >= units) return;
       pun = g8::unit_of<XR>(pu, tiles, s_touched, s_off);
       feed.set_unit(a, pun);
@@ -256,7 +245,6 @@ __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_fp8_kernel(const g8::Ar
   }
 
   int64_t cu = blockIdx.x;
-  int ci = 0;
   moe_gemm::Unit cun = g8::unit_of<XR>(cu, tiles, s_touched, s_off);
   int cp = 0, ck = 0;
   int slot_c = 0, slot_p = S - 1;
@@ -302,7 +290,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_fp8_kernel(const g8::Ar
       ck = 0;
       if (++cp >= cun.passes) {
         cp = 0;
-        cu = ring[++ci & 31];
+        cu = ring.consumer_next();
         if (cu < units) cun = g8::unit_of<XR>(cu, tiles, s_touched, s_off);
       }
     }
