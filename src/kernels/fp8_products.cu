@@ -191,19 +191,9 @@ void launch_wgmma(bool gate_up, g8::Args a, int64_t max_units, int64_t rows, con
   const Fp8WgmmaKernel k =
       moe_wgmma_fp8_kernel(gate_up, int(std::min<int64_t>(64, tn.tile_rows > 0 ? tn.tile_rows : rows)));
   a.variant = tn.variant & 16;
-  raise_smem_limit(k.fn, k.smem);
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(unsigned(std::max<int64_t>(1, std::min<int64_t>(max_units, n_sms()))));
-  cfg.blockDim = dim3(g8::kThreads);
-  cfg.dynamicSmemBytes = size_t(k.smem);
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  void* args[] = {&a};
-  CUDA_CHECK(cudaLaunchKernelExC(&cfg, k.fn, args));
+  raise_smem_limit(reinterpret_cast<const void*>(k.fn), k.smem);
+  launch_pdl(k.fn, dim3(unsigned(std::max<int64_t>(1, std::min<int64_t>(max_units, n_sms())))),
+             dim3(g8::kThreads), size_t(k.smem), stream, true, a);
   CUDA_CHECK_LAUNCH(gate_up ? "moe_wgmma_fp8_kernel (gate/up)" : "moe_wgmma_fp8_kernel (down)");
 }
 

@@ -8,9 +8,7 @@ namespace {
 template <int XR>
 Fp8WgmmaKernel kernel_of(bool gate_up) {
   namespace w8 = moe_wgmma_fp8;
-  return {gate_up ? reinterpret_cast<const void*>(w8::moe_wgmma_fp8_kernel<true, XR>)
-                  : reinterpret_cast<const void*>(w8::moe_wgmma_fp8_kernel<false, XR>),
-          w8::Shape<XR>::kSmem};
+  return {gate_up ? w8::moe_wgmma_fp8_kernel<true, XR> : w8::moe_wgmma_fp8_kernel<false, XR>, w8::Shape<XR>::kSmem};
 }
 }  // namespace
 

@@ -5,10 +5,14 @@
 
 namespace lfm2::cuda {
 
-// The kernel (gate/up or down; its one argument a moe_gemm_fp8::Args) for a token tile of xr rows
-// (8, 16, 32 or 64) and its dynamic shared memory.
+namespace moe_gemm_fp8 {
+struct Args;
+}
+
+// The kernel (gate/up or down) for a token tile of xr rows (8, 16, 32 or 64) and its dynamic
+// shared memory.
 struct Fp8WgmmaKernel {
-  const void* fn;
+  void (*fn)(moe_gemm_fp8::Args);
   int smem;
 };
 Fp8WgmmaKernel moe_wgmma_fp8_kernel(bool gate_up, int xr);
