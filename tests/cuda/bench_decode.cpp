@@ -1,5 +1,5 @@
 // Decode-step kernel timings at LFM2-8B-A1B shapes (not a test; run by hand on a GPU machine):
-//   cuda_bench_decode [moe|proj|small|all]   (default all)
+//   cuda_bench_decode [moe|proj|small|all] [TOKENS,...]   (default all; moe at 8,32,64,128,256 tokens)
 // Every figure beside the memory floor: the bytes a kernel must move (weights touched once, plus
 // activations) at the device-to-device copy bandwidth measured first in the same process.
 //  - moe: one MoE layer at 8..256 tokens (top-4 of 32, hidden 2048, moe 1792, random inputs and
@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <functional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -272,8 +273,15 @@ int main(int argc, char** argv) {
   CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   bench_copy(s);
   if (mode == "all" || mode == "moe") {
-    for (int64_t t : {8, 32, 64, 128, 256}) bench_moe<__nv_bfloat16>("bf16", s, t, true);
-    bench_moe<__half>("fp16", s, 32, false);
+    // a token list (e.g. for ncu: the first launches are then that size's)
+    std::vector<int64_t> tokens{8, 32, 64, 128, 256};
+    if (argc > 2) {
+      tokens.clear();
+      std::stringstream list(argv[2]);
+      for (std::string t; std::getline(list, t, ',');) tokens.push_back(std::stoll(t));
+    }
+    for (int64_t t : tokens) bench_moe<__nv_bfloat16>("bf16", s, t, true);
+    if (argc <= 2) bench_moe<__half>("fp16", s, 32, false);
   }
   if (mode == "all" || mode == "proj") bench_projections(s);
   if (mode == "all" || mode == "small")
