@@ -282,6 +282,8 @@ void BatchScheduler::complete(int64_t item, const int32_t* tokens, int64_t n, do
     }
     s.generated.push_back(token);
     if (s.first_token_s < 0) s.first_token_s = now_s;
+    if (s.last_token_s >= 0) stats_.token_gaps_s.push_back(now_s - s.last_token_s);
+    s.last_token_s = now_s;
     const bool eos = std::find(cfg_.eos.begin(), cfg_.eos.end(), token) != cfg_.eos.end();
     s.ended = eos || int32_t(s.generated.size()) >= s.req.max_new_tokens;
     if (cfg_.on_token) cfg_.on_token(s.req.seq, token, false);

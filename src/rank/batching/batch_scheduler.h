@@ -91,6 +91,9 @@ struct SchedulerStats {
   int64_t kv_positions = 0;  // cached positions the decode rows read (the memory floor's KV bytes)
   int64_t ahead_rows = 0;    // decode rows fed on the device (look-ahead)
   int64_t wasted_rows = 0;   // of them, rows after their sequence's EOS (their tokens dropped)
+  // every token after a sequence's first: the time since its previous token came back (vLLM's
+  // inter-token latency: its median is the steady step, its tail the stalls of prompt items)
+  std::vector<double> token_gaps_s;
 };
 
 class BatchScheduler {
@@ -135,7 +138,7 @@ class BatchScheduler {
     int32_t last_emit = -1;          // that entry's index among the item's chosen tokens (-1: none)
     bool ended = false;              // its last token is chosen; retires once nothing is in flight
     int64_t admitted = -1;           // admission order (youngest: largest)
-    double added_s = 0, first_token_s = -1;
+    double added_s = 0, first_token_s = -1, last_token_s = -1;
     int32_t preemptions = 0;
   };
   struct Entry {

@@ -70,6 +70,7 @@ RunMetrics run_metrics(const std::vector<FinishedSeq>& finished, const Scheduler
   m.ttft_from_queue_s = quantiles(ttft_q);
   m.tpot_s = quantiles(tpot);
   m.latency_s = quantiles(latency);
+  m.itl_s = quantiles(st.token_gaps_s);
   m.steps = st.items;
   m.slots = n_slots;
   m.slot_occupancy = slot_occupancy(st, n_slots);
@@ -86,6 +87,10 @@ std::vector<std::string> benchmark_lines(const RunMetrics& m, int64_t n_seq, int
   l.push_back(cat("benchmark: time between tokens (per sequence) mean ", ms(m.tpot_s.mean), ", p50 ", ms(m.tpot_s.p50),
                   ", p99 ", ms(m.tpot_s.p99), "; time to first token p50 ", ms(m.ttft_s.p50), ", p99 ",
                   ms(m.ttft_s.p99)));
+  if (m.itl_s.n > 0)
+    l.push_back(cat("benchmark: inter-token latency (every token after a sequence's first, replica 0) mean ",
+                    ms(m.itl_s.mean), ", p50 ", ms(m.itl_s.p50), ", p90 ", ms(m.itl_s.p90), ", p99 ",
+                    ms(m.itl_s.p99), ", max ", ms(m.itl_s.max)));
   l.push_back(cat("benchmark: ", m.steps, " steps on replica 0, slot occupancy ", fixed(100 * m.slot_occupancy, 1),
                   "% of ", m.slots, ", ", m.preemptions, " preemptions"));
   if (m.floor_s > 0)
@@ -106,6 +111,7 @@ void write_metrics(const std::string& path, const RunMetrics& m) {
       {"time_to_first_token_s", to_json(m.ttft_s)},
       {"time_to_first_token_from_queue_s", to_json(m.ttft_from_queue_s)},
       {"time_per_output_token_s", to_json(m.tpot_s)},
+      {"inter_token_latency_s", to_json(m.itl_s)},
       {"latency_s", to_json(m.latency_s)},
       {"steps_replica0", m.steps},
       {"slots", m.slots},

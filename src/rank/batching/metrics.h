@@ -23,6 +23,7 @@ struct RunMetrics {
   double wall_s = 0;
   int64_t sequences = 0, prompt_tokens = 0, new_tokens = 0;
   Quantiles ttft_s, ttft_from_queue_s, tpot_s, latency_s;
+  Quantiles itl_s;  // every token after a sequence's first: the time since its previous (replica 0)
   int64_t preemptions = 0, steps = 0;
   double slot_occupancy = 0;  // replica 0's: running sequences per step over its slots
   int64_t slots = 0;
@@ -42,7 +43,8 @@ double memory_floor_s(const std::vector<FloorStage>& stages, const SchedulerStat
 double slot_occupancy(const SchedulerStats& st, int64_t n_slots);
 RunMetrics run_metrics(const std::vector<FinishedSeq>& finished, const SchedulerStats& st, int64_t n_slots,
                        double wall_s);
-// "benchmark: ..." lines: throughput, time between tokens (mean, p50, p99), time to first token.
+// "benchmark: ..." lines: throughput, time between tokens (mean, p50, p99), time to first token,
+// the inter-token latency.
 std::vector<std::string> benchmark_lines(const RunMetrics& m, int64_t n_seq, int n_replicas);
 // Written atomically (a temporary name, then renamed).
 void write_metrics(const std::string& path, const RunMetrics& m);

@@ -13,6 +13,7 @@
 
 #include "common/error.h"
 #include "rank/batching/batch_scheduler.h"
+#include "rank/batching/metrics.h"
 
 namespace lfm2 {
 namespace {
@@ -379,6 +380,44 @@ TEST(BatchScheduler, PrefillFirstGivesDuePromptsItemsOfTheirOwn) {
       EXPECT_GT(got.stats.preemptions, 0);
     }
   }
+}
+
+// The inter-token latency: each token after a sequence's first, the time since its previous one came
+// back (a prompt item between them counts in its gap); the metrics' quantiles and benchmark line.
+TEST(BatchScheduler, InterTokenGapsAreTheTimesBetweenASequencesTokens) {
+  SchedulerConfig c = config(4, 5, 64, 4, 1);
+  c.prefill_first = true;
+  c.admit_wave = 1;
+  BatchScheduler s(c);
+  s.add({0, 2, 3, {}});
+  s.add({1, 2, 3, {}});
+  const int32_t t[] = {1, 2};
+  StepPlan p;
+  ASSERT_TRUE(s.plan(0, &p));  // both prompts: their first tokens at 1.0 (no gap)
+  ASSERT_EQ(p.n_decode(), 0);
+  s.complete(0, t, 2, 1.0);
+  EXPECT_TRUE(s.stats().token_gaps_s.empty());
+  s.add({2, 3, 2, {}});        // a prompt arriving: its item of its own stalls the two (prefill first)
+  ASSERT_TRUE(s.plan(1, &p));
+  ASSERT_EQ(p.n_decode(), 0);
+  s.complete(1, t, 1, 4.0);    // sequence 2's first token
+  ASSERT_TRUE(s.plan(2, &p));  // the three decode
+  ASSERT_EQ(p.n_decode(), 3);
+  s.complete(2, t, 3, 4.5);    // gaps 3.5, 3.5 (the stall) and 0.5
+  ASSERT_TRUE(s.plan(3, &p));  // sequences 0 and 1 for their last tokens (2 ended)
+  ASSERT_EQ(p.n_decode(), 2);
+  s.complete(3, t, 2, 5.0);    // gaps 0.5, 0.5
+  const std::vector<double> want{3.5, 3.5, 0.5, 0.5, 0.5};
+  EXPECT_EQ(s.stats().token_gaps_s, want);
+  const RunMetrics m = run_metrics({}, s.stats(), 4, 5.0);
+  EXPECT_EQ(m.itl_s.n, 5);
+  EXPECT_DOUBLE_EQ(m.itl_s.mean, 1.7);
+  EXPECT_DOUBLE_EQ(m.itl_s.p50, 0.5);
+  EXPECT_DOUBLE_EQ(m.itl_s.max, 3.5);
+  const auto lines = benchmark_lines(m, 3, 1);
+  EXPECT_TRUE(std::any_of(lines.begin(), lines.end(), [](const std::string& l) {
+    return l.find("inter-token latency") != std::string::npos && l.find("p50 500.00 ms") != std::string::npos;
+  })) << "no inter-token latency line";
 }
 
 TEST(BatchScheduler, RetirementFreesTheSlotForTheNextPrompt) {
