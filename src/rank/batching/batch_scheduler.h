@@ -91,8 +91,8 @@ struct SchedulerStats {
   int64_t kv_positions = 0;  // cached positions the decode rows read (the memory floor's KV bytes)
   int64_t ahead_rows = 0;    // decode rows fed on the device (look-ahead)
   int64_t wasted_rows = 0;   // of them, rows after their sequence's EOS (their tokens dropped)
-  // every token after a sequence's first: the time since its previous token came back (vLLM's
-  // inter-token latency: its median is the steady step, its tail the stalls of prompt items)
+  // every token after a sequence's first: the time since its previous token came back, as the host
+  // sees it (vLLM's inter-token latency: the steady step, and in its tail the prompt items' stalls)
   std::vector<double> token_gaps_s;
 };
 
