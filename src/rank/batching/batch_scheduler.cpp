@@ -38,6 +38,7 @@ void BatchScheduler::add(const SeqRequest& r, double now_s) {
   LFM2_CHECK(pages_for(positions, cfg_.page_size) <= cfg_.n_pages, "sequence ", r.seq, ": ", r.prompt_len,
              " prompt tokens + ", r.max_new_tokens, " new need ", pages_for(positions, cfg_.page_size),
              " KV pages, the pool holds ", cfg_.n_pages, " (a prompt longer than the pool can ever hold)");
+  if (last_back_s_ < 0) last_back_s_ = now_s;
   Seq s;
   s.req = r;
   s.added_s = now_s;
@@ -137,7 +138,7 @@ void BatchScheduler::add_decode_entry(StepPlan& p, int64_t key, int32_t chosen_i
   p.fed.push_back(chosen_index >= 0 ? -1 : s.generated[size_t(fed_index)]);
   if (cfg_.look_ahead) p.fed_chosen.push_back(chosen_index);
   if (emits && cfg_.per_sequence_sampling) p.sampling.push_back(s.req.sampling);
-  building_.push_back({key, 1, emits});
+  building_.push_back({key, 1, emits, false});
   ++(emits ? stats_.decode_rows : stats_.forced_rows);
   if (chosen_index >= 0) ++stats_.ahead_rows;
   stats_.kv_positions += s.planned;
@@ -202,7 +203,7 @@ void BatchScheduler::add_prompt_entry(StepPlan& p, int64_t key, int32_t n) {
   const bool emits = s.computed + n == s.req.prompt_len && s.generated.empty();
   p.seqs.push_back({s.req.seq, s.slot, s.computed, n, n, emits ? 0 : -1, false});
   if (emits && cfg_.per_sequence_sampling) p.sampling.push_back(s.req.sampling);
-  building_.push_back({key, n, emits});
+  building_.push_back({key, n, emits, true});
   stats_.prompt_rows += n;
   s.planned += n;
   s.ahead += emits ? 1 : 0;
@@ -289,6 +290,10 @@ void BatchScheduler::complete(int64_t item, const int32_t* tokens, int64_t n, do
     if (cfg_.on_token) cfg_.on_token(s.req.seq, token, false);
   }
   LFM2_CHECK(t == n, "scheduler: item ", item, " came back with ", n, " tokens, it emits ", t);
+  const bool prompt = std::any_of(it->second.begin(), it->second.end(), [](const Entry& e) { return e.prompt; });
+  ++(prompt ? stats_.prompt_items_back : stats_.decode_items_back);
+  (prompt ? stats_.prompt_items_s : stats_.decode_items_s) += now_s - last_back_s_;
+  last_back_s_ = now_s;
   std::vector<int64_t> ended;
   for (const Entry& e : it->second)
     if (seqs_.at(e.id).ended && seqs_.at(e.id).in_flight == 0) ended.push_back(e.id);

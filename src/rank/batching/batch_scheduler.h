@@ -94,6 +94,10 @@ struct SchedulerStats {
   // every token after a sequence's first: the time since its previous token came back, as the host
   // sees it (vLLM's inter-token latency: the steady step, and in its tail the prompt items' stalls)
   std::vector<double> token_gaps_s;
+  // each item's time from the one before it coming back (the first's from the first arrival), as the
+  // host sees it, summed by kind: items holding prompt rows, and items of decode rows alone
+  int64_t prompt_items_back = 0, decode_items_back = 0;
+  double prompt_items_s = 0, decode_items_s = 0;
 };
 
 class BatchScheduler {
@@ -145,6 +149,7 @@ class BatchScheduler {
     int64_t id;    // the sequence's key in seqs_
     int32_t rows;
     bool emits;
+    bool prompt;   // a prompt chunk (else a decode row)
   };
 
   bool room(const StepPlan& p) const { return p.n_seqs() < cfg_.max_item_seqs; }
@@ -167,6 +172,7 @@ class BatchScheduler {
   std::vector<int64_t> running_;       // keys, oldest admission first
   std::vector<int32_t> free_pages_, free_slots_;
   std::map<int64_t, std::vector<Entry>> flight_;  // items in flight: their entries
+  double last_back_s_ = -1;                          // the last item's return (first: the first arrival)
   std::vector<Entry> building_;                   // the entries of the item being planned
   std::vector<FinishedSeq> finished_;
   int64_t next_key_ = 0, next_admission_ = 0;

@@ -71,6 +71,8 @@ RunMetrics run_metrics(const std::vector<FinishedSeq>& finished, const Scheduler
   m.tpot_s = quantiles(tpot);
   m.latency_s = quantiles(latency);
   m.itl_s = quantiles(st.token_gaps_s);
+  m.prompt_items = st.prompt_items_back, m.decode_items = st.decode_items_back;
+  m.prompt_items_s = st.prompt_items_s, m.decode_items_s = st.decode_items_s;
   m.steps = st.items;
   m.slots = n_slots;
   m.slot_occupancy = slot_occupancy(st, n_slots);
@@ -91,6 +93,13 @@ std::vector<std::string> benchmark_lines(const RunMetrics& m, int64_t n_seq, int
     l.push_back(cat("benchmark: inter-token latency (every token after a sequence's first, replica 0) mean ",
                     ms(m.itl_s.mean), ", p50 ", ms(m.itl_s.p50), ", p90 ", ms(m.itl_s.p90), ", p99 ",
                     ms(m.itl_s.p99), ", max ", ms(m.itl_s.max)));
+  if (m.prompt_items + m.decode_items > 0) {
+    auto each = [](double s, int64_t n) { return n > 0 ? ms(s / double(n)) : std::string("-"); };
+    l.push_back(cat("benchmark: replica 0's steps as they came back: ", m.prompt_items, " with prompt rows in ",
+                    fixed(m.prompt_items_s, 3), " s (", each(m.prompt_items_s, m.prompt_items), " each), ",
+                    m.decode_items, " of decode rows alone in ", fixed(m.decode_items_s, 3), " s (",
+                    each(m.decode_items_s, m.decode_items), " each)"));
+  }
   l.push_back(cat("benchmark: ", m.steps, " steps on replica 0, slot occupancy ", fixed(100 * m.slot_occupancy, 1),
                   "% of ", m.slots, ", ", m.preemptions, " preemptions"));
   if (m.floor_s > 0)
@@ -112,6 +121,8 @@ void write_metrics(const std::string& path, const RunMetrics& m) {
       {"time_to_first_token_from_queue_s", to_json(m.ttft_from_queue_s)},
       {"time_per_output_token_s", to_json(m.tpot_s)},
       {"inter_token_latency_s", to_json(m.itl_s)},
+      {"prompt_steps_replica0", {{"n", m.prompt_items}, {"s", m.prompt_items_s}}},
+      {"decode_steps_replica0", {{"n", m.decode_items}, {"s", m.decode_items_s}}},
       {"latency_s", to_json(m.latency_s)},
       {"steps_replica0", m.steps},
       {"slots", m.slots},

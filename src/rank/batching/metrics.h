@@ -24,6 +24,9 @@ struct RunMetrics {
   int64_t sequences = 0, prompt_tokens = 0, new_tokens = 0;
   Quantiles ttft_s, ttft_from_queue_s, tpot_s, latency_s;
   Quantiles itl_s;  // every token after a sequence's first: the time since its previous (replica 0)
+  // replica 0's items by kind: how many, and their times from the item before coming back
+  int64_t prompt_items = 0, decode_items = 0;
+  double prompt_items_s = 0, decode_items_s = 0;
   int64_t preemptions = 0, steps = 0;
   double slot_occupancy = 0;  // replica 0's: running sequences per step over its slots
   int64_t slots = 0;
@@ -44,7 +47,7 @@ double slot_occupancy(const SchedulerStats& st, int64_t n_slots);
 RunMetrics run_metrics(const std::vector<FinishedSeq>& finished, const SchedulerStats& st, int64_t n_slots,
                        double wall_s);
 // "benchmark: ..." lines: throughput, time between tokens (mean, p50, p99), time to first token,
-// the inter-token latency.
+// the inter-token latency, the time of the items with prompt rows and of those of decode rows alone.
 std::vector<std::string> benchmark_lines(const RunMetrics& m, int64_t n_seq, int n_replicas);
 // Written atomically (a temporary name, then renamed).
 void write_metrics(const std::string& path, const RunMetrics& m);

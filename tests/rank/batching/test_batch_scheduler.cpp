@@ -383,7 +383,8 @@ TEST(BatchScheduler, PrefillFirstGivesDuePromptsItemsOfTheirOwn) {
 }
 
 // The inter-token latency: each token after a sequence's first, the time since its previous one came
-// back (a prompt item between them counts in its gap); the metrics' quantiles and benchmark line.
+// back (a prompt item between them counts in its gap); the items' times by kind; the metrics'
+// quantiles and benchmark lines.
 TEST(BatchScheduler, InterTokenGapsAreTheTimesBetweenASequencesTokens) {
   SchedulerConfig c = config(4, 5, 64, 4, 1);
   c.prefill_first = true;
@@ -409,6 +410,11 @@ TEST(BatchScheduler, InterTokenGapsAreTheTimesBetweenASequencesTokens) {
   s.complete(3, t, 2, 5.0);    // gaps 0.5, 0.5
   const std::vector<double> want{3.5, 3.5, 0.5, 0.5, 0.5};
   EXPECT_EQ(s.stats().token_gaps_s, want);
+  // the items' times by kind, from the first arrival (0): prompt items 1.0 + 3.0, decode 0.5 + 0.5
+  EXPECT_EQ(s.stats().prompt_items_back, 2);
+  EXPECT_DOUBLE_EQ(s.stats().prompt_items_s, 4.0);
+  EXPECT_EQ(s.stats().decode_items_back, 2);
+  EXPECT_DOUBLE_EQ(s.stats().decode_items_s, 1.0);
   const RunMetrics m = run_metrics({}, s.stats(), 4, 5.0);
   EXPECT_EQ(m.itl_s.n, 5);
   EXPECT_DOUBLE_EQ(m.itl_s.mean, 1.7);
@@ -418,6 +424,10 @@ TEST(BatchScheduler, InterTokenGapsAreTheTimesBetweenASequencesTokens) {
   EXPECT_TRUE(std::any_of(lines.begin(), lines.end(), [](const std::string& l) {
     return l.find("inter-token latency") != std::string::npos && l.find("p50 500.00 ms") != std::string::npos;
   })) << "no inter-token latency line";
+  EXPECT_TRUE(std::any_of(lines.begin(), lines.end(), [](const std::string& l) {
+    return l.find("2 with prompt rows in 4.000 s (2000.00 ms each), 2 of decode rows alone in 1.000 s (500.00 ms "
+                  "each)") != std::string::npos;
+  })) << "no steps line";
 }
 
 TEST(BatchScheduler, RetirementFreesTheSlotForTheNextPrompt) {
