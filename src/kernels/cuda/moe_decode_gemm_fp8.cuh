@@ -152,7 +152,6 @@ __device__ __forceinline__ moe_gemm::Unit unit_of(int64_t u, int64_t tiles, cons
   return un;
 }
 
-// d = A B (C = 0) and d += A B, m16n8k16, fp32 accumulation.
 // Units taken from a counter as blocks free up (Args::ctr): unit blockIdx.x first, then one from
 // the counter each time the producer starts a unit, asked for one unit ahead (thread 0 never waits
 // on the atomic) and kept in ring[i % 32] for the consumer (at most S - 1 < 32 units behind). A
@@ -179,6 +178,7 @@ struct UnitRing {
   __device__ __forceinline__ int64_t consumer_next() { return ring[++ci & 31]; }
 };
 
+// d = A B (C = 0) and d += A B, m16n8k16, fp32 accumulation.
 template <typename T>
 __device__ __forceinline__ void mma_first(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   d[0] = d[1] = d[2] = d[3] = 0.f;
