@@ -16,6 +16,7 @@
 // CUDA events around batches of calls queued back to back, warm-up first, median of 5 batches.
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <sstream>
 #include <string>
@@ -261,6 +262,25 @@ void bench_small(cudaStream_t s, int64_t n) {
 int main(int argc, char** argv) {
   using namespace lfm2;
   const std::string mode = argc > 1 ? argv[1] : "all";
+  // a token list (e.g. for ncu: the first launches are then that size's)
+  std::vector<int64_t> tokens{8, 32, 64, 128, 256};
+  if (argc > 2) {
+    tokens.clear();
+    std::stringstream list(argv[2]);
+    for (std::string t; std::getline(list, t, ',');) {
+      const int64_t n = std::atoll(t.c_str());
+      if (n < 1 || n > 4096 || std::to_string(n) != t) {
+        std::fprintf(stderr, "cuda_bench_decode: token count '%s' in '%s' (1..4096, comma-separated)\n", t.c_str(),
+                     argv[2]);
+        return 2;
+      }
+      tokens.push_back(n);
+    }
+    if (tokens.empty()) {
+      std::fprintf(stderr, "cuda_bench_decode: no token counts in '%s'\n", argv[2]);
+      return 2;
+    }
+  }
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
     std::printf("no CUDA device\n");
@@ -273,13 +293,6 @@ int main(int argc, char** argv) {
   CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   bench_copy(s);
   if (mode == "all" || mode == "moe") {
-    // a token list (e.g. for ncu: the first launches are then that size's)
-    std::vector<int64_t> tokens{8, 32, 64, 128, 256};
-    if (argc > 2) {
-      tokens.clear();
-      std::stringstream list(argv[2]);
-      for (std::string t; std::getline(list, t, ',');) tokens.push_back(std::stoll(t));
-    }
     for (int64_t t : tokens) bench_moe<__nv_bfloat16>("bf16", s, t, true);
     if (argc <= 2) bench_moe<__half>("fp16", s, 32, false);
   }
