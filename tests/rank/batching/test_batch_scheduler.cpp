@@ -6,10 +6,16 @@
 // device reads the token the fake chose in the item before, which must still be in flight.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <deque>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
+
+#include <nlohmann/json.hpp>
 
 #include "common/error.h"
 #include "rank/batching/batch_scheduler.h"
@@ -428,6 +434,19 @@ TEST(BatchScheduler, InterTokenGapsAreTheTimesBetweenASequencesTokens) {
     return l.find("2 with prompt rows in 4.000 s (2000.00 ms each), 2 of decode rows alone in 1.000 s (500.00 ms "
                   "each)") != std::string::npos;
   })) << "no steps line";
+  // and --metrics' JSON
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("lfm2_itl_" + std::to_string(::getpid()) + ".json")).string();
+  write_metrics(path, m);
+  std::ifstream f(path);
+  const nlohmann::json j = nlohmann::json::parse(f);
+  std::filesystem::remove(path);
+  EXPECT_EQ(j["inter_token_latency_s"]["n"], 5);
+  EXPECT_DOUBLE_EQ(j["inter_token_latency_s"]["p50"].get<double>(), 0.5);
+  EXPECT_EQ(j["prompt_steps_replica0"]["n"], 2);
+  EXPECT_DOUBLE_EQ(j["prompt_steps_replica0"]["s"].get<double>(), 4.0);
+  EXPECT_EQ(j["decode_steps_replica0"]["n"], 2);
+  EXPECT_DOUBLE_EQ(j["decode_steps_replica0"]["s"].get<double>(), 1.0);
 }
 
 TEST(BatchScheduler, RetirementFreesTheSlotForTheNextPrompt) {
