@@ -35,6 +35,7 @@
 #include <type_traits>
 
 #include "common/cuda_check.h"
+#include "kernels/cuda/cublas_ctx.h"
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/gemv_mma.cuh"
@@ -192,7 +193,7 @@ void launch_products(T* act, float* y, const T* in, const T* w13, const T* w2, c
 
 // ---- the persistent pipelined products (moe_decode_gemm.cuh)
 
-constexpr int kVariants = 10;  // the highest variant
+constexpr int kVariants = 12;  // the highest variant
 int g_variant = -1;  // moe_experts_decode_force_variant; -1: LFM2_MOE_VARIANT (tuning), else 0
 
 int variant() {
@@ -204,13 +205,15 @@ int variant() {
 }
 
 struct GemmConfig {
-  int stages, ctas_per_sm, l2_hints, items = 0, wgmma = 0;
+  int stages, ctas_per_sm, l2_hints, items = 0, wgmma = 0, taken = 0;
 };
 // Variants 2..6: (stages, blocks per SM, L2 hints); 7, 8: 2 and 4 with blocks taking (unit, pass)
 // items (moe_decode_gemm.cuh's item_of: for experts crowded past 64 rows). Not defaults: one H100,
 // the step at 32 x 8192 / 256 x 64, 7.65 / 8.53 ms (7) and 7.77 / 8.06 (8) against the default's
 // 7.58-7.62 / 8.02-8.03 in the same call (results.md, fifth session, call 6). 9, 10: 2 and 4 on
-// wgmma (moe_decode_wgmma.cuh; compute capability 9.0 only, elsewhere they run 2).
+// wgmma (moe_decode_wgmma.cuh; compute capability 9.0 only, elsewhere they run 2). 11: 9 with
+// the units taken from a counter as blocks free up (moe_gemm::UnitRing), 12: 11 with (unit, pass)
+// items (elsewhere both on mma.sync).
 // 0, the default: variant 9 on compute capability 9.0. One H100, the step at 32 x 8192 / 256 x 64
 // (.bench/wg/call2.sh, twice alternated): 7.69 / 7.60 ms with 9, 7.97 / 7.90 with 10, 7.76 / 8.47
 // with 2, 7.92 / 8.19 with 4 (the wgmma consumer keeps up with 32 rows per expert at one block of
@@ -229,6 +232,8 @@ GemmConfig gemm_config(int64_t P, int64_t E, bool sm90) {
     case 8: return {4, 2, 1, 1};
     case 9: return sm90 ? GemmConfig{6, 1, 1, 0, 1} : GemmConfig{6, 1, 1};  // elsewhere 2
     case 10: return sm90 ? GemmConfig{4, 2, 1, 0, 1} : GemmConfig{6, 1, 1};
+    case 11: return sm90 ? GemmConfig{6, 1, 1, 0, 1, 1} : GemmConfig{6, 1, 1, 0, 0, 1};
+    case 12: return sm90 ? GemmConfig{6, 1, 1, 1, 1, 1} : GemmConfig{6, 1, 1, 1, 0, 1};
     default:
       if (sm90) return {6, 1, 1, 0, 1};
       return P >= 32 * E ? GemmConfig{4, 2, 1} : GemmConfig{6, 1, 1};
@@ -267,6 +272,11 @@ void launch_pipelined(T* act, float* y, const T* in, const T* w13, const T* w2, 
   const int64_t units13 = touched * ((I + 63) / 64), units2 = touched * ((H + moe_gemm::kBM - 1) / moe_gemm::kBM);
   moe_gemm::Args a{w13, in, offsets, src_token, act, H, I, int(E), c.l2_hints, c.items};
   moe_gemm::Args b{w2, act, offsets, nullptr, y, I, H, int(E), c.l2_hints, c.items};
+  if (c.taken) {  // the units from the device's two counter pairs (cublas_ctx.h), self-resetting
+    int* ctr = decode_gemm_workspace().moe_unit_counters;
+    a.ctr = ctr;
+    b.ctr = ctr + 2;
+  }
   if (c.wgmma) {
     launch_wgmma<T>(a, true, units13, c, stream);
     launch_wgmma<T>(b, false, units2, c, stream);

@@ -56,10 +56,14 @@ constexpr int kStageBytes = kTileW + kTileX;
 constexpr int kMaxExperts = 1024;
 
 // Dynamic shared memory of a block: S stages, then offsets (E + 1), the touched list (E) and the
-// items' prefix (E + 1) as ints, sized for kMaxExperts so that a kernel's size never changes
+// items' prefix (E + 1) as ints, sized for kMaxExperts so that a kernel's size never changes, then
+// UnitRing's ring
 // (raise_smem_limit keys on it); `pad` bytes more where the stages' base must be aligned past the
 // dynamic memory's own alignment (the wgmma consumer: 1024, moe_decode_wgmma.cuh).
-constexpr int smem_bytes(int stages, int pad = 0) { return stages * kStageBytes + (3 * kMaxExperts + 8) * 4 + pad; }
+constexpr int kRingInts = 32;  // UnitRing's, past the three arrays
+constexpr int smem_bytes(int stages, int pad = 0) {
+  return stages * kStageBytes + (3 * kMaxExperts + 8 + kRingInts) * 4 + pad;
+}
 
 struct Args {
   const void* w;             // (E, rows, K): gate/up w13 (rows 2 R), down w2 (rows R)
@@ -71,6 +75,10 @@ struct Args {
   int n_experts;
   int l2_hints;              // 1: weights evict-first, tokens evict-last in L2; 0: no hints
   int items;                 // 1: blocks share (unit, pass) items, not units (see item_of)
+  // units (or items) taken from ctr[0] as blocks free up (UnitRing), not a fixed share per block;
+  // ctr[1] counts the blocks done, and the last one zeroes both (zero before the first launch, so
+  // between launches: launches sharing them must be stream-ordered). Null: fixed shares.
+  int* ctr = nullptr;
 };
 
 __device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
@@ -319,6 +327,43 @@ __device__ __forceinline__ void store_tile(const Args& a, float (&acc)[2][4][4],
       for (int c = 0; c < 4; ++c) acc[m][t][c] = 0.f;
 }
 
+// Units taken from a counter as blocks free up (Args::ctr, moe_gemm_fp8::Args::ctr): unit blockIdx.x
+// first, then one from the counter each time the producer starts a unit, asked for one unit ahead
+// (thread 0 never waits on the atomic) and kept in ring[i % 32] for the consumer (at most S - 1 <
+// 32 units behind). A unit's arithmetic never depends on the block that takes it. producer_next:
+// every thread (a barrier); consumer_next: the unit the producer took i-th, for the consumer's i-th.
+struct UnitRing {
+  int* ctr;
+  int* ring;
+  int ahead = 0;  // thread 0: the counter's value for the next unit (raw)
+  int pi = 0, ci = 0;  // the producer's and the consumer's unit counts
+
+  __device__ __forceinline__ UnitRing(int* counter, int* ring32) : ctr(counter), ring(ring32) {
+    if (ctr && threadIdx.x == 0) ahead = atomicAdd(ctr, 1);
+  }
+  __device__ __forceinline__ int64_t producer_next() {
+    ++pi;
+    if (threadIdx.x == 0) {
+      ring[pi & 31] = int(gridDim.x) + ahead;
+      ahead = atomicAdd(ctr, 1);
+    }
+    __syncthreads();
+    return ring[pi & 31];
+  }
+  __device__ __forceinline__ int64_t consumer_next() { return ring[++ci & 31]; }
+};
+
+// A block done taking units from ctr[0]: counted in ctr[1]; the last block zeroes both for the next
+// launch (every block's last take precedes its count: thread 0 made both, with a fence between).
+__device__ __forceinline__ void release_counter(int* ctr) {
+  if (threadIdx.x != 0) return;
+  __threadfence();
+  if (atomicAdd(ctr + 1, 1) == int(gridDim.x) - 1) {
+    atomicExch(ctr, 0);
+    atomicExch(ctr + 1, 0);
+  }
+}
+
 // The consumer of the stages with mma.sync (kernel's Consumer; moe_decode_wgmma.cuh has the
 // wgmma one): warp (rg, th)'s accumulators over the live n8 token tiles of the pass.
 template <typename T, bool kGateUp>
@@ -385,11 +430,16 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_kernel(const Args a) {
   auto unit_at = [&](int64_t u, int& hint) {
     return a.items ? item_of(u, tiles, s_touched, s_off, s_cum, hint) : unit_of(u, tiles, s_touched, s_off);
   };
-  const int64_t u_end = units * (blockIdx.x + 1) / gridDim.x;
-  int64_t pu = units * blockIdx.x / gridDim.x;  // the producer's unit
+  // the block's units in ascending order: fixed, [units b / grid, units (b + 1) / grid); taken
+  // (a.ctr), UnitRing's, so that a crowded expert's passes or a slow SM delay no block's share
+  const bool taken = a.ctr != nullptr;
+  UnitRing ring(a.ctr, s_off + 3 * kMaxExperts + 8);
+  const int64_t u_end = taken ? units : units * (blockIdx.x + 1) / gridDim.x;
+  int64_t pu = taken ? int64_t(blockIdx.x) : units * blockIdx.x / gridDim.x;  // the producer's unit
   if (pu >= u_end) {
     // down still waits: its grid must not finish before gate/up's (kernels after it rely on that)
     if constexpr (!kGateUp) griddep_wait();
+    if (taken) release_counter(a.ctr);
     return;
   }
   const int nk = int((a.K + kBK - 1) / kBK);
@@ -406,7 +456,8 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_kernel(const Args a) {
     pk = 0;
     if (++pp >= pun.passes) {
       pp = 0;
-      if (++pu >= u_end) return;
+      pu = taken ? ring.producer_next() : pu + 1;
+      if (pu >= u_end) return;
       pun = unit_at(pu, p_hint);
       feed.set_unit(a, pun);
     }
@@ -430,7 +481,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_kernel(const Args a) {
     if (pu < u_end) advance();
   }
 
-  int64_t cu = units * blockIdx.x / gridDim.x;  // the consumer's unit, pass and k step
+  int64_t cu = taken ? int64_t(blockIdx.x) : units * blockIdx.x / gridDim.x;  // the consumer's unit, pass, k step
   Unit cun = unit_at(cu, c_hint);
   int cp = 0, ck = 0;
   Consumer con;
@@ -456,12 +507,14 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_kernel(const Args a) {
       ck = 0;
       if (++cp >= cun.passes) {
         cp = 0;
-        if (++cu < u_end) cun = unit_at(cu, c_hint);
+        cu = taken ? ring.consumer_next() : cu + 1;
+        if (cu < u_end) cun = unit_at(cu, c_hint);
       }
       con.begin(cun, cun.pass0 + cp);
     }
   }
   wait_pending<0>();
+  if (taken) release_counter(a.ctr);
   // down lets the combine launch only now: blocks waiting beside it would take issue slots
   if constexpr (!kGateUp) griddep_launch();
 }

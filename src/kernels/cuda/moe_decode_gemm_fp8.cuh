@@ -152,31 +152,8 @@ __device__ __forceinline__ moe_gemm::Unit unit_of(int64_t u, int64_t tiles, cons
   return un;
 }
 
-// Units taken from a counter as blocks free up (Args::ctr): unit blockIdx.x first, then one from
-// the counter each time the producer starts a unit, asked for one unit ahead (thread 0 never waits
-// on the atomic) and kept in ring[i % 32] for the consumer (at most S - 1 < 32 units behind). A
-// unit's arithmetic never depends on the block that takes it. producer_next: every thread (a
-// barrier); consumer_next: the unit the producer took i-th, for the consumer's i-th.
-struct UnitRing {
-  int* ctr;
-  int* ring;
-  int ahead = 0;  // thread 0: the counter's value for the next unit (raw)
-  int pi = 0, ci = 0;  // the producer's and the consumer's unit counts
-
-  __device__ __forceinline__ UnitRing(int* counter, int* ring32) : ctr(counter), ring(ring32) {
-    if (ctr && threadIdx.x == 0) ahead = atomicAdd(ctr, 1);
-  }
-  __device__ __forceinline__ int64_t producer_next() {
-    ++pi;
-    if (threadIdx.x == 0) {
-      ring[pi & 31] = int(gridDim.x) + ahead;
-      ahead = atomicAdd(ctr, 1);
-    }
-    __syncthreads();
-    return ring[pi & 31];
-  }
-  __device__ __forceinline__ int64_t consumer_next() { return ring[++ci & 31]; }
-};
+// The units from a counter: moe_gemm::UnitRing (moe_decode_gemm.cuh).
+using moe_gemm::UnitRing;
 
 // d = A B (C = 0) and d += A B, m16n8k16, fp32 accumulation.
 template <typename T>
