@@ -254,12 +254,13 @@ void moe_experts_decode(float* x, const T* in, const T* w13, const T* w2, const 
                         int64_t n_tokens, int64_t hidden, int64_t n_experts, int64_t inter, int64_t top_k,
                         void* scratch, cudaStream_t stream);
 // Tuning only (cuda_bench_decode; LFM2_MOE_VARIANT for a run): the products' variant (0: the
-// default, 9 on compute capability 9.0, else 2 or 4 by the batch; 1: the first decode kernels,
+// default, 11 on compute capability 9.0, else 2 or 4 by the batch; 1: the first decode kernels,
 // other bits; 2-6 pipelined, the same bits: 6 stages, 8 stages, 4 stages at two blocks per SM, each
 // with L2 hints, then 6 stages and 4 stages at two blocks per SM without; 7, 8: 2 and 4 with (unit,
 // pass) items for the blocks; 9, 10: 2 and 4 on wgmma, bits of their own, on compute capability 9.0
-// only (elsewhere they run 2)) and, for variant 1, 8 nt
-// tokens per pass (0: by the mean rows; speed only).
+// only (elsewhere they run 2); 11, 12: 9 and 9 with items, the units taken from a counter as blocks
+// free up, 9's bits (elsewhere on mma.sync, 2's bits)) and, for variant 1, 8 nt tokens per pass (0:
+// by the mean rows; speed only).
 void moe_experts_decode_force_variant(int variant);
 void moe_experts_decode_force_nt(int nt);
 
