@@ -385,6 +385,32 @@ struct MmaConsumer {
   }
 };
 
+// s_cum (count + 1): an exclusive scan of tiles x passes over the touched experts, the items before
+// each (Args::items); warp 0 scans, then the block's barrier.
+__device__ __forceinline__ void scan_items(int* s_cum, const int* s_touched, const int* s_off, int count, int tiles) {
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    int run = 0;
+    for (int b = 0; b < count; b += 32) {
+      const int i = b + lane;
+      int v = 0;
+      if (i < count) {
+        const int e = s_touched[i];
+        v = tiles * ((s_off[e + 1] - s_off[e] + kTB - 1) / kTB);
+      }
+      int incl = v;
+      for (int o = 1; o < 32; o <<= 1) {
+        const int u = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o) incl += u;
+      }
+      if (i < count) s_cum[i] = run + incl - v;
+      run += __shfl_sync(0xffffffffu, incl, 31);
+    }
+    if (lane == 0) s_cum[count] = run;
+  }
+  __syncthreads();
+}
+
 template <typename T, bool kGateUp, int S, typename Consumer = MmaConsumer<T, kGateUp>>
 __global__ void __launch_bounds__(kThreads, 1) moe_gemm_kernel(const Args a) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -398,33 +424,13 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_kernel(const Args a) {
   int* s_touched = s_off + a.n_experts + 1;
   int* s_cum = s_touched + a.n_experts;
   const uint32_t base = uint32_t(__cvta_generic_to_shared(smem));
-  const int tid = threadIdx.x;
 
   if constexpr (kGateUp) griddep_wait();
   load_touched(a.offsets, a.n_experts, s_off, s_touched, s_count);
   if constexpr (kGateUp) griddep_launch();
 
   const int64_t tiles = kGateUp ? (a.R + 63) / 64 : (a.R + kBM - 1) / kBM;
-  if (a.items && tid < 32) {  // s_cum: an exclusive scan of tiles x passes over the touched experts
-    int run = 0;
-    for (int b = 0; b < s_count; b += 32) {
-      const int i = b + tid;
-      int v = 0;
-      if (i < s_count) {
-        const int e = s_touched[i];
-        v = int(tiles) * ((s_off[e + 1] - s_off[e] + kTB - 1) / kTB);
-      }
-      int incl = v;
-      for (int o = 1; o < 32; o <<= 1) {
-        const int u = __shfl_up_sync(0xffffffffu, incl, o);
-        if (tid >= o) incl += u;
-      }
-      if (i < s_count) s_cum[i] = run + incl - v;
-      run += __shfl_sync(0xffffffffu, incl, 31);
-    }
-    if (tid == 0) s_cum[s_count] = run;
-  }
-  if (a.items) __syncthreads();
+  if (a.items) scan_items(s_cum, s_touched, s_off, s_count, int(tiles));
   const int64_t units = a.items ? int64_t(s_cum[s_count]) : int64_t(s_count) * tiles;
   int p_hint = 0, c_hint = 0;  // item_of's hints: producer, consumer
   auto unit_at = [&](int64_t u, int& hint) {
