@@ -220,8 +220,8 @@ struct GemmConfig {
 // and 7.726 / 7.528 with 9, 7.648 / 7.386 with 12: with fixed shares the blocks holding a crowded
 // expert's units (two passes each) end last. Before it (.bench/wg/call2.sh): 7.69 / 7.60 ms with
 // 9, 7.97 / 7.90 with 10, 7.76 / 8.47 with 2, 7.92 / 8.19 with 4 (the wgmma consumer keeps up with
-// 32 rows per expert at one block of 6 stages per SM, where mma.sync needed two blocks). Elsewhere by the
-// mean rows per expert: variant 4 (two blocks of 4 stages per SM) from 32 (256 tokens at top-4 of
+// 32 rows per expert at one block of 6 stages per SM, where mma.sync needed two blocks). Elsewhere
+// by the mean rows per expert: variant 4 (two blocks of 4 stages per SM) from 32 (256 tokens at top-4 of
 // 32), else 2 (a fifth-session H100: the step at 256 x 64 8.06 ms with 4, 8.33 with 2; at
 // 32 x 8192 8.01 with 4, 7.79 with 2, .bench/k3/run2.sh).
 GemmConfig gemm_config(int64_t P, int64_t E, bool sm90) {

@@ -3,8 +3,9 @@
 // stage's buffers); cublaslt_handle() / cublas_workspace() return them for the current device.
 // The decode products (linear_decode.cu) keep their split-K partials and tile counters in a second
 // fixed workspace per device, made at the same time; the decode router (moe_route_decode) its
-// block counter, the decode expert products (moe_decode_gemm.cuh) their unit counters. All are shared by every product on the device,
-// so products that use them run in one stream order (a stage has one compute stream).
+// block counter, the decode expert products (moe_decode_gemm.cuh) their unit counters. All are
+// shared by every product on the device, so products that use them run in one stream order (a
+// stage has one compute stream).
 #pragma once
 
 #include <cstddef>
@@ -26,7 +27,7 @@ struct DecodeWorkspace {
   int* counters = nullptr;
   int64_t n_counters = 0;
   int* route_counter = nullptr;  // moe_route_decode's (past the n_counters of the products)
-  int* moe_unit_counters = nullptr;  // the decode expert products' (gate/up's two, down's two; past them too)
+  int* moe_unit_counters = nullptr;  // the decode expert products' 4 (gate/up's pair, down's), past them too
 };
 DecodeWorkspace decode_gemm_workspace();  // for the current device (prepares it on first use)
 inline constexpr size_t kDecodeWorkspaceBytes = size_t(32) << 20;  // 256 rows x 32768 outputs x fp32

@@ -56,10 +56,9 @@ constexpr int kStageBytes = kTileW + kTileX;
 constexpr int kMaxExperts = 1024;
 
 // Dynamic shared memory of a block: S stages, then offsets (E + 1), the touched list (E) and the
-// items' prefix (E + 1) as ints, sized for kMaxExperts so that a kernel's size never changes, then
-// UnitRing's ring
-// (raise_smem_limit keys on it); `pad` bytes more where the stages' base must be aligned past the
-// dynamic memory's own alignment (the wgmma consumer: 1024, moe_decode_wgmma.cuh).
+// items' prefix (E + 1) as ints, sized for kMaxExperts so that a kernel's size never changes
+// (raise_smem_limit keys on it), then UnitRing's ring; `pad` bytes more where the stages' base must
+// be aligned past the dynamic memory's own alignment (the wgmma consumer: 1024, moe_decode_wgmma.cuh).
 constexpr int kRingInts = 32;  // UnitRing's, past the three arrays
 constexpr int smem_bytes(int stages, int pad = 0) {
   return stages * kStageBytes + (3 * kMaxExperts + 8 + kRingInts) * 4 + pad;
@@ -487,7 +486,8 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_kernel(const Args a) {
     if (pu < u_end) advance();
   }
 
-  int64_t cu = taken ? int64_t(blockIdx.x) : units * blockIdx.x / gridDim.x;  // the consumer's unit, pass, k step
+  // the consumer's unit, pass and k step
+  int64_t cu = taken ? int64_t(blockIdx.x) : units * blockIdx.x / gridDim.x;
   Unit cun = unit_at(cu, c_hint);
   int cp = 0, ck = 0;
   Consumer con;
