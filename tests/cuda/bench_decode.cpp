@@ -256,6 +256,22 @@ void bench_small(cudaStream_t s, int64_t n) {
     cudaFree(p);
 }
 
+// "8,32,256" into tokens (each 1..4096); false, with one line on stderr, for anything else.
+bool parse_tokens(const char* arg, std::vector<int64_t>& tokens) {
+  tokens.clear();
+  std::stringstream list(arg);
+  for (std::string t; std::getline(list, t, ',');) {
+    const int64_t n = std::atoll(t.c_str());
+    if (n < 1 || n > 4096 || std::to_string(n) != t) {
+      std::fprintf(stderr, "cuda_bench_decode: token count '%s' in '%s' (1..4096, comma-separated)\n", t.c_str(), arg);
+      return false;
+    }
+    tokens.push_back(n);
+  }
+  if (tokens.empty()) std::fprintf(stderr, "cuda_bench_decode: no token counts in '%s'\n", arg);
+  return !tokens.empty();
+}
+
 }  // namespace
 }  // namespace lfm2
 
@@ -264,23 +280,7 @@ int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "all";
   // a token list (e.g. for ncu: the first launches are then that size's)
   std::vector<int64_t> tokens{8, 32, 64, 128, 256};
-  if (argc > 2) {
-    tokens.clear();
-    std::stringstream list(argv[2]);
-    for (std::string t; std::getline(list, t, ',');) {
-      const int64_t n = std::atoll(t.c_str());
-      if (n < 1 || n > 4096 || std::to_string(n) != t) {
-        std::fprintf(stderr, "cuda_bench_decode: token count '%s' in '%s' (1..4096, comma-separated)\n", t.c_str(),
-                     argv[2]);
-        return 2;
-      }
-      tokens.push_back(n);
-    }
-    if (tokens.empty()) {
-      std::fprintf(stderr, "cuda_bench_decode: no token counts in '%s'\n", argv[2]);
-      return 2;
-    }
-  }
+  if (argc > 2 && !parse_tokens(argv[2], tokens)) return 2;
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
     std::printf("no CUDA device\n");

@@ -59,10 +59,9 @@ constexpr int kMaxExperts = 1024;
 // items' prefix (E + 1) as ints, sized for kMaxExperts so that a kernel's size never changes
 // (raise_smem_limit keys on it), then UnitRing's ring; `pad` bytes more where the stages' base must
 // be aligned past the dynamic memory's own alignment (the wgmma consumer: 1024, moe_decode_wgmma.cuh).
-constexpr int kRingInts = 32;  // UnitRing's, past the three arrays
-constexpr int smem_bytes(int stages, int pad = 0) {
-  return stages * kStageBytes + (3 * kMaxExperts + 8 + kRingInts) * 4 + pad;
-}
+constexpr int kIndexInts = 3 * kMaxExperts + 8;  // the three arrays; UnitRing's ring after them
+constexpr int kRingInts = 32;
+constexpr int smem_bytes(int stages, int pad = 0) { return stages * kStageBytes + (kIndexInts + kRingInts) * 4 + pad; }
 
 struct Args {
   const void* w;             // (E, rows, K): gate/up w13 (rows 2 R), down w2 (rows R)
@@ -438,7 +437,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_kernel(const Args a) {
   // the block's units in ascending order: fixed, [units b / grid, units (b + 1) / grid); taken
   // (a.ctr), UnitRing's, so that a crowded expert's passes or a slow SM delay no block's share
   const bool taken = a.ctr != nullptr;
-  UnitRing ring(a.ctr, s_off + 3 * kMaxExperts + 8);
+  UnitRing ring(a.ctr, s_off + kIndexInts);
   const int64_t u_end = taken ? units : units * (blockIdx.x + 1) / gridDim.x;
   int64_t pu = taken ? int64_t(blockIdx.x) : units * blockIdx.x / gridDim.x;  // the producer's unit
   if (pu >= u_end) {
