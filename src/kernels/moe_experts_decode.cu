@@ -205,6 +205,20 @@ int variant() {
   return g_variant >= 0 ? g_variant : env;
 }
 
+// gate/up's likely first unit: the first bytes of its weight rows fetched into L2 while the router
+// runs (moe_gemm::prefetch_first_unit; the units from a counter only). One H100, the step at 32 x
+// 8192 / 256 x 64 (.bench/s13/call7.sh, alternated twice): 7.537 / 7.180 and 7.535 / 7.177 ms with
+// 2048 bytes a row (34 MB over 132 blocks), 7.565 / 7.294 and 7.553 / 7.299 with none; 1024 bytes
+// took 7.530 / 7.268 (call 6). batch 256 x (32 + 32): 29,150 against 28,804 tokens/s.
+int g_spec_bytes = -1;  // moe_experts_decode_force_spec_bytes; -1: LFM2_MOE_SPEC_BYTES, else 2048
+int spec_bytes() {
+  static const int env = [] {
+    const char* e = std::getenv("LFM2_MOE_SPEC_BYTES");
+    return e ? std::max(0, std::atoi(e)) : 2048;
+  }();
+  return g_spec_bytes >= 0 ? g_spec_bytes : env;
+}
+
 struct GemmConfig {
   int stages, ctas_per_sm, l2_hints, items = 0, wgmma = 0, taken = 0;
 };
@@ -279,6 +293,7 @@ void launch_pipelined(T* act, float* y, const T* in, const T* w13, const T* w2, 
     int* ctr = decode_gemm_workspace().moe_unit_counters;
     a.ctr = ctr;
     b.ctr = ctr + 2;
+    a.spec_bytes = spec_bytes();
   }
   if (c.wgmma) {
     launch_wgmma<T>(a, true, units13, c, stream);
@@ -328,6 +343,11 @@ void check_decode_shapes(const char* what, const void* in, const void* w13, cons
 void moe_experts_decode_force_nt(int nt) {
   LFM2_CHECK(nt == 0 || nt == 1 || nt == 2 || nt == 4 || nt == 8, "moe_experts_decode_force_nt: ", nt);
   g_force_nt = nt;
+}
+
+void moe_experts_decode_force_spec_bytes(int bytes) {
+  LFM2_CHECK(bytes >= -1, "moe_experts_decode_force_spec_bytes: ", bytes);
+  g_spec_bytes = bytes;
 }
 
 void moe_experts_decode_force_variant(int variant) {

@@ -227,6 +227,14 @@ TYPED_TEST(CudaDecodeGemm, MoeExpertsDecodeMatchesCpu) {
         EXPECT_TRUE(same_bits(got, wgmma)) << "variant " << variant << " vs 9, " << n << " tokens";
       }
     }
+    // 11 with gate/up's first unit fetched into L2 by none, part or all of each row: the same bits
+    for (const int spec : {0, 512, 1 << 20}) {
+      const VariantScope scope(11);
+      cuda::moe_experts_decode_force_spec_bytes(spec);
+      const auto got = moe_decode_on_device<T>(dw, x, in_raw, experts, weights, n, H, E, I, k, this->stream_);
+      cuda::moe_experts_decode_force_spec_bytes(-1);
+      EXPECT_TRUE(same_bits(got, wgmma)) << "variant 11, " << spec << " bytes a row fetched, " << n << " tokens";
+    }
   }
 }
 

@@ -77,6 +77,9 @@ struct Args {
   // ctr[1] counts the blocks done, and the last one zeroes both (zero before the first launch, so
   // between launches: launches sharing them must be stream-ordered). Null: fixed shares.
   int* ctr = nullptr;
+  // gate/up with taken units: bytes at the start of each weight row of the block's likely first unit
+  // fetched into L2 before the grid wait (prefetch_first_unit; speed only, 0: none)
+  int spec_bytes = 0;
 };
 
 __device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
@@ -102,6 +105,31 @@ __device__ __forceinline__ void load_touched(const int32_t* offsets, int n_exper
     if (lane == 0) s_count = run;
   }
   __syncthreads();
+}
+
+// gate/up, units taken from the counter: block b's first unit is unit b, which is (expert b / tiles,
+// tile b % tiles) whenever the experts before it are all touched (a decode batch of 32 tokens at
+// top-4 of 32 touches ~31; 256 tokens all). While the router still runs (this grid launched as its
+// dependent), the first spec_bytes of that unit's 128 weight rows - its first stages - are fetched
+// into L2 (cp.async.bulk.prefetch, one per row), so the weight stream starts from L2 once the wait
+// returns. A wrong guess (an untouched expert before) only fetches bytes that go unused.
+// w: (n_experts, 2 R, row_bytes) gate/up weights; every thread of the block calls it.
+__device__ __forceinline__ void prefetch_first_unit(const void* w, int64_t row_bytes, int64_t R, int n_experts,
+                                                    int bytes) {
+  const int64_t tiles = (R + 63) / 64, e = blockIdx.x / tiles, tile = blockIdx.x % tiles;
+  const int r = threadIdx.x;
+  const int64_t f = tile * 64 + (r & 63);
+  if (r >= 128 || e >= n_experts || f >= R) return;
+  const int64_t row = e * 2 * R + (r >> 6) * R + f;  // gate rows, then the up rows of the same j
+  const uint32_t n = uint32_t(min(int64_t(bytes), row_bytes)) & ~15u;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (n)
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(static_cast<const char*>(w) + row * row_bytes),
+                 "r"(n)
+                 : "memory");
+#else
+  (void)w, (void)n;  // the bulk prefetch is sm_90's
+#endif
 }
 
 // 16 bytes global -> shared (zeros when !live; src must still be a valid address) under an L2
@@ -423,7 +451,11 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_kernel(const Args a) {
   int* s_cum = s_touched + a.n_experts;
   const uint32_t base = uint32_t(__cvta_generic_to_shared(smem));
 
-  if constexpr (kGateUp) griddep_wait();
+  if constexpr (kGateUp) {
+    if (a.spec_bytes > 0 && a.ctr != nullptr && !a.items)
+      prefetch_first_unit(a.w, a.K * int64_t(sizeof(T)), a.R, a.n_experts, a.spec_bytes);
+    griddep_wait();
+  }
   load_touched(a.offsets, a.n_experts, s_off, s_touched, s_count);
   if constexpr (kGateUp) griddep_launch();
 

@@ -262,6 +262,9 @@ void moe_experts_decode(float* x, const T* in, const T* w13, const T* w2, const 
 // free up, 9's bits (elsewhere on mma.sync, 2's bits)) and, for variant 1, 8 nt tokens per pass (0:
 // by the mean rows; speed only).
 void moe_experts_decode_force_variant(int variant);
+// Tuning and tests only: the bytes of each weight row of gate/up's likely first unit fetched into L2
+// during the router (timing only, never the bits; -1: LFM2_MOE_SPEC_BYTES, else 2048; 0: none).
+void moe_experts_decode_force_spec_bytes(int bytes);
 void moe_experts_decode_force_nt(int nt);
 
 // moe_decode: the routed MoE block of decode rows (HF Lfm2MoeSparseMoeBlock) in four launches:
