@@ -27,8 +27,11 @@ def need(tool, module):
         return importlib.import_module(module)
     except Exception as e:  # ImportError, or a broken installation
         top = module.split(".")[0]
-        sys.exit(f"{tool}: error: needs the Python module '{top}' ({type(e).__name__}: {e}); install it with "
-                 f"`pip install {PIP_NAMES.get(top, top)}` or `{REQUIREMENTS}`")
+        # the interpreter too: under `mpirun` by its absolute path, Open MPI puts that bin directory
+        # first on PATH, and `python3` may then be another one than the user's
+        sys.exit(f"{tool}: error: needs the Python module '{top}' in {sys.executable} ({type(e).__name__}: {e}); "
+                 f"install it with `pip install {PIP_NAMES.get(top, top)}` or `{REQUIREMENTS}`, or set "
+                 f"LFM2_PYTHON to a Python that has it")
 
 
 def run(tool, main, *args):

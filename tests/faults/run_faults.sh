@@ -65,6 +65,10 @@ disk_reason="no tmpfs can be mounted here (needs root, or unprivileged user name
 # `text`: a case that runs the text front end (tools/lfm2_text.py), skipped without its modules
 # except under CI=true, where scripts/setup.sh has installed them (the case then fails).
 text_reason=""
+# The interpreter the cases' ranks run the front end with: this one's, by its own path (mpiexec by
+# an absolute path puts its bin directory first on the ranks' PATH, where another python3 may be).
+LFM2_PYTHON=${LFM2_PYTHON:-$(python3 -c 'import sys; print(sys.executable)' 2>/dev/null || echo python3)}
+export LFM2_PYTHON
 python3 -c "import tokenizers, jinja2, h5py, numpy" 2>/dev/null ||
   text_reason="no tokenizers / jinja2 / h5py / numpy for the text front end (pip install -r tools/requirements-text.txt)"
 [ "${CI:-}" = true ] && text_reason=""
