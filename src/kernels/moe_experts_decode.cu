@@ -32,10 +32,10 @@
 // 0.252 / 0.258 / 0.291 / 0.414 ms; one 64-k block in flight per warp and a fixed grid of (row tiles
 // x experts) blocks left 256 tokens at 57 % of the floor.
 #include <algorithm>
-#include <cstdlib>
 #include <type_traits>
 
 #include "common/cuda_check.h"
+#include "common/env.h"
 #include "kernels/cuda/cublas_ctx.h"
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/device_util.cuh"
@@ -198,10 +198,7 @@ constexpr int kVariants = 12;  // the highest variant
 int g_variant = -1;  // moe_experts_decode_force_variant; -1: LFM2_MOE_VARIANT (tuning), else 0
 
 int variant() {
-  static const int env = [] {
-    const char* e = std::getenv("LFM2_MOE_VARIANT");
-    return e ? std::min(kVariants, std::max(0, std::atoi(e))) : 0;
-  }();
+  static const int env = int(env_whole("LFM2_MOE_VARIANT", 0, 0, kVariants));
   return g_variant >= 0 ? g_variant : env;
 }
 
@@ -212,10 +209,7 @@ int variant() {
 // took 7.530 / 7.268 (call 6). batch 256 x (32 + 32): 29,150 against 28,804 tokens/s.
 int g_spec_bytes = -1;  // moe_experts_decode_force_spec_bytes; -1: LFM2_MOE_SPEC_BYTES, else 2048
 int spec_bytes() {
-  static const int env = [] {
-    const char* e = std::getenv("LFM2_MOE_SPEC_BYTES");
-    return e ? std::max(0, std::atoi(e)) : 2048;
-  }();
+  static const int env = int(env_whole("LFM2_MOE_SPEC_BYTES", 2048, 0, 1 << 20));
   return g_spec_bytes >= 0 ? g_spec_bytes : env;
 }
 

@@ -1,0 +1,22 @@
+#include "common/env.h"
+
+#include <cerrno>
+#include <cstdlib>
+
+#include "common/error.h"
+
+namespace lfm2 {
+
+int64_t env_whole(const char* name, int64_t fallback, int64_t lo, int64_t hi) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  char* end = nullptr;
+  errno = 0;
+  const long long x = std::strtoll(v, &end, 10);
+  const bool whole = end != v && *end == '\0' && (*v == '-' || (*v >= '0' && *v <= '9'));
+  LFM2_CHECK(whole && errno != ERANGE && x >= lo && x <= hi, name, "='", v, "': not a whole number in [", lo, ", ",
+             hi, "]");
+  return x;
+}
+
+}  // namespace lfm2
