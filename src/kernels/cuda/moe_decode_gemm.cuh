@@ -132,6 +132,14 @@ __device__ __forceinline__ void prefetch_first_unit(const void* w, int64_t row_b
 #endif
 }
 
+// gate/up's start: its likely first unit into L2 (taken units, not items), then the wait for the router.
+template <typename T>
+__device__ __forceinline__ void gate_up_wait(const Args& a) {
+  if (a.spec_bytes > 0 && a.ctr != nullptr && !a.items)
+    prefetch_first_unit(a.w, a.K * int64_t(sizeof(T)), a.R, a.n_experts, a.spec_bytes);
+  griddep_wait();
+}
+
 // 16 bytes global -> shared (zeros when !live; src must still be a valid address) under an L2
 // cache policy. Weights hint a 256-byte L2 fetch: a row's next stage then comes from L2.
 template <bool kWeight>
@@ -451,11 +459,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_kernel(const Args a) {
   int* s_cum = s_touched + a.n_experts;
   const uint32_t base = uint32_t(__cvta_generic_to_shared(smem));
 
-  if constexpr (kGateUp) {
-    if (a.spec_bytes > 0 && a.ctr != nullptr && !a.items)
-      prefetch_first_unit(a.w, a.K * int64_t(sizeof(T)), a.R, a.n_experts, a.spec_bytes);
-    griddep_wait();
-  }
+  if constexpr (kGateUp) gate_up_wait<T>(a);
   load_touched(a.offsets, a.n_experts, s_off, s_touched, s_count);
   if constexpr (kGateUp) griddep_launch();
 
