@@ -1,6 +1,9 @@
 // The MoE router on the GPU: one warp per token; lane l holds experts l, l+32, ...; top-k by k
-// rounds of a warp-wide arg-max (the lower expert index wins ties, as on the CPU). A NaN score
-// (NaN weights) ranks as -inf, so that the warp still agrees on valid experts.
+// rounds of a warp-wide arg-max (the lower expert index wins ties, as on the CPU): two warp
+// reductions of an order-preserving key (redux.sync) a round instead of a 10-shuffle chain (the
+// same picks; in the step 1.2 us less a layer, and the FP8 step 0.7-0.9 % faster, where gate/up
+// waits for the whole router). A NaN score (NaN weights) ranks as -inf, so that the warp still
+// agrees on valid experts.
 //
 // moe_route_decode (decode rows): the logits, the top-k, the drop and the permutation in one
 // launch. Block b takes rows [8 b, +8): its warps compute the 8 x n_experts logits on the tensor
@@ -27,52 +30,78 @@ constexpr int kMaxTopK = 32;
 
 __device__ __forceinline__ float sigmoid_f32(float x) { return 1.0f / (1.0f + expf(-x)); }
 
+// A score as an unsigned key in the same order (finite or infinite, never NaN: the callers map NaN
+// to -inf first; -0 is made +0, the equal of it). Every score's key is >= 0x007fffff (-inf's), so
+// 0 marks "no candidate".
+__device__ __forceinline__ uint32_t order_key(float s) {
+  const uint32_t u = __float_as_uint(s + 0.0f);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+// The warp's max / min of an unsigned value (one redux.sync on compute capability 8.0 and later).
+__device__ __forceinline__ uint32_t warp_max_u32(uint32_t v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  return __reduce_max_sync(0xffffffffu, v);
+#else
+  for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+#endif
+}
+__device__ __forceinline__ uint32_t warp_min_u32(uint32_t v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  return __reduce_min_sync(0xffffffffu, v);
+#else
+  for (int o = 16; o > 0; o >>= 1) v = min(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+#endif
+}
+
 // The top-k of one token by its warp (all 32 lanes call it): lg, the token's n_experts logits
 // (global or shared memory); its top_k (weight, expert) pairs written to weights / experts, every
 // expert -1 when `dropped` (moe_drop_rows fused). kPerLane: experts per lane at most (n_experts <=
 // 32 kPerLane); a smaller one only drops the loop iterations no lane uses (the same picks).
+// A pick: each lane's best un-taken expert (the lowest index among equals), the warp's best key,
+// then the lowest expert index holding it: two warp reductions, not a shuffle chain.
 template <int kPerLane = kMaxPerLane>
 __device__ __forceinline__ void route_token(float* weights, int32_t* experts, const float* lg,
                                             const float* expert_bias, bool dropped, int n_experts, int top_k,
                                             bool norm_topk, float scaling) {
   const int lane = threadIdx.x & 31;
-  float score[kPerLane];
-  uint32_t taken = 0;
+  uint32_t key[kPerLane];  // 0: past n_experts, or taken
+  float prob[kPerLane];
 #pragma unroll
   for (int i = 0; i < kPerLane; ++i) {
     const int x = lane + 32 * i;
-    score[i] = -INFINITY;
+    key[i] = 0;
+    prob[i] = 0.f;
     if (x < n_experts) {
-      const float p = sigmoid_f32(lg[x]);
-      const float sc = expert_bias ? p + expert_bias[x] : p;
-      score[i] = sc != sc ? -INFINITY : sc;  // NaN loses to every number: all lanes agree on one order
+      prob[i] = sigmoid_f32(lg[x]);
+      const float sc = expert_bias ? prob[i] + expert_bias[x] : prob[i];
+      key[i] = order_key(sc != sc ? -INFINITY : sc);  // NaN loses to every number: all lanes agree on one order
     }
   }
   float w_sel = 0.f;  // lane k keeps the k-th pick's weight
   int e_sel = 0;
   float sum = 0.f;
   for (int k = 0; k < top_k; ++k) {
-    // best un-taken expert of this lane (strict >: the lowest index among equals)
-    float best = -INFINITY;
-    int best_x = 0x7fffffff;
+    uint32_t best = 0;
+    int best_i = 0;
 #pragma unroll
-    for (int i = 0; i < kPerLane; ++i) {
-      const int x = lane + 32 * i;
-      if (x < n_experts && !((taken >> i) & 1u) && (best_x == 0x7fffffff || score[i] > best)) {
-        best = score[i];
-        best_x = x;
+    for (int i = 0; i < kPerLane; ++i)
+      if (key[i] > best) {  // strict: the lowest index among equals
+        best = key[i];
+        best_i = i;
       }
-    }
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ob = __shfl_xor_sync(0xffffffffu, best, o);
-      const int ox = __shfl_xor_sync(0xffffffffu, best_x, o);
-      if (ox != 0x7fffffff && (best_x == 0x7fffffff || ob > best || (ob == best && ox < best_x))) {
-        best = ob;
-        best_x = ox;
+    const uint32_t top = warp_max_u32(best);
+    const int best_x = int(warp_min_u32(best == top ? uint32_t(lane + 32 * best_i) : 0xffffffffu));
+    const int owner = best_x & 31, slot = best_x >> 5;
+    float p_own = 0.f;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i)
+      if (i == slot) {
+        p_own = prob[i];
+        if (lane == owner) key[i] = 0;
       }
-    }
-    if ((best_x & 31) == lane) taken |= 1u << (best_x >> 5);
-    const float p = sigmoid_f32(lg[best_x]);
+    const float p = __shfl_sync(0xffffffffu, p_own, owner);
     sum += p;  // in pick order, as the CPU
     if (lane == k) {
       w_sel = p;
