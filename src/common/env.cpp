@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <sstream>
 
 #include "common/error.h"
 
@@ -17,6 +18,18 @@ int64_t env_whole(const char* name, int64_t fallback, int64_t lo, int64_t hi) {
   LFM2_CHECK(whole && errno != ERANGE && x >= lo && x <= hi, name, "='", v, "': not a whole number in [", lo, ", ",
              hi, "]");
   return x;
+}
+
+std::string env_choice(const char* name, const char* fallback, std::initializer_list<const char*> allowed) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  std::ostringstream list;
+  for (const char* a : allowed) {
+    if (std::string(v) == a) return v;
+    list << (list.tellp() > 0 ? ", " : "") << a;
+  }
+  LFM2_CHECK(false, name, "='", v, "': not one of ", list.str());
+  return fallback;
 }
 
 }  // namespace lfm2

@@ -47,6 +47,7 @@
 #include <type_traits>
 
 #include "common/cuda_check.h"
+#include "common/env.h"
 #include "kernels/attention_mma.cuh"
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/device_util.cuh"
@@ -120,10 +121,7 @@ __device__ __forceinline__ Split split_of_block(const PagedSeq* seqs, int n_kv, 
 constexpr int kDefaultVariant = 6 | 8 | 64;
 
 int decode_variant() {
-  static const int v = [] {
-    const char* e = std::getenv("LFM2_DECODE_VARIANT");
-    return e && *e ? std::atoi(e) & 127 : kDefaultVariant;
-  }();
+  static const int v = int(env_whole("LFM2_DECODE_VARIANT", kDefaultVariant, 0, 127));
   return v;
 }
 

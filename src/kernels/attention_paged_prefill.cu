@@ -25,6 +25,7 @@
 #include <type_traits>
 
 #include "common/cuda_check.h"
+#include "common/env.h"
 #include "kernels/attention_mma.cuh"
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/device_util.cuh"
@@ -394,10 +395,7 @@ struct PrefillArgs {
 // registers allow; LFM2_PREFILL_WARP_ROWS=16 gives the one-tile kernel back (tuning only: both give
 // the same bits, every row seeing the same tiles with the same arithmetic).
 int rows_per_warp() {
-  static const int r = [] {
-    const char* e = std::getenv("LFM2_PREFILL_WARP_ROWS");
-    return e && std::string(e) == "16" ? 16 : 32;
-  }();
+  static const int r = env_choice("LFM2_PREFILL_WARP_ROWS", "32", {"16", "32"}) == "16" ? 16 : 32;
   return r;
 }
 

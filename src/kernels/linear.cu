@@ -22,6 +22,7 @@
 #include <tuple>
 
 #include "common/cuda_check.h"
+#include "common/env.h"
 #include "kernels/cuda/cublas_ctx.h"
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/device_util.cuh"
@@ -44,10 +45,7 @@ template <>
 cudaDataType_t data_type<__half>() { return CUDA_R_16F; }
 
 bool& pinning() {
-  static bool on = [] {
-    const char* e = std::getenv("LFM2_GEMM_PIN");
-    return !(e && std::string(e) == "0");
-  }();
+  static bool on = env_choice("LFM2_GEMM_PIN", "1", {"0", "1"}) == "1";
   return on;
 }
 

@@ -14,6 +14,7 @@
 #include <type_traits>
 
 #include "common/cuda_check.h"
+#include "common/env.h"
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/grouped_gemm_sm90.h"
@@ -164,10 +165,7 @@ __global__ void __launch_bounds__(simt::kThreads)
 // The tile configuration forced for tuning and tests (-1: the table). LFM2_GROUPED_CONFIG sets
 // its initial value; grouped::force_config() changes it.
 int& forced_config() {
-  static int c = [] {
-    const char* e = std::getenv("LFM2_GROUPED_CONFIG");
-    return e && *e ? std::atoi(e) : -1;
-  }();
+  static int c = int(env_whole("LFM2_GROUPED_CONFIG", -1, -1, grouped::kGroupedConfigCount - 1));
   return c;
 }
 

@@ -9,6 +9,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "common/env.h"
 #include "common/error.h"
 #include "io/weight_names.h"
 #include "kernels/cuda/linear_fp8_lt.h"
@@ -123,8 +124,8 @@ std::vector<std::string> layer_paths(int il, Leaves leaves) {
 }  // namespace
 
 bool fp8_projections_on_device(const ModelConfig& cfg, size_t elem_bytes) {
-  const char* env = std::getenv("LFM2_FP8_PROJ");
-  if (!cfg.fp8.on || !cfg.fp8.projections || elem_bytes != 2 || (env && std::string(env) == "0")) return false;
+  const bool off = env_choice("LFM2_FP8_PROJ", "1", {"0", "1"}) == "0";
+  if (!cfg.fp8.on || !cfg.fp8.projections || elem_bytes != 2 || off) return false;
   // every product's n_in (the activations' 128-column groups); block128 also every stacked part's rows
   const int64_t hd = cfg.head_dim(), kv = cfg.fp8.scheme == Fp8Scheme::Block128 ? cfg.num_key_value_heads * hd : 128;
   for (int64_t n : {cfg.hidden_size, cfg.num_attention_heads * hd, kv, cfg.intermediate_size})
@@ -133,8 +134,7 @@ bool fp8_projections_on_device(const ModelConfig& cfg, size_t elem_bytes) {
 }
 
 bool fp8_projections_on_cutlass() {
-  const char* env = std::getenv("LFM2_FP8_PROJ_GEMM");
-  return env && std::string(env) == "cutlass";
+  return env_choice("LFM2_FP8_PROJ_GEMM", "cublaslt", {"cublaslt", "cutlass"}) == "cutlass";
 }
 
 template <typename T>

@@ -47,5 +47,32 @@ TEST(EnvWhole, BadValuesNameTheVariable) {
   unsetenv(kName);
 }
 
+TEST(EnvChoice, UnsetEmptyOrAllowed) {
+  unsetenv(kName);
+  EXPECT_EQ(env_choice(kName, "32", {"16", "32"}), "32");
+  setenv(kName, "", 1);
+  EXPECT_EQ(env_choice(kName, "1", {"0", "1"}), "1");
+  setenv(kName, "16", 1);
+  EXPECT_EQ(env_choice(kName, "32", {"16", "32"}), "16");
+  setenv(kName, "cutlass", 1);
+  EXPECT_EQ(env_choice(kName, "cublaslt", {"cublaslt", "cutlass"}), "cutlass");
+  unsetenv(kName);
+}
+
+TEST(EnvChoice, OtherValuesNameTheVariableAndTheChoices) {
+  for (const char* bad : {"8", "16 ", "true", "CUTLASS", "01"}) {
+    setenv(kName, bad, 1);
+    try {
+      env_choice(kName, "32", {"16", "32"});
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(std::string(kName) + "='" + bad + "': not one of 16, 32"), std::string::npos) << what;
+      EXPECT_EQ(what.find('\n'), std::string::npos) << "one line: " << what;
+    }
+  }
+  unsetenv(kName);
+}
+
 }  // namespace
 }  // namespace lfm2

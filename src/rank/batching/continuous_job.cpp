@@ -7,6 +7,7 @@
 #include <string>
 #include <thread>
 
+#include "common/env.h"
 #include "common/error.h"
 #include "common/log.h"
 
@@ -184,7 +185,7 @@ ContinuousJob::ContinuousJob(const WorldConfig& pipe, StageExecutor& exec, const
     : pipe_(pipe), exec_(exec), shape_(shape), sampling_(sampling), timeout_s_(timeout_s) {
   LFM2_CHECK(exec_.act_dtype() == DType::F32, "generation: hidden states must be fp32 (the decode flags are)");
   // LFM2_NO_LOOK_AHEAD=1: each item planned once the one before is done (to measure what it buys).
-  if (const char* off = std::getenv("LFM2_NO_LOOK_AHEAD"); off && std::string(off) != "0") shape_.look_ahead = false;
+  if (env_choice("LFM2_NO_LOOK_AHEAD", "0", {"0", "1"}) == "1") shape_.look_ahead = false;
   exec_.alloc_batch_state(shape_.state, sampling_);
   if (pipe_.size > 1) link_ = std::make_unique<PlanLink>(pipe_, timeout_s);
   // Items in flight at once: one a stage, one more with look-ahead (one stage: the first is the
