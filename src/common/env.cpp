@@ -15,8 +15,8 @@ int64_t env_whole(const char* name, int64_t fallback, int64_t lo, int64_t hi) {
   errno = 0;
   const long long x = std::strtoll(v, &end, 10);
   const bool whole = end != v && *end == '\0' && (*v == '-' || (*v >= '0' && *v <= '9'));
-  LFM2_CHECK(whole && errno != ERANGE && x >= lo && x <= hi, name, "='", v, "': not a whole number in [", lo, ", ",
-             hi, "]");
+  if (!whole || errno == ERANGE || x < lo || x > hi)
+    LFM2_FAIL(name, "='", v, "': not a whole number in [", lo, ", ", hi, "]");
   return x;
 }
 
@@ -28,8 +28,7 @@ std::string env_choice(const char* name, const char* fallback, std::initializer_
     if (std::string(v) == a) return v;
     list << (list.tellp() > 0 ? ", " : "") << a;
   }
-  LFM2_CHECK(false, name, "='", v, "': not one of ", list.str());
-  return fallback;
+  LFM2_FAIL(name, "='", v, "': not one of ", list.str());
 }
 
 }  // namespace lfm2
