@@ -46,7 +46,7 @@ int64_t moe_experts_scratch_bytes(int64_t n_tokens, int64_t hidden, int64_t n_ex
 template <typename T>
 void moe_experts(float* x, const T* in, const T* w13, const T* w2, const int32_t* experts, const float* weights,
                  int64_t n_tokens, int64_t hidden, int64_t n_experts, int64_t inter, int64_t top_k, void* scratch,
-                 cudaStream_t stream) {
+                 cudaStream_t stream, const NextNorm<T>* next) {
   if (n_tokens == 0) return;
   const Layout l = layout(n_tokens, hidden, n_experts, inter, top_k, sizeof(T));
   char* base = static_cast<char*>(scratch);
@@ -66,12 +66,15 @@ void moe_experts(float* x, const T* in, const T* w13, const T* w2, const int32_t
   moe_grouped_matmul(gate_up, gathered, w13, offsets, P, n_experts, hidden, 2 * inter, grouped_ws, stream);
   swiglu(act, gate_up, P, inter, stream);
   moe_grouped_matmul(expert_out, act, w2, offsets, P, n_experts, inter, hidden, grouped_ws, stream);
-  moe_combine(x, expert_out, dest_row, weights, n_tokens, top_k, hidden, stream);
+  if (next)
+    moe_combine_norm(x, expert_out, dest_row, weights, n_tokens, top_k, hidden, *next, stream);
+  else
+    moe_combine(x, expert_out, dest_row, weights, n_tokens, top_k, hidden, stream);
 }
 
 #define INST(T)                                                                                                    \
   template void moe_experts<T>(float*, const T*, const T*, const T*, const int32_t*, const float*, int64_t, int64_t, \
-                               int64_t, int64_t, int64_t, void*, cudaStream_t);
+                               int64_t, int64_t, int64_t, void*, cudaStream_t, const NextNorm<T>*);
 LFM2_FOR_EACH_T(INST)
 #undef INST
 

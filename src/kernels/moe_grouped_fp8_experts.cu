@@ -62,7 +62,7 @@ template <typename T>
 void moe_experts_fp8(float* x, const T* in, const uint8_t* w13, const float* s13, const uint8_t* w2, const float* s2,
                      Fp8Scheme scheme, const int32_t* experts, const float* weights, int64_t n_tokens, int64_t hidden,
                      int64_t n_experts, int64_t inter, int64_t top_k, void* scratch, cudaStream_t stream,
-                     const uint8_t* in_q, const float* in_s, int64_t in_s_ld) {
+                     const uint8_t* in_q, const float* in_s, int64_t in_s_ld, const NextNorm<T>* next) {
   if (n_tokens == 0) return;
   LFM2_CHECK(hidden % 128 == 0 && inter % 128 == 0, "moe_experts_fp8: hidden ", hidden, " and inter ", inter,
              " (multiples of 128)");
@@ -93,6 +93,11 @@ void moe_experts_fp8(float* x, const T* in, const uint8_t* w13, const float* s13
     moe_grouped_matmul_fp8_raw(expert_out, bytes(l.q_act), w2, offsets, P, n_experts, inter, hidden, ws, stream);
     moe_combine_fp8_scaled(x, expert_out, ints(l.dest_row), weights, floats(l.s_act), s2, offsets, n_tokens,
                            n_experts, top_k, hidden, inter, stream);
+    if (next && next->q)
+      rmsnorm_quantize_e4m3(next->out, next->q, next->scales, x, next->weight, n_tokens, 0, hidden, next->eps,
+                            next->per_row, stream, next->out != nullptr);
+    else if (next)
+      rmsnorm(next->out, x, next->weight, n_tokens, hidden, next->eps, stream);
     return;
   }
   moe_grouped_matmul_fp8(gate_up, bytes(l.q_in), floats(l.s_in), w13, s13, scheme, offsets, P, n_experts,
@@ -100,16 +105,20 @@ void moe_experts_fp8(float* x, const T* in, const uint8_t* w13, const float* s13
   moe_swiglu_quantize_e4m3(bytes(l.q_act), floats(l.s_act), gate_up, offsets, P, n_experts, inter, per_row, stream);
   moe_grouped_matmul_fp8(expert_out, bytes(l.q_act), floats(l.s_act), w2, s2, scheme, offsets, P, n_experts,
                          inter, hidden, ws, stream);
-  moe_combine<__nv_bfloat16>(x, expert_out, ints(l.dest_row), weights, n_tokens, top_k, hidden, stream);
+  if (next)
+    moe_combine_norm<T, __nv_bfloat16>(x, expert_out, ints(l.dest_row), weights, n_tokens, top_k, hidden, *next,
+                                       stream);
+  else
+    moe_combine<__nv_bfloat16>(x, expert_out, ints(l.dest_row), weights, n_tokens, top_k, hidden, stream);
 }
 
 template void moe_experts_fp8<__nv_bfloat16>(float*, const __nv_bfloat16*, const uint8_t*, const float*,
                                              const uint8_t*, const float*, Fp8Scheme, const int32_t*, const float*,
                                              int64_t, int64_t, int64_t, int64_t, int64_t, void*, cudaStream_t,
-                                             const uint8_t*, const float*, int64_t);
+                                             const uint8_t*, const float*, int64_t, const NextNorm<__nv_bfloat16>*);
 template void moe_experts_fp8<__half>(float*, const __half*, const uint8_t*, const float*, const uint8_t*,
                                       const float*, Fp8Scheme, const int32_t*, const float*, int64_t, int64_t,
                                       int64_t, int64_t, int64_t, void*, cudaStream_t, const uint8_t*, const float*,
-                                      int64_t);
+                                      int64_t, const NextNorm<__half>*);
 
 }  // namespace lfm2::cuda

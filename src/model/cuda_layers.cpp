@@ -84,13 +84,14 @@ void CudaLayers<T>::release() {
 template <typename T>
 void CudaLayers<T>::run(float* x, int64_t n_seq, int64_t seq_len) {
   const Pass p{n_seq * seq_len, n_seq, seq_len, nullptr};
-  for (size_t li = 0; li < w_.layers.size(); ++li) layer_forward(li, x, p, false);
+  Normed normed;  // the operator norm made by the MoE before
+  for (size_t li = 0; li < w_.layers.size(); ++li) normed = layer_forward(li, x, p, normed);
 }
 
 template <typename T>
 void CudaLayers<T>::run_step(float* x, const StepDevice& step) {
   const Pass p{step.rows, 0, 0, &step};
-  bool normed = false;  // the decode rows' operator norm came with the MoE before
+  Normed normed;
   for (size_t li = 0; li < w_.layers.size(); ++li) normed = layer_forward(li, x, p, normed);
 }
 
@@ -163,16 +164,22 @@ void CudaLayers<T>::product_fp8(Product kind, void* out, const T* in, Proj w, in
   }
 }
 
-// x += mixer(operator_norm(x)); x += ffn(ffn_norm(x)): each block adds its output into x itself.
-// Returns whether the MoE also made the next layer's operator norm of the decode rows.
+// Whether layer li's mixer product takes its prompt rows in e4m3 from the norm before it (the
+// CUTLASS projections, w.st, quantize for themselves).
 template <typename T>
-bool CudaLayers<T>::layer_forward(size_t li, float* x, const Pass& p, bool decode_rows_normed) {
+bool CudaLayers<T>::mixer_takes_e4m3(size_t li) const {
   const DeviceLayerWeights<T>& lw = w_.layers[li];
-  const int64_t skip = decode_rows_normed ? p.n_decode() : 0;
-  // the CUTLASS projections (w.st) quantize for themselves
-  const bool mixer_e4m3 = fuse_proj_ && (lw.is_attention ? lw.qkv_proj_q && !lw.qkv_proj_st
-                                                         : lw.conv_in_proj_q && !lw.conv_in_proj_st);
-  QuantRows yq = norm(x, lw.operator_norm, skip, mixer_e4m3, p);
+  return fuse_proj_ &&
+         (lw.is_attention ? lw.qkv_proj_q && !lw.qkv_proj_st : lw.conv_in_proj_q && !lw.conv_in_proj_st);
+}
+
+// x += mixer(operator_norm(x)); x += ffn(ffn_norm(x)): each block adds its output into x itself.
+// Returns what the MoE also made of the next layer's operator norm.
+template <typename T>
+typename CudaLayers<T>::Normed CudaLayers<T>::layer_forward(size_t li, float* x, const Pass& p, const Normed& pre) {
+  const DeviceLayerWeights<T>& lw = w_.layers[li];
+  QuantRows yq = pre.q;
+  if (pre.rows < p.n_tokens) yq = norm(x, lw.operator_norm, pre.rows, mixer_takes_e4m3(li), p, false);
   if (lw.is_attention)
     attention_block(li, y_, x, p, yq);
   else
@@ -180,23 +187,23 @@ bool CudaLayers<T>::layer_forward(size_t li, float* x, const Pass& p, bool decod
 
   // fuse_moe_: e4m3 experts on the tensor cores (checked once, at reserve)
   const bool ffn_e4m3 = lw.is_moe ? fuse_moe_ && lw.experts_w13_q : fuse_proj_ && lw.w13_q && !lw.w13_st;
-  yq = norm(x, lw.ffn_norm, 0, ffn_e4m3, p);
+  yq = norm(x, lw.ffn_norm, 0, ffn_e4m3, p, lw.is_moe);  // the router reads the T rows
   if (lw.is_moe) return moe_block(li, y_, x, p, yq);
   dense_block(lw, y_, x, p, yq);
-  return false;
+  return {};
 }
 
 // One launch either way; the quantized rows are the prompt rows [n_decode, n_tokens) (a prompt row's
 // bits: rmsnorm, then the consumer's quantization of its T output).
 template <typename T>
 typename CudaLayers<T>::QuantRows CudaLayers<T>::norm(float* x, const float* weight, int64_t skip, bool feeds_e4m3,
-                                                      const Pass& p) {
+                                                      const Pass& p, bool prompt_t) {
   const int64_t H = cfg_.hidden_size, nd = p.n_decode(), np = p.n_tokens - nd;
   const float eps = float(cfg_.norm_eps);
   if constexpr (sizeof(T) == 2) {
     if (feeds_e4m3 && np) {
       cuda::rmsnorm_quantize_e4m3(y_ + skip * H, norm_q_, norm_s_, x + skip * H, weight, p.n_tokens - skip,
-                                  nd - skip, H, eps, cfg_.fp8.scheme == Fp8Scheme::Channel, stream_);
+                                  nd - skip, H, eps, cfg_.fp8.scheme == Fp8Scheme::Channel, stream_, prompt_t);
       return {norm_q_, norm_s_, np};
     }
   }
@@ -306,11 +313,13 @@ void CudaLayers<T>::dense_block(const DeviceLayerWeights<T>& lw, const T* f, flo
 }
 
 // x += routed experts of f, HF Lfm2MoeSparseMoeBlock. Decode rows: moe_decode, or for e4m3 experts
-// cuda_moe_fp8.h's (the rows flagged finished get nothing; the next layer's operator norm into y
-// where there is one); the other rows: the router's product, moe_router and the CUTLASS experts (for
-// e4m3 experts the FP8 ones, cuda_moe_fp8.h).
+// cuda_moe_fp8.h's (the rows flagged finished get nothing); the other rows: the router's product,
+// moe_router and the CUTLASS experts (for e4m3 experts the FP8 ones, cuda_moe_fp8.h). Both combines
+// make the next layer's operator norm into y where there is one (the prompt rows' also its e4m3
+// codes where the next mixer takes them: mixer_takes_e4m3).
 template <typename T>
-bool CudaLayers<T>::moe_block(size_t li, const T* f, float* x, const Pass& p, const QuantRows& yq) {
+typename CudaLayers<T>::Normed CudaLayers<T>::moe_block(size_t li, const T* f, float* x, const Pass& p,
+                                                        const QuantRows& yq) {
   const DeviceLayerWeights<T>& lw = w_.layers[li];
   const int64_t H = cfg_.hidden_size, E = cfg_.num_experts, Im = cfg_.moe_intermediate_size;
   const int64_t top_k = cfg_.num_experts_per_tok, nd = p.n_decode(), np = p.n_tokens - nd;
@@ -325,20 +334,28 @@ bool CudaLayers<T>::moe_block(size_t li, const T* f, float* x, const Pass& p, co
   if (nd && !fp8)
     cuda::moe_decode(x, y_, f, lw.gate, lw.expert_bias, lw.experts_w13, lw.experts_w2, p.step->done, next_norm,
                      float(cfg_.norm_eps), nd, dims, state_.moe_scratch(), stream_);
+  Normed made{nd > 0 && next_norm ? nd : 0, {}};
   if (np) {
     cuda::linear_f32out(router_logits_, f + nd * H, lw.gate, np, H, E, stream_, tf32_);
     cuda::moe_router(topk_w_, topk_ids_, router_logits_, lw.expert_bias, np, E, top_k, cfg_.norm_topk_prob,
                      float(cfg_.routed_scaling_factor), stream_);
+    // (FP8 experts: where they run on the tensor cores)
+    const bool fuse = next_norm && cuda::moe_combine_norm_fits(H) && (!fp8 || moe_fp8_prompt_on_tensor_cores(dims));
+    const bool e4m3 = fuse && mixer_takes_e4m3(li + 1);
+    cuda::NextNorm<T> next{next_norm, float(cfg_.norm_eps), e4m3 ? nullptr : y_ + nd * H};
+    if (e4m3) next.q = norm_q_, next.scales = norm_s_, next.per_row = cfg_.fp8.scheme == Fp8Scheme::Channel;
     if (fp8) {
       if constexpr (sizeof(T) == 2)
         moe_fp8_prompt_rows(x + nd * H, f + nd * H, lw, cfg_.fp8.scheme, topk_ids_, topk_w_, np, dims, moe_scratch_,
-                            stream_, yq.q, yq.s, yq.ld);
+                            stream_, yq.q, yq.s, yq.ld, fuse ? &next : nullptr);
     } else {
       cuda::moe_experts(x + nd * H, f + nd * H, lw.experts_w13, lw.experts_w2, topk_ids_, topk_w_, np, H, E, Im,
-                        top_k, moe_scratch_, stream_);
+                        top_k, moe_scratch_, stream_, fuse ? &next : nullptr);
     }
+    // the next norm's rows are [0, n_tokens) only if the decode rows' were made too
+    if (fuse && made.rows == nd) made = {p.n_tokens, e4m3 ? QuantRows{norm_q_, norm_s_, np} : QuantRows{}};
   }
-  return nd > 0 && next_norm;
+  return made;
 }
 
 template class CudaLayers<float>;

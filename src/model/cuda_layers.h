@@ -94,16 +94,25 @@ class CudaLayers {
   void product_fp8(Product kind, void* out, const T* in, Proj w, int64_t n, int64_t n_in, int64_t n_out,
                    const QuantRows& yq);
 
-  bool layer_forward(size_t li, float* x, const Pass& p, bool decode_rows_normed);
+  // This layer's operator norm as the MoE block before made it: rows [0, rows) normed into y_ (the
+  // decode rows by the decode MoE's combine; every row when the prompt rows' combine made it too),
+  // and the prompt rows' e4m3 codes where the mixer's product takes them (mixer_takes_e4m3).
+  struct Normed {
+    int64_t rows = 0;
+    QuantRows q;
+  };
+  Normed layer_forward(size_t li, float* x, const Pass& p, const Normed& pre);
+  bool mixer_takes_e4m3(size_t li) const;
   // A norm of x into y (rows [skip, n_tokens)); where its prompt rows feed an e4m3 product (feeds_e4m3)
-  // and the fusion is on, also their e4m3 codes (rmsnorm_quantize_e4m3), returned (else q null).
-  QuantRows norm(float* x, const float* weight, int64_t skip, bool feeds_e4m3, const Pass& p);
+  // and the fusion is on, also their e4m3 codes (rmsnorm_quantize_e4m3), returned (else q null);
+  // then y's prompt rows are written only if prompt_t (a reader besides the product: the router).
+  QuantRows norm(float* x, const float* weight, int64_t skip, bool feeds_e4m3, const Pass& p, bool prompt_t);
   void attention_block(size_t li, const T* y, float* x, const Pass& p, const QuantRows& yq);
   void attention_step_fp8(size_t li, T* qkv, T* o, const StepDevice& s);
   void conv_block(size_t li, const T* y, float* x, const Pass& p, const QuantRows& yq);
   void dense_block(const DeviceLayerWeights<T>& lw, const T* f, float* x, const Pass& p, const QuantRows& yq);
-  // Returns whether the decode rows' next operator norm was fused into the MoE (into y).
-  bool moe_block(size_t li, const T* f, float* x, const Pass& p, const QuantRows& yq);
+  // Returns what it made of the next layer's operator norm (the combines' fused norms).
+  Normed moe_block(size_t li, const T* f, float* x, const Pass& p, const QuantRows& yq);
 
   const ModelConfig& cfg_;
   const DeviceWeights<T>& w_;

@@ -66,8 +66,9 @@ template <typename T>
 void moe_fp8_prompt_rows(float* x, const T* in, const DeviceLayerWeights<T>& lw, Fp8Scheme scheme,
                          const int32_t* experts, const float* weights, int64_t n, const cuda::MoeDims& d,
                          void* scratch, cudaStream_t stream, const uint8_t* in_q, const float* in_s,
-                         int64_t in_s_ld) {
+                         int64_t in_s_ld, const cuda::NextNorm<T>* next) {
   if (!moe_fp8_prompt_on_tensor_cores(d)) {
+    LFM2_CHECK(!next, "moe_fp8_prompt_rows: the next norm is fused on the tensor cores' path only");
     cuda::moe_experts_decode_fp8<T>(x, in, lw.experts_w13_q, lw.experts_w13_s, lw.experts_w2_q, lw.experts_w2_s,
                                     scheme, experts, weights, n, d.hidden, d.n_experts, d.inter, d.top_k, scratch,
                                     stream);
@@ -78,7 +79,7 @@ void moe_fp8_prompt_rows(float* x, const T* in, const DeviceLayerWeights<T>& lw,
              ": the FP8 experts' scales were not laid out for the grouped GEMM at upload");
   cuda::moe_experts_fp8<T>(x, in, lw.experts_w13_q, lw.experts_w13_st, lw.experts_w2_q, lw.experts_w2_st, scheme,
                            experts, weights, n, d.hidden, d.n_experts, d.inter, d.top_k, scratch, stream, in_q, in_s,
-                           in_s_ld);
+                           in_s_ld, next);
 }
 
 #define LFM2_MOE_FP8(T)                                                                                           \
@@ -86,7 +87,7 @@ void moe_fp8_prompt_rows(float* x, const T* in, const DeviceLayerWeights<T>& lw,
                                        const float*, float, int64_t, const cuda::MoeDims&, void*, cudaStream_t);   \
   template void moe_fp8_prompt_rows<T>(float*, const T*, const DeviceLayerWeights<T>&, Fp8Scheme, const int32_t*, \
                                        const float*, int64_t, const cuda::MoeDims&, void*, cudaStream_t,          \
-                                       const uint8_t*, const float*, int64_t);
+                                       const uint8_t*, const float*, int64_t, const cuda::NextNorm<T>*);
 LFM2_MOE_FP8(__nv_bfloat16)
 LFM2_MOE_FP8(__half)
 #undef LFM2_MOE_FP8

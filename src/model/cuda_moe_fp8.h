@@ -36,11 +36,12 @@ bool moe_fp8_prompt_on_tensor_cores(const cuda::MoeDims& d);
 int64_t moe_fp8_prompt_scratch_bytes(int64_t n, const cuda::MoeDims& d, int64_t elem_bytes);
 
 // x (n, H) fp32 += experts(in) for prompt rows routed to experts with weights (n, top_k). in_q: in
-// already quantized (on the tensor cores only; cuda::moe_experts_fp8's in_q, in_s, in_s_ld).
+// already quantized (on the tensor cores only; cuda::moe_experts_fp8's in_q, in_s, in_s_ld); next:
+// the next layer's operator norm of the updated rows (on the tensor cores only; cuda::NextNorm).
 template <typename T>
 void moe_fp8_prompt_rows(float* x, const T* in, const DeviceLayerWeights<T>& lw, Fp8Scheme scheme,
                          const int32_t* experts, const float* weights, int64_t n, const cuda::MoeDims& d,
                          void* scratch, cudaStream_t stream, const uint8_t* in_q = nullptr,
-                         const float* in_s = nullptr, int64_t in_s_ld = 0);
+                         const float* in_s = nullptr, int64_t in_s_ld = 0, const cuda::NextNorm<T>* next = nullptr);
 
 }  // namespace lfm2

@@ -114,6 +114,12 @@ inline std::vector<int32_t> int_download(const int32_t* d, size_t n) {
   return h;
 }
 
+inline std::vector<uint8_t> byte_download(const uint8_t* d, size_t n) {
+  std::vector<uint8_t> h(n);
+  CUDA_CHECK(cudaMemcpy(h.data(), d, n, cudaMemcpyDeviceToHost));
+  return h;
+}
+
 // Device values of type T as floats.
 template <typename T>
 std::vector<float> download(const T* d, size_t n) {

@@ -59,12 +59,6 @@ Experts make_experts(int64_t E, int64_t n_out, int64_t n_in, Fp8Scheme scheme, u
   return x;
 }
 
-std::vector<uint8_t> byte_download(const uint8_t* d, size_t n) {
-  std::vector<uint8_t> h(n);
-  CUDA_CHECK(cudaMemcpy(h.data(), d, n, cudaMemcpyDeviceToHost));
-  return h;
-}
-
 ::testing::AssertionResult norm_close(const std::vector<float>& got, const std::vector<float>& ref, double bound) {
   double d2 = 0, r2 = 0;
   for (size_t i = 0; i < ref.size(); ++i) {

@@ -99,12 +99,6 @@ TYPED_TEST(CudaLinearFp8, MatchesCpuTwin) {
     }
 }
 
-std::vector<uint8_t> byte_download(const uint8_t* d, size_t n) {
-  std::vector<uint8_t> h(n);
-  CUDA_CHECK(cudaMemcpy(h.data(), d, n, cudaMemcpyDeviceToHost));
-  return h;
-}
-
 // rmsnorm_quantize_e4m3: the bits of rmsnorm, then quantize_rows_fp8_lt of its T rows from first_q
 // on (a zero row: scale 1; a large value); the small models' widths, the full one's and the widest.
 TYPED_TEST(CudaLinearFp8, FusedNormQuantizeMatchesNormThenQuantize) {
@@ -128,12 +122,27 @@ TYPED_TEST(CudaLinearFp8, FusedNormQuantizeMatchesNormThenQuantize) {
         cuda::rmsnorm(d_ref.get(), d_x.get(), d_w.get(), n, dim, 1e-5f, this->stream_);
         cuda::quantize_rows_fp8_lt(d_q_ref.get(), d_s_ref.get(), d_off.get(), d_ref.get() + first_q * dim, scheme, nq,
                                    dim, this->stream_);
-        cuda::rmsnorm_quantize_e4m3(d_out.get(), d_q.get(), d_s.get(), d_x.get(), d_w.get(), n, first_q, dim, 1e-5f,
-                                    scheme == Fp8Scheme::Channel, this->stream_);
-        this->sync();
-        EXPECT_TRUE(same_bits(download(d_out.get(), x.size()), download(d_ref.get(), x.size()))) << "norm";
-        EXPECT_EQ(byte_download(d_q.get(), size_t(nq * dim)), byte_download(d_q_ref.get(), size_t(nq * dim)));
-        EXPECT_TRUE(same_bits(download(d_s.get(), size_t(nq * G)), download(d_s_ref.get(), size_t(nq * G))));
+        DevBuf<T> d_fill(x.size());  // out's rows before the call, bytes 0x7f
+        CUDA_CHECK(cudaMemset(d_fill.get(), 0x7f, x.size() * sizeof(T)));
+        CUDA_CHECK(cudaDeviceSynchronize());
+        const auto fill = download(d_fill.get(), x.size());
+        for (const bool prompt_out : {true, false}) {
+          SCOPED_TRACE(prompt_out ? "prompt rows' T out" : "no T out past first_q");
+          CUDA_CHECK(cudaMemcpyAsync(d_out.get(), d_fill.get(), x.size() * sizeof(T), cudaMemcpyDeviceToDevice,
+                                     this->stream_));
+          CUDA_CHECK(cudaMemsetAsync(d_q.get(), 0, x.size(), this->stream_));
+          CUDA_CHECK(cudaMemsetAsync(d_s.get(), 0, n_s * sizeof(float), this->stream_));
+          cuda::rmsnorm_quantize_e4m3(d_out.get(), d_q.get(), d_s.get(), d_x.get(), d_w.get(), n, first_q, dim,
+                                      1e-5f, scheme == Fp8Scheme::Channel, this->stream_, prompt_out);
+          this->sync();
+          // without the prompt rows' T out, those rows keep the fill
+          auto want = download(d_ref.get(), x.size());
+          const size_t kept = size_t((prompt_out ? n : first_q) * dim);
+          std::copy(fill.begin() + ptrdiff_t(kept), fill.end(), want.begin() + ptrdiff_t(kept));
+          EXPECT_TRUE(same_bits(download(d_out.get(), x.size()), want)) << "norm";
+          EXPECT_EQ(byte_download(d_q.get(), size_t(nq * dim)), byte_download(d_q_ref.get(), size_t(nq * dim)));
+          EXPECT_TRUE(same_bits(download(d_s.get(), size_t(nq * G)), download(d_s_ref.get(), size_t(nq * G))));
+        }
       }
 }
 

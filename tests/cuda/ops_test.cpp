@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "cuda_test_util.h"
+#include "moe_test_util.h"
 #include "kernels/add.h"
 #include "kernels/attention.h"
 #include "kernels/cuda/grouped_gemm_sm90.h"
@@ -769,6 +770,64 @@ TYPED_TEST(CudaGrouped, CombineSumsInExpertOrder) {
   cuda::moe_combine(d_x.get(), d_y.get(), d_dest.get(), d_w.get(), n, k, H, this->stream_);
   this->sync();
   EXPECT_TRUE(close(download(d_x.get(), x.size()), ref, 1e-6, 1e-6));
+}
+
+// moe_combine_norm: the bits of moe_combine, then rmsnorm (no e4m3) or rmsnorm_quantize_e4m3 with
+// first_q 0 (16-bit), per row and per 128 columns, with and without the T out; a dropped pair, a zero
+// row, a large value; widths from one group to the widest.
+TYPED_TEST(CudaGrouped, CombineNormEqualsCombineThenNorm) {
+  using T = TypeParam;
+  const int64_t k = 4;
+  for (const int64_t H : {128, 640, 2048, 8192})
+    for (const int64_t n : {1, 37}) {
+      SCOPED_TRACE(cat(n, " tokens, hidden ", H));
+      const int64_t P = n * k, G = H / 128;
+      auto y_f = rand_vec(size_t(P * H), 30 + uint64_t(H), 3.f);
+      const auto y = round_to<T>(y_f);
+      auto x = rand_vec(size_t(n * H), 31, 2.f);
+      x[size_t((n - 1) * H + 5)] = 1e3f;
+      const auto w = rand_vec(size_t(P), 32);
+      const auto nw = rand_vec(size_t(H), 33, 2.f);
+      std::vector<int32_t> dest(static_cast<size_t>(P));
+      std::iota(dest.begin(), dest.end(), 0);
+      for (int64_t i = 0; i < P; ++i) std::swap(dest[size_t(i)], dest[size_t((i * 7919) % P)]);
+      dest[0] = -1;  // a dropped pair
+      DevBuf<T> d_y(y.size()), d_out(x.size()), d_ref(x.size());
+      DevBuf<float> d_x(x.size()), d_xr(x.size()), d_w(w.size()), d_nw(nw.size()), d_s(size_t(n * G)),
+          d_sr(size_t(n * G));
+      DevBuf<uint8_t> d_q(x.size()), d_qr(x.size());
+      DevBuf<int32_t> d_dest(dest.size());
+      upload(d_y, y);
+      upload(d_w, w);
+      upload(d_nw, nw);
+      upload(d_dest, dest);
+      const bool e4m3 = sizeof(T) == 2;
+      for (const int form : {0, 1, 2}) {  // 0: T out only; 1: + codes per 128 columns; 2: codes per row, no out
+        if (form > 0 && !e4m3) continue;
+        SCOPED_TRACE(cat("form ", form));
+        upload(d_x, x);
+        upload(d_xr, x);
+        CUDA_CHECK(cudaMemsetAsync(d_out.get(), 0, x.size() * sizeof(T), this->stream_));
+        CUDA_CHECK(cudaMemsetAsync(d_ref.get(), 0, x.size() * sizeof(T), this->stream_));
+        cuda::moe_combine(d_xr.get(), d_y.get(), d_dest.get(), d_w.get(), n, k, H, this->stream_);
+        cuda::NextNorm<T> next{d_nw.get(), 1e-5f, form == 2 ? nullptr : d_out.get()};
+        if (form == 0) {
+          cuda::rmsnorm(d_ref.get(), d_xr.get(), d_nw.get(), n, H, 1e-5f, this->stream_);
+        } else {
+          if constexpr (sizeof(T) == 2)
+            cuda::rmsnorm_quantize_e4m3(d_ref.get(), d_qr.get(), d_sr.get(), d_xr.get(), d_nw.get(), n, 0, H, 1e-5f,
+                                        form == 2, this->stream_, form != 2);
+          next.q = d_q.get(), next.scales = d_s.get(), next.per_row = form == 2;
+        }
+        cuda::moe_combine_norm(d_x.get(), d_y.get(), d_dest.get(), d_w.get(), n, k, H, next, this->stream_);
+        this->sync();
+        EXPECT_TRUE(same_bits(download(d_x.get(), x.size()), download(d_xr.get(), x.size()))) << "x";
+        EXPECT_TRUE(same_bits(download(d_out.get(), x.size()), download(d_ref.get(), x.size()))) << "out";
+        if (form == 0) continue;
+        EXPECT_EQ(byte_download(d_q.get(), x.size()), byte_download(d_qr.get(), x.size())) << "codes";
+        EXPECT_TRUE(same_bits(download(d_s.get(), size_t(n * G)), download(d_sr.get(), size_t(n * G)))) << "scales";
+      }
+    }
 }
 
 }  // namespace

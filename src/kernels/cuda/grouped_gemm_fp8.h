@@ -18,6 +18,9 @@
 
 namespace lfm2::cuda {
 
+template <typename T>
+struct NextNorm;  // ops.h
+
 // The activation scales' layout for rows grouped by expert (offsets[e] .. offsets[e+1] - 1 are
 // expert e's; rows from offsets[n_experts] on belong to none and get nothing): one per (row, 128
 // columns), expert e's block at scales + offsets[e] * (cols / 128), k-block major ((cols / 128)
@@ -98,14 +101,17 @@ void moe_combine_fp8_scaled(float* x, const __nv_bfloat16* expert_out, const int
 // moe_grouped_matmul_fp8's w_scales. hidden and inter multiples of 128, Hopper. Scratch:
 // moe_experts_fp8_scratch_bytes. Queues kernels only (capturable); a row's bits depend on it alone.
 // in_q: in already quantized (rmsnorm_quantize_e4m3: codes (n_tokens, hidden), scales at
-// in_s[g * in_s_ld + token]); the gather then copies them (moe_gather_e4m3), the same bits.
+// in_s[g * in_s_ld + token]); the gather then copies them (moe_gather_e4m3), the same bits. next:
+// the next layer's operator norm of the updated rows (ops.h), in the combine's launch (block128) or
+// right after it (channel's scaled combine).
 int64_t moe_experts_fp8_scratch_bytes(int64_t n_tokens, int64_t hidden, int64_t n_experts, int64_t inter,
                                       int64_t top_k);
 template <typename T>
 void moe_experts_fp8(float* x, const T* in, const uint8_t* w13, const float* s13, const uint8_t* w2, const float* s2,
                      Fp8Scheme scheme, const int32_t* experts, const float* weights, int64_t n_tokens, int64_t hidden,
                      int64_t n_experts, int64_t inter, int64_t top_k, void* scratch, cudaStream_t stream,
-                     const uint8_t* in_q = nullptr, const float* in_s = nullptr, int64_t in_s_ld = 0);
+                     const uint8_t* in_q = nullptr, const float* in_s = nullptr, int64_t in_s_ld = 0,
+                     const NextNorm<T>* next = nullptr);
 
 }  // namespace lfm2::cuda
 

@@ -38,10 +38,13 @@ void add_rmsnorm(T* out, float* x, const T* delta, const float* weight, int64_t 
 // moe_quantize_e4m3 writes for out's rows afterwards (one group of n_rows - first_q rows): q
 // (n_rows - first_q, dim), the scale of (row r, 128 columns g) at scales[g * (n_rows - first_q) +
 // r - first_q], per row (its one scale repeated per group) or per (row, 128 columns). One pass over
-// in; dim a multiple of 128 and <= 8192, in and weight 16-byte aligned. bf16 and fp16.
+// in; dim a multiple of 128 and <= 8192, in and weight 16-byte aligned. bf16 and fp16. prompt_out
+// false: out's rows from first_q on are not written (their one consumer reads q; 2 of the 7 bytes a
+// value this kernel moves).
 template <typename T>
 void rmsnorm_quantize_e4m3(T* out, uint8_t* q, float* scales, const float* in, const float* weight, int64_t n_rows,
-                           int64_t first_q, int64_t dim, float eps, bool per_row, cudaStream_t stream);
+                           int64_t first_q, int64_t dim, float eps, bool per_row, cudaStream_t stream,
+                           bool prompt_out = true);
 // RMSNorm of the last token of each sequence only: out (n_seq, dim); in (n_seq * seq_len, dim);
 // lengths (n_seq, device) gives each sequence's own length (its last row is lengths[s] - 1), or null
 // for seq_len.
@@ -218,6 +221,32 @@ template <typename T>
 void moe_combine(float* x, const T* expert_out, const int32_t* dest_row, const float* weights, int64_t n_tokens,
                  int64_t top_k, int64_t hidden, cudaStream_t stream);
 
+// The next layer's operator norm of the rows a combine updates, made in the combine's launch
+// (moe_combine_norm; moe_experts and moe_experts_fp8 take one): out (n_tokens, hidden) = rmsnorm(x)
+// with weight and eps (out null: not written), and with q those T rows' e4m3 codes as
+// rmsnorm_quantize_e4m3 makes them with first_q 0: q (n_tokens, hidden), the scale of (row r, 128
+// columns g) at scales[g * n_tokens + r], per row or per (row, 128 columns). The bits of the
+// separate launches.
+template <typename T>
+struct NextNorm {
+  const float* weight;
+  float eps;
+  T* out;
+  uint8_t* q = nullptr;
+  float* scales = nullptr;
+  bool per_row = false;
+};
+// moe_combine's sums, then next, in one launch: a block a token, its threads holding the norm's
+// chunks (H100, 8,192 tokens x top-4 at 2,048 wide, FP8 block128 with the e4m3 codes: 103 us against
+// 105 + 53 for the two launches).
+// hidden % 4 == 0 and <= 8192 (% 128 with q); x, next.weight 16-byte aligned, expert_out and
+// next.out 8-byte. Expert rows E: T, or bf16 under fp16 (the FP8 experts' bf16 outputs).
+template <typename T, typename E>
+void moe_combine_norm(float* x, const E* expert_out, const int32_t* dest_row, const float* weights, int64_t n_tokens,
+                      int64_t top_k, int64_t hidden, const NextNorm<T>& next, cudaStream_t stream);
+// Whether moe_combine_norm takes rows of this width.
+bool moe_combine_norm_fits(int64_t hidden);
+
 // moe_combine_rmsnorm (decode): moe_combine of fp32 expert rows into x, then, when norm_weight is
 // not null, out (n_tokens, hidden) = rmsnorm(x) with norm_weight (the next layer's first norm
 // fused: the bits of moe_combine then rmsnorm). hidden % 4 == 0 and <= 8192, x and expert_out 16-byte
@@ -232,13 +261,14 @@ void moe_combine_rmsnorm(T* out, float* x, const float* expert_out, const int32_
 // w13 (n_experts, 2 * inter, hidden), each expert's w1 rows then its w3 rows; w2 (n_experts, hidden,
 // inter); experts, weights (n_tokens, top_k) from moe_router(); scratch of
 // moe_experts_scratch_bytes() (for the current device). bf16/fp16: hidden and inter multiples of 8
-// (Hopper only). Queues kernels only: capturable in a CUDA graph.
+// (Hopper only). Queues kernels only: capturable in a CUDA graph. next: its combine is
+// moe_combine_norm's (the next layer's operator norm of the updated rows made in the same launch).
 int64_t moe_experts_scratch_bytes(int64_t n_tokens, int64_t hidden, int64_t n_experts, int64_t inter, int64_t top_k,
                                   int64_t elem_bytes);
 template <typename T>
 void moe_experts(float* x, const T* in, const T* w13, const T* w2, const int32_t* experts, const float* weights,
                  int64_t n_tokens, int64_t hidden, int64_t n_experts, int64_t inter, int64_t top_k, void* scratch,
-                 cudaStream_t stream);
+                 cudaStream_t stream, const NextNorm<T>* next = nullptr);
 
 // --- moe_experts_decode.cu: moe_experts for decode rows (same arguments and result up to rounding),
 // reading each touched expert's weights once near the memory bandwidth: a one-block permutation,
