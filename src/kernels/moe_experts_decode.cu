@@ -18,14 +18,14 @@
 // 0.287 / 0.290 in the same call. The default products are variant 2 (6 stages, one block per SM,
 // L2 hints) below a mean of 32 rows per expert and variant 4 (two blocks per SM of 4 stages) from
 // it: alone they are within 1-2 % of each other, but inside the step at 256 rows (the model's
-// routing, some experts crowded) variant 4 took a layer's router-to-combine from 320 to 301 us,
-// and at 32 rows variant 2 is 10 us a layer ahead (gemm_config). The hints are worth 4-6 %
-// (variant 5); 8 stages (variant 3) changes nothing. On compute capability 9.0 the default is
-// variant 11, the same pipeline with the stages multiplied by wgmma (moe_decode_wgmma.cuh) and the
-// units taken from a counter: one H100, moe_experts_decode alone 0.2489 / 0.2620 ms at 32 / 256 tokens
-// (94 / 90 % of the floor) against 0.2497 / 0.2658 with fixed shares (variant 9), which took 0.177 /
-// 0.249 / 0.251 / 0.255 / 0.264 ms at 8 / 32 / 64 / 128 / 256 tokens against 0.176 / 0.253 / 0.256 /
-// 0.259 / 0.286 for variants 2 / 4 (ninth session).
+// routing, some experts crowded) variant 4 took a layer's router-to-combine from 320 to 301 us, and
+// at 32 rows variant 2 is 10 us a layer ahead (gemm_config). The hints are worth 4-6 % (variant 5);
+// 8 stages (variant 3) changes nothing. On compute capability 9.0 the default is variant 11 (10 on
+// an H200: gemm_config), the same pipeline with the stages multiplied by wgmma
+// (moe_decode_wgmma.cuh) and the units taken from a counter: one H100, moe_experts_decode alone
+// 0.2489 / 0.2620 ms at 32 / 256 tokens (94 / 90 % of the floor) against 0.2497 / 0.2658 with fixed
+// shares (variant 9), which took 0.177 / 0.249 / 0.251 / 0.255 / 0.264 ms at 8 / 32 / 64 / 128 /
+// 256 tokens against 0.176 / 0.253 / 0.256 / 0.259 / 0.286 for variants 2 / 4 (ninth session).
 //
 // Variant 1 (moe_experts_decode_force_variant, tuning only) runs the first decode kernels instead:
 // gemv_mma.cuh's register-streamed warp tiles, grid (row tiles, E), NT tokens per pass: 0.167 /
@@ -223,16 +223,23 @@ struct GemmConfig {
 // wgmma (moe_decode_wgmma.cuh; compute capability 9.0 only, elsewhere they run 2). 11: 9 with
 // the units taken from a counter as blocks free up (moe_gemm::UnitRing), 12: 11 with (unit, pass)
 // items (elsewhere both on mma.sync).
-// 0, the default: variant 11 on compute capability 9.0. One H100, the step at 32 x 8192 / 256 x 64
-// (.bench/s12/call3.sh, 11 and 9 twice): 7.614 / 7.342 and 7.595 / 7.344 ms with 11, 7.733 / 7.532
-// and 7.726 / 7.528 with 9, 7.648 / 7.386 with 12: with fixed shares the blocks holding a crowded
-// expert's units (two passes each) end last. Before it (.bench/wg/call2.sh): 7.69 / 7.60 ms with
-// 9, 7.97 / 7.90 with 10, 7.76 / 8.47 with 2, 7.92 / 8.19 with 4 (the wgmma consumer keeps up with
-// 32 rows per expert at one block of 6 stages per SM, where mma.sync needed two blocks). Elsewhere
-// by the mean rows per expert: variant 4 (two blocks of 4 stages per SM) from 32 (256 tokens at top-4 of
-// 32), else 2 (a fifth-session H100: the step at 256 x 64 8.06 ms with 4, 8.33 with 2; at
-// 32 x 8192 8.01 with 4, 7.79 with 2, .bench/k3/run2.sh).
-GemmConfig gemm_config(int64_t P, int64_t E, bool sm90) {
+// 0, the default: variant 11 on compute capability 9.0, variant 10 where the DRAM peaks past 4.2
+// TB/s (an H200: the same bits). One H200, the step at 32 x 8192 / 256 x 64 (.bench/s16/call3.sh,
+// alternated): 6.186 / 6.035 and 6.198 / 6.043 ms with 10, 6.370 / 6.122 and 6.372 / 6.158 with 11
+// (4 at 32 rows, 6.104, is faster still but has mma.sync's bits and loses at 256: 6.601). Why is
+// not measured (a guess: at the H200's rate two blocks of 4 stages an SM keep more bytes in flight
+// than one of 6). The H100 NVL (~3.9 TB/s) was never measured. One H100, the step at 32 x 8192 /
+// 256 x 64 (.bench/s12/call3.sh, 11 and 9 twice): 7.614 / 7.342 and 7.595 / 7.344 ms with 11, 7.733
+// / 7.532 and 7.726 / 7.528 with 9, 7.648 / 7.386 with 12: with fixed shares the blocks holding a
+// crowded expert's units (two passes each) end last. Before it (.bench/wg/call2.sh): 7.69 / 7.60 ms
+// with 9, 7.97 / 7.90 with 10, 7.76 / 8.47 with 2, 7.92 / 8.19 with 4 (the wgmma consumer keeps up
+// with 32 rows per expert at one block of 6 stages per SM, where mma.sync needed two blocks).
+// Elsewhere by the mean rows per expert: variant 4 (two blocks of 4 stages per SM) from 32 (256
+// tokens at top-4 of 32), else 2 (a fifth-session H100: the step at 256 x 64 8.06 ms with 4, 8.33
+// with 2; at 32 x 8192 8.01 with 4, 7.79 with 2, .bench/k3/run2.sh).
+constexpr double kFastDramGbs = 4200;  // above the H100 SXM's 3,352 and the H100 NVL's ~4,000 peaks
+
+GemmConfig gemm_config(int64_t P, int64_t E, bool sm90, double peak_dram_gbs) {
   switch (variant()) {
     case 2: return {6, 1, 1};
     case 3: return {8, 1, 1};
@@ -246,7 +253,7 @@ GemmConfig gemm_config(int64_t P, int64_t E, bool sm90) {
     case 11: return sm90 ? GemmConfig{6, 1, 1, 0, 1, 1} : GemmConfig{6, 1, 1, 0, 0, 1};
     case 12: return sm90 ? GemmConfig{6, 1, 1, 1, 1, 1} : GemmConfig{6, 1, 1, 1, 0, 1};
     default:
-      if (sm90) return {6, 1, 1, 0, 1, 1};
+      if (sm90) return peak_dram_gbs > kFastDramGbs ? GemmConfig{4, 2, 1, 0, 1} : GemmConfig{6, 1, 1, 0, 1, 1};
       return P >= 32 * E ? GemmConfig{4, 2, 1} : GemmConfig{6, 1, 1};
   }
 }
@@ -313,7 +320,8 @@ void run_products(T* act, float* y, const T* in, const T* w13, const T* w2, cons
     return;
   }
   const int64_t P = n_tokens * top_k;
-  const GemmConfig c = gemm_config(P, E, device_info(current_device()).sm90a());
+  const DeviceInfo& dev = device_info(current_device());
+  const GemmConfig c = gemm_config(P, E, dev.sm90a(), dev.peak_dram_gbs);
 
   switch (c.stages) {  // (variants 7 and 8 share 2's and 4's kernels)
     case 4: launch_pipelined<T, 4>(act, y, in, w13, w2, offsets, src_token, P, H, E, I, c, stream); break;

@@ -33,6 +33,7 @@
 #include "common/cuda_check.h"
 #include "common/rng.h"
 #include "io/weight_file.h"
+#include "kernels/cuda/device_info.h"
 #include "model/cuda_stage.h"
 #include "cupti_trace.h"
 
@@ -65,7 +66,8 @@ void bench_copy() {
   }
   std::sort(t.begin(), t.end());
   g_copy_gbs = 2.0 * double(n) / t[2] * 1e-6;
-  std::printf("copy 2 GiB device to device: %.3f ms, %.0f GB/s (the floor's bandwidth)\n", t[2], g_copy_gbs);
+  std::printf("copy 2 GiB device to device: %.3f ms, %.0f GB/s (the floor's bandwidth; the DRAM's peak %.0f)\n", t[2],
+              g_copy_gbs, cuda::device_info(cuda::current_device()).peak_dram_gbs);
   cudaFree(a), cudaFree(b);
 }
 

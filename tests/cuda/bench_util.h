@@ -13,6 +13,7 @@
 
 #include "common/cuda_check.h"
 #include "common/rng.h"
+#include "kernels/cuda/device_info.h"
 #include "kernels/cuda/ops.h"
 
 namespace lfm2::bench {
@@ -83,7 +84,8 @@ inline void bench_copy(cudaStream_t s) {
   CUDA_CHECK(cudaMemset(a, 1, size_t(n)));
   const double t = median_ms(s, [&] { CUDA_CHECK(cudaMemcpyAsync(b, a, size_t(n), cudaMemcpyDeviceToDevice, s)); }, 5);
   g_copy_gbs = 2.0 * double(n) / t * 1e-6;
-  std::printf("copy  1 GiB device to device: %.3f ms, %.0f GB/s (the floor's bandwidth below)\n", t, g_copy_gbs);
+  std::printf("copy  1 GiB device to device: %.3f ms, %.0f GB/s (the floor's bandwidth below; the DRAM's peak %.0f)\n",
+              t, g_copy_gbs, cuda::device_info(cuda::current_device()).peak_dram_gbs);
   cudaFree(a), cudaFree(b);
 }
 

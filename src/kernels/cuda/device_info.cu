@@ -29,6 +29,10 @@ const DeviceInfo& device_info(int device) {
   CUDA_CHECK(cudaDeviceGetAttribute(&info.sm_count, cudaDevAttrMultiProcessorCount, device));
   CUDA_CHECK(cudaDeviceGetAttribute(&info.major, cudaDevAttrComputeCapabilityMajor, device));
   CUDA_CHECK(cudaDeviceGetAttribute(&info.minor, cudaDevAttrComputeCapabilityMinor, device));
+  int clock_khz = 0, bus_bits = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, device));
+  info.peak_dram_gbs = 2.0 * clock_khz * 1e3 * (bus_bits / 8) / 1e9;
   return cache.emplace(device, info).first->second;
 }
 

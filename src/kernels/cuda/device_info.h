@@ -1,5 +1,6 @@
 // Properties of a CUDA device that launchers need at every call (multiprocessor count, compute
-// capability), read once per device and cached, so that no launch queries the driver again.
+// capability, peak memory bandwidth), read once per device and cached, so that no launch queries the
+// driver again.
 #pragma once
 
 namespace lfm2::cuda {
@@ -7,6 +8,9 @@ namespace lfm2::cuda {
 struct DeviceInfo {
   int sm_count = 0;
   int major = 0, minor = 0;  // compute capability
+  // The DRAM's peak rate from its clock and bus width (double data rate), GB/s: 3,352 on an H100
+  // SXM, 4,916 on an H200 (copies reach ~3.0 and ~4.25 TB/s)
+  double peak_dram_gbs = 0;
   // compute capability 9.0: the kernels built for sm_90a alone (wgmma, the CUTLASS sm90 GEMMs) run
   bool sm90a() const { return major == 9 && minor == 0; }
 };
