@@ -773,8 +773,9 @@ TYPED_TEST(CudaGrouped, CombineSumsInExpertOrder) {
 }
 
 // moe_combine_norm: the bits of moe_combine, then rmsnorm (no e4m3) or rmsnorm_quantize_e4m3 with
-// first_q 0 (16-bit), per row and per 128 columns, with and without the T out; a dropped pair, a zero
-// row, a large value; widths from one group to the widest.
+// first_q 0 (16-bit), per row and per 128 columns, with and without the T out; a dropped pair, a
+// large value; widths from one group to the widest (a zero row's scale: row_norm's write_row, tested
+// through rmsnorm_quantize_e4m3 in linear_fp8_test).
 TYPED_TEST(CudaGrouped, CombineNormEqualsCombineThenNorm) {
   using T = TypeParam;
   const int64_t k = 4;
