@@ -234,29 +234,26 @@ void moe_combine(float* x, const T* expert_out, const int32_t* dest_row, const f
   CUDA_CHECK_LAUNCH("moe_combine_kernel");
 }
 
+bool moe_combine_norm_fits(int64_t hidden) { return hidden % 4 == 0 && hidden <= int64_t(kThreads) * 4 * kMaxVec; }
+
 template <typename T>
 void moe_combine_rmsnorm(T* out, float* x, const float* expert_out, const int32_t* dest_row, const float* weights,
                          const float* norm_weight, int64_t n_tokens, int64_t top_k, int64_t hidden, float eps,
                          cudaStream_t stream) {
   LFM2_CHECK(top_k >= 1 && top_k <= kMaxTopK, "moe_combine_rmsnorm: top_k ", top_k, " (at most ", kMaxTopK, ")");
-  LFM2_CHECK(hidden % 4 == 0 && hidden <= int64_t(kThreads) * 4 * kMaxVec &&
-                 reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(expert_out) % 16 == 0 &&
+  LFM2_CHECK(moe_combine_norm_fits(hidden) && aligned16(x) && aligned16(expert_out) &&
                  (norm_weight == nullptr || (reinterpret_cast<uintptr_t>(norm_weight) % 16 == 0 &&
                                              reinterpret_cast<uintptr_t>(out) % (4 * sizeof(T)) == 0)),
              "moe_combine_rmsnorm: hidden ", hidden, " (a multiple of 4, at most ", kThreads * 4 * kMaxVec,
              ") or unaligned buffers");
   if (n_tokens == 0) return;
   const row_norm::RowOut<T> o{out, nullptr, nullptr, 0, false};
-  if (row_norm::short_row(hidden))
-    launch_pdl(combine_rmsnorm_kernel<T, float, 2, true>, dim3(unsigned(n_tokens)), dim3(kThreads), 0, stream, true,
-               o, x, expert_out, dest_row, weights, norm_weight, int(top_k), hidden, eps);
-  else
-    launch_pdl(combine_rmsnorm_kernel<T, float, kMaxVec, true>, dim3(unsigned(n_tokens)), dim3(kThreads), 0, stream,
-               true, o, x, expert_out, dest_row, weights, norm_weight, int(top_k), hidden, eps);
+  auto kernel = row_norm::short_row(hidden) ? combine_rmsnorm_kernel<T, float, 2, true>
+                                            : combine_rmsnorm_kernel<T, float, kMaxVec, true>;
+  launch_pdl(kernel, dim3(unsigned(n_tokens)), dim3(kThreads), 0, stream, true, o, x, expert_out, dest_row, weights,
+             norm_weight, int(top_k), hidden, eps);
   CUDA_CHECK_LAUNCH("combine_rmsnorm_kernel");
 }
-
-bool moe_combine_norm_fits(int64_t hidden) { return hidden % 4 == 0 && hidden <= int64_t(kThreads) * 4 * kMaxVec; }
 
 template <typename T, typename E>
 void moe_combine_norm(float* x, const E* expert_out, const int32_t* dest_row, const float* weights, int64_t n_tokens,
@@ -270,12 +267,10 @@ void moe_combine_norm(float* x, const E* expert_out, const int32_t* dest_row, co
              "; of 128 with e4m3 codes) or unaligned buffers");
   if (n_tokens == 0) return;
   const row_norm::RowOut<T> o{next.out, reinterpret_cast<uint32_t*>(next.q), next.scales, n_tokens, next.per_row};
-  if (row_norm::short_row(hidden))
-    combine_rmsnorm_kernel<T, E, 2, false><<<unsigned(n_tokens), kThreads, 0, stream>>>(
-        o, x, expert_out, dest_row, weights, next.weight, int(top_k), hidden, next.eps);
-  else
-    combine_rmsnorm_kernel<T, E, kMaxVec, false><<<unsigned(n_tokens), kThreads, 0, stream>>>(
-        o, x, expert_out, dest_row, weights, next.weight, int(top_k), hidden, next.eps);
+  auto kernel = row_norm::short_row(hidden) ? combine_rmsnorm_kernel<T, E, 2, false>
+                                            : combine_rmsnorm_kernel<T, E, kMaxVec, false>;
+  kernel<<<unsigned(n_tokens), kThreads, 0, stream>>>(o, x, expert_out, dest_row, weights, next.weight, int(top_k),
+                                                      hidden, next.eps);
   CUDA_CHECK_LAUNCH("combine_rmsnorm_kernel (prompt rows)");
 }
 
