@@ -7,7 +7,8 @@
 //   4. moe_combine_rmsnorm: each token's k rows summed in ascending expert order into x (and, in
 //      moe_decode, the next layer's RMSNorm of x)
 // 2-4 are launched as programmatic dependents of the launch before them, so each one's start
-// (and down's first weight stages) overlaps the previous one's tail. Dropped pairs (expert -1) get
+// (and down's first weight stages) overlaps the previous one's tail; on an H200 2 and 3 are one grid
+// (moe_decode_fused.cuh: down's units start as soon as their expert's act rows are written). Dropped pairs (expert -1) get
 // no row. Every element's arithmetic is fixed by the shapes, so a row's bits do not depend on the
 // batch, the other rows or their routing. fp32 runs moe_experts (exact SIMT, per row as well).
 //
@@ -20,7 +21,7 @@
 // it: alone they are within 1-2 % of each other, but inside the step at 256 rows (the model's
 // routing, some experts crowded) variant 4 took a layer's router-to-combine from 320 to 301 us, and
 // at 32 rows variant 2 is 10 us a layer ahead (gemm_config). The hints are worth 4-6 % (variant 5);
-// 8 stages (variant 3) changes nothing. On compute capability 9.0 the default is variant 11 (10 on
+// 8 stages (variant 3) changes nothing. On compute capability 9.0 the default is variant 11 (14 on
 // an H200: gemm_config), the same pipeline with the stages multiplied by wgmma
 // (moe_decode_wgmma.cuh) and the units taken from a counter: one H100, moe_experts_decode alone
 // 0.2489 / 0.2620 ms at 32 / 256 tokens (94 / 90 % of the floor) against 0.2497 / 0.2658 with fixed
@@ -194,7 +195,7 @@ void launch_products(T* act, float* y, const T* in, const T* w13, const T* w2, c
 
 // ---- the persistent pipelined products (moe_decode_gemm.cuh)
 
-constexpr int kVariants = 12;  // the highest variant
+constexpr int kVariants = 14;  // the highest variant
 int g_variant = -1;  // moe_experts_decode_force_variant; -1: LFM2_MOE_VARIANT (tuning), else 0
 
 int variant() {
@@ -214,7 +215,7 @@ int spec_bytes() {
 }
 
 struct GemmConfig {
-  int stages, ctas_per_sm, l2_hints, items = 0, wgmma = 0, taken = 0;
+  int stages, ctas_per_sm, l2_hints, items = 0, wgmma = 0, taken = 0, fused = 0;
 };
 // Variants 2..6: (stages, blocks per SM, L2 hints); 7, 8: 2 and 4 with blocks taking (unit, pass)
 // items (moe_decode_gemm.cuh's item_of: for experts crowded past 64 rows). Not defaults: one H100,
@@ -222,13 +223,15 @@ struct GemmConfig {
 // 7.58-7.62 / 8.02-8.03 in the same call (results.md, fifth session, call 6). 9, 10: 2 and 4 on
 // wgmma (moe_decode_wgmma.cuh; compute capability 9.0 only, elsewhere they run 2). 11: 9 with
 // the units taken from a counter as blocks free up (moe_gemm::UnitRing), 12: 11 with (unit, pass)
-// items (elsewhere both on mma.sync).
-// 0, the default: variant 11 on compute capability 9.0, variant 10 where the DRAM peaks past 4.2
-// TB/s (an H200: the same bits). One H200, the step at 32 x 8192 / 256 x 64 (.bench/s16/call3.sh,
-// alternated): 6.186 / 6.035 and 6.198 / 6.043 ms with 10, 6.370 / 6.122 and 6.372 / 6.158 with 11
-// (4 at 32 rows, 6.104, is faster still but has mma.sync's bits and loses at 256: 6.601). Why is
-// not measured (a guess: at the H200's rate two blocks of 4 stages an SM keep more bytes in flight
-// than one of 6). The H100 NVL (~3.9 TB/s) was never measured. One H100, the step at 32 x 8192 /
+// items (elsewhere both on mma.sync). 13, 14: 11 with gate/up and down in one grid
+// (moe_decode_fused.cuh), at one block of 6 stages an SM or two of 4 (elsewhere 11).
+// 0, the default: variant 11 on compute capability 9.0, variant 14 where the DRAM peaks past 4.2
+// TB/s (an H200: the same bits). One H200, the step at 32 x 8192 / 256 x 64 (.bench/s17/call2.sh,
+// alternated twice): 5.907 / 5.650 and 5.912 / 5.655 ms with 14, 6.113 / 5.982 and 6.109 / 5.996
+// with 10 (the sixteenth session's default there), 6.348 / 6.153 with 11, 6.870 / 6.908 with 13 (one
+// block an SM: while it waits on ready[] its SM streams nothing). Before (.bench/s16/call3.sh): 10
+// 6.186 / 6.035 against 11's 6.370 / 6.122; 4 at 32 rows, 6.104, has mma.sync's bits and loses at
+// 256 (6.601). 14 was not measured on an H100 (nor the H100 NVL's ~3.9 TB/s): 11 stays there. One H100, the step at 32 x 8192 /
 // 256 x 64 (.bench/s12/call3.sh, 11 and 9 twice): 7.614 / 7.342 and 7.595 / 7.344 ms with 11, 7.733
 // / 7.532 and 7.726 / 7.528 with 9, 7.648 / 7.386 with 12: with fixed shares the blocks holding a
 // crowded expert's units (two passes each) end last. Before it (.bench/wg/call2.sh): 7.69 / 7.60 ms
@@ -252,8 +255,10 @@ GemmConfig gemm_config(int64_t P, int64_t E, bool sm90, double peak_dram_gbs) {
     case 10: return sm90 ? GemmConfig{4, 2, 1, 0, 1} : GemmConfig{6, 1, 1};
     case 11: return sm90 ? GemmConfig{6, 1, 1, 0, 1, 1} : GemmConfig{6, 1, 1, 0, 0, 1};
     case 12: return sm90 ? GemmConfig{6, 1, 1, 1, 1, 1} : GemmConfig{6, 1, 1, 1, 0, 1};
+    case 13: return sm90 ? GemmConfig{6, 1, 1, 0, 1, 1, 1} : GemmConfig{6, 1, 1, 0, 0, 1};
+    case 14: return sm90 ? GemmConfig{4, 2, 1, 0, 1, 1, 1} : GemmConfig{6, 1, 1, 0, 0, 1};
     default:
-      if (sm90) return peak_dram_gbs > kFastDramGbs ? GemmConfig{4, 2, 1, 0, 1} : GemmConfig{6, 1, 1, 0, 1, 1};
+      if (sm90) return peak_dram_gbs > kFastDramGbs ? GemmConfig{4, 2, 1, 0, 1, 1, 1} : GemmConfig{6, 1, 1, 0, 1, 1};
       return P >= 32 * E ? GemmConfig{4, 2, 1} : GemmConfig{6, 1, 1};
   }
 }
@@ -282,6 +287,20 @@ void launch_wgmma(const moe_gemm::Args& a, bool gate_up, int64_t max_units, cons
   CUDA_CHECK_LAUNCH(gate_up ? "moe_gemm_kernel wgmma (gate/up)" : "moe_gemm_kernel wgmma (down)");
 }
 
+// Variants 13 and 14: both products in one grid, the units of both from gate/up's counter pair.
+template <typename T>
+void launch_fused(const moe_gemm::Args& a, const moe_gemm::Args& b, int64_t max_units, const GemmConfig& c,
+                  cudaStream_t stream) {
+  const moe_gemm::FusedKernel kernel = moe_gemm::fused_kernel<T>(c.stages);
+  const int smem = moe_gemm::wgmma_smem_bytes(c.stages);
+  raise_smem_limit(reinterpret_cast<const void*>(kernel), smem);
+  const int64_t grid = std::max<int64_t>(
+      1, std::min<int64_t>(max_units, int64_t(compute_sms(current_device())) * c.ctas_per_sm));
+  const moe_gemm::FusedArgs f{a, b, decode_gemm_workspace().moe_ready};
+  launch_pdl(kernel, dim3(unsigned(grid)), dim3(moe_gemm::kThreads), smem, stream, true, f);
+  CUDA_CHECK_LAUNCH("moe_fused_kernel (gate/up + down)");
+}
+
 template <typename T, int S>
 void launch_pipelined(T* act, float* y, const T* in, const T* w13, const T* w2, const int32_t* offsets,
                       const int32_t* src_token, int64_t P, int64_t H, int64_t E, int64_t I, const GemmConfig& c,
@@ -295,6 +314,10 @@ void launch_pipelined(T* act, float* y, const T* in, const T* w13, const T* w2, 
     a.ctr = ctr;
     b.ctr = ctr + 2;
     a.spec_bytes = spec_bytes();
+  }
+  if (c.fused) {
+    launch_fused<T>(a, b, units13 + units2, c, stream);
+    return;
   }
   if (c.wgmma) {
     launch_wgmma<T>(a, true, units13, c, stream);

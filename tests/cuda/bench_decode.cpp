@@ -96,8 +96,9 @@ void bench_moe(const char* name, cudaStream_t s, int64_t n, bool variants) {
   if (variants) {  // the products' variants (speed only), moe_experts_decode alone
     const char* what[] = {"",          "first kernels", "6 st 1/SM L2",   "8 st 1/SM L2",  "4 st 2/SM L2",
                           "6 st 1/SM", "4 st 2/SM",     "6 st 1/SM items", "4 st 2/SM items",
-                          "wgmma 6 st",   "wgmma 4 st 2/SM", "wgmma counter", "wgmma ctr items"};
-    for (int v = 1; v <= 12; ++v) {
+                          "wgmma 6 st",   "wgmma 4 st 2/SM", "wgmma counter", "wgmma ctr items",
+                          "fused 6 st",   "fused 4 st 2/SM"};
+    for (int v = 1; v <= 14; ++v) {
       cuda::moe_experts_decode_force_variant(v);
       const double t = median_ms(s, [&] { cuda::moe_experts_decode(x, y, w13, w2, ids, wts, n, H, E, I, k, scratch, s); });
       const double tb = median_ms(s, [&] { block(false); });

@@ -61,7 +61,8 @@ DecodeWorkspace decode_gemm_workspace() {
   w.partial = reinterpret_cast<float*>(base);
   w.partial_bytes = int64_t(kDecodeWorkspaceBytes);
   w.counters = reinterpret_cast<int*>(base + kDecodeWorkspaceBytes);
-  w.n_counters = kDecodeCounters - 5;
+  w.n_counters = kDecodeCounters - 5 - kMoeReady;
+  w.moe_ready = w.counters + kDecodeCounters - 5 - kMoeReady;
   w.moe_unit_counters = w.counters + kDecodeCounters - 5;
   w.route_counter = w.counters + kDecodeCounters - 1;
   return w;

@@ -28,9 +28,11 @@ struct DecodeWorkspace {
   int64_t n_counters = 0;
   int* route_counter = nullptr;  // moe_route_decode's (past the n_counters of the products)
   int* moe_unit_counters = nullptr;  // the decode expert products' 4 (gate/up's pair, down's), past them too
+  int* moe_ready = nullptr;  // the fused products' gate/up units per expert (kMoeReady), before the 5 above
 };
 DecodeWorkspace decode_gemm_workspace();  // for the current device (prepares it on first use)
 inline constexpr size_t kDecodeWorkspaceBytes = size_t(32) << 20;  // 256 rows x 32768 outputs x fp32
 inline constexpr int64_t kDecodeCounters = 16384;
+inline constexpr int64_t kMoeReady = 1024;  // moe_gemm::kMaxExperts
 
 }  // namespace lfm2::cuda

@@ -82,6 +82,12 @@ struct Args {
   int spec_bytes = 0;
 };
 
+// Both products in one grid (moe_decode_fused.cuh).
+struct FusedArgs {
+  Args up, down;  // gate/up's and down's; up.ctr: the pair both take their units from and count blocks in
+  int* ready;     // (n_experts) gate/up units stored per expert; zero between launches (the last block zeroes it)
+};
+
 __device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
 __device__ __forceinline__ void griddep_launch() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
 
@@ -369,16 +375,18 @@ __device__ __forceinline__ void store_tile(const Args& a, float (&acc)[2][4][4],
 struct UnitRing {
   int* ctr;
   int* ring;
+  int first;  // the unit of counter value 0: gridDim.x (unit blockIdx.x is the block's first), or 0
   int ahead = 0;  // thread 0: the counter's value for the next unit (raw)
   int pi = 0, ci = 0;  // the producer's and the consumer's unit counts
 
-  __device__ __forceinline__ UnitRing(int* counter, int* ring32) : ctr(counter), ring(ring32) {
+  __device__ __forceinline__ UnitRing(int* counter, int* ring32, int first_unit = int(gridDim.x))
+      : ctr(counter), ring(ring32), first(first_unit) {
     if (ctr && threadIdx.x == 0) ahead = atomicAdd(ctr, 1);
   }
   __device__ __forceinline__ int64_t producer_next() {
     ++pi;
     if (threadIdx.x == 0) {
-      ring[pi & 31] = int(gridDim.x) + ahead;
+      ring[pi & 31] = first + ahead;
       ahead = atomicAdd(ctr, 1);
     }
     __syncthreads();

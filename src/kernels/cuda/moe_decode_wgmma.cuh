@@ -48,7 +48,10 @@ struct WgmmaConsumer {
   }
   // d to act (gate/up, SwiGLU) or y (down); zeroed. Register 4 n + i: slot 8 n + 2 q + (i & 1) of
   // tile row 16 w + g + 8 (i >> 1) of the warpgroup's 64.
-  __device__ __forceinline__ void store(const Args& a, const Unit& un, int pass) {
+  __device__ __forceinline__ void store(const Args& a, const Unit& un, int pass) { store_as<kGateUp>(a, un, pass); }
+  // the same for either product (moe_decode_fused.cuh: one consumer for both)
+  template <bool kGU>
+  __device__ __forceinline__ void store_as(const Args& a, const Unit& un, int pass) {
     const int lane = threadIdx.x & 31, w = (threadIdx.x >> 5) & 3, g = lane >> 2, q = lane & 3;
 #pragma unroll
     for (int n = 0; n < 8; ++n) {
@@ -57,7 +60,7 @@ struct WgmmaConsumer {
         const int slot = pass * kTB + 8 * n + 2 * q + i;
         if (slot >= un.n_e) continue;
         const int64_t row = un.begin + slot;
-        if constexpr (kGateUp) {
+        if constexpr (kGU) {
           const int64_t j = un.tile * 64 + 8 * (4 * wg + w) + g;
           const float gt = d[4 * n + i];
           if (j < a.R) static_cast<T*>(a.out)[row * a.R + j] = from_f32<T>(gt / (1.0f + expf(-gt)) * d[4 * n + 2 + i]);

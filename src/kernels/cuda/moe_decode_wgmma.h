@@ -6,13 +6,19 @@
 namespace lfm2::cuda::moe_gemm {
 
 struct Args;
+struct FusedArgs;
 using Kernel = void (*)(Args);
+using FusedKernel = void (*)(FusedArgs);
 
 // moe_gemm_kernel<T, gate_up, stages, WgmmaConsumer> for stages 4 or 6 (T: bf16 or fp16).
 template <typename T>
 Kernel wgmma_kernel(bool gate_up, int stages);
 
-// Its dynamic shared memory (smem_bytes with the 1024-byte alignment's pad).
+// Its dynamic shared memory (smem_bytes with the 1024-byte alignment's pad); the fused kernel's too.
 int wgmma_smem_bytes(int stages);
+
+// moe_fused_kernel<T, stages> (moe_decode_fused.cuh: gate/up and down in one grid), stages 4 or 6.
+template <typename T>
+FusedKernel fused_kernel(int stages);
 
 }  // namespace lfm2::cuda::moe_gemm

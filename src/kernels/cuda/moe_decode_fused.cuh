@@ -1,0 +1,205 @@
+// The decode expert products' two launches as one grid (variants 13 and 14 of
+// moe_experts_decode.cu; sm_90a only, instantiated in moe_decode_wgmma.cu): gate/up's units, then
+// down's, taken from one counter, so a block that runs out of gate/up units streams down's weights
+// at once instead of draining while gate/up's last units finish and down's grid ramps up.
+//
+// Units: u < U13 is gate/up's unit u (moe_decode_gemm.cuh's unit_of over its tiles), u >= U13
+// down's unit u - U13; the counter hands them out in that order, so every gate/up unit is taken
+// before any down unit. A down unit of expert e reads act rows that all of e's gate/up units write:
+// each gate/up unit, once its last pass is stored, adds one to ready[e] (the block's barrier, then
+// thread 0's release add, as CUTLASS's split-K semaphores), and the producer issues a down unit's
+// first stage only once ready[e] holds all of e's gate/up units (thread 0's acquire load before the
+// stage's barrier). Until then it issues nothing and the consumer goes on through the stages
+// already issued; if none is left, thread 0 waits on the flag. No deadlock: a gate/up unit waits
+// for nothing, and a producer only waits once every stage of its block's gate/up units is issued,
+// which the consumer then finishes on its own.
+//
+// The pipeline's groups: one cp.async group per issued stage and none empty, so before consuming
+// stage c the thread waits until at most (issued - c - 1) groups are pending (S - 2 in the steady
+// state, as moe_gemm_kernel's loop).
+//
+// Exactness: a unit's stages, tiles and wgmma sequence are moe_gemm_kernel's with WgmmaConsumer, so
+// an element's bits are variant 9's whichever block or order computes it (tested bit for bit).
+#pragma once
+
+#include "kernels/cuda/moe_decode_wgmma.cuh"
+
+namespace lfm2::cuda::moe_gemm {
+
+__device__ __forceinline__ int ld_acquire(const int* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void add_release(int* p, int v) {
+  asm volatile("fence.acq_rel.gpu;\nred.relaxed.gpu.global.add.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
+
+// cp.async.wait_group n for n in [0, S - 2] (the groups after the stage to consume).
+template <int S>
+__device__ __forceinline__ void wait_at_most(int n) {
+  if (n >= S - 2) {
+    wait_pending<S - 2>();
+    return;
+  }
+  switch (n) {
+    case 0: wait_pending<0>(); break;
+    case 1: wait_pending<1>(); break;
+    case 2: wait_pending<2>(); break;
+    default: wait_pending<3>(); break;
+  }
+}
+
+// A block done: counted in ctr[1]; the last one zeroes ready and both counters for the next launch.
+__device__ __forceinline__ void release_fused(int* ctr, int* ready, int n_experts) {
+  if (threadIdx.x != 0) return;
+  __threadfence();
+  if (atomicAdd(ctr + 1, 1) == int(gridDim.x) - 1) {
+    for (int e = 0; e < n_experts; ++e) ready[e] = 0;
+    atomicExch(ctr, 0);
+    atomicExch(ctr + 1, 0);
+  }
+}
+
+template <typename T, int S>
+__global__ void __launch_bounds__(kThreads, S == 4 ? 2 : 1) moe_fused_kernel(const FusedArgs f) {
+  using Con = WgmmaConsumer<T, true>;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  __shared__ int s_count;
+  __shared__ int s_flag[2];  // thread 0's readiness poll, double-buffered across the loop's barriers
+  unsigned char* smem =
+      smem_raw + ((Con::kPad - (uint32_t(__cvta_generic_to_shared(smem_raw)) & (Con::kPad - 1))) & (Con::kPad - 1));
+  int* s_off = reinterpret_cast<int*>(smem + S * kStageBytes);
+  int* s_touched = s_off + f.up.n_experts + 1;
+  const uint32_t base = uint32_t(__cvta_generic_to_shared(smem));
+
+  gate_up_wait<T>(f.up);
+  load_touched(f.up.offsets, f.up.n_experts, s_off, s_touched, s_count);
+
+  const int64_t t13 = (f.up.R + 63) / 64, t2 = (f.down.R + kBM - 1) / kBM;
+  const int64_t u13 = int64_t(s_count) * t13, units = u13 + int64_t(s_count) * t2;
+  // every unit from the counter, the first too: a unit is then always held by a running block, so
+  // a block waiting on ready[] never waits on a block that is not resident
+  UnitRing ring(f.up.ctr, s_off + kIndexInts, 0);
+  const int64_t u_end = units, u0 = ring.producer_next();
+  ring.consumer_next();
+  if (u0 >= u_end) {
+    release_fused(f.up.ctr, f.ready, f.up.n_experts);
+    return;
+  }
+  auto unit_at = [&](int64_t u) {
+    return u < u13 ? unit_of(u, t13, s_touched, s_off) : unit_of(u - u13, t2, s_touched, s_off);
+  };
+  const int nk13 = int((f.up.K + kBK - 1) / kBK), nk2 = int((f.down.K + kBK - 1) / kBK);
+
+  // the producer: unit pu (gate/up's when pgu), pass pp, k step pk; pready: may issue (a down unit's
+  // expert has all its act rows)
+  Feeder<T, true, true> fu;
+  Feeder<T, false, true> fd;
+  l2_policies(f.up.l2_hints != 0, fu.pol_w, fu.pol_x);
+  fd.pol_w = fu.pol_w;
+  fd.pol_x = fu.pol_x;
+  int64_t pu = u0;
+  Unit pun = unit_at(pu);
+  bool pgu = pu < u13, pready = pgu, plive = true;
+  if (pgu) {
+    fu.set_unit(f.up, pun);
+    fu.set_pass(f.up, pun, 0);
+  } else {
+    fd.set_unit(f.down, pun);
+    fd.set_pass(f.down, pun, 0);
+  }
+  int pp = 0, pk = 0;
+  auto advance = [&]() {  // every thread (UnitRing's barrier)
+    if (++pk < (pgu ? nk13 : nk2)) return;
+    pk = 0;
+    if (++pp >= pun.passes) {
+      pp = 0;
+      pu = ring.producer_next();
+      if (pu >= u_end) {
+        plive = false;
+        return;
+      }
+      pun = unit_at(pu);
+      pgu = pu < u13;
+      pready = pgu;
+      if (pgu)
+        fu.set_unit(f.up, pun);
+      else
+        fd.set_unit(f.down, pun);
+    }
+    if (pgu)
+      fu.set_pass(f.up, pun, pp);
+    else
+      fd.set_pass(f.down, pun, pp);
+  };
+  int issued = 0, consumed = 0;
+  auto issue = [&]() {
+    const uint32_t st = base + uint32_t(issued % S) * kStageBytes;
+    if (pgu) {
+      fu.load_w(f.up, st, pk);
+      fu.load_x(f.up, st, pk);
+    } else {
+      fd.load_w(f.down, st, pk);
+      fd.load_x(f.down, st, pk);
+    }
+    commit();
+    ++issued;
+    advance();
+  };
+  while (issued < S - 1 && plive && pready) issue();
+
+  int64_t cu = u0;
+  Unit cun = unit_at(cu);
+  bool cgu = cu < u13;
+  int cp = 0, ck = 0, par = 0;
+  Con con;
+  while (cu < u_end) {
+    const bool poll = plive && !pready;
+    if (poll && threadIdx.x == 0) {
+      const int* flag = f.ready + pun.e;
+      int v = ld_acquire(flag);
+      while (issued == consumed && v < t13) {  // nothing left to consume: wait for the other blocks
+        __nanosleep(64);
+        v = ld_acquire(flag);
+      }
+      s_flag[par] = v >= t13;
+    }
+    if (issued > consumed) wait_at_most<S>(issued - consumed - 1);  // this thread's copies of stage `consumed`
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    __syncthreads();  // everyone's copies have landed; everyone is done with the stage consumed last round
+    if (poll) pready = s_flag[par] != 0;
+    par ^= 1;
+    const bool drained = issued == consumed;
+    if (plive && pready && issued - consumed < S) issue();
+    if (drained) {  // the stage just issued is the one to consume
+      wait_pending<0>();
+      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+      __syncthreads();
+    }
+    con.stage(base + uint32_t(consumed % S) * kStageBytes);
+    ++consumed;
+    if (++ck < (cgu ? nk13 : nk2)) continue;
+    ck = 0;
+    if (cgu)
+      con.template store_as<true>(f.up, cun, cp);
+    else
+      con.template store_as<false>(f.down, cun, cp);
+    if (++cp < cun.passes) continue;
+    if (cgu) {  // the unit's act rows are written: one more of its expert's gate/up units
+      __syncthreads();
+      if (threadIdx.x == 0) add_release(f.ready + cun.e, 1);
+    }
+    cp = 0;
+    cu = ring.consumer_next();
+    if (cu < u_end) {
+      cun = unit_at(cu);
+      cgu = cu < u13;
+    }
+  }
+  wait_pending<0>();
+  release_fused(f.up.ctr, f.ready, f.up.n_experts);
+  griddep_launch();  // the combine launches only now: blocks waiting beside this grid would take issue slots
+}
+
+}  // namespace lfm2::cuda::moe_gemm
