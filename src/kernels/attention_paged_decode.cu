@@ -117,11 +117,17 @@ __device__ __forceinline__ Split split_of_block(const PagedSeq* seqs, int n_kv, 
 // 148.3 / 145.8 / 159.9, 14 180.8 / 148.1 / 146.6 / 146.6, 46 181.3 / 144.3 / 141.7 / 161.3, 78
 // 178.9 / 145.7 / 144.5 / 146.2, 110 181.4 / 144.6 / 141.6 / 157.5 (5 blocks an SM lose at 8 x
 // 32,768: 1,024 blocks make 1.55 waves of 660 against 1.94 of 528); the bf16 cache 247-250 / 200-202 /
-// 199-201 / 194-198 for all. 78 is the default.
-constexpr int kDefaultVariant = 6 | 8 | 64;
+// 199-201 / 194-198 for all. 78 is the default (110 on an H200, below).
+// Where the DRAM passes 4.2 TB/s (an H200) the fp8 cache's rounds go through one V T tile (bit 5:
+// 5 blocks an SM instead of 4; the bf16 cache's kernel is the same as 78's): one H200
+// (.bench/s17/call4.sh), fp8 cache at 32 x 10,240 / 32 x 8,192 / 256 x 1,024 / 8 x 32,768, 154.5 /
+// 129.7 / 127.9 / 126.1 us with 110 against 78's 164.5 / 137.9 / 136.6 / 126.5.
+constexpr int kDefaultVariant = 6 | 8 | 64, kFastDramVariant = kDefaultVariant | 32;
 
 int decode_variant() {
-  static const int v = int(env_whole("LFM2_DECODE_VARIANT", kDefaultVariant, 0, 127));
+  static const int v = int(env_whole("LFM2_DECODE_VARIANT",
+                                     device_info(current_device()).fast_dram() ? kFastDramVariant : kDefaultVariant,
+                                     0, 127));
   return v;
 }
 

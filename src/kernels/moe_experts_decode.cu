@@ -21,7 +21,7 @@
 // it: alone they are within 1-2 % of each other, but inside the step at 256 rows (the model's
 // routing, some experts crowded) variant 4 took a layer's router-to-combine from 320 to 301 us, and
 // at 32 rows variant 2 is 10 us a layer ahead (gemm_config). The hints are worth 4-6 % (variant 5);
-// 8 stages (variant 3) changes nothing. On compute capability 9.0 the default is variant 11 (14 on
+// 8 stages (variant 3) changes nothing. On compute capability 9.0 the default is variant 11 (15 on
 // an H200: gemm_config), the same pipeline with the stages multiplied by wgmma
 // (moe_decode_wgmma.cuh) and the units taken from a counter: one H100, moe_experts_decode alone
 // 0.2489 / 0.2620 ms at 32 / 256 tokens (94 / 90 % of the floor) against 0.2497 / 0.2658 with fixed
@@ -195,7 +195,7 @@ void launch_products(T* act, float* y, const T* in, const T* w13, const T* w2, c
 
 // ---- the persistent pipelined products (moe_decode_gemm.cuh)
 
-constexpr int kVariants = 14;  // the highest variant
+constexpr int kVariants = 15;  // the highest variant
 int g_variant = -1;  // moe_experts_decode_force_variant; -1: LFM2_MOE_VARIANT (tuning), else 0
 
 int variant() {
@@ -215,7 +215,7 @@ int spec_bytes() {
 }
 
 struct GemmConfig {
-  int stages, ctas_per_sm, l2_hints, items = 0, wgmma = 0, taken = 0, fused = 0;
+  int stages, ctas_per_sm, l2_hints, items = 0, wgmma = 0, taken = 0, fused = 0;  // fused 2: first units by block
 };
 // Variants 2..6: (stages, blocks per SM, L2 hints); 7, 8: 2 and 4 with blocks taking (unit, pass)
 // items (moe_decode_gemm.cuh's item_of: for experts crowded past 64 rows). Not defaults: one H100,
@@ -224,14 +224,16 @@ struct GemmConfig {
 // wgmma (moe_decode_wgmma.cuh; compute capability 9.0 only, elsewhere they run 2). 11: 9 with
 // the units taken from a counter as blocks free up (moe_gemm::UnitRing), 12: 11 with (unit, pass)
 // items (elsewhere both on mma.sync). 13, 14: 11 with gate/up and down in one grid
-// (moe_decode_fused.cuh), at one block of 6 stages an SM or two of 4 (elsewhere 11).
-// 0, the default: variant 11 on compute capability 9.0, variant 14 where the DRAM peaks past 4.2
-// TB/s (an H200: the same bits). One H200, the step at 32 x 8192 / 256 x 64 (.bench/s17/call2.sh,
-// alternated twice): 5.907 / 5.650 and 5.912 / 5.655 ms with 14, 6.113 / 5.982 and 6.109 / 5.996
+// (moe_decode_fused.cuh), at one block of 6 stages an SM or two of 4 (elsewhere 11); 15: 14 with
+// a block's first unit its own index (gate/up's prefetched one) rather than the counter's.
+// 0, the default: variant 11 on compute capability 9.0, variant 15 where the DRAM peaks past 4.2
+// TB/s (an H200: the same bits). One H200, the step at 32 x 8192 / 256 x 64 (.bench/s17/call4.sh,
+// alternated twice): 5.885 / 5.691 and 5.892 / 5.651 ms with 15, 5.937 / 5.759 and 5.933 / 5.675
+// with 14, 6.160 / 6.063 with 10; before (call2.sh): 5.907 / 5.650 and 5.912 / 5.655 ms with 14, 6.113 / 5.982 and 6.109 / 5.996
 // with 10 (the sixteenth session's default there), 6.348 / 6.153 with 11, 6.870 / 6.908 with 13 (one
 // block an SM: while it waits on ready[] its SM streams nothing). Before (.bench/s16/call3.sh): 10
 // 6.186 / 6.035 against 11's 6.370 / 6.122; 4 at 32 rows, 6.104, has mma.sync's bits and loses at
-// 256 (6.601). 14 was not measured on an H100 (nor the H100 NVL's ~3.9 TB/s): 11 stays there. One H100, the step at 32 x 8192 /
+// 256 (6.601). 14 and 15 were not measured on an H100 (nor the H100 NVL's ~3.9 TB/s): 11 stays there. One H100, the step at 32 x 8192 /
 // 256 x 64 (.bench/s12/call3.sh, 11 and 9 twice): 7.614 / 7.342 and 7.595 / 7.344 ms with 11, 7.733
 // / 7.532 and 7.726 / 7.528 with 9, 7.648 / 7.386 with 12: with fixed shares the blocks holding a
 // crowded expert's units (two passes each) end last. Before it (.bench/wg/call2.sh): 7.69 / 7.60 ms
@@ -240,9 +242,7 @@ struct GemmConfig {
 // Elsewhere by the mean rows per expert: variant 4 (two blocks of 4 stages per SM) from 32 (256
 // tokens at top-4 of 32), else 2 (a fifth-session H100: the step at 256 x 64 8.06 ms with 4, 8.33
 // with 2; at 32 x 8192 8.01 with 4, 7.79 with 2, .bench/k3/run2.sh).
-constexpr double kFastDramGbs = 4200;  // above the H100 SXM's 3,352 and the H100 NVL's ~4,000 peaks
-
-GemmConfig gemm_config(int64_t P, int64_t E, bool sm90, double peak_dram_gbs) {
+GemmConfig gemm_config(int64_t P, int64_t E, bool sm90, bool fast_dram) {
   switch (variant()) {
     case 2: return {6, 1, 1};
     case 3: return {8, 1, 1};
@@ -257,8 +257,9 @@ GemmConfig gemm_config(int64_t P, int64_t E, bool sm90, double peak_dram_gbs) {
     case 12: return sm90 ? GemmConfig{6, 1, 1, 1, 1, 1} : GemmConfig{6, 1, 1, 1, 0, 1};
     case 13: return sm90 ? GemmConfig{6, 1, 1, 0, 1, 1, 1} : GemmConfig{6, 1, 1, 0, 0, 1};
     case 14: return sm90 ? GemmConfig{4, 2, 1, 0, 1, 1, 1} : GemmConfig{6, 1, 1, 0, 0, 1};
+    case 15: return sm90 ? GemmConfig{4, 2, 1, 0, 1, 1, 2} : GemmConfig{6, 1, 1, 0, 0, 1};
     default:
-      if (sm90) return peak_dram_gbs > kFastDramGbs ? GemmConfig{4, 2, 1, 0, 1, 1, 1} : GemmConfig{6, 1, 1, 0, 1, 1};
+      if (sm90) return fast_dram ? GemmConfig{4, 2, 1, 0, 1, 1, 2} : GemmConfig{6, 1, 1, 0, 1, 1};
       return P >= 32 * E ? GemmConfig{4, 2, 1} : GemmConfig{6, 1, 1};
   }
 }
@@ -296,7 +297,7 @@ void launch_fused(const moe_gemm::Args& a, const moe_gemm::Args& b, int64_t max_
   raise_smem_limit(reinterpret_cast<const void*>(kernel), smem);
   const int64_t grid = std::max<int64_t>(
       1, std::min<int64_t>(max_units, int64_t(compute_sms(current_device())) * c.ctas_per_sm));
-  const moe_gemm::FusedArgs f{a, b, decode_gemm_workspace().moe_ready};
+  const moe_gemm::FusedArgs f{a, b, decode_gemm_workspace().moe_ready, c.fused == 2};
   launch_pdl(kernel, dim3(unsigned(grid)), dim3(moe_gemm::kThreads), smem, stream, true, f);
   CUDA_CHECK_LAUNCH("moe_fused_kernel (gate/up + down)");
 }
@@ -344,7 +345,7 @@ void run_products(T* act, float* y, const T* in, const T* w13, const T* w2, cons
   }
   const int64_t P = n_tokens * top_k;
   const DeviceInfo& dev = device_info(current_device());
-  const GemmConfig c = gemm_config(P, E, dev.sm90a(), dev.peak_dram_gbs);
+  const GemmConfig c = gemm_config(P, E, dev.sm90a(), dev.fast_dram());
 
   switch (c.stages) {  // (variants 7 and 8 share 2's and 4's kernels)
     case 4: launch_pipelined<T, 4>(act, y, in, w13, w2, offsets, src_token, P, H, E, I, c, stream); break;

@@ -97,8 +97,8 @@ void bench_moe(const char* name, cudaStream_t s, int64_t n, bool variants) {
     const char* what[] = {"",          "first kernels", "6 st 1/SM L2",   "8 st 1/SM L2",  "4 st 2/SM L2",
                           "6 st 1/SM", "4 st 2/SM",     "6 st 1/SM items", "4 st 2/SM items",
                           "wgmma 6 st",   "wgmma 4 st 2/SM", "wgmma counter", "wgmma ctr items",
-                          "fused 6 st",   "fused 4 st 2/SM"};
-    for (int v = 1; v <= 14; ++v) {
+                          "fused 6 st",   "fused 4 st 2/SM", "fused, by blk"};
+    for (int v = 1; v <= 15; ++v) {
       cuda::moe_experts_decode_force_variant(v);
       const double t = median_ms(s, [&] { cuda::moe_experts_decode(x, y, w13, w2, ids, wts, n, H, E, I, k, scratch, s); });
       const double tb = median_ms(s, [&] { block(false); });

@@ -154,7 +154,7 @@ TEST(CudaDecodeGemmRefusal, UnalignedInputsAreRefused) {
 
 // ------------------------------------------------------------------------------------------- MoE
 
-// Forces a variant of the expert products for the scope (2-8 share their bits; 9-14, wgmma on
+// Forces a variant of the expert products for the scope (2-8 share their bits; 9-15, wgmma on
 // sm_90, share theirs (elsewhere they run 2's bits); 1 has its own).
 struct VariantScope {
   explicit VariantScope(int v) { cuda::moe_experts_decode_force_variant(v); }
@@ -193,8 +193,8 @@ TYPED_TEST(CudaDecodeGemm, MoeExpertsDecodeMatchesCpu) {
   // experts with no rows (few, one, and 1 or 5 tokens over 32 experts); one expert holding every
   // token (several passes over its weights); the model's shape at 32 rows. Every variant of the
   // products (1: the first kernels; 2-8: the pipelined ones, the same bits for any stages, grid, L2
-  // hints, or blocks taking (unit, pass) items; 9-14: the pipelined ones on wgmma, the same bits
-  // for 6 or 4 stages, units or items from a counter, or both products in one grid: 13, 14, where
+  // hints, or blocks taking (unit, pass) items; 9-15: the pipelined ones on wgmma, the same bits
+  // for 6 or 4 stages, units or items from a counter, or both products in one grid: 13-15, where
   // the cases with few experts touched start most blocks on down units that wait for gate/up's).
   for (const Case c : {Case{1, 256, 32, 64, 4, Routing::kSpread}, Case{5, 64, 4, 40, 4, Routing::kSpread},
                        Case{32, 128, 32, 96, 4, Routing::kRandom}, Case{100, 64, 8, 48, 2, Routing::kRandom},
@@ -212,7 +212,7 @@ TYPED_TEST(CudaDecodeGemm, MoeExpertsDecodeMatchesCpu) {
     make_routing(experts, weights, n, E, k, routing, 3);
     const auto ref = moe_reference(x, in, w, experts, weights, n, H, E, I, k);
     std::vector<float> pipelined, wgmma;
-    for (const int variant : {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14}) {
+    for (const int variant : {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}) {
       const VariantScope scope(variant);
       const auto got = moe_decode_on_device<T>(dw, x, in_raw, experts, weights, n, H, E, I, k, this->stream_);
       // bf16/fp16 round the activation once (gate/up and the expert outputs stay fp32); x3 as moe_experts
@@ -256,7 +256,7 @@ TYPED_TEST(CudaDecodeGemm, MoeExpertsDecodeDroppedRows) {
     for (int64_t t = 0; t < n; ++t)
       if (n == 3 || t % 3 == 1) std::fill_n(experts.begin() + t * k, k, -1);  // n = 3: all finished
     const auto ref = moe_reference(x, in, w, experts, weights, n, H, E, I, k);
-    for (const int variant : {0, 1, 9, 10, 11, 12, 13, 14}) {
+    for (const int variant : {0, 1, 9, 10, 11, 12, 13, 14, 15}) {
       const VariantScope scope(variant);
       const auto got = moe_decode_on_device<T>(dw, x, in_raw, experts, weights, n, H, E, I, k, this->stream_, 0x7f);
       EXPECT_TRUE(close_t<T>(got, ref, 3)) << n << " tokens, variant " << variant;
@@ -277,7 +277,7 @@ TYPED_TEST(CudaDecodeGemm, MoeExpertsDecodeRowsBitIdenticalForAnyBatch) {
   const int64_t H = 512, E = 32, I = 448, k = 4;
   const MoeWeights w = moe_weights<T>(H, E, I, 60);
   const DevMoe<T> dw(w);
-  for (const int variant : {0, 1, 8, 9, 10, 11, 12, 13, 14}) {
+  for (const int variant : {0, 1, 8, 9, 10, 11, 12, 13, 14, 15}) {
     const VariantScope scope(variant);
     const int64_t n_probe = 3;
     auto probe_in = rand_vec(static_cast<size_t>(n_probe * H), 61);

@@ -9,10 +9,13 @@ struct DeviceInfo {
   int sm_count = 0;
   int major = 0, minor = 0;  // compute capability
   // The DRAM's peak rate from its clock and bus width (double data rate), GB/s: 3,352 on an H100
-  // SXM, 4,916 on an H200 (copies reach ~3.0 and ~4.25 TB/s)
+  // SXM, 4,814 as an H200 reports it (copies reach ~3.0 and ~4.23 TB/s)
   double peak_dram_gbs = 0;
   // compute capability 9.0: the kernels built for sm_90a alone (wgmma, the CUTLASS sm90 GEMMs) run
   bool sm90a() const { return major == 9 && minor == 0; }
+  // DRAM past 4.2 TB/s (an H200; not an H100 SXM or NVL): some decode kernels default to variants
+  // measured faster there
+  bool fast_dram() const { return peak_dram_gbs > 4200; }
 };
 
 int current_device();

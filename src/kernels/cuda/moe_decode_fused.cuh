@@ -79,10 +79,13 @@ __global__ void __launch_bounds__(kThreads, S == 4 ? 2 : 1) moe_fused_kernel(con
   const int64_t t13 = (f.up.R + 63) / 64, t2 = (f.down.R + kBM - 1) / kBM;
   const int64_t u13 = int64_t(s_count) * t13, units = u13 + int64_t(s_count) * t2;
   // every unit from the counter, the first too: a unit is then always held by a running block, so
-  // a block waiting on ready[] never waits on a block that is not resident
-  UnitRing ring(f.up.ctr, s_off + kIndexInts, 0);
-  const int64_t u_end = units, u0 = ring.producer_next();
-  ring.consumer_next();
+  // a block waiting on ready[] never waits on a block that is not resident. first_by_block: unit
+  // blockIdx.x first (the one gate_up_wait prefetched), safe while every block of the grid becomes
+  // resident without waiting on this grid (the grid is sized to the SMs' room for it)
+  const bool by_block = f.first_by_block != 0;
+  UnitRing ring(f.up.ctr, s_off + kIndexInts, by_block ? int(gridDim.x) : 0);
+  const int64_t u_end = units, u0 = by_block ? int64_t(blockIdx.x) : ring.producer_next();
+  if (!by_block) ring.consumer_next();
   if (u0 >= u_end) {
     release_fused(f.up.ctr, f.ready, f.up.n_experts);
     return;

@@ -86,6 +86,9 @@ struct Args {
 struct FusedArgs {
   Args up, down;  // gate/up's and down's; up.ctr: the pair both take their units from and count blocks in
   int* ready;     // (n_experts) gate/up units stored per expert; zero between launches (the last block zeroes it)
+  // 1: a block's first unit is unit blockIdx.x (gate/up's prefetched first unit, as moe_gemm_kernel's),
+  // the rest from the counter; 0: every unit from the counter (moe_decode_fused.cuh: why)
+  int first_by_block = 0;
 };
 
 __device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
