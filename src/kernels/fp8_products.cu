@@ -7,6 +7,7 @@
 #include <cuda_fp8.h>
 
 #include "common/cuda_check.h"
+#include "common/env.h"
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/fp8_ops.h"
@@ -186,13 +187,20 @@ void launch(const g8::Args& a, int64_t max_units, int64_t rows, const Fp8DecodeT
 
 // The FP8 x FP8 products on wgmma (fp8_wgmma.h): one block an SM, units from a.ctr, the token tile
 // as launch's (rows: the rows a unit is expected to hold at most).
+int wgmma_blocks(const Fp8DecodeTuning& tn) {
+  static const int env = int(env_whole("LFM2_FP8_WGMMA_BLOCKS", 0, 0, 2));
+  if (tn.wgmma_blocks > 0) return tn.wgmma_blocks;
+  if (env > 0) return env;
+  return device_info(current_device()).fast_dram() ? 2 : 1;
+}
+
 void launch_wgmma(bool gate_up, g8::Args a, int64_t max_units, int64_t rows, const Fp8DecodeTuning& tn,
                   cudaStream_t stream) {
-  const Fp8WgmmaKernel k =
-      moe_wgmma_fp8_kernel(gate_up, int(std::min<int64_t>(64, tn.tile_rows > 0 ? tn.tile_rows : rows)));
+  const Fp8WgmmaKernel k = moe_wgmma_fp8_kernel(
+      gate_up, int(std::min<int64_t>(64, tn.tile_rows > 0 ? tn.tile_rows : rows)), wgmma_blocks(tn));
   a.variant = tn.variant & 16;
   raise_smem_limit(reinterpret_cast<const void*>(k.fn), k.smem);
-  launch_pdl(k.fn, dim3(unsigned(std::max<int64_t>(1, std::min<int64_t>(max_units, n_sms())))),
+  launch_pdl(k.fn, dim3(unsigned(std::max<int64_t>(1, std::min<int64_t>(max_units, int64_t(k.bps) * n_sms())))),
              dim3(g8::kThreads), size_t(k.smem), stream, true, a);
   CUDA_CHECK_LAUNCH(gate_up ? "moe_wgmma_fp8_kernel (gate/up)" : "moe_wgmma_fp8_kernel (down)");
 }

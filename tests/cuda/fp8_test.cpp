@@ -89,14 +89,16 @@ struct DevFp8Moe {
   }
 
   // x0 + the products of the first `rows` rows: the production entry (act_fp8, wgmma -1), the
-  // FP8 x FP8 products' mma.sync kernel (wgmma 0) or the widening one (act_fp8 0).
+  // FP8 x FP8 products' mma.sync kernel (wgmma 0) or the widening one (act_fp8 0); blocks: the
+  // wgmma products' blocks an SM forced (0: the device's default).
   std::vector<float> run(const std::vector<float>& x0, int64_t rows, int act_fp8, cudaStream_t stream,
-                         int wgmma = -1) {
+                         int wgmma = -1, int blocks = 0) {
     cuda::Fp8DecodeTuning tn;
     tn.act_fp8 = act_fp8;
     tn.wgmma = wgmma;
+    tn.wgmma_blocks = blocks;
     upload(x, x0);
-    if (act_fp8 && wgmma == -1)
+    if (act_fp8 && wgmma == -1 && blocks == 0)
       cuda::moe_experts_decode_fp8<T>(x.get(), in.get(), w13.get(), s13.get(), w2.get(), s2.get(), scheme, e.get(),
                                       wt.get(), rows, H, E, I, k, scratch.get(), stream);
     else
@@ -173,8 +175,10 @@ TYPED_TEST(CudaFp8, MoeExpertsMatchCpuTwin) {
       // differ from the oracle's by the fp32 sums' order; widening: the weights widened to T, act in T)
       const auto got = dev.run(x0, n, 1, this->stream_);
       EXPECT_TRUE(close_t<T>(got, ref, 3.0));
-      // the batch again (the blocks take other units from the counters): the same bits
+      // the batch again (the blocks take other units from the counters): the same bits; so with one
+      // or two blocks an SM (on compute capability 9.0; elsewhere both run the mma.sync kernel)
       EXPECT_TRUE(same_bits(dev.run(x0, n, 1, this->stream_), got));
+      for (const int blocks : {1, 2}) EXPECT_TRUE(same_bits(dev.run(x0, n, 1, this->stream_, -1, blocks), got)) << blocks;
       // row 0 alone: the bits it had in the batch
       EXPECT_TRUE(same_bits(dev.run(x0, 1, 1, this->stream_), std::vector<float>(got.begin(), got.begin() + H)));
       {

@@ -35,6 +35,10 @@ struct Fp8DecodeTuning {
   // mma.sync's (another summation order), each a row's own. Fixed shares (variant bit 5) run the
   // mma.sync kernel.
   int wgmma = -1;
+  // the wgmma products' blocks an SM: 1 (the most stages), 2 (half the stages each; up to 32 token
+  // slots, else 1), 0 by the device (LFM2_FP8_WGMMA_BLOCKS, else 2 where the DRAM passes 4.2 TB/s);
+  // the same bits for either
+  int wgmma_blocks = 0;
   // linear_fp8_decode's warps along k (2: 128-row units, 8: 32-row units); 0: by the shape
   int linear_kh = 0;
 };

@@ -9,12 +9,13 @@ namespace moe_gemm_fp8 {
 struct Args;
 }
 
-// The kernel (gate/up or down) for a token tile of xr rows (8, 16, 32 or 64) and its dynamic
-// shared memory.
+// The kernel (gate/up or down) for a token tile of xr rows (8, 16, 32 or 64), its dynamic shared
+// memory and blocks an SM: bps 2 asks for two (half the stages each; up to 32 rows), else one.
 struct Fp8WgmmaKernel {
   void (*fn)(moe_gemm_fp8::Args);
   int smem;
+  int bps;
 };
-Fp8WgmmaKernel moe_wgmma_fp8_kernel(bool gate_up, int xr);
+Fp8WgmmaKernel moe_wgmma_fp8_kernel(bool gate_up, int xr, int bps = 1);
 
 }  // namespace lfm2::cuda

@@ -61,6 +61,108 @@ __device__ __forceinline__ void release_fused(int* ctr, int* ready, int n_expert
   }
 }
 
+// The launch's units: gate/up's (t13 row tiles an expert) then down's (t2), over the touched experts.
+struct FusedUnits {
+  int64_t t13, t2, u13, units;
+  const int* touched;
+  const int* off;
+  int nk13, nk2;  // 64-k steps of a gate/up and of a down unit
+  __device__ __forceinline__ Unit at(int64_t u) const {
+    return u < u13 ? unit_of(u, t13, touched, off) : unit_of(u - u13, t2, touched, off);
+  }
+  __device__ __forceinline__ int nk(bool gate_up) const { return gate_up ? nk13 : nk2; }
+};
+
+__device__ __forceinline__ FusedUnits fused_units(const FusedArgs& f, int count, const int* touched, const int* off) {
+  FusedUnits U;
+  U.t13 = (f.up.R + 63) / 64;
+  U.t2 = (f.down.R + kBM - 1) / kBM;
+  U.u13 = int64_t(count) * U.t13;
+  U.units = U.u13 + int64_t(count) * U.t2;
+  U.touched = touched;
+  U.off = off;
+  U.nk13 = int((f.up.K + kBK - 1) / kBK);
+  U.nk2 = int((f.down.K + kBK - 1) / kBK);
+  return U;
+}
+
+// The producer side: unit u (gate/up's when gu), pass pp, k step pk; ready: it may issue (a down
+// unit's expert has all its act rows); live: units left. Every thread runs it alike (UnitRing's
+// barrier in advance).
+template <typename T>
+struct FusedProducer {
+  Feeder<T, true, true> fu;
+  Feeder<T, false, true> fd;
+  int64_t u = 0;
+  Unit un;
+  bool gu = true, ready = true, live = true;
+  int pp = 0, pk = 0, issued = 0;
+
+  __device__ __forceinline__ void start(const FusedArgs& f, const FusedUnits& U, int64_t u0) {
+    l2_policies(f.up.l2_hints != 0, fu.pol_w, fu.pol_x);
+    fd.pol_w = fu.pol_w;
+    fd.pol_x = fu.pol_x;
+    u = u0;
+    set_unit(f, U);
+    set_pass(f);
+  }
+  __device__ __forceinline__ void set_unit(const FusedArgs& f, const FusedUnits& U) {
+    un = U.at(u);
+    gu = u < U.u13;
+    ready = gu;
+    if (gu)
+      fu.set_unit(f.up, un);
+    else
+      fd.set_unit(f.down, un);
+  }
+  __device__ __forceinline__ void advance(const FusedArgs& f, const FusedUnits& U, UnitRing& ring) {
+    if (++pk < U.nk(gu)) return;
+    pk = 0;
+    if (++pp >= un.passes) {
+      pp = 0;
+      u = ring.producer_next();
+      if (u >= U.units) {
+        live = false;
+        return;
+      }
+      set_unit(f, U);
+    }
+    set_pass(f);
+  }
+  __device__ __forceinline__ void set_pass(const FusedArgs& f) {
+    if (gu)
+      fu.set_pass(f.up, un, pp);
+    else
+      fd.set_pass(f.down, un, pp);
+  }
+  // the next stage into slot issued % S (one cp.async group), then one stage on
+  template <int S>
+  __device__ __forceinline__ void issue(const FusedArgs& f, const FusedUnits& U, UnitRing& ring, uint32_t base) {
+    const uint32_t st = base + uint32_t(issued % S) * kStageBytes;
+    if (gu) {
+      fu.load_w(f.up, st, pk);
+      fu.load_x(f.up, st, pk);
+    } else {
+      fd.load_w(f.down, st, pk);
+      fd.load_x(f.down, st, pk);
+    }
+    commit();
+    ++issued;
+    advance(f, U, ring);
+  }
+};
+
+// Thread 0: whether ready[e] holds all of e's t13 gate/up units (acquire); waits for it when
+// `drained` (the block has no stage left to consume).
+__device__ __forceinline__ bool poll_ready(const int* ready, int e, int64_t t13, bool drained) {
+  int v = ld_acquire(ready + e);
+  while (drained && v < t13) {
+    __nanosleep(64);
+    v = ld_acquire(ready + e);
+  }
+  return v >= t13;
+}
+
 template <typename T, int S>
 __global__ void __launch_bounds__(kThreads, S == 4 ? 2 : 1) moe_fused_kernel(const FusedArgs f) {
   using Con = WgmmaConsumer<T, true>;
@@ -75,106 +177,38 @@ __global__ void __launch_bounds__(kThreads, S == 4 ? 2 : 1) moe_fused_kernel(con
 
   gate_up_wait<T>(f.up);
   load_touched(f.up.offsets, f.up.n_experts, s_off, s_touched, s_count);
+  const FusedUnits U = fused_units(f, s_count, s_touched, s_off);
 
-  const int64_t t13 = (f.up.R + 63) / 64, t2 = (f.down.R + kBM - 1) / kBM;
-  const int64_t u13 = int64_t(s_count) * t13, units = u13 + int64_t(s_count) * t2;
   // every unit from the counter, the first too: a unit is then always held by a running block, so
   // a block waiting on ready[] never waits on a block that is not resident. first_by_block: unit
   // blockIdx.x first (the one gate_up_wait prefetched), safe while every block of the grid becomes
   // resident without waiting on this grid (the grid is sized to the SMs' room for it)
   const bool by_block = f.first_by_block != 0;
   UnitRing ring(f.up.ctr, s_off + kIndexInts, by_block ? int(gridDim.x) : 0);
-  const int64_t u_end = units, u0 = by_block ? int64_t(blockIdx.x) : ring.producer_next();
+  const int64_t u0 = by_block ? int64_t(blockIdx.x) : ring.producer_next();
   if (!by_block) ring.consumer_next();
-  if (u0 >= u_end) {
+  if (u0 >= U.units) {
     release_fused(f.up.ctr, f.ready, f.up.n_experts);
     return;
   }
-  auto unit_at = [&](int64_t u) {
-    return u < u13 ? unit_of(u, t13, s_touched, s_off) : unit_of(u - u13, t2, s_touched, s_off);
-  };
-  const int nk13 = int((f.up.K + kBK - 1) / kBK), nk2 = int((f.down.K + kBK - 1) / kBK);
+  FusedProducer<T> pr;
+  pr.start(f, U, u0);
+  while (pr.issued < S - 1 && pr.live && pr.ready) pr.template issue<S>(f, U, ring, base);
 
-  // the producer: unit pu (gate/up's when pgu), pass pp, k step pk; pready: may issue (a down unit's
-  // expert has all its act rows)
-  Feeder<T, true, true> fu;
-  Feeder<T, false, true> fd;
-  l2_policies(f.up.l2_hints != 0, fu.pol_w, fu.pol_x);
-  fd.pol_w = fu.pol_w;
-  fd.pol_x = fu.pol_x;
-  int64_t pu = u0;
-  Unit pun = unit_at(pu);
-  bool pgu = pu < u13, pready = pgu, plive = true;
-  if (pgu) {
-    fu.set_unit(f.up, pun);
-    fu.set_pass(f.up, pun, 0);
-  } else {
-    fd.set_unit(f.down, pun);
-    fd.set_pass(f.down, pun, 0);
-  }
-  int pp = 0, pk = 0;
-  auto advance = [&]() {  // every thread (UnitRing's barrier)
-    if (++pk < (pgu ? nk13 : nk2)) return;
-    pk = 0;
-    if (++pp >= pun.passes) {
-      pp = 0;
-      pu = ring.producer_next();
-      if (pu >= u_end) {
-        plive = false;
-        return;
-      }
-      pun = unit_at(pu);
-      pgu = pu < u13;
-      pready = pgu;
-      if (pgu)
-        fu.set_unit(f.up, pun);
-      else
-        fd.set_unit(f.down, pun);
-    }
-    if (pgu)
-      fu.set_pass(f.up, pun, pp);
-    else
-      fd.set_pass(f.down, pun, pp);
-  };
-  int issued = 0, consumed = 0;
-  auto issue = [&]() {
-    const uint32_t st = base + uint32_t(issued % S) * kStageBytes;
-    if (pgu) {
-      fu.load_w(f.up, st, pk);
-      fu.load_x(f.up, st, pk);
-    } else {
-      fd.load_w(f.down, st, pk);
-      fd.load_x(f.down, st, pk);
-    }
-    commit();
-    ++issued;
-    advance();
-  };
-  while (issued < S - 1 && plive && pready) issue();
-
-  int64_t cu = u0;
-  Unit cun = unit_at(cu);
-  bool cgu = cu < u13;
-  int cp = 0, ck = 0, par = 0;
+  int64_t cu = u0;  // the consumer's unit, pass and k step
+  Unit cun = U.at(cu);
+  bool cgu = cu < U.u13;
+  int cp = 0, ck = 0, consumed = 0, par = 0;
   Con con;
-  while (cu < u_end) {
-    const bool poll = plive && !pready;
-    if (poll && threadIdx.x == 0) {
-      const int* flag = f.ready + pun.e;
-      int v = ld_acquire(flag);
-      while (issued == consumed && v < t13) {  // nothing left to consume: wait for the other blocks
-        __nanosleep(64);
-        v = ld_acquire(flag);
-      }
-      s_flag[par] = v >= t13;
-    }
-    if (issued > consumed) wait_at_most<S>(issued - consumed - 1);  // this thread's copies of stage `consumed`
+  while (cu < U.units) {
+    const bool poll = pr.live && !pr.ready, drained = pr.issued == consumed;
+    if (poll && threadIdx.x == 0) s_flag[par] = poll_ready(f.ready, pr.un.e, U.t13, drained);
+    if (!drained) wait_at_most<S>(pr.issued - consumed - 1);  // this thread's copies of stage `consumed`
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     __syncthreads();  // everyone's copies have landed; everyone is done with the stage consumed last round
-    if (poll) pready = s_flag[par] != 0;
+    if (poll) pr.ready = s_flag[par] != 0;
     par ^= 1;
-    const bool drained = issued == consumed;
-    if (plive && pready && issued - consumed < S) issue();
+    if (pr.live && pr.ready && pr.issued - consumed < S) pr.template issue<S>(f, U, ring, base);
     if (drained) {  // the stage just issued is the one to consume
       wait_pending<0>();
       asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
@@ -182,7 +216,7 @@ __global__ void __launch_bounds__(kThreads, S == 4 ? 2 : 1) moe_fused_kernel(con
     }
     con.stage(base + uint32_t(consumed % S) * kStageBytes);
     ++consumed;
-    if (++ck < (cgu ? nk13 : nk2)) continue;
+    if (++ck < U.nk(cgu)) continue;
     ck = 0;
     if (cgu)
       con.template store_as<true>(f.up, cun, cp);
@@ -195,9 +229,9 @@ __global__ void __launch_bounds__(kThreads, S == 4 ? 2 : 1) moe_fused_kernel(con
     }
     cp = 0;
     cu = ring.consumer_next();
-    if (cu < u_end) {
-      cun = unit_at(cu);
-      cgu = cu < u13;
+    if (cu < U.units) {
+      cun = U.at(cu);
+      cgu = cu < U.u13;
     }
   }
   wait_pending<0>();

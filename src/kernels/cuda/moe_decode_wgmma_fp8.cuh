@@ -35,13 +35,14 @@ constexpr int kBK = 128;
 constexpr int kTileW = 128 * kBK;  // 16 KB
 constexpr int kFixed = (2 * g8::kMaxExperts + 4 + 32) * 4;  // offsets, touched, count, the unit ring
 
-// XR token slots a pass (the token tile's rows; the instruction's N is 64 whatever XR).
-template <int XR>
+// XR token slots a pass (the token tile's rows; the instruction's N is 64 whatever XR); BPS blocks
+// an SM (2: half the shared memory each, so half the stages).
+template <int XR, int BPS = 1>
 struct Shape {
   static constexpr int kTileX = XR * kBK;
   static constexpr int kStage = kTileX + kTileW;  // a 1024-byte multiple
   static constexpr int kScales = XR * 4 + 16;     // the tokens' block scales, the two weight blocks'
-  static constexpr int kFit = (g8::kSmemMax - 1024 - kFixed) / (kStage + kScales);
+  static constexpr int kFit = ((BPS == 2 ? g8::kSmemHalf : g8::kSmemMax) - 1024 - kFixed) / (kStage + kScales);
   static constexpr int kStages = kFit < 16 ? kFit : 16;
   static constexpr int kSmem = 1024 + kStages * (kStage + kScales) + kFixed;  // + 1 KB to align the stages
   static_assert(kStages >= 4 && kSmem <= g8::kSmemMax && kStage % 1024 == 0, "the pipeline's shared memory");
@@ -177,10 +178,11 @@ __device__ __forceinline__ void store_tile(const g8::Args& a, const float (&acc)
     }
 }
 
-// The F8 products (Args as moe_gemm_fp8_kernel's, out_mode kOutF32 for down, a.ctr required).
-template <bool kGateUp, int XR>
-__global__ void __launch_bounds__(kThreads, 1) moe_wgmma_fp8_kernel(const g8::Args a) {
-  using Sh = Shape<XR>;
+// The F8 products (Args as moe_gemm_fp8_kernel's, out_mode kOutF32 for down, a.ctr required), BPS
+// blocks an SM (the same units and arithmetic, so the same bits).
+template <bool kGateUp, int XR, int BPS = 1>
+__global__ void __launch_bounds__(kThreads, BPS) moe_wgmma_fp8_kernel(const g8::Args a) {
+  using Sh = Shape<XR, BPS>;
   constexpr int S = Sh::kStages, kStage = Sh::kStage, kScales = Sh::kScales;
   extern __shared__ __align__(1024) unsigned char smem[];
   const uint32_t raw = uint32_t(__cvta_generic_to_shared(smem));
