@@ -7,9 +7,9 @@
 //   4. moe_combine_rmsnorm: each token's k rows summed in ascending expert order into x (and, in
 //      moe_decode, the next layer's RMSNorm of x)
 // 2-4 are launched as programmatic dependents of the launch before them, so each one's start
-// (and down's first weight stages) overlaps the previous one's tail; on an H200 2 and 3 are one grid
-// (moe_decode_fused.cuh: down's units start as soon as their expert's act rows are written). Dropped pairs (expert -1) get
-// no row. Every element's arithmetic is fixed by the shapes, so a row's bits do not depend on the
+// (and down's first weight stages) overlaps the previous one's tail; on an H200 2 and 3 are one
+// grid (moe_decode_fused.cuh: down's units start once their expert's act rows are written).
+// Dropped pairs (expert -1) get no row. Every element's arithmetic is fixed by the shapes, so a row's bits do not depend on the
 // batch, the other rows or their routing. fp32 runs moe_experts (exact SIMT, per row as well).
 //
 // Measured (H100, bf16, one layer of LFM2-8B-A1B, cuda_bench_decode; copy floor of the touched
@@ -227,13 +227,14 @@ struct GemmConfig {
 // (moe_decode_fused.cuh), at one block of 6 stages an SM or two of 4 (elsewhere 11); 15: 14 with
 // a block's first unit its own index (gate/up's prefetched one) rather than the counter's.
 // 0, the default: variant 11 on compute capability 9.0, variant 15 where the DRAM peaks past 4.2
-// TB/s (an H200: the same bits). One H200, the step at 32 x 8192 / 256 x 64 (.bench/s17/call4.sh,
-// alternated twice): 5.885 / 5.691 and 5.892 / 5.651 ms with 15, 5.937 / 5.759 and 5.933 / 5.675
-// with 14, 6.160 / 6.063 with 10; before (call2.sh): 5.907 / 5.650 and 5.912 / 5.655 ms with 14, 6.113 / 5.982 and 6.109 / 5.996
-// with 10 (the sixteenth session's default there), 6.348 / 6.153 with 11, 6.870 / 6.908 with 13 (one
-// block an SM: while it waits on ready[] its SM streams nothing). Before (.bench/s16/call3.sh): 10
-// 6.186 / 6.035 against 11's 6.370 / 6.122; 4 at 32 rows, 6.104, has mma.sync's bits and loses at
-// 256 (6.601). 14 and 15 were not measured on an H100 (nor the H100 NVL's ~3.9 TB/s): 11 stays there. One H100, the step at 32 x 8192 /
+// TB/s (an H200: the same bits). One H200, the step at 32 x 8192 / 256 x 64, alternated twice in
+// one call: 5.885 / 5.691 and 5.892 / 5.651 ms with 15, 5.937 / 5.759 and 5.933 / 5.675 with 14,
+// 6.160 / 6.063 with 10 (.bench/s17/call4.sh); in an earlier call 14 5.907 / 5.650, 10 (the
+// sixteenth session's default there) 6.113 / 5.982, 11 6.348 / 6.153, 13 6.870 / 6.908 (one block
+// an SM: while it waits on ready[] its SM streams nothing; call2.sh). Before (.bench/s16/call3.sh):
+// 10 6.186 / 6.035 against 11's 6.370 / 6.122; 4 at 32 rows, 6.104, has mma.sync's bits and loses
+// at 256 (6.601). 14 and 15 were not measured on an H100 (nor the H100 NVL's ~3.9 TB/s), so 11
+// stays the default there. One H100, the step at 32 x 8192 /
 // 256 x 64 (.bench/s12/call3.sh, 11 and 9 twice): 7.614 / 7.342 and 7.595 / 7.344 ms with 11, 7.733
 // / 7.532 and 7.726 / 7.528 with 9, 7.648 / 7.386 with 12: with fixed shares the blocks holding a
 // crowded expert's units (two passes each) end last. Before it (.bench/wg/call2.sh): 7.69 / 7.60 ms
@@ -288,7 +289,9 @@ void launch_wgmma(const moe_gemm::Args& a, bool gate_up, int64_t max_units, cons
   CUDA_CHECK_LAUNCH(gate_up ? "moe_gemm_kernel wgmma (gate/up)" : "moe_gemm_kernel wgmma (down)");
 }
 
-// Variants 13 and 14: both products in one grid, the units of both from gate/up's counter pair.
+// Variants 13-15: both products in one grid, the units of both from gate/up's counter pair. The grid
+// is what the SMs hold at once (ctas_per_sm blocks an SM: 15's first units by block index need every
+// block resident, moe_decode_fused.cuh; the kernels' shared memory and registers were sized for it).
 template <typename T>
 void launch_fused(const moe_gemm::Args& a, const moe_gemm::Args& b, int64_t max_units, const GemmConfig& c,
                   cudaStream_t stream) {

@@ -1,4 +1,4 @@
-// The decode expert products' two launches as one grid (variants 13 and 14 of
+// The decode expert products' two launches as one grid (variants 13-15 of
 // moe_experts_decode.cu; sm_90a only, instantiated in moe_decode_wgmma.cu): gate/up's units, then
 // down's, taken from one counter, so a block that runs out of gate/up units streams down's weights
 // at once instead of draining while gate/up's last units finish and down's grid ramps up.
