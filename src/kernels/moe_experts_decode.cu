@@ -289,6 +289,8 @@ void launch_wgmma(const moe_gemm::Args& a, bool gate_up, int64_t max_units, cons
   CUDA_CHECK_LAUNCH(gate_up ? "moe_gemm_kernel wgmma (gate/up)" : "moe_gemm_kernel wgmma (down)");
 }
 
+static_assert(kMoeReady >= moe_gemm::kMaxExperts, "the fused products' ready counts: one per expert");
+
 // Variants 13-15: both products in one grid, the units of both from gate/up's counter pair. The grid
 // is what the SMs hold at once (ctas_per_sm blocks an SM: 15's first units by block index need every
 // block resident, moe_decode_fused.cuh; the kernels' shared memory and registers were sized for it).

@@ -50,17 +50,6 @@ __device__ __forceinline__ void wait_at_most(int n) {
   }
 }
 
-// A block done: counted in ctr[1]; the last one zeroes ready and both counters for the next launch.
-__device__ __forceinline__ void release_fused(int* ctr, int* ready, int n_experts) {
-  if (threadIdx.x != 0) return;
-  __threadfence();
-  if (atomicAdd(ctr + 1, 1) == int(gridDim.x) - 1) {
-    for (int e = 0; e < n_experts; ++e) ready[e] = 0;
-    atomicExch(ctr, 0);
-    atomicExch(ctr + 1, 0);
-  }
-}
-
 // The launch's units: gate/up's (t13 row tiles an expert) then down's (t2), over the touched experts.
 struct FusedUnits {
   int64_t t13, t2, u13, units;
@@ -188,7 +177,7 @@ __global__ void __launch_bounds__(kThreads, S == 4 ? 2 : 1) moe_fused_kernel(con
   const int64_t u0 = by_block ? int64_t(blockIdx.x) : ring.producer_next();
   if (!by_block) ring.consumer_next();
   if (u0 >= U.units) {
-    release_fused(f.up.ctr, f.ready, f.up.n_experts);
+    release_counter(f.up.ctr, f.ready, f.up.n_experts);
     return;
   }
   FusedProducer<T> pr;
@@ -235,7 +224,7 @@ __global__ void __launch_bounds__(kThreads, S == 4 ? 2 : 1) moe_fused_kernel(con
     }
   }
   wait_pending<0>();
-  release_fused(f.up.ctr, f.ready, f.up.n_experts);
+  release_counter(f.up.ctr, f.ready, f.up.n_experts);
   griddep_launch();  // the combine launches only now: blocks waiting beside this grid would take issue slots
 }
 

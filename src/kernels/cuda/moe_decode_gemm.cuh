@@ -399,11 +399,13 @@ struct UnitRing {
 };
 
 // A block done taking units from ctr[0]: counted in ctr[1]; the last block zeroes both for the next
-// launch (every block's last take precedes its count: thread 0 made both, with a fence between).
-__device__ __forceinline__ void release_counter(int* ctr) {
+// launch (every block's last take precedes its count: thread 0 made both, with a fence between),
+// and the n_ready ints of ready (moe_decode_fused.cuh's per-expert counts; none by default).
+__device__ __forceinline__ void release_counter(int* ctr, int* ready = nullptr, int n_ready = 0) {
   if (threadIdx.x != 0) return;
   __threadfence();
   if (atomicAdd(ctr + 1, 1) == int(gridDim.x) - 1) {
+    for (int e = 0; e < n_ready; ++e) ready[e] = 0;
     atomicExch(ctr, 0);
     atomicExch(ctr + 1, 0);
   }
