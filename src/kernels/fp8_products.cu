@@ -139,16 +139,7 @@ void launch_bps(g8::Args a, int64_t max_units, const Fp8DecodeTuning& tn, cudaSt
   static_assert(smem <= g8::Shape<KH, XR, F8, BPS>::kSmemBlock && g8::Shape<KH, XR, F8, BPS>::kStages >= 4,
                 "the pipeline's shared memory");
   raise_smem_limit(reinterpret_cast<const void*>(kernel), smem);
-  if constexpr (BPS > 1) {
-    // all of the SM's memory to shared, so that both blocks fit (once a device)
-    static bool carved[64] = {};
-    const int dev = current_device();
-    if (dev < 64 && !carved[dev]) {
-      CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
-                                      cudaFuncAttributePreferredSharedMemoryCarveout, 100));
-      carved[dev] = true;
-    }
-  }
+  if constexpr (BPS > 1) prefer_all_shared(reinterpret_cast<const void*>(kernel));
   const int64_t grid = std::max<int64_t>(1, std::min<int64_t>(max_units, int64_t(BPS) * n_sms()));
   launch_pdl(kernel, dim3(unsigned(grid)), dim3(g8::kThreads), smem, stream, true, a);
   CUDA_CHECK_LAUNCH(kGateUp ? "moe_gemm_fp8_kernel (gate/up)" : "moe_gemm_fp8_kernel (down)");
@@ -185,8 +176,8 @@ void launch(const g8::Args& a, int64_t max_units, int64_t rows, const Fp8DecodeT
     launch_xr<T, kGateUp, KH, 64, F8>(a, max_units, tn, stream);
 }
 
-// The FP8 x FP8 products on wgmma (fp8_wgmma.h): one block an SM, units from a.ctr, the token tile
-// as launch's (rows: the rows a unit is expected to hold at most).
+// The FP8 x FP8 products on wgmma (fp8_wgmma.h): one or two blocks an SM (wgmma_blocks), units from
+// a.ctr, the token tile as launch's (rows: the rows a unit is expected to hold at most).
 int wgmma_blocks(const Fp8DecodeTuning& tn) {
   static const int env = int(env_whole("LFM2_FP8_WGMMA_BLOCKS", 0, 0, 2));
   if (tn.wgmma_blocks > 0) return tn.wgmma_blocks;
@@ -200,6 +191,7 @@ void launch_wgmma(bool gate_up, g8::Args a, int64_t max_units, int64_t rows, con
       gate_up, int(std::min<int64_t>(64, tn.tile_rows > 0 ? tn.tile_rows : rows)), wgmma_blocks(tn));
   a.variant = tn.variant & 16;
   raise_smem_limit(reinterpret_cast<const void*>(k.fn), k.smem);
+  if (k.bps == 2) prefer_all_shared(reinterpret_cast<const void*>(k.fn));
   launch_pdl(k.fn, dim3(unsigned(std::max<int64_t>(1, std::min<int64_t>(max_units, int64_t(k.bps) * n_sms())))),
              dim3(g8::kThreads), size_t(k.smem), stream, true, a);
   CUDA_CHECK_LAUNCH(gate_up ? "moe_wgmma_fp8_kernel (gate/up)" : "moe_wgmma_fp8_kernel (down)");

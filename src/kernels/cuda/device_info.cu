@@ -64,4 +64,14 @@ void raise_smem_limit(const void* kernel, int bytes) {
   done.insert(key);
 }
 
+void prefer_all_shared(const void* kernel) {
+  static std::mutex mutex;
+  static std::set<std::pair<const void*, int>> done;
+  const auto key = std::make_pair(kernel, current_device());
+  std::lock_guard<std::mutex> lock(mutex);
+  if (done.count(key)) return;
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100));
+  done.insert(key);
+}
+
 }  // namespace lfm2::cuda

@@ -31,5 +31,8 @@ int compute_sms(int device);
 // Lets `kernel` use `bytes` of dynamic shared memory on the current device (past the default 48 KB):
 // cudaFuncSetAttribute once per (kernel, device), a set lookup afterwards.
 void raise_smem_limit(const void* kernel, int bytes);
+// The kernel prefers all of an SM's unified memory as shared memory (the carveout; once a kernel
+// and device): a kernel sized for two blocks an SM gets both.
+void prefer_all_shared(const void* kernel);
 
 }  // namespace lfm2::cuda

@@ -178,6 +178,29 @@ __device__ __forceinline__ void store_tile(const g8::Args& a, const float (&acc)
     }
 }
 
+// A stage's sums p into the accumulator: block128 (sxa: the stage's scales) times the weight block's
+// scale and the token's, channel as they are (both scales at the store).
+template <int XR>
+__device__ __forceinline__ void add_stage(float (&acc)[32], const float (&p)[32], uint32_t sxa, bool blocks) {
+  if (!blocks) {
+#pragma unroll
+    for (int i = 0; i < XR / 2; ++i) acc[i] += p[i];
+    return;
+  }
+  const int q = threadIdx.x & 3;
+  uint32_t scw[2];
+  g8::lds64(scw, sxa + 4 * XR);
+  const float sc[2] = {__uint_as_float(scw[0]), __uint_as_float(scw[1])};
+#pragma unroll
+  for (int j = 0; j < XR / 8; ++j) {
+    uint32_t sxw[2];
+    g8::lds64(sxw, sxa + 32 * j + 8 * q);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      acc[4 * j + i] = fmaf(sc[i >> 1] * __uint_as_float(sxw[i & 1]), p[4 * j + i], acc[4 * j + i]);
+  }
+}
+
 // The F8 products (Args as moe_gemm_fp8_kernel's, out_mode kOutF32 for down, a.ctr required), BPS
 // blocks an SM (the same units and arithmetic, so the same bits).
 template <bool kGateUp, int XR, int BPS = 1>
@@ -251,7 +274,6 @@ __global__ void __launch_bounds__(kThreads, BPS) moe_wgmma_fp8_kernel(const g8::
   int cp = 0, ck = 0;
   int slot_c = 0, slot_p = S - 1;
   float acc[32] = {};
-  const int lane = tid & 31, q = lane & 3;
   while (cu < units) {
     moe_gemm::wait_pending<S - 2>();  // this thread's copies of stage slot_c have landed
     wgmma::fence_proxy_async();       // and are visible to the async proxy (wgmma's reads)
@@ -267,23 +289,7 @@ __global__ void __launch_bounds__(kThreads, BPS) moe_wgmma_fp8_kernel(const g8::
     if (pu < units) advance();
     slot_p = slot_p + 1 == S ? 0 : slot_p + 1;
     wgmma_done(p);
-    if (blocks) {
-      const uint32_t sxa = scales + slot_c * kScales;
-      uint32_t scw[2];
-      g8::lds64(scw, sxa + 4 * XR);
-      const float sc[2] = {__uint_as_float(scw[0]), __uint_as_float(scw[1])};
-#pragma unroll
-      for (int j = 0; j < XR / 8; ++j) {
-        uint32_t sxw[2];
-        g8::lds64(sxw, sxa + 32 * j + 8 * q);
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-          acc[4 * j + i] = fmaf(sc[i >> 1] * __uint_as_float(sxw[i & 1]), p[4 * j + i], acc[4 * j + i]);
-      }
-    } else {
-#pragma unroll
-      for (int i = 0; i < XR / 2; ++i) acc[i] += p[i];
-    }
+    add_stage<XR>(acc, p, scales + slot_c * kScales, blocks);
     slot_c = slot_c + 1 == S ? 0 : slot_c + 1;
     if (++ck == nk) {
       store_tile<kGateUp, XR>(a, acc, cun, cp, wg);
