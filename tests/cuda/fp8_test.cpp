@@ -178,7 +178,8 @@ TYPED_TEST(CudaFp8, MoeExpertsMatchCpuTwin) {
       // the batch again (the blocks take other units from the counters): the same bits; so with one
       // or two blocks an SM (on compute capability 9.0; elsewhere both run the mma.sync kernel)
       EXPECT_TRUE(same_bits(dev.run(x0, n, 1, this->stream_), got));
-      for (const int blocks : {1, 2}) EXPECT_TRUE(same_bits(dev.run(x0, n, 1, this->stream_, -1, blocks), got)) << blocks;
+      for (const int blocks : {1, 2})
+        EXPECT_TRUE(same_bits(dev.run(x0, n, 1, this->stream_, -1, blocks), got)) << blocks;
       // row 0 alone: the bits it had in the batch
       EXPECT_TRUE(same_bits(dev.run(x0, 1, 1, this->stream_), std::vector<float>(got.begin(), got.begin() + H)));
       {
