@@ -124,11 +124,12 @@ __device__ __forceinline__ Split split_of_block(const PagedSeq* seqs, int n_kv, 
 // 129.7 / 127.9 / 126.1 us with 110 against 78's 164.5 / 137.9 / 136.6 / 126.5.
 constexpr int kDefaultVariant = 6 | 8 | 64, kFastDramVariant = kDefaultVariant | 32;
 
+// LFM2_DECODE_VARIANT once (-1: unset); the default per call, for the device the call runs on
+// (device_info caches it), so a process driving an H100 and an H200 uses each one's default.
 int decode_variant() {
-  static const int v = int(env_whole("LFM2_DECODE_VARIANT",
-                                     device_info(current_device()).fast_dram() ? kFastDramVariant : kDefaultVariant,
-                                     0, 127));
-  return v;
+  static const int env = int(env_whole("LFM2_DECODE_VARIANT", -1, 0, 127));
+  if (env >= 0) return env;
+  return device_info(current_device()).fast_dram() ? kFastDramVariant : kDefaultVariant;
 }
 
 // kF8: the stages hold e4m3 tiles (kTile rows of HD bytes) and their scales; a T tile of V per tile
