@@ -204,6 +204,34 @@ __device__ __forceinline__ Unit unit_of(int64_t u, int64_t tiles, const int* s_t
   return un;
 }
 
+// Where a block's producer (issuing stages) or consumer (multiplying them) stands in its walk over
+// (unit, pass, 64-k step), in that order.
+struct StageWalk {
+  int64_t u;
+  Unit un;
+  int pass = 0, k = 0;
+};
+
+// The producer's first S - 1 stages, each one cp.async group (empty past the block's last unit).
+// load(slot, k, weights, tokens) issues a stage's parts, advance() moves the producer one stage on.
+// Down issues the weight part of its first stages before it waits for gate/up (the weights do not
+// depend on it), then the token part.
+template <bool kGateUp, int S, class Load, class Advance>
+__device__ __forceinline__ void fill_pipeline(const StageWalk& pw, int64_t end, int nk, Load&& load,
+                                              Advance&& advance) {
+  int pre = 0;
+  if constexpr (!kGateUp) {
+    pre = min(S - 1, nk);
+    for (int s = 0; s < pre; ++s) load(s, s, true, false);
+    griddep_wait();
+  }
+  for (int s = 0; s < S - 1; ++s) {
+    if (pw.u < end) load(s, pw.k, s >= pre, true);
+    commit();
+    if (pw.u < end) advance();
+  }
+}
+
 // Items (Args::items): every (unit, pass) is a work item, so that an expert crowded past kTB rows
 // (several passes over each of its units) spreads over more blocks instead of lengthening the few
 // that hold its units. s_cum[i]: the items of the touched experts before the i-th (tiles x passes
@@ -458,15 +486,45 @@ __device__ __forceinline__ void scan_items(int* s_cum, const int* s_touched, con
   __syncthreads();
 }
 
+// The stages' base in dynamic shared memory, aligned to kPad as the consumer needs (smem_bytes'
+// pad leaves room for it).
+template <int kPad>
+__device__ __forceinline__ unsigned char* stages_base(unsigned char* raw) {
+  if constexpr (kPad > 0) raw += (kPad - (uint32_t(__cvta_generic_to_shared(raw)) & (kPad - 1))) & (kPad - 1);
+  return raw;
+}
+
+// What a block of moe_gemm_kernel works on: the touched experts' units (or items) in ascending
+// order, fixed, [units b / grid, units (b + 1) / grid), or taken (a.ctr) from UnitRing's counter, so
+// that a crowded expert's passes or a slow SM delay no block's share; `first` is the block's first.
+struct BlockUnits {
+  const int *touched, *off, *cum;
+  int64_t tiles, end, first;
+  bool items, taken;
+  __device__ __forceinline__ Unit at(int64_t u, int& hint) const {
+    return items ? item_of(u, tiles, touched, off, cum, hint) : unit_of(u, tiles, touched, off);
+  }
+};
+
+// Every thread of the block calls it (the items' scan synchronises).
+__device__ __forceinline__ BlockUnits block_units(const Args& a, bool gate_up, const int* touched, const int* off,
+                                                  int* cum, int count) {
+  BlockUnits b{touched, off, cum};
+  b.tiles = gate_up ? (a.R + 63) / 64 : (a.R + kBM - 1) / kBM;
+  b.items = a.items != 0;
+  if (b.items) scan_items(cum, touched, off, count, int(b.tiles));
+  const int64_t units = b.items ? int64_t(cum[count]) : int64_t(count) * b.tiles;
+  b.taken = a.ctr != nullptr;
+  b.end = b.taken ? units : units * (blockIdx.x + 1) / gridDim.x;
+  b.first = b.taken ? int64_t(blockIdx.x) : units * blockIdx.x / gridDim.x;
+  return b;
+}
+
 template <typename T, bool kGateUp, int S, typename Consumer = MmaConsumer<T, kGateUp>>
 __global__ void __launch_bounds__(kThreads, 1) moe_gemm_kernel(const Args a) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
   __shared__ int s_count;
-  // the stages' base aligned as the consumer needs (smem_bytes' pad leaves room for it)
-  unsigned char* smem = smem_raw;
-  if constexpr (Consumer::kPad > 0)
-    smem += (Consumer::kPad - (uint32_t(__cvta_generic_to_shared(smem_raw)) & (Consumer::kPad - 1))) &
-            (Consumer::kPad - 1);
+  unsigned char* smem = stages_base<Consumer::kPad>(smem_raw);
   int* s_off = reinterpret_cast<int*>(smem + S * kStageBytes);
   int* s_touched = s_off + a.n_experts + 1;
   int* s_cum = s_touched + a.n_experts;
@@ -476,99 +534,70 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_kernel(const Args a) {
   load_touched(a.offsets, a.n_experts, s_off, s_touched, s_count);
   if constexpr (kGateUp) griddep_launch();
 
-  const int64_t tiles = kGateUp ? (a.R + 63) / 64 : (a.R + kBM - 1) / kBM;
-  if (a.items) scan_items(s_cum, s_touched, s_off, s_count, int(tiles));
-  const int64_t units = a.items ? int64_t(s_cum[s_count]) : int64_t(s_count) * tiles;
-  int p_hint = 0, c_hint = 0;  // item_of's hints: producer, consumer
-  auto unit_at = [&](int64_t u, int& hint) {
-    return a.items ? item_of(u, tiles, s_touched, s_off, s_cum, hint) : unit_of(u, tiles, s_touched, s_off);
-  };
-  // the block's units in ascending order: fixed, [units b / grid, units (b + 1) / grid); taken
-  // (a.ctr), UnitRing's, so that a crowded expert's passes or a slow SM delay no block's share
-  const bool taken = a.ctr != nullptr;
+  const BlockUnits U = block_units(a, kGateUp, s_touched, s_off, s_cum, s_count);
+  const int64_t u_end = U.end;
   UnitRing ring(a.ctr, s_off + kIndexInts);
-  const int64_t u_end = taken ? units : units * (blockIdx.x + 1) / gridDim.x;
-  int64_t pu = taken ? int64_t(blockIdx.x) : units * blockIdx.x / gridDim.x;  // the producer's unit
-  if (pu >= u_end) {
+  if (U.first >= u_end) {
     // down still waits: its grid must not finish before gate/up's (kernels after it rely on that)
     if constexpr (!kGateUp) griddep_wait();
-    if (taken) release_counter(a.ctr);
+    if (U.taken) release_counter(a.ctr);
     return;
   }
   const int nk = int((a.K + kBK - 1) / kBK);
+  int p_hint = 0, c_hint = 0;  // item_of's hints: producer, consumer
 
   Feeder<T, kGateUp, Consumer::kPairs8> feed;
   l2_policies(a.l2_hints != 0, feed.pol_w, feed.pol_x);
-  Unit pun = unit_at(pu, p_hint);
-  feed.set_unit(a, pun);
-  feed.set_pass(a, pun, pun.pass0);
-  int pp = 0, pk = 0;  // the producer's pass and k step
-  // moves the producer one stage on; false once it has passed the block's last unit
-  auto advance = [&]() {
-    if (++pk < nk) return;
-    pk = 0;
-    if (++pp >= pun.passes) {
-      pp = 0;
-      pu = taken ? ring.producer_next() : pu + 1;
-      if (pu >= u_end) return;
-      pun = unit_at(pu, p_hint);
-      feed.set_unit(a, pun);
-    }
-    feed.set_pass(a, pun, pun.pass0 + pp);
+  StageWalk pw{U.first, U.at(U.first, p_hint)};  // the producer's
+  feed.set_unit(a, pw.un);
+  feed.set_pass(a, pw.un, pw.un.pass0);
+  auto load = [&](int slot, int k, bool w, bool x) {
+    if (w) feed.load_w(a, base + slot * kStageBytes, k);
+    if (x) feed.load_x(a, base + slot * kStageBytes, k);
   };
-
-  // prologue: S - 1 stages. down issues the weight part of its first stages before waiting for
-  // gate/up (the weights do not depend on it), then the token part.
-  int pre = 0;
-  if constexpr (!kGateUp) {
-    pre = min(S - 1, nk);
-    for (int s = 0; s < pre; ++s) feed.load_w(a, base + s * kStageBytes, s);
-    griddep_wait();
-  }
-  for (int s = 0; s < S - 1; ++s) {
-    if (pu < u_end) {
-      if (s >= pre) feed.load_w(a, base + s * kStageBytes, pk);
-      feed.load_x(a, base + s * kStageBytes, pk);
+  auto advance = [&]() {  // the producer one stage on
+    if (++pw.k < nk) return;
+    pw.k = 0;
+    if (++pw.pass >= pw.un.passes) {
+      pw.pass = 0;
+      pw.u = U.taken ? ring.producer_next() : pw.u + 1;
+      if (pw.u >= u_end) return;
+      pw.un = U.at(pw.u, p_hint);
+      feed.set_unit(a, pw.un);
     }
-    commit();
-    if (pu < u_end) advance();
-  }
+    feed.set_pass(a, pw.un, pw.un.pass0 + pw.pass);
+  };
+  fill_pipeline<kGateUp, S>(pw, u_end, nk, load, advance);
 
-  // the consumer's unit, pass and k step
-  int64_t cu = taken ? int64_t(blockIdx.x) : units * blockIdx.x / gridDim.x;
-  Unit cun = unit_at(cu, c_hint);
-  int cp = 0, ck = 0;
+  StageWalk cw{U.first, U.at(U.first, c_hint)};  // the consumer's, from the block's first unit
   Consumer con;
-  con.begin(cun, cun.pass0);
+  con.begin(cw.un, cw.un.pass0);
   int slot_c = 0, slot_p = S - 1;
-  while (cu < u_end) {
+  while (cw.u < u_end) {
     wait_pending<S - 2>();  // this thread's copies of stage slot_c have landed
     // (wgmma reads them through the async proxy: this thread's writes are ordered before it here)
     if constexpr (Consumer::kAsyncProxy) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     __syncthreads();        // everyone's have, and everyone is done with slot_p (consumed last round)
-    if (pu < u_end) {
-      feed.load_w(a, base + slot_p * kStageBytes, pk);
-      feed.load_x(a, base + slot_p * kStageBytes, pk);
-    }
+    if (pw.u < u_end) load(slot_p, pw.k, true, true);
     commit();
-    if (pu < u_end) advance();
+    if (pw.u < u_end) advance();
     slot_p = slot_p + 1 == S ? 0 : slot_p + 1;
 
     con.stage(base + slot_c * kStageBytes);  // done with the slot when it returns
     slot_c = slot_c + 1 == S ? 0 : slot_c + 1;
-    if (++ck == nk) {
-      con.store(a, cun, cun.pass0 + cp);
-      ck = 0;
-      if (++cp >= cun.passes) {
-        cp = 0;
-        cu = taken ? ring.consumer_next() : cu + 1;
-        if (cu < u_end) cun = unit_at(cu, c_hint);
+    if (++cw.k == nk) {
+      con.store(a, cw.un, cw.un.pass0 + cw.pass);
+      cw.k = 0;
+      if (++cw.pass >= cw.un.passes) {
+        cw.pass = 0;
+        cw.u = U.taken ? ring.consumer_next() : cw.u + 1;
+        if (cw.u < u_end) cw.un = U.at(cw.u, c_hint);
       }
-      con.begin(cun, cun.pass0 + cp);
+      con.begin(cw.un, cw.un.pass0 + cw.pass);
     }
   }
   wait_pending<0>();
-  if (taken) release_counter(a.ctr);
+  if (U.taken) release_counter(a.ctr);
   // down lets the combine launch only now: blocks waiting beside it would take issue slots
   if constexpr (!kGateUp) griddep_launch();
 }

@@ -201,6 +201,23 @@ __device__ __forceinline__ void add_stage(float (&acc)[32], const float (&p)[32]
   }
 }
 
+// A block's dynamic shared memory: the stages from the first 1024-byte boundary (wgmma's swizzled
+// tiles), their scales, then the offsets, the touched list, the count and UnitRing's ring.
+template <class Sh>
+struct BlockSmem {
+  uint32_t base, scales;
+  int *off, *touched, *count, *ring;
+  __device__ __forceinline__ BlockSmem(unsigned char* smem, int n_experts) {
+    const uint32_t raw = uint32_t(__cvta_generic_to_shared(smem)), pad = (1024u - (raw & 1023u)) & 1023u;
+    base = raw + pad;
+    scales = base + Sh::kStages * Sh::kStage;
+    off = reinterpret_cast<int*>(smem + pad + Sh::kStages * (Sh::kStage + Sh::kScales));
+    touched = off + n_experts + 1;
+    count = off + 2 * g8::kMaxExperts + 3;
+    ring = off + 2 * g8::kMaxExperts + 4;
+  }
+};
+
 // The F8 products (Args as moe_gemm_fp8_kernel's, out_mode kOutF32 for down, a.ctr required), BPS
 // blocks an SM (the same units and arithmetic, so the same bits).
 template <bool kGateUp, int XR, int BPS = 1>
@@ -208,25 +225,19 @@ __global__ void __launch_bounds__(kThreads, BPS) moe_wgmma_fp8_kernel(const g8::
   using Sh = Shape<XR, BPS>;
   constexpr int S = Sh::kStages, kStage = Sh::kStage, kScales = Sh::kScales;
   extern __shared__ __align__(1024) unsigned char smem[];
-  const uint32_t raw = uint32_t(__cvta_generic_to_shared(smem));
-  const uint32_t pad = (1024u - (raw & 1023u)) & 1023u;
-  const uint32_t base = raw + pad, scales = base + S * kStage;
-  int* s_off = reinterpret_cast<int*>(smem + pad + S * (kStage + kScales));
-  int* s_touched = s_off + a.n_experts + 1;
-  int& s_count = s_off[2 * g8::kMaxExperts + 3];
-  int* const ring32 = s_off + 2 * g8::kMaxExperts + 4;
-  const int tid = threadIdx.x, wg = tid >> 7;
+  const BlockSmem<Sh> m(smem, a.n_experts);
+  const int wg = threadIdx.x >> 7;
 
   if constexpr (kGateUp) moe_gemm::griddep_wait();
-  moe_gemm::load_touched(a.offsets, a.n_experts, s_off, s_touched, s_count);
+  moe_gemm::load_touched(a.offsets, a.n_experts, m.off, m.touched, *m.count);
   // gate/up lets act's quantization launch once it has the offsets; bench variant 16: at its end
   const bool late_launch = (a.variant & 16) != 0;
   if (kGateUp && !late_launch) moe_gemm::griddep_launch();
 
   const int64_t tiles = kGateUp ? (a.R + 63) / 64 : (a.R + 127) / 128;
-  const int64_t units = int64_t(s_count) * tiles;
+  const int64_t units = int64_t(*m.count) * tiles;
   // units from the counter as blocks free up (g8::UnitRing, as moe_gemm_fp8_kernel's)
-  g8::UnitRing ring(a.ctr, ring32);
+  g8::UnitRing ring(a.ctr, m.ring);
   int64_t pu = blockIdx.x;
   if (pu >= units) {
     if constexpr (!kGateUp) moe_gemm::griddep_wait();
@@ -237,69 +248,53 @@ __global__ void __launch_bounds__(kThreads, BPS) moe_wgmma_fp8_kernel(const g8::
 
   Feeder<kGateUp, XR> feed;
   moe_gemm::l2_policies(a.l2_hints != 0, feed.pol_w, feed.pol_x);
-  moe_gemm::Unit pun = g8::unit_of<XR>(pu, tiles, s_touched, s_off);
-  feed.set_unit(a, pun);
-  feed.set_pass(a, pun, 0);
-  int pp = 0, pk = 0;
-  auto advance = [&]() {
-    if (++pk < nk) return;
-    pk = 0;
-    if (++pp >= pun.passes) {
-      pp = 0;
-      pu = ring.producer_next();
-      if (pu >= units) return;
-      pun = g8::unit_of<XR>(pu, tiles, s_touched, s_off);
-      feed.set_unit(a, pun);
-    }
-    feed.set_pass(a, pun, pp);
+  // where the producer and the consumer stand, both from the block's first unit
+  moe_gemm::StageWalk pw{pu, g8::unit_of<XR>(pu, tiles, m.touched, m.off)}, cw = pw;
+  feed.set_unit(a, pw.un);
+  feed.set_pass(a, pw.un, 0);
+  auto load = [&](int slot, int k, bool w, bool x) {
+    if (w) feed.load_w(a, m.base + slot * kStage, m.scales + slot * kScales, k);
+    if (x) feed.load_x(a, m.base + slot * kStage, m.scales + slot * kScales, k);
   };
-  // down issues its first weight stages before waiting for gate/up's act (the token part after)
-  int pre = 0;
-  if constexpr (!kGateUp) {
-    pre = min(S - 1, nk);
-    for (int s = 0; s < pre; ++s) feed.load_w(a, base + s * kStage, scales + s * kScales, s);
-    moe_gemm::griddep_wait();
-  }
-  for (int s = 0; s < S - 1; ++s) {
-    if (pu < units) {
-      if (s >= pre) feed.load_w(a, base + s * kStage, scales + s * kScales, pk);
-      feed.load_x(a, base + s * kStage, scales + s * kScales, pk);
+  auto advance = [&]() {  // the producer one stage on
+    if (++pw.k < nk) return;
+    pw.k = 0;
+    if (++pw.pass >= pw.un.passes) {
+      pw.pass = 0;
+      pw.u = ring.producer_next();
+      if (pw.u >= units) return;
+      pw.un = g8::unit_of<XR>(pw.u, tiles, m.touched, m.off);
+      feed.set_unit(a, pw.un);
     }
-    moe_gemm::commit();
-    if (pu < units) advance();
-  }
+    feed.set_pass(a, pw.un, pw.pass);
+  };
+  moe_gemm::fill_pipeline<kGateUp, S>(pw, units, nk, load, advance);
 
-  int64_t cu = blockIdx.x;
-  moe_gemm::Unit cun = g8::unit_of<XR>(cu, tiles, s_touched, s_off);
-  int cp = 0, ck = 0;
   int slot_c = 0, slot_p = S - 1;
   float acc[32] = {};
-  while (cu < units) {
+  while (cw.u < units) {
     moe_gemm::wait_pending<S - 2>();  // this thread's copies of stage slot_c have landed
     wgmma::fence_proxy_async();       // and are visible to the async proxy (wgmma's reads)
     __syncthreads();                  // everyone's are, and everyone's wgmma on slot_p has completed
     float p[32];
-    stage_wgmma(p, base + slot_c * kStage + Sh::kTileX + wg * (64 * kBK), base + slot_c * kStage);
+    stage_wgmma(p, m.base + slot_c * kStage + Sh::kTileX + wg * (64 * kBK), m.base + slot_c * kStage);
     // the refill of slot_p (consumed last round) while the tensor core works on slot_c
-    if (pu < units) {
-      feed.load_w(a, base + slot_p * kStage, scales + slot_p * kScales, pk);
-      feed.load_x(a, base + slot_p * kStage, scales + slot_p * kScales, pk);
-    }
+    if (pw.u < units) load(slot_p, pw.k, true, true);
     moe_gemm::commit();
-    if (pu < units) advance();
+    if (pw.u < units) advance();
     slot_p = slot_p + 1 == S ? 0 : slot_p + 1;
     wgmma_done(p);
-    add_stage<XR>(acc, p, scales + slot_c * kScales, blocks);
+    add_stage<XR>(acc, p, m.scales + slot_c * kScales, blocks);
     slot_c = slot_c + 1 == S ? 0 : slot_c + 1;
-    if (++ck == nk) {
-      store_tile<kGateUp, XR>(a, acc, cun, cp, wg);
+    if (++cw.k == nk) {
+      store_tile<kGateUp, XR>(a, acc, cw.un, cw.pass, wg);
 #pragma unroll
       for (int i = 0; i < 32; ++i) acc[i] = 0.f;
-      ck = 0;
-      if (++cp >= cun.passes) {
-        cp = 0;
-        cu = ring.consumer_next();
-        if (cu < units) cun = g8::unit_of<XR>(cu, tiles, s_touched, s_off);
+      cw.k = 0;
+      if (++cw.pass >= cw.un.passes) {
+        cw.pass = 0;
+        cw.u = ring.consumer_next();
+        if (cw.u < units) cw.un = g8::unit_of<XR>(cw.u, tiles, m.touched, m.off);
       }
     }
   }
