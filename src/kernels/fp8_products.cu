@@ -138,11 +138,8 @@ void launch_bps(g8::Args a, int64_t max_units, const Fp8DecodeTuning& tn, cudaSt
   constexpr int smem = g8::Shape<KH, XR, F8, BPS>::kSmem;
   static_assert(smem <= g8::Shape<KH, XR, F8, BPS>::kSmemBlock && g8::Shape<KH, XR, F8, BPS>::kStages >= 4,
                 "the pipeline's shared memory");
-  raise_smem_limit(reinterpret_cast<const void*>(kernel), smem);
-  if constexpr (BPS > 1) prefer_all_shared(reinterpret_cast<const void*>(kernel));
-  const int64_t grid = std::max<int64_t>(1, std::min<int64_t>(max_units, int64_t(BPS) * n_sms()));
-  launch_pdl(kernel, dim3(unsigned(grid)), dim3(g8::kThreads), smem, stream, true, a);
-  CUDA_CHECK_LAUNCH(kGateUp ? "moe_gemm_fp8_kernel (gate/up)" : "moe_gemm_fp8_kernel (down)");
+  launch_resident<g8::Args>(kernel, a, g8::kThreads, smem, max_units, BPS, stream,
+                            kGateUp ? "moe_gemm_fp8_kernel (gate/up)" : "moe_gemm_fp8_kernel (down)");
 }
 
 // FP8 x FP8 up to 32 token slots: two blocks an SM, each with half the stages (the same weight bytes
@@ -190,11 +187,8 @@ void launch_wgmma(bool gate_up, g8::Args a, int64_t max_units, int64_t rows, con
   const Fp8WgmmaKernel k = moe_wgmma_fp8_kernel(
       gate_up, int(std::min<int64_t>(64, tn.tile_rows > 0 ? tn.tile_rows : rows)), wgmma_blocks(tn));
   a.variant = tn.variant & 16;
-  raise_smem_limit(reinterpret_cast<const void*>(k.fn), k.smem);
-  if (k.bps == 2) prefer_all_shared(reinterpret_cast<const void*>(k.fn));
-  launch_pdl(k.fn, dim3(unsigned(std::max<int64_t>(1, std::min<int64_t>(max_units, int64_t(k.bps) * n_sms())))),
-             dim3(g8::kThreads), size_t(k.smem), stream, true, a);
-  CUDA_CHECK_LAUNCH(gate_up ? "moe_wgmma_fp8_kernel (gate/up)" : "moe_wgmma_fp8_kernel (down)");
+  launch_resident<g8::Args>(k.fn, a, g8::kThreads, k.smem, max_units, k.bps, stream,
+                            gate_up ? "moe_wgmma_fp8_kernel (gate/up)" : "moe_wgmma_fp8_kernel (down)");
 }
 
 // Whether the MoE's FP8 x FP8 products run on wgmma: compute capability 9.0 (sm_90a code), the

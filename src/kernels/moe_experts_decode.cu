@@ -266,23 +266,10 @@ GemmConfig gemm_config(int64_t P, int64_t E, bool sm90, bool fast_dram) {
   }
 }
 
-// A persistent products' grid: at most ctas_per_sm blocks an SM and max_units blocks, so that every
-// block is resident at once (variant 15's first units and the fused grid's waits rely on it); at two
-// blocks an SM the kernel prefers all of the SM's memory as shared, so that both fit.
-template <typename A>
-void launch_resident(void (*kernel)(A), const A& a, int smem, int64_t max_units, int ctas_per_sm,
-                     cudaStream_t stream, const char* what) {
-  raise_smem_limit(reinterpret_cast<const void*>(kernel), smem);
-  if (ctas_per_sm > 1) prefer_all_shared(reinterpret_cast<const void*>(kernel));
-  const int64_t grid = std::max<int64_t>(
-      1, std::min<int64_t>(max_units, int64_t(compute_sms(current_device())) * ctas_per_sm));
-  launch_pdl(kernel, dim3(unsigned(grid)), dim3(moe_gemm::kThreads), size_t(smem), stream, true, a);
-  CUDA_CHECK_LAUNCH(what);
-}
-
 template <typename T, bool kGateUp, int S>
 void launch_gemm(const moe_gemm::Args& a, int64_t max_units, int ctas_per_sm, cudaStream_t stream) {
-  launch_resident<moe_gemm::Args>(moe_gemm::moe_gemm_kernel<T, kGateUp, S>, a, moe_gemm::smem_bytes(S), max_units,
+  launch_resident<moe_gemm::Args>(moe_gemm::moe_gemm_kernel<T, kGateUp, S>, a, moe_gemm::kThreads,
+                                  moe_gemm::smem_bytes(S), max_units,
                                   ctas_per_sm, stream,
                                   kGateUp ? "moe_gemm_kernel (gate/up)" : "moe_gemm_kernel (down)");
 }
@@ -291,7 +278,7 @@ void launch_gemm(const moe_gemm::Args& a, int64_t max_units, int ctas_per_sm, cu
 // (moe_decode_wgmma.cuh), on compute capability 9.0 only (its kernels exist for sm_90a alone).
 template <typename T>
 void launch_wgmma(const moe_gemm::Args& a, bool gate_up, int64_t max_units, const GemmConfig& c, cudaStream_t stream) {
-  launch_resident<moe_gemm::Args>(moe_gemm::wgmma_kernel<T>(gate_up, c.stages), a,
+  launch_resident<moe_gemm::Args>(moe_gemm::wgmma_kernel<T>(gate_up, c.stages), a, moe_gemm::kThreads,
                                   moe_gemm::wgmma_smem_bytes(c.stages), max_units, c.ctas_per_sm, stream,
                                   gate_up ? "moe_gemm_kernel wgmma (gate/up)" : "moe_gemm_kernel wgmma (down)");
 }
@@ -305,8 +292,8 @@ template <typename T>
 void launch_fused(const moe_gemm::Args& a, const moe_gemm::Args& b, int64_t max_units, const GemmConfig& c,
                   cudaStream_t stream) {
   const moe_gemm::FusedArgs f{a, b, decode_gemm_workspace().moe_ready, c.fused == 2};
-  launch_resident<moe_gemm::FusedArgs>(moe_gemm::fused_kernel<T>(c.stages), f, moe_gemm::wgmma_smem_bytes(c.stages),
-                                       max_units, c.ctas_per_sm, stream, "moe_fused_kernel (gate/up + down)");
+  launch_resident<moe_gemm::FusedArgs>(moe_gemm::fused_kernel<T>(c.stages), f, moe_gemm::kThreads,
+                                       moe_gemm::wgmma_smem_bytes(c.stages), max_units, c.ctas_per_sm, stream, "moe_fused_kernel (gate/up + down)");
 }
 
 template <typename T, int S>

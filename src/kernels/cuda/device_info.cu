@@ -54,24 +54,25 @@ int compute_sms(int device) {
   return std::max(1, all - reserved);
 }
 
-void raise_smem_limit(const void* kernel, int bytes) {
+namespace {
+// cudaFuncSetAttribute once per (kernel, device, attribute, value); a set lookup afterwards.
+void set_attribute_once(const void* kernel, cudaFuncAttribute attr, int value) {
   static std::mutex mutex;
-  static std::set<std::tuple<const void*, int, int>> done;
-  const auto key = std::make_tuple(kernel, current_device(), bytes);
+  static std::set<std::tuple<const void*, int, int, int>> done;
+  const auto key = std::make_tuple(kernel, current_device(), int(attr), value);
   std::lock_guard<std::mutex> lock(mutex);
   if (done.count(key)) return;
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, attr, value));
   done.insert(key);
+}
+}  // namespace
+
+void raise_smem_limit(const void* kernel, int bytes) {
+  set_attribute_once(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
 }
 
 void prefer_all_shared(const void* kernel) {
-  static std::mutex mutex;
-  static std::set<std::pair<const void*, int>> done;
-  const auto key = std::make_pair(kernel, current_device());
-  std::lock_guard<std::mutex> lock(mutex);
-  if (done.count(key)) return;
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100));
-  done.insert(key);
+  set_attribute_once(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
 }
 
 }  // namespace lfm2::cuda

@@ -1,6 +1,6 @@
 // Device-side helpers shared by the CUDA kernels: element conversions to and from fp32, warp /
-// block reductions, grid sizes, the 16-byte alignment check and the launch with programmatic dependent launch. Header-only,
-// included by .cu files only.
+// block reductions, grid sizes, the 16-byte alignment check, the launch with programmatic dependent
+// launch and the persistent grids' launch on it. Header-only, included by .cu files only.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "common/cuda_check.h"
+#include "kernels/cuda/device_info.h"
 
 namespace lfm2::cuda {
 
@@ -94,6 +95,21 @@ void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, c
   cfg.attrs = attr;
   cfg.numAttrs = pdl ? 1 : 0;
   CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+}
+
+// A persistent grid of `threads`-thread blocks, at most ctas_per_sm an SM (of compute_sms) and at
+// most max_units blocks, so that every block is resident at once (the decode products' first units
+// by block index and the fused grid's waits rely on it), launched with PDL; at two or more blocks an
+// SM the kernel prefers all of the SM's memory as shared, so that they fit.
+template <typename A>
+void launch_resident(void (*kernel)(A), const A& a, int threads, int smem, int64_t max_units, int ctas_per_sm,
+                     cudaStream_t stream, const char* what) {
+  raise_smem_limit(reinterpret_cast<const void*>(kernel), smem);
+  if (ctas_per_sm > 1) prefer_all_shared(reinterpret_cast<const void*>(kernel));
+  const int64_t sms = compute_sms(current_device());
+  const int64_t grid = max_units < sms * ctas_per_sm ? max_units : sms * ctas_per_sm;
+  launch_pdl(kernel, dim3(unsigned(grid > 1 ? grid : 1)), dim3(unsigned(threads)), size_t(smem), stream, true, a);
+  CUDA_CHECK_LAUNCH(what);
 }
 
 }  // namespace lfm2::cuda
