@@ -76,15 +76,20 @@ __device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
 }
 
 // A sequence's view of a paged pool: element offset of (position, kv head 0) through its
-// block-table row. Positions are never past the sequence's stored length when read.
+// block-table row. Positions are never past the sequence's stored length when read. A pool has
+// fewer than 2^31 rows (paged_kv.h), so a row is 32-bit math and one widening multiply makes the
+// offset (the decode kernel computes one a copy).
 struct PagedRows {
   const int32_t* table;  // its block-table row (max_pages entries)
   int shift;             // log2(page_size)
-  int64_t row_elems;     // n_kv_heads * head_dim
+  int row_elems;         // n_kv_heads * head_dim
 
+  // The pool row (page * page_size + slot) of a position.
+  __device__ __forceinline__ uint32_t row(int pos) const {
+    return (uint32_t(table[pos >> shift]) << shift) | uint32_t(pos & ((1 << shift) - 1));
+  }
   __device__ __forceinline__ int64_t offset(int pos) const {
-    const int64_t page = table[pos >> shift];
-    return ((page << shift) + (pos & ((1 << shift) - 1))) * row_elems;
+    return int64_t(uint64_t(row(pos)) * uint32_t(row_elems));
   }
 };
 

@@ -85,7 +85,7 @@ __global__ void __launch_bounds__(kThreads)
   if (i0 >= seq.n_rows) return;
   const int nq = min(qpb, seq.n_rows - i0), n_valid = nq * group;
   const int pos0 = seq.first_pos + i0, k_end = pos0 + nq;  // its first query's position; keys 0 .. k_end - 1
-  const PagedRows rows{block_table + int64_t(seq.table_row) * max_pages, shift, int64_t(n_kv) * HD};
+  const PagedRows rows{block_table + int64_t(seq.table_row) * max_pages, shift, n_kv * HD};
   const int64_t head_off = int64_t(kvh) * HD;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
 
@@ -321,7 +321,7 @@ __global__ void __launch_bounds__(kBQ)
   const int i = i0 + int(threadIdx.x), k_end = seq.first_pos + min(seq.n_rows, i0 + kBQ);
   const bool valid = i < seq.n_rows;
   const int qpos = seq.first_pos + i;
-  const PagedRows rows{block_table + int64_t(seq.table_row) * max_pages, shift, int64_t(n_kv) * HD};
+  const PagedRows rows{block_table + int64_t(seq.table_row) * max_pages, shift, n_kv * HD};
 
   float qr[HD], o[HD];
   const float* qp = q + int64_t(seq.row + (valid ? i : 0)) * q_stride + int64_t(h) * HD;

@@ -17,7 +17,8 @@
 // shape replays every step (the caller rewrites the table and the PagedSeq array before a replay).
 // Entries past a sequence's length are never read; the store skips a row whose entry is negative.
 // page_size: a power of two from 16 to 2^16 (kernels compute with it only in the address, so a row's
-// bits do not depend on it); positions fit in int32.
+// bits do not depend on it); positions fit in int32, and a pool holds fewer than 2^31 positions
+// (n_pages * page_size: the kernels compute a pool row in 32 bits).
 //
 // FP8 cache (--kv-dtype fp8, docs/fp8.md "KV cache"): the pools hold e4m3 bytes in the same layout,
 //   k_pool, v_pool   uint8 [n_pages, page_size, n_kv_heads, head_dim]

@@ -386,5 +386,28 @@ TEST_F(CudaBatchApi, RefusesAStateThatDoesNotFit) {
   st->alloc_batch_state({8, 64, 16, 8}, SamplingParams{});  // and a small one still fits after
 }
 
+// A pool of 2^31 positions or more is refused before anything is allocated: the kernels compute a
+// pool row (page * page_size + slot) in 32 bits (paged_kv.h).
+TEST_F(CudaBatchApi, RefusesAPoolOf2To31Positions) {
+  ModelConfig cfg;
+  const std::string path = make_model("lfm2-tiny", 0, &cfg);
+  WeightReader reader(path);
+  auto st = make_cuda_stage(reader, whole_model(int(cfg.num_hidden_layers)), DType::BF16, 0);
+  const int64_t pages = (int64_t(1) << 31) / 16;
+  try {
+    st->alloc_batch_state({8, pages, 16, 8}, SamplingParams{});
+    ADD_FAILURE() << "a pool of 2^31 positions was allocated";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("2^31 positions"), std::string::npos) << e.what();
+  }
+  try {  // one page less passes that check and is refused for the device's memory (512 GiB of pages)
+    st->alloc_batch_state({8, pages - 1, 16, 8}, SamplingParams{});
+    ADD_FAILURE() << "a state larger than the device was allocated";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).find("2^31"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("MiB"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace lfm2
