@@ -87,7 +87,7 @@ void DecodeState<T>::allocate(const ModelConfig& cfg, const std::vector<DeviceLa
   LFM2_CHECK(valid_page_size(s.page_size), "cuda stage: page size ", s.page_size, " is not a power of two in [",
              kMinPageSize, ", ", kMaxPageSize, "]");
   LFM2_CHECK(s.n_slots >= 1 && s.n_pages >= 1 && s.max_pages >= 1 && s.n_slots < (int64_t(1) << 31) &&
-                 s.max_positions() < (int64_t(1) << 31) && s.n_pages < (int64_t(1) << 31) / s.page_size,
+                 s.max_positions() < (int64_t(1) << 31) && s.n_pages <= s.max_pool_pages(),
              "cuda stage: a generation state of ", s.n_slots, " slots, ", s.n_pages, " pages, ", s.max_pages,
              " pages a slot (a pool holds fewer than 2^31 positions)");
   release();

@@ -63,6 +63,9 @@ struct StateShape {
   int64_t max_pages = 0;  // pages one sequence may hold (block-table width)
 
   int64_t max_positions() const { return max_pages * page_size; }
+  // The most pages a pool may have: fewer than 2^31 positions in all (kernels/paged_kv.h: the CUDA
+  // kernels compute a pool row, page * page_size + slot, in 32 bits).
+  int64_t max_pool_pages() const { return ((int64_t(1) << 31) - 1) / page_size; }
 };
 
 }  // namespace lfm2

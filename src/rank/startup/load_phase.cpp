@@ -131,7 +131,8 @@ void make_job(Startup& s, const StageLayers& stage) {
 
 // The pages this rank's pool could hold: --kv-pages; on the CPU enough for every slot at the
 // longest sequence; on a GPU what --gpu-memory leaves after the weights and buffers (less a
-// margin for the state's workspaces), at most that many.
+// margin for the state's workspaces), at most that many and fewer than 2^31 positions (a small
+// model on a large GPU; --kv-pages past that is refused when the state is allocated).
 int64_t pool_capacity(Startup& s) {
   const RankOptions& opt = s.job.opt;
   const StateShape& st = s.continuous_shape.state;
@@ -143,7 +144,7 @@ int64_t pool_capacity(Startup& s) {
   const int64_t margin = std::max<int64_t>(int64_t(256) << 20, budget / 20);
   const int64_t room = budget - margin - st.n_slots * (s.checked->slot_bytes() + st.max_pages * 4);
   const int64_t page = s.checked->page_bytes(st.page_size);
-  return std::min(enough, std::max<int64_t>(0, room / std::max<int64_t>(page, 1)));
+  return std::min({enough, st.max_pool_pages(), std::max<int64_t>(0, room / std::max<int64_t>(page, 1))});
 }
 
 // This rank's stage, transport and job; the last rank's answers.

@@ -153,6 +153,15 @@ TEST(GenerationSchedule, OneStepIsThePrefillAloneFeedingNobody) {
 }
 
 // Scoring's timeline is GPipe's fill and drain: its bubble is (P-1)/(M+P-1) for every M and P.
+// A pool's pages stop short of 2^31 positions (the CUDA kernels' 32-bit pool rows), and no sooner.
+TEST(StateShape, APoolHoldsFewerThan2To31Positions) {
+  for (int64_t page : {16, 256, 4096, 65536}) {
+    const StateShape s{1, 1, page, 1};
+    EXPECT_LT(s.max_pool_pages() * page, int64_t(1) << 31) << page;
+    EXPECT_GE((s.max_pool_pages() + 1) * page, int64_t(1) << 31) << page;
+  }
+}
+
 TEST(ScheduleBubble, ScoringIsGPipes) {
   for (int P : {1, 2, 3, 4})
     for (int64_t M : {1, 2, 3, 8}) {
