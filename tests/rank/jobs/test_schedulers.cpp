@@ -152,7 +152,6 @@ TEST(GenerationSchedule, OneStepIsThePrefillAloneFeedingNobody) {
   }
 }
 
-// Scoring's timeline is GPipe's fill and drain: its bubble is (P-1)/(M+P-1) for every M and P.
 // A pool's pages stop short of 2^31 positions (the CUDA kernels' 32-bit pool rows), and no sooner.
 TEST(StateShape, APoolHoldsFewerThan2To31Positions) {
   for (int64_t page : {16, 256, 4096, 65536}) {
@@ -162,6 +161,7 @@ TEST(StateShape, APoolHoldsFewerThan2To31Positions) {
   }
 }
 
+// Scoring's timeline is GPipe's fill and drain: its bubble is (P-1)/(M+P-1) for every M and P.
 TEST(ScheduleBubble, ScoringIsGPipes) {
   for (int P : {1, 2, 3, 4})
     for (int64_t M : {1, 2, 3, 8}) {
