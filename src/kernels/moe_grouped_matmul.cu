@@ -78,6 +78,22 @@ namespace simt {
 constexpr int BM = 128, BN = 128, BK = 8, kThreads = 256, LDS = BM + 4;
 }
 
+// A thread's 8 x 8 outputs of the tile (rows ty * 4 .. and 64 + ty * 4 .., columns likewise with tx)
+// into out's rows row0 .. row_end - 1 and columns n0 .. N - 1.
+__device__ __forceinline__ void store_tile(float* out, const float (&acc)[8][8], int row0, int row_end, int n0, int N,
+                                           int ty, int tx) {
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const int r = row0 + (i < 4 ? ty * 4 + i : 64 + ty * 4 + i - 4);
+    if (r >= row_end) continue;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int c = n0 + (j < 4 ? tx * 4 + j : 64 + tx * 4 + j - 4);
+      if (c < N) out[int64_t(r) * N + c] = acc[i][j];
+    }
+  }
+}
+
 template <bool kVec>
 __global__ void __launch_bounds__(simt::kThreads)
     grouped_simt_kernel(float* out, const float* in, const float* weight, const int32_t* offsets, int n_experts, int N,
@@ -150,16 +166,7 @@ __global__ void __launch_bounds__(simt::kThreads)
     if (kt + 1 < nk) stash(st ^ 1);  // the other buffer was last read before the previous barrier
     __syncthreads();
   }
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const int r = row0 + (i < 4 ? ty * 4 + i : 64 + ty * 4 + i - 4);
-    if (r >= row_end) continue;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const int c = n0 + (j < 4 ? tx * 4 + j : 64 + tx * 4 + j - 4);
-      if (c < N) out[int64_t(r) * N + c] = acc[i][j];
-    }
-  }
+  store_tile(out, acc, row0, row_end, n0, N, ty, tx);
 }
 
 // The tile configuration forced for tuning and tests (-1: the table). LFM2_GROUPED_CONFIG sets
