@@ -139,34 +139,16 @@ struct RouteOut {
   int32_t *experts, *offsets, *src_token, *dest_row;
 };
 
+// The logits of the block's rows r0 .. r0 + nr - 1 into s_logit, on the tensor cores, 32 experts at
+// a time: gate rows as the A operand (two m16 tiles), the block's rows as the B operand (one n8
+// tile), fragments straight from global memory (gemv_mma.cuh); warp w sums the 64-k blocks w, w + 8,
+// ... in order, then the warps' partial sums are added in warp order. Each logit: the same
+// arithmetic whatever the other rows.
 template <typename T>
-__global__ void __launch_bounds__(kRouteThreads) route_decode_kernel(RouteOut o, const T* in, const T* gate,
-                                                                     const float* expert_bias, const float* done,
-                                                                     int n_rows, int hidden, int n_experts,
-                                                                     int top_k, bool norm_topk, float scaling,
-                                                                     int* counter) {
-  __shared__ float s_logit[kRouteRows][kRouteMaxExperts];
-  __shared__ float s_part[kRouteWarps][kRouteGroup][kRouteRows];
-  __shared__ int wcount[permute::kWarps][kRouteMaxExperts];
-  __shared__ int base[kRouteMaxExperts];
-  __shared__ bool s_last;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
-  const int r0 = blockIdx.x * kRouteRows, nr = min(kRouteRows, n_rows - r0);
-  // Launched as a programmatic dependent of the kernel before (the rows' norm): the gate's rows are
-  // fetched into L2 (the blocks share them out) before the grid waits for its input rows. The
-  // expert products may launch once the logits are read (they wait for this grid's end before
-  // reading anything it writes; at this grid's start they slowed its loads: 7.90 vs 7.79 ms a step
-  // at 32 x 8192).
-  const int stride = int(gridDim.x) * kRouteThreads;
-  for (int e = int(blockIdx.x) + int(gridDim.x) * int(threadIdx.x); e < n_experts; e += stride)
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(gate + int64_t(e) * hidden),
-                 "r"(uint32_t(hidden * int(sizeof(T))))
-                 : "memory");
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-  // the logits on the tensor cores, 32 experts at a time: gate rows as the A operand (two m16
-  // tiles), the block's rows as the B operand (one n8 tile), fragments straight from global memory
-  // (gemv_mma.cuh); warp w sums the 64-k blocks w, w + 8, ... in order, then the warps' partial
-  // sums are added in warp order. Each logit: the same arithmetic whatever the other rows.
+__device__ __forceinline__ void route_logits(float (&s_logit)[kRouteRows][kRouteMaxExperts],
+                                             float (&s_part)[kRouteWarps][kRouteGroup][kRouteRows], const T* in,
+                                             const T* gate, int r0, int nr, int hidden, int n_experts, int warp,
+                                             int lane, int g, int q) {
   const T* brow = g < nr ? in + int64_t(r0 + g) * hidden : nullptr;
   for (int e0 = 0; e0 < n_experts; e0 += kRouteGroup) {
     const T* arow[2][2];
@@ -206,6 +188,33 @@ __global__ void __launch_bounds__(kRouteThreads) route_decode_kernel(RouteOut o,
     }
     __syncthreads();  // s_part is rewritten by the next group
   }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kRouteThreads) route_decode_kernel(RouteOut o, const T* in, const T* gate,
+                                                                     const float* expert_bias, const float* done,
+                                                                     int n_rows, int hidden, int n_experts,
+                                                                     int top_k, bool norm_topk, float scaling,
+                                                                     int* counter) {
+  __shared__ float s_logit[kRouteRows][kRouteMaxExperts];
+  __shared__ float s_part[kRouteWarps][kRouteGroup][kRouteRows];
+  __shared__ int wcount[permute::kWarps][kRouteMaxExperts];
+  __shared__ int base[kRouteMaxExperts];
+  __shared__ bool s_last;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+  const int r0 = blockIdx.x * kRouteRows, nr = min(kRouteRows, n_rows - r0);
+  // Launched as a programmatic dependent of the kernel before (the rows' norm): the gate's rows are
+  // fetched into L2 (the blocks share them out) before the grid waits for its input rows. The
+  // expert products may launch once the logits are read (they wait for this grid's end before
+  // reading anything it writes; at this grid's start they slowed its loads: 7.90 vs 7.79 ms a step
+  // at 32 x 8192).
+  const int stride = int(gridDim.x) * kRouteThreads;
+  for (int e = int(blockIdx.x) + int(gridDim.x) * int(threadIdx.x); e < n_experts; e += stride)
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(gate + int64_t(e) * hidden),
+                 "r"(uint32_t(hidden * int(sizeof(T))))
+                 : "memory");
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  route_logits(s_logit, s_part, in, gate, r0, nr, hidden, n_experts, warp, lane, g, q);
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   if (warp < nr) {
     const int64_t t = r0 + warp;
