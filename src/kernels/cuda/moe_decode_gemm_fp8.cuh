@@ -593,6 +593,35 @@ __device__ __forceinline__ void store_tile(const Args& a, const float (&acc)[2][
   }
 }
 
+// The k-split warps' sums of a pass: a warp kh > 0 leaves its acc in red (its own place: red's
+// [warp (kh - 1) kRG + rg][element][lane]) ...
+template <int NT>
+__device__ __forceinline__ void stash_k_sums(float* red, const float (&acc)[2][NT][4], int nt) {
+#pragma unroll
+  for (int m = 0; m < 2; ++m)
+#pragma unroll
+    for (int t = 0; t < NT; ++t)
+      if (t < nt)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) red[((m * NT + t) * 4 + c) * 32] = acc[m][t][c];
+}
+// ... and a warp kh = 0 adds those of its row group, in kh order.
+template <int KH, int NT, int kRG>
+__device__ __forceinline__ void add_k_sums(float (&acc)[2][NT][4], const float* red, int rg, int lane, int nt) {
+  constexpr int kWarpRed = 8 * NT * 32;
+#pragma unroll 1
+  for (int j = 1; j < KH; ++j) {
+    const float* r = red + ((j - 1) * kRG + rg) * kWarpRed + lane;
+#pragma unroll
+    for (int m = 0; m < 2; ++m)
+#pragma unroll
+      for (int t = 0; t < NT; ++t)
+        if (t < nt)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) acc[m][t][c] += r[((m * NT + t) * 4 + c) * 32];
+  }
+}
+
 template <typename T, bool kGateUp, int KH, int XR, bool kF8, int BPS = 1>
 __global__ void __launch_bounds__(kThreads, BPS) moe_gemm_fp8_kernel(const Args a) {
   using Sh = Shape<KH, XR, kF8, BPS>;
@@ -716,28 +745,10 @@ __global__ void __launch_bounds__(kThreads, BPS) moe_gemm_fp8_kernel(const Args 
       // the stage is free once every warp is done with it (the producer refills it only after the
       // next iteration's barrier, when warps kh = 0 have read the sums)
       if constexpr (Sh::kAlias) __syncthreads();
-      if (kh > 0) {
-#pragma unroll
-        for (int m = 0; m < 2; ++m)
-#pragma unroll
-          for (int t = 0; t < NT; ++t)
-            if (t < nt)
-#pragma unroll
-              for (int c = 0; c < 4; ++c) red[my_red + ((m * NT + t) * 4 + c) * 32] = acc[m][t][c];
-      }
+      if (kh > 0) stash_k_sums<NT>(red + my_red, acc, nt);
       __syncthreads();
       if (kh == 0) {
-#pragma unroll 1
-        for (int j = 1; j < KH; ++j) {
-          const float* r = red + ((j - 1) * Sh::kRG + rg) * kWarpRed + lane;
-#pragma unroll
-          for (int m = 0; m < 2; ++m)
-#pragma unroll
-            for (int t = 0; t < NT; ++t)
-              if (t < nt)
-#pragma unroll
-                for (int c = 0; c < 4; ++c) acc[m][t][c] += r[((m * NT + t) * 4 + c) * 32];
-        }
+        add_k_sums<KH, NT, Sh::kRG>(acc, red, rg, lane, nt);
         store_tile<T, kGateUp, KH, XR, kF8>(a, acc, cun, cp, rg, nt);
       }
 #pragma unroll
