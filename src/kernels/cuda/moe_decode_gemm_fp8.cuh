@@ -593,6 +593,24 @@ __device__ __forceinline__ void store_tile(const Args& a, const float (&acc)[2][
   }
 }
 
+// The experts the block's units walk into s_off / s_touched / s_count: the routed step's touched
+// experts (gate/up first waits for the routing), or one "expert" of a.dense_rows rows.
+template <bool kGateUp>
+__device__ __forceinline__ void block_experts(const Args& a, int* s_off, int* s_touched, int& s_count, int tid) {
+  if (a.dense_rows > 0) {
+    if (tid == 0) {
+      s_off[0] = 0;
+      s_off[1] = a.dense_rows;
+      s_touched[0] = 0;
+      s_count = 1;
+    }
+    __syncthreads();
+  } else {
+    if constexpr (kGateUp) moe_gemm::griddep_wait();
+    moe_gemm::load_touched(a.offsets, a.n_experts, s_off, s_touched, s_count);
+  }
+}
+
 // The k-split warps' sums of a pass: a warp kh > 0 leaves its acc in red (its own place: red's
 // [warp (kh - 1) kRG + rg][element][lane]) ...
 template <int NT>
@@ -622,6 +640,16 @@ __device__ __forceinline__ void add_k_sums(float (&acc)[2][NT][4], const float* 
   }
 }
 
+template <int NT>
+__device__ __forceinline__ void zero_sums(float (&acc)[2][NT][4]) {
+#pragma unroll
+  for (int m = 0; m < 2; ++m)
+#pragma unroll
+    for (int t = 0; t < NT; ++t)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[m][t][c] = 0.f;
+}
+
 template <typename T, bool kGateUp, int KH, int XR, bool kF8, int BPS = 1>
 __global__ void __launch_bounds__(kThreads, BPS) moe_gemm_fp8_kernel(const Args a) {
   using Sh = Shape<KH, XR, kF8, BPS>;
@@ -636,18 +664,7 @@ __global__ void __launch_bounds__(kThreads, BPS) moe_gemm_fp8_kernel(const Args 
   const uint32_t base = uint32_t(__cvta_generic_to_shared(smem));
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, rg = warp % Sh::kRG, kh = warp / Sh::kRG;
 
-  if (a.dense_rows > 0) {
-    if (tid == 0) {
-      s_off[0] = 0;
-      s_off[1] = a.dense_rows;
-      s_touched[0] = 0;
-      s_count = 1;
-    }
-    __syncthreads();
-  } else {
-    if constexpr (kGateUp) moe_gemm::griddep_wait();
-    moe_gemm::load_touched(a.offsets, a.n_experts, s_off, s_touched, s_count);
-  }
+  block_experts<kGateUp>(a, s_off, s_touched, s_count, tid);
   // gate/up lets its dependent (down, or F8 act's quantization) launch once it has the offsets; bench
   // variant 16: F8 at its end instead (the quantization's blocks then never wait beside it)
   const bool late_launch = kF8 && (a.variant & 16) != 0;
@@ -751,12 +768,7 @@ __global__ void __launch_bounds__(kThreads, BPS) moe_gemm_fp8_kernel(const Args 
         add_k_sums<KH, NT, Sh::kRG>(acc, red, rg, lane, nt);
         store_tile<T, kGateUp, KH, XR, kF8>(a, acc, cun, cp, rg, nt);
       }
-#pragma unroll
-      for (int m = 0; m < 2; ++m)
-#pragma unroll
-        for (int t = 0; t < NT; ++t)
-#pragma unroll
-          for (int c = 0; c < 4; ++c) acc[m][t][c] = 0.f;
+      zero_sums(acc);
       ck = 0;
       if (++cp >= cun.passes) {
         cp = 0;
