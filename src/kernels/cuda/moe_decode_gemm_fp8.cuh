@@ -309,15 +309,12 @@ __device__ __forceinline__ void lds128(uint32_t* v, uint32_t a) {
                : "memory");
 }
 
-// The warp's stage: acc[m][t] += W[rows 32 rg + 16 m, +16) . X[tokens 8 t, +8) over its k slice of
-// the stage, t < nt; with block scales (sc non-null) the slice's sum times sc[m].
+// The lane's A fragments of the stage's weight tile (rows 32 rg + 16 m + 8 h + g, its bytes from
+// byte on), e4m3 widened to T as widen says (kWidenBits, kWidenCvt, or the raw pairs).
 template <typename T, int KH, int XR>
-__device__ __forceinline__ void stage_mma(float (&acc)[2][XR / 8][4], uint32_t wt, uint32_t xt, int rg, int kh, int nt,
-                                          const float (&sc)[2], bool blocks, int widen, bool ungrouped) {
-  using Sh = Shape<KH, XR>;
-  constexpr int kS = Sh::kSteps;
-  const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
-  const int byte = kh * Sh::kSlice + q * Sh::kLaneB;  // the lane's first e4m3 byte (= k) in the stage
+__device__ __forceinline__ void weight_frags(uint32_t (&af)[2][Shape<KH, XR>::kSteps][4], uint32_t wt, int rg, int g,
+                                             int byte, int widen) {
+  constexpr int kS = Shape<KH, XR>::kSteps;
   uint32_t raw[2][2][kS];
 #pragma unroll
   for (int m = 0; m < 2; ++m)
@@ -329,7 +326,6 @@ __device__ __forceinline__ void stage_mma(float (&acc)[2][XR / 8][4], uint32_t w
       else
         raw[m][h][0] = lds32(at);
     }
-  uint32_t af[2][kS][4];
 #pragma unroll
   for (int m = 0; m < 2; ++m)
 #pragma unroll
@@ -351,41 +347,64 @@ __device__ __forceinline__ void stage_mma(float (&acc)[2][XR / 8][4], uint32_t w
         af[m][s][3] = raw[m][1][s] >> 16;
       }
     }
+}
+
+// The bench's ungrouped order: one token tile at a time, the same arithmetic as stage_mma's groups.
+template <typename T, int KH, int XR>
+__device__ __forceinline__ void mma_ungrouped(float (&acc)[2][XR / 8][4],
+                                              const uint32_t (&af)[2][Shape<KH, XR>::kSteps][4], uint32_t xt, int g,
+                                              int xb, int nt, const float (&sc)[2], bool blocks) {
+  using Sh = Shape<KH, XR>;
+  constexpr int kS = Sh::kSteps;
+#pragma unroll
+  for (int t = 0; t < Sh::kNT; ++t) {
+    if (t < nt) {
+      const int n = 8 * t + g;
+      uint32_t b[2 * kS];
+      if constexpr (kS == 4) {
+        lds128(b, xt + xoff<KH>(n, xb >> 4));
+        lds128(b + 4, xt + xoff<KH>(n, (xb >> 4) + 1));
+      } else {
+        lds64(*reinterpret_cast<uint32_t(*)[2]>(b), xt + xoff<KH>(n, xb >> 4) + (xb & 15));
+      }
+#pragma unroll
+      for (int m = 0; m < 2; ++m) {
+        if (blocks) {
+          float p[4];
+          mma_first<T>(p, af[m][0], b[0], b[1]);
+#pragma unroll
+          for (int s = 1; s < kS; ++s)
+            gemv::mma16816<T>(p, af[m][s][0], af[m][s][1], af[m][s][2], af[m][s][3], b[2 * s], b[2 * s + 1]);
+#pragma unroll
+          for (int c = 0; c < 4; ++c) acc[m][t][c] = fmaf(sc[m], p[c], acc[m][t][c]);
+        } else {
+#pragma unroll
+          for (int s = 0; s < kS; ++s)
+            gemv::mma16816<T>(acc[m][t], af[m][s][0], af[m][s][1], af[m][s][2], af[m][s][3], b[2 * s], b[2 * s + 1]);
+        }
+      }
+    }
+  }
+}
+
+// The warp's stage: acc[m][t] += W[rows 32 rg + 16 m, +16) . X[tokens 8 t, +8) over its k slice of
+// the stage, t < nt; with block scales (sc non-null) the slice's sum times sc[m].
+template <typename T, int KH, int XR>
+__device__ __forceinline__ void stage_mma(float (&acc)[2][XR / 8][4], uint32_t wt, uint32_t xt, int rg, int kh, int nt,
+                                          const float (&sc)[2], bool blocks, int widen, bool ungrouped) {
+  using Sh = Shape<KH, XR>;
+  constexpr int kS = Sh::kSteps;
+  const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+  const int byte = kh * Sh::kSlice + q * Sh::kLaneB;  // the lane's first e4m3 byte (= k) in the stage
+  uint32_t af[2][kS][4];
+  weight_frags<T, KH, XR>(af, wt, rg, g, byte, widen);
   const int xb = 2 * byte;  // the token row's first byte of the lane (16-bit k)
   // token tiles in groups of kG, the steps outermost inside a group: 2 kG independent mma chains
   // in flight instead of 2 (a chain's steps wait on each other's accumulators); ungrouped (bench):
   // one tile at a time, the same arithmetic
   constexpr int kG = Sh::kNT < 4 ? Sh::kNT : 4;
   if (ungrouped) {
-#pragma unroll
-    for (int t = 0; t < Sh::kNT; ++t) {
-      if (t < nt) {
-        const int n = 8 * t + g;
-        uint32_t b[2 * kS];
-        if constexpr (kS == 4) {
-          lds128(b, xt + xoff<KH>(n, xb >> 4));
-          lds128(b + 4, xt + xoff<KH>(n, (xb >> 4) + 1));
-        } else {
-          lds64(*reinterpret_cast<uint32_t(*)[2]>(b), xt + xoff<KH>(n, xb >> 4) + (xb & 15));
-        }
-#pragma unroll
-        for (int m = 0; m < 2; ++m) {
-          if (blocks) {
-            float p[4];
-            mma_first<T>(p, af[m][0], b[0], b[1]);
-#pragma unroll
-            for (int s = 1; s < kS; ++s)
-              gemv::mma16816<T>(p, af[m][s][0], af[m][s][1], af[m][s][2], af[m][s][3], b[2 * s], b[2 * s + 1]);
-#pragma unroll
-            for (int c = 0; c < 4; ++c) acc[m][t][c] = fmaf(sc[m], p[c], acc[m][t][c]);
-          } else {
-#pragma unroll
-            for (int s = 0; s < kS; ++s)
-              gemv::mma16816<T>(acc[m][t], af[m][s][0], af[m][s][1], af[m][s][2], af[m][s][3], b[2 * s], b[2 * s + 1]);
-          }
-        }
-      }
-    }
+    mma_ungrouped<T, KH, XR>(acc, af, xt, g, xb, nt, sc, blocks);
     return;
   }
 #pragma unroll
