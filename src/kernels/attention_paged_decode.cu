@@ -280,6 +280,7 @@ __global__ void __launch_bounds__(kThreads, (min_blocks<HD, kSwizzle, std::is_sa
   // hidden behind a round; H200: 1-1.5 % faster at 32 x 8,192 on either cache, 4.5 % at 8 x 32,768
   // on the fp8 one, the long-scoreboard stalls 0.67 -> 0.28 cycles an instruction).
   static_assert(kTile == 64, "a tile's pages: kTile >> shift for shift < 6");
+  static_assert(kThreads >= kTile, "one thread a scale row");
   const int tile_pages = shift < 6 ? kTile >> shift : 1, slot_mask = (1 << shift) - 1;
   auto tile_entry = [&](int t) {
     int32_t e = 0;
