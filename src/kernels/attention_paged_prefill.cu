@@ -27,6 +27,7 @@
 #include "common/cuda_check.h"
 #include "common/env.h"
 #include "kernels/attention_mma.cuh"
+#include "kernels/attention_prefill_tc.cuh"
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/ops.h"
@@ -36,24 +37,7 @@ namespace lfm2::cuda {
 namespace {
 
 using namespace mma;
-
-constexpr int kBQ = 64, kBKV = 64, kWarps = 4, kThreads = kWarps * 32;  // kBQ: the fp32 kernel's rows
-
-// The tensor-core kernel's block: 4 warps of MT m16 row tiles each (kBQ rows = 64 * MT). With MT = 2
-// each K / V fragment a warp loads from shared memory serves two mma row tiles (FlashAttention-2's
-// 128-row blocks for head_dim <= 64): half the shared-memory reads per product, and each K / V tile
-// copied in serves twice the rows.
-// kF8: the double buffer holds e4m3 tiles (kBKV rows of HD bytes) and scales, widened into one T tile.
-template <int HD, int MT, bool kF8 = false>
-struct PrefillSmem {
-  static constexpr int kRows = kWarps * 16 * MT;
-  static constexpr int LD = HD + 8;  // padded rows: ldmatrix's 8 row addresses hit 8 distinct bank groups
-  static constexpr int kQ = kRows * LD, kKV = kBKV * LD;
-  static constexpr int kTStages = kF8 ? 1 : 2;  // T tiles of K (and of V)
-  static constexpr int kF8Tile = kBKV * HD;     // bytes of an e4m3 stage
-  static constexpr size_t kBytes = size_t(kQ + 2 * kTStages * kKV) * 2 +  // Q, K[], V[]
-                                   (kF8 ? size_t(4) * (kF8Tile + kBKV * 4) : 0);  // e4m3 K[2], V[2], scales
-};
+using namespace prefill;
 
 // KV: T, or uint8_t for an fp8 cache (k_scale, v_scale its scale pools; null otherwise).
 template <typename T, int HD, int MT, typename KV = T>
@@ -62,244 +46,20 @@ __global__ void __launch_bounds__(kThreads)
                       const float* v_scale, const PagedSeq* seqs, int n_seqs, const int32_t* block_table,
                       int max_pages, int shift, int n_heads, int n_kv, int group, int n_qtiles, int64_t q_stride,
                       float scale_log2) {
-  constexpr bool kF8 = std::is_same<KV, uint8_t>::value;
-  using S = PrefillSmem<HD, MT, kF8>;
-  constexpr int LD = S::LD, NT = kBKV / 8, DT = HD / 8, KC = HD / 16, kChunks = HD / 8, kRows = S::kRows;
-  constexpr int WR = 16 * MT;   // rows of a warp
-  constexpr int kC8 = HD / 16;  // 16-byte chunks of an e4m3 row
   extern __shared__ __align__(128) unsigned char smem_raw[];
-  T* sq = reinterpret_cast<T*>(smem_raw);
-  T* sk = sq + S::kQ;                   // [kTStages][kBKV][LD]
-  T* sv = sk + S::kTStages * S::kKV;    // [kTStages][kBKV][LD]
-  uint8_t* k8 = reinterpret_cast<uint8_t*>(sv + S::kTStages * S::kKV);  // fp8: [2][kBKV][HD] e4m3
-  uint8_t* v8 = k8 + 2 * S::kF8Tile;
-  float* ks8 = reinterpret_cast<float*>(v8 + 2 * S::kF8Tile);  // fp8: [2][kBKV] scales
-  float* vs8 = ks8 + 2 * kBKV;
-
   // blocks numbered (reversed query tile, sequence, KV head): the later, heavier tiles first
   const int per_tile = n_seqs * n_kv;
   const int qt = n_qtiles - 1 - int(blockIdx.x) / per_tile;
   const int si = (int(blockIdx.x) % per_tile) / n_kv, kvh = int(blockIdx.x) % n_kv;
   const PagedSeq seq = seqs[si];
-  const int qpb = kRows / group, i0 = qt * qpb;  // queries per block, the block's first
+  const int qpb = PrefillSmem<HD, MT>::kRows / group, i0 = qt * qpb;  // queries per block, the block's first
   if (i0 >= seq.n_rows) return;
-  const int nq = min(qpb, seq.n_rows - i0), n_valid = nq * group;
-  const int pos0 = seq.first_pos + i0, k_end = pos0 + nq;  // its first query's position; keys 0 .. k_end - 1
+  const PrefillRows br{seq, kvh, group, i0, min(qpb, seq.n_rows - i0)};
   const PagedRows rows{block_table + int64_t(seq.table_row) * max_pages, shift, n_kv * HD};
-  const int64_t head_off = int64_t(kvh) * HD;
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
-
-  auto load_kv = [&](int stage, int k0) {
-    if constexpr (kF8) {
-      uint8_t* dk = k8 + stage * S::kF8Tile;
-      uint8_t* dv = v8 + stage * S::kF8Tile;
-      for (int c = tid; c < kBKV * kC8; c += kThreads) {
-        const int r = c / kC8, col = (c % kC8) * 16, p = k0 + r;
-        const bool ok = p < k_end;
-        const int64_t off = ok ? rows.offset(p) + head_off + col : 0;
-        cp_async16(dk + r * HD + col, k_pool + off, ok);
-        cp_async16(dv + r * HD + col, v_pool + off, ok);
-      }
-      for (int r = tid; r < kBKV; r += kThreads) {
-        const int p = k0 + r;
-        const bool ok = p < k_end;
-        const int64_t off = ok ? rows.offset(p) / HD + kvh : 0;  // (pool row, kv head)
-        kv8::cp_async4(ks8 + stage * kBKV + r, k_scale + off, ok);
-        kv8::cp_async4(vs8 + stage * kBKV + r, v_scale + off, ok);
-      }
-    } else {
-      T* dk = sk + stage * S::kKV;
-      T* dv = sv + stage * S::kKV;
-      for (int c = tid; c < kBKV * kChunks; c += kThreads) {
-        const int r = c / kChunks, col = (c % kChunks) * 8, p = k0 + r;
-        const bool ok = p < k_end;
-        const int64_t off = ok ? rows.offset(p) + head_off + col : 0;
-        cp_async16(dk + r * LD + col, k_pool + off, ok);
-        cp_async16(dv + r * LD + col, v_pool + off, ok);
-      }
-    }
-  };
-  for (int c = tid; c < kRows * kChunks; c += kThreads) {
-    const int r = c / kChunks, col = (c % kChunks) * 8;
-    const bool ok = r < n_valid;
-    const T* src = ok ? q + int64_t(seq.row + i0 + r / group) * q_stride + int64_t(kvh * group + r % group) * HD + col
-                      : q;
-    cp_async16(sq + r * LD + col, src, ok);
-  }
-  const int n_tiles = (k_end + kBKV - 1) / kBKV;
-  load_kv(0, 0);
-  cp_async_commit();
-
-  // this lane's rows of row tile i: rr[i][0] = warp * WR + 16 i + g and rr[i][1] = that + 8; rows
-  // past the block's queries see no key (qpos -1)
-  int qpos[MT][2];
-#pragma unroll
-  for (int i = 0; i < MT; ++i)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = warp * WR + 16 * i + 8 * h + g;
-      qpos[i][h] = r < n_valid ? pos0 + r / group : -1;
-    }
-  const bool warp_active = warp * WR < n_valid;
-  const int wq_first = pos0 + (warp * WR) / group;
-  const int wq_last = pos0 + (min(warp * WR + WR - 1, n_valid - 1)) / group;
-
-  uint32_t qf[MT][KC][4];
-  float o[MT][DT][4];
-  float m[MT][2], l[MT][2];
-#pragma unroll
-  for (int i = 0; i < MT; ++i) {
-#pragma unroll
-    for (int j = 0; j < DT; ++j) o[i][j][0] = o[i][j][1] = o[i][j][2] = o[i][j][3] = 0.f;
-    m[i][0] = m[i][1] = -INFINITY;
-    l[i][0] = l[i][1] = 0.f;
-  }
-
-  for (int t = 0; t < n_tiles; ++t) {
-    const int st = t & 1, k0 = t * kBKV;
-    if (t + 1 < n_tiles) {
-      load_kv(st ^ 1, k0 + kBKV);
-      cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();
-    if (t == 0) {
-#pragma unroll
-      for (int i = 0; i < MT; ++i)
-#pragma unroll
-        for (int kc = 0; kc < KC; ++kc)
-          ldmatrix_x4(qf[i][kc], sq + (warp * WR + 16 * i + (lane & 15)) * LD + kc * 16 + (lane >> 4) * 8);
-    }
-    if constexpr (kF8) {  // stage st widened into the T tile (free: the loop's last barrier)
-      for (int c = tid; c < kBKV * kC8; c += kThreads) {
-        const int r = c / kC8, ch = c % kC8;
-        const uint4 bk = *reinterpret_cast<const uint4*>(k8 + st * S::kF8Tile + r * HD + ch * 16);
-        const uint4 bv = *reinterpret_cast<const uint4*>(v8 + st * S::kF8Tile + r * HD + ch * 16);
-        kv8::widen16<T>(sk + r * LD + ch * 16, sk + r * LD + ch * 16 + 8, bk, ks8[st * kBKV + r]);
-        kv8::widen16<T>(sv + r * LD + ch * 16, sv + r * LD + ch * 16 + 8, bv, vs8[st * kBKV + r]);
-      }
-      __syncthreads();
-    }
-    // a warp whose queries all precede this tile (causal) or that has none has nothing to do
-    if (warp_active && k0 <= wq_last) {
-      const T* ks = sk + (kF8 ? 0 : st) * S::kKV;
-      const T* vs = sv + (kF8 ? 0 : st) * S::kKV;
-      float sc[MT][NT][4];
-#pragma unroll
-      for (int i = 0; i < MT; ++i)
-#pragma unroll
-        for (int j = 0; j < NT; ++j) sc[i][j][0] = sc[i][j][1] = sc[i][j][2] = sc[i][j][3] = 0.f;
-#pragma unroll
-      for (int kc = 0; kc < KC; ++kc)
-#pragma unroll
-        for (int j = 0; j < NT; j += 2) {
-          uint32_t b[4];
-          const int mi = lane >> 3;
-          ldmatrix_x4(b, ks + (j * 8 + (mi >> 1) * 8 + (lane & 7)) * LD + kc * 16 + (mi & 1) * 8);
-#pragma unroll
-          for (int i = 0; i < MT; ++i) {
-            mma16816<T>(sc[i][j], qf[i][kc], b[0], b[1]);
-            mma16816<T>(sc[i][j + 1], qf[i][kc], b[2], b[3]);
-          }
-        }
-      // scale and causal mask (positions past the chunk lie after every query)
-      const bool diag = k0 + kBKV - 1 > wq_first;
-      float base[MT][2];
-#pragma unroll
-      for (int i = 0; i < MT; ++i) {
-        float tmax0 = -INFINITY, tmax1 = -INFINITY;
-#pragma unroll
-        for (int j = 0; j < NT; ++j)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int key = k0 + j * 8 + 2 * t4 + e;
-            float a = sc[i][j][e] * scale_log2, b = sc[i][j][2 + e] * scale_log2;
-            if (diag) {
-              if (key > qpos[i][0]) a = -INFINITY;
-              if (key > qpos[i][1]) b = -INFINITY;
-            }
-            sc[i][j][e] = a;
-            sc[i][j][2 + e] = b;
-            tmax0 = fmaxf(tmax0, a);
-            tmax1 = fmaxf(tmax1, b);
-          }
-#pragma unroll
-        for (int o2 = 1; o2 <= 2; o2 <<= 1) {
-          tmax0 = fmaxf(tmax0, __shfl_xor_sync(0xffffffffu, tmax0, o2));
-          tmax1 = fmaxf(tmax1, __shfl_xor_sync(0xffffffffu, tmax1, o2));
-        }
-        // rows whose keys are all masked so far keep m = -inf; their alpha and p are then 0
-        const float mn0 = fmaxf(m[i][0], tmax0), mn1 = fmaxf(m[i][1], tmax1);
-        base[i][0] = mn0 == -INFINITY ? 0.f : mn0;
-        base[i][1] = mn1 == -INFINITY ? 0.f : mn1;
-        const float alpha0 = exp2f(m[i][0] - base[i][0]), alpha1 = exp2f(m[i][1] - base[i][1]);
-        m[i][0] = mn0;
-        m[i][1] = mn1;
-        l[i][0] *= alpha0;
-        l[i][1] *= alpha1;
-#pragma unroll
-        for (int j = 0; j < DT; ++j) {
-          o[i][j][0] *= alpha0;
-          o[i][j][1] *= alpha0;
-          o[i][j][2] *= alpha1;
-          o[i][j][3] *= alpha1;
-        }
-      }
-#pragma unroll
-      for (int kc = 0; kc < kBKV / 16; ++kc) {
-        uint32_t pa[MT][4];
-#pragma unroll
-        for (int i = 0; i < MT; ++i) {
-          float p[2][4];
-#pragma unroll
-          for (int hlf = 0; hlf < 2; ++hlf) {
-            const int j = 2 * kc + hlf;
-            p[hlf][0] = exp2f(sc[i][j][0] - base[i][0]);
-            p[hlf][1] = exp2f(sc[i][j][1] - base[i][0]);
-            p[hlf][2] = exp2f(sc[i][j][2] - base[i][1]);
-            p[hlf][3] = exp2f(sc[i][j][3] - base[i][1]);
-            l[i][0] += p[hlf][0] + p[hlf][1];
-            l[i][1] += p[hlf][2] + p[hlf][3];
-          }
-          pa[i][0] = pack2<T>(p[0][0], p[0][1]);
-          pa[i][1] = pack2<T>(p[0][2], p[0][3]);
-          pa[i][2] = pack2<T>(p[1][0], p[1][1]);
-          pa[i][3] = pack2<T>(p[1][2], p[1][3]);
-        }
-#pragma unroll
-        for (int d = 0; d < DT; d += 2) {
-          uint32_t b[4];
-          const int mi = lane >> 3;
-          ldmatrix_x4_trans(b, vs + (kc * 16 + (mi & 1) * 8 + (lane & 7)) * LD + d * 8 + (mi >> 1) * 8);
-#pragma unroll
-          for (int i = 0; i < MT; ++i) {
-            mma16816<T>(o[i][d], pa[i], b[0], b[1]);
-            mma16816<T>(o[i][d + 1], pa[i], b[2], b[3]);
-          }
-        }
-      }
-    }
-    __syncthreads();  // this stage is refilled by the next iteration's load
-  }
-  if (!warp_active) return;
-  const int64_t out_stride = int64_t(n_heads) * HD;
-#pragma unroll
-  for (int i = 0; i < MT; ++i)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float li = l[i][h];
-#pragma unroll
-      for (int o2 = 1; o2 <= 2; o2 <<= 1) li += __shfl_xor_sync(0xffffffffu, li, o2);
-      const int r = warp * WR + 16 * i + 8 * h + g;
-      if (r >= n_valid) continue;
-      const float inv = 1.f / li;
-      T* ob = out + int64_t(seq.row + i0 + r / group) * out_stride + int64_t(kvh * group + r % group) * HD;
-#pragma unroll
-      for (int j = 0; j < DT; ++j)
-        *reinterpret_cast<uint32_t*>(ob + j * 8 + 2 * t4) = pack2<T>(o[i][j][2 * h] * inv, o[i][j][2 * h + 1] * inv);
-    }
+  PrefillBlock<T, HD, MT, KV> block(smem_raw, br, rows, k_pool, v_pool, k_scale, v_scale, n_kv);
+  block.load_q(q, q_stride);
+  block.run(scale_log2);
+  block.write_out(out, n_heads);
 }
 
 // fp32: one query row per thread (64 per block) of one (sequence, head), key tiles staged as fp32.
