@@ -57,7 +57,8 @@ struct PrefillBlock {
   PagedRows rows;
   const KV *k_pool, *v_pool;
   const float *k_scale, *v_scale;
-  int n_kv, n_valid, pos0, k_end;  // mma rows with a query; the first query's position; keys 0 .. k_end - 1
+  int n_kv;  // KV heads of the pools
+  int n_valid, pos0, k_end;  // mma rows with a query; the first query's position; keys 0 .. k_end - 1
   int64_t head_off;
   int tid, warp, lane, g, t4;
   // this lane's rows of row tile i: warp * WR + 16 i + g and that + 8; rows past the block's queries
