@@ -37,7 +37,9 @@ namespace lfm2::cuda {
 namespace {
 
 using namespace mma;
-using namespace prefill;
+using namespace prefill;  // kBKV, kWarps, kThreads, PrefillSmem, PrefillRows, PrefillBlock
+
+constexpr int kBQ = 64;  // the fp32 kernel's rows a block
 
 // KV: T, or uint8_t for an fp8 cache (k_scale, v_scale its scale pools; null otherwise).
 template <typename T, int HD, int MT, typename KV = T>

@@ -16,9 +16,9 @@ namespace lfm2::cuda::prefill {
 
 using namespace mma;
 
-constexpr int kBQ = 64, kBKV = 64, kWarps = 4, kThreads = kWarps * 32;  // kBQ: the fp32 kernel's rows
+constexpr int kBKV = 64, kWarps = 4, kThreads = kWarps * 32;  // key positions a tile; a block's warps
 
-// The tensor-core kernel's block: 4 warps of MT m16 row tiles each (kBQ rows = 64 * MT). With MT = 2
+// The tensor-core kernel's block: 4 warps of MT m16 row tiles each (kRows = 64 * MT). With MT = 2
 // each K / V fragment a warp loads from shared memory serves two mma row tiles (FlashAttention-2's
 // 128-row blocks for head_dim <= 64): half the shared-memory reads per product, and each K / V tile
 // copied in serves twice the rows.
