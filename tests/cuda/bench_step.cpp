@@ -16,6 +16,7 @@
 // prefill item, timed, then traced (the time per kernel name).
 //   cuda_bench_step MODEL.h5 [BxC,BxC,...] [steps] [layers]
 //   cuda_bench_step MODEL.h5 prefill [rows] [reps]
+//   cuda_bench_step MODEL.h5 score [SEQSxLEN] [reps]   (a scoring microbatch, default 256x32)
 //   defaults: 32x1024,32x4096,32x8192,32x16384,256x64 20; LFM2_BENCH_KV=fp8: the fp8 KV cache. An
 //   FP8 file runs as the stage runs it (e4m3 experts), its floor counted in e4m3 bytes.
 #include <algorithm>
@@ -169,6 +170,30 @@ Timing time_steps(CudaStageExecutor& st, const StageLayers& r, int64_t hidden, i
   return tm;
 }
 
+// ms of each of `reps` runs of item queued back to back (events between them, the host never
+// waiting) after one untimed, sorted.
+template <class Item>
+std::vector<double> sorted_times(CudaStageExecutor& st, int reps, Item&& item) {
+  item();
+  std::vector<cudaEvent_t> ev(size_t(reps + 1));
+  for (auto& e : ev) CUDA_CHECK(cudaEventCreate(&e));
+  for (int i = 0; i < reps; ++i) {
+    st.record_event(ev[size_t(i)]);
+    item();
+  }
+  st.record_event(ev[size_t(reps)]);
+  CUDA_CHECK(cudaEventSynchronize(ev.back()));
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, ev[size_t(i)], ev[size_t(i + 1)]));
+    t.push_back(ms);
+  }
+  for (auto& e : ev) cudaEventDestroy(e);
+  std::sort(t.begin(), t.end());
+  return t;
+}
+
 // The prefill of one prompt of n rows through the whole model, as a static run's prefill item
 // goes (embed_batch of its ids, forward_batch storing its cache in pages of 64, the greedy choice
 // of its first token): the median of `reps` back to back after one untimed, then one traced (the
@@ -191,27 +216,30 @@ void bench_prefill(CudaStageExecutor& st, const ModelConfig& c, int64_t n, int r
     st.forward_batch(x, b);
     st.choose_batch(x, b, nullptr, tokens, nullptr);
   };
-  item();
-  std::vector<cudaEvent_t> ev(size_t(reps + 1));
-  for (auto& e : ev) CUDA_CHECK(cudaEventCreate(&e));
-  for (int i = 0; i < reps; ++i) {
-    st.record_event(ev[size_t(i)]);
-    item();
-  }
-  st.record_event(ev[size_t(reps)]);
-  CUDA_CHECK(cudaEventSynchronize(ev.back()));
-  std::vector<double> t;
-  for (int i = 0; i < reps; ++i) {
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, ev[size_t(i)], ev[size_t(i + 1)]));
-    t.push_back(ms);
-  }
-  for (auto& e : ev) cudaEventDestroy(e);
-  std::sort(t.begin(), t.end());
+  const std::vector<double> t = sorted_times(st, reps, item);
   std::printf("prefill of one %lld-row prompt (embed, %lld layers, head): %.3f ms (min %.3f, max %.3f), %.0f "
               "tokens/s\n",
               (long long)n, (long long)c.num_hidden_layers, t[t.size() / 2], t.front(), t.back(),
               double(n) / t[t.size() / 2] * 1e3);
+  report_trace(trace_kernels(item), json, 40);
+}
+
+// A scoring run's microbatch (no cache, no generation): n_seq prompts of seq_len rows through every
+// layer as one forward (embedded once before), the median of `reps` back to back after one untimed,
+// then one traced into json (the time per kernel name: where a scoring item's time goes).
+void bench_score(CudaStageExecutor& st, const ModelConfig& c, int64_t n_seq, int64_t seq_len, int reps,
+                 const std::string& json) {
+  const int64_t n = n_seq * seq_len;
+  void* x = st.alloc_hidden(n);
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  CounterRng rng(5, 5);
+  for (int64_t i = 0; i < n; ++i) ids[size_t(i)] = int32_t(rng.bits(uint64_t(i)) % uint64_t(c.vocab_size));
+  st.embed(ids.data(), n_seq, seq_len, x);
+  auto item = [&] { st.forward(x, n_seq, seq_len); };
+  const std::vector<double> t = sorted_times(st, reps, item);
+  std::printf("scoring forward of %lld x %lld rows (%lld layers): %.3f ms (min %.3f, max %.3f), %.0f tokens/s\n",
+              (long long)n_seq, (long long)seq_len, (long long)c.num_hidden_layers, t[t.size() / 2], t.front(),
+              t.back(), double(n) / t[t.size() / 2] * 1e3);
   report_trace(trace_kernels(item), json, 40);
 }
 
@@ -230,7 +258,8 @@ std::vector<std::pair<int64_t, int64_t>> parse_cases(const std::string& s) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: cuda_bench_step MODEL.h5 [BxC,...] [steps] [layers] | MODEL.h5 prefill [rows] [reps]\n");
+    std::fprintf(stderr, "usage: cuda_bench_step MODEL.h5 [BxC,...] [steps] [layers] | MODEL.h5 prefill [rows] [reps] | "
+                         "MODEL.h5 score [SEQSxLEN] [reps]\n");
     return 1;
   }
   try {
@@ -241,6 +270,14 @@ int main(int argc, char** argv) {
       const char* out_dir = std::getenv("OUT");
       bench_prefill(*st, c, argc > 3 ? std::atoll(argv[3]) : 8192, argc > 4 ? std::atoi(argv[4]) : 5,
                     std::string(out_dir ? out_dir : ".") + "/prefill_trace.json");
+      return 0;
+    }
+    if (argc > 2 && std::string(argv[2]) == "score") {
+      const auto shape = parse_cases(argc > 3 ? argv[3] : "256x32").at(0);
+      auto st = make_cuda_stage(reader, whole_model(int(c.num_hidden_layers)), DType::BF16, 0);
+      const char* out_dir = std::getenv("OUT");
+      bench_score(*st, c, shape.first, shape.second, argc > 4 ? std::atoi(argv[4]) : 5,
+                  std::string(out_dir ? out_dir : ".") + "/score_trace.json");
       return 0;
     }
     const auto cases = parse_cases(argc > 2 ? argv[2] : "32x1024,32x4096,32x8192,32x16384,256x64");
