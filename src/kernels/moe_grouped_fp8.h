@@ -19,7 +19,9 @@ void moe_quantize_e4m3(uint8_t* q, float* scales, const float* x, const int32_t*
                        int64_t n_rows, int64_t n_experts, int64_t cols, bool per_row);
 
 // silu(g) * u of the [gate | up] rows of gate_up (n_rows, 2 inter) in fp32 (cpu::silu's formula),
-// quantized as moe_quantize_e4m3 into q (n_rows, inter).
+// quantized as moe_quantize_e4m3 into q (n_rows, inter) but with codes e4m3(v * (448 / amax)) (one
+// division a group; a group with amax < 2^-100 by v / s). The GPU's silu is the fast exponential
+// and division (codes at most one apart).
 void moe_swiglu_quantize_e4m3(uint8_t* q, float* scales, const float* gate_up, const int32_t* offsets,
                               int64_t n_rows, int64_t n_experts, int64_t inter, bool per_row);
 

@@ -12,15 +12,17 @@
 namespace lfm2::cpu {
 namespace {
 
-// Row r's values (cols of them, in v) quantized into q with its scale(s) placed as documented.
+// Row r's values (cols of them, in v) quantized into q with its scale(s) placed as documented:
+// codes e4m3(v / s), or, by_factor (the SwiGLU's), e4m3(v * (448 / amax)) where amax >= 2^-100.
 void quantize_row(uint8_t* q, float* scales, const float* v, int64_t r, int64_t r0, int64_t m, int64_t cols,
-                  bool per_row) {
+                  bool per_row, bool by_factor = false) {
   const int64_t G = cols / kFp8Block, group = per_row ? cols : kFp8Block;
   for (int64_t c0 = 0; c0 < cols; c0 += group) {
     float amax = 0;
     for (int64_t c = c0; c < c0 + group; ++c) amax = std::max(amax, std::fabs(v[c]));
     const float s = amax > 0 ? amax / kE4m3Max : 1.0f;
-    for (int64_t c = c0; c < c0 + group; ++c) q[r * cols + c] = float_to_e4m3(v[c] / s);
+    const float f = by_factor && amax >= 0x1p-100f ? kE4m3Max / amax : 0.f;
+    for (int64_t c = c0; c < c0 + group; ++c) q[r * cols + c] = float_to_e4m3(f > 0 ? v[c] * f : v[c] / s);
     for (int64_t g = c0 / kFp8Block; g < (c0 + group) / kFp8Block; ++g) scales[r0 * G + g * m + (r - r0)] = s;
   }
 }
@@ -51,7 +53,7 @@ void moe_swiglu_quantize_e4m3(uint8_t* q, float* scales, const float* gate_up, c
   for_each_row(offsets, n_rows, n_experts, [&](int64_t r, int64_t r0, int64_t m) {
     const float* g = gate_up + r * 2 * inter;
     for (int64_t c = 0; c < inter; ++c) a[size_t(c)] = g[c] / (1.0f + std::exp(-g[c])) * g[inter + c];
-    quantize_row(q, scales, a.data(), r, r0, m, inter, per_row);
+    quantize_row(q, scales, a.data(), r, r0, m, inter, per_row, true);
   });
 }
 
@@ -122,7 +124,7 @@ void moe_swiglu_quantize_e4m3_scaled(uint8_t* q, float* scales, const float* gat
         const float gf = g[c] * sa * sw[c], uf = g[inter + c] * sa * sw[inter + c];
         a[size_t(c)] = gf / (1.0f + std::exp(-gf)) * uf;
       }
-      quantize_row(q, scales, a.data(), r, r0, m, inter, true);
+      quantize_row(q, scales, a.data(), r, r0, m, inter, true, true);
     }
   }
 }

@@ -6,7 +6,8 @@
 //   scales equal to cpu::moe_quantize_e4m3's (a zero group and a saturating value included; rows of
 //   2,048 and 4,608 columns); the byte gather of rows quantized before (moe_gather_e4m3): the same;
 // - the SwiGLU's quantization: cpu::moe_swiglu_quantize_e4m3; scales within 1e-6 relative, codes
-//   at most one apart and 99 % equal (the device's expf is not glibc's);
+//   at most one apart and 99 % equal (the device's silu is the fast exponential and division), a
+//   row whose groups' amax is below 2^-100 (codes by v / s) included;
 // - the products, channel and block128 weight scales, per-row and per-128 activation scales:
 //   cpu::moe_grouped_matmul_fp8 at bf16's tolerance (bf16 out);
 // - the channel scheme's raw products (moe_grouped_matmul_fp8_raw, no scales): the fp32 sums of the
@@ -173,6 +174,11 @@ TEST_F(CudaTest, Fp8SwigluQuantizeMatchesCpu) {
   const std::vector<int32_t> offsets = {0, 40, 40, 300};
   const int64_t E = 3, rows = 300, inter = 384;
   auto gu = rand_vec(size_t(rows * 2 * inter), 9, 4.f);
+  // row 7: a SwiGLU of subnormals, some exactly 0 (amax < 2^-100: codes by v / s, not 448 / amax)
+  for (int64_t c = 0; c < 2 * inter; ++c) {
+    float& v = gu[size_t(7 * 2 * inter + c)];
+    v = c % 5 == 0 ? 0.f : v * 1e-20f;
+  }
   const auto raw = round_to<__nv_bfloat16>(gu);
   DevBuf<__nv_bfloat16> d_gu(raw.size());
   DevBuf<int32_t> d_off(offsets.size());
