@@ -40,7 +40,7 @@ struct RowSource {
 };
 
 // silu(g) by the fast exponential and division (a few ulps from swiglu.cu's g / (1 + expf(-g)), far
-// below e4m3's half step; g < -87 gives -0 as the exact formula does). The SwiGLU's quantization is
+// below e4m3's half step; g < -87 gives -0 where the exact formula gives under 1e-36). The SwiGLU's quantization is
 // bound by its instructions, not its bytes: this and codes by a factor (to_e4m3) take it from 126.7
 // to 86.4 us a layer at 8,192 tokens x top-4 (H200, twenty-second session; docs/results.md).
 __device__ __forceinline__ float silu_fast(float g) { return __fdividef(g, 1.0f + __expf(-g)); }
