@@ -174,6 +174,7 @@ Timing time_steps(CudaStageExecutor& st, const StageLayers& r, int64_t hidden, i
 // waiting) after one untimed, sorted.
 template <class Item>
 std::vector<double> sorted_times(CudaStageExecutor& st, int reps, Item&& item) {
+  if (reps < 1) throw std::runtime_error(cat("cuda_bench_step: reps ", reps, " (at least 1)"));
   item();
   std::vector<cudaEvent_t> ev(size_t(reps + 1));
   for (auto& e : ev) CUDA_CHECK(cudaEventCreate(&e));
@@ -274,6 +275,8 @@ int main(int argc, char** argv) {
     }
     if (argc > 2 && std::string(argv[2]) == "score") {
       const auto shape = parse_cases(argc > 3 ? argv[3] : "256x32").at(0);
+      if (shape.first < 1 || shape.second < 1)
+        throw std::runtime_error(cat("cuda_bench_step score: ", argv[3], " (SEQSxLEN, both at least 1)"));
       auto st = make_cuda_stage(reader, whole_model(int(c.num_hidden_layers)), DType::BF16, 0);
       const char* out_dir = std::getenv("OUT");
       bench_score(*st, c, shape.first, shape.second, argc > 4 ? std::atoi(argv[4]) : 5,

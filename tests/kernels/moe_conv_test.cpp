@@ -1,12 +1,15 @@
 // The short-conv mixer and the MoE router/experts on the CPU against direct double references:
-// conv at the sequence start, router options and top-k tie-breaking, the weighted expert sum.
+// conv at the sequence start, router options and top-k tie-breaking, the weighted expert sum; the
+// FP8 SwiGLU quantization's code rule (moe_grouped_fp8.h).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 
+#include "common/fp8.h"
 #include "kernels/moe_experts.h"
+#include "kernels/moe_grouped_fp8.h"
 #include "kernels/moe_router.h"
 #include "kernels/sample.h"
 #include "kernels/short_conv.h"
@@ -210,6 +213,40 @@ TEST(MoeExperts, DroppedRowsGetNothingAndChangeNothingElse) {
     } else {
       EXPECT_EQ(row, std::vector<float>(live.begin() + l * H, live.begin() + (l + 1) * H)) << "live row " << t;
       ++l;
+    }
+  }
+}
+
+// The SwiGLU's e4m3 codes (the GPU's rule, moe_grouped_fp8.h): e4m3(v * (448 / amax)) per group;
+// a group whose amax is below 2^-100 (the factor could overflow: NaN codes for its zeros) by v / s.
+TEST(Fp8SwigluQuantize, CodesByTheGroupsFactorAndBySBelowTwoToTheMinus100) {
+  const int64_t inter = 128, rows = 2;
+  const std::vector<int32_t> offsets = {0, 2};
+  auto gu = randn(rows * 2 * inter, 40);
+  for (int64_t c = 0; c < 2 * inter; ++c) {  // row 1: a SwiGLU of subnormals, every fifth input 0
+    float& v = gu[size_t(2 * inter + c)];
+    v = c % 5 == 0 ? 0.f : v * 1e-20f;
+  }
+  std::vector<uint8_t> q(size_t(rows * inter));
+  std::vector<float> s(static_cast<size_t>(rows));
+  cpu::moe_swiglu_quantize_e4m3(q.data(), s.data(), gu.data(), offsets.data(), rows, 1, inter, false);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* g = gu.data() + r * 2 * inter;
+    std::vector<float> a(static_cast<size_t>(inter));
+    float amax = 0;
+    for (int64_t c = 0; c < inter; ++c) {
+      a[size_t(c)] = g[c] / (1.0f + std::exp(-g[c])) * g[inter + c];
+      amax = std::max(amax, std::fabs(a[size_t(c)]));
+    }
+    ASSERT_GT(amax, 0.f);
+    EXPECT_EQ(r == 1, amax < 0x1p-100f);
+    EXPECT_EQ(s[size_t(r)], amax / kE4m3Max);  // scales laid out (group, row): one group here
+    for (int64_t c = 0; c < inter; ++c) {
+      const float v = a[size_t(c)];
+      const uint8_t want = float_to_e4m3(r == 0 ? v * (kE4m3Max / amax) : v / s[size_t(r)]);
+      ASSERT_EQ(q[size_t(r * inter + c)], want) << "row " << r << " column " << c;
+      ASSERT_FALSE(e4m3_is_nan(q[size_t(r * inter + c)]));
+      if (v == 0.f) EXPECT_EQ(q[size_t(r * inter + c)] & 0x7f, 0);
     }
   }
 }
