@@ -36,7 +36,8 @@ namespace {
 
 using namespace cute;
 
-// What the two kernels share: the types, the tiles and the epilogue (D = acc as bf16).
+// What the kernels share: the types, the tiles and the epilogue (D = acc as bf16).
+template <class Cluster>
 struct Fp8Base {
   using ElementA = cutlass::float_e4m3_t;
   using ElementB = cutlass::float_e4m3_t;
@@ -47,17 +48,23 @@ struct Fp8Base {
   using LayoutD = cutlass::layout::RowMajor;
   static constexpr int kAlignAB = 16, kAlignD = 8;  // 16-byte rows for TMA
   using TileShape = Shape<_128, _128, _128>;
-  using ClusterShape = Shape<_1, _2, _1>;
-  using Epilogue = cutlass::epilogue::collective::CollectiveBuilder<
+  using ClusterShape = Cluster;
+  using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
       cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD*, kAlignD, ElementD, LayoutD*,
       kAlignD, cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative,
       cutlass::epilogue::fusion::LinearCombination<ElementD, float>>::CollectiveOp;
-  static constexpr int kEpilogueSmem = static_cast<int>(sizeof(Epilogue::SharedStorage));
+  static constexpr int kEpilogueSmem = static_cast<int>(sizeof(typename Epilogue::SharedStorage));
 };
 
-template <int GranN>  // output rows (N) per weight scale: 128 (block128) or 1 (channel)
-struct Fp8Kernel : Fp8Base {
+// GranN: output rows (N) per weight scale, 128 (block128) or 1 (channel).
+template <int GranN, class Cluster = Shape<_1, _2, _1>>
+struct Fp8Kernel : Fp8Base<Cluster> {
+  using Base = Fp8Base<Cluster>;
+  using typename Base::ElementA, typename Base::ElementB, typename Base::ElementD, typename Base::ProblemShape,
+      typename Base::LayoutA, typename Base::LayoutB, typename Base::TileShape, typename Base::ClusterShape,
+      typename Base::Epilogue;
+  using Base::kAlignAB, Base::kEpilogueSmem;
   static constexpr int kGranN = GranN;
   using ScaleConfig = cutlass::detail::Sm90BlockwiseScaleConfig<1, GranN, 128>;
   using LayoutSFA = decltype(ScaleConfig::deduce_layoutSFA());
@@ -150,6 +157,16 @@ __global__ void fp8_setup_kernel(void* ws, const int32_t* offsets, int n_experts
   }
 }
 
+struct BlockSchedule {
+  bool along_n = false;
+  int swizzle = 1;
+};
+BlockSchedule& block_schedule() {
+  static BlockSchedule b;
+  return b;
+}
+using RasterOrderOptions = cutlass::gemm::kernel::detail::RasterOrderOptions;
+
 template <class K8>
 typename K8::Gemm::Arguments make_args(void* ws, int64_t n_experts, int device, int sm_count) {
   using ElementA = typename K8::ElementA;
@@ -172,6 +189,8 @@ typename K8::Gemm::Arguments make_args(void* ws, int64_t n_experts, int device, 
   args.epilogue.dD = at<typename K8::StrideD>(ws, l.stride_d);
   args.hw_info.device_id = device;
   args.hw_info.sm_count = sm_count;
+  args.scheduler.raster_order = block_schedule().along_n ? RasterOrderOptions::AlongN : RasterOrderOptions::AlongM;
+  args.scheduler.max_swizzle_size = block_schedule().swizzle;
   return args;
 }
 
@@ -205,10 +224,37 @@ void run_kernel(__nv_bfloat16* out, const uint8_t* in, const float* in_scales, c
   CUDA_CHECK_LAUNCH("CUTLASS FP8 grouped GEMM");
 }
 
+// The block128 configurations: clusters of 1 x 2 (the default), 2 x 1, 1 x 1 and 2 x 2.
+using B0 = Fp8Kernel<128>;
+using B1 = Fp8Kernel<128, Shape<_2, _1, _1>>;
+using B2 = Fp8Kernel<128, Shape<_1, _1, _1>>;
+using B3 = Fp8Kernel<128, Shape<_2, _2, _1>>;
+const char* const kBlockNames[kFp8BlockConfigCount] = {"coop 128x128x128 c1x2", "coop 128x128x128 c2x1",
+                                                       "coop 128x128x128 c1x1", "coop 128x128x128 c2x2"};
+int& forced_block() {
+  static int c = -1;
+  return c;
+}
+
 }  // namespace
 
+const char* fp8_block_config_name(int config) { return kBlockNames[config]; }
+
+void force_fp8_block_config(int config) {
+  LFM2_CHECK(config >= -1 && config < kFp8BlockConfigCount, "FP8 grouped GEMM: no configuration ", config);
+  forced_block() = config;
+}
+
+void set_fp8_block_schedule(bool along_n, int swizzle) {
+  LFM2_CHECK(swizzle == 1 || swizzle == 2 || swizzle == 4 || swizzle == 8, "FP8 grouped GEMM: swizzle ", swizzle,
+             " is not 1, 2, 4 or 8");
+  block_schedule() = {along_n, swizzle};
+}
+
 size_t fp8_workspace_bytes(int64_t n_experts, int sm_count) {
-  return std::max(workspace_of<Fp8Kernel<128>>(n_experts, sm_count), workspace_of<Fp8Kernel<1>>(n_experts, sm_count));
+  return std::max({workspace_of<B0>(n_experts, sm_count), workspace_of<B1>(n_experts, sm_count),
+                   workspace_of<B2>(n_experts, sm_count), workspace_of<B3>(n_experts, sm_count),
+                   workspace_of<Fp8Kernel<1>>(n_experts, sm_count)});
 }
 
 void run_fp8(__nv_bfloat16* out, const uint8_t* in, const float* in_scales, const uint8_t* w,
@@ -218,8 +264,16 @@ void run_fp8(__nv_bfloat16* out, const uint8_t* in, const float* in_scales, cons
     run_kernel<Fp8Kernel<1>>(out, in, in_scales, w, w_scales, offsets, n_experts, n_in, n_out, workspace,
                              sm_count, device, stream);
   else
-    run_kernel<Fp8Kernel<128>>(out, in, in_scales, w, w_scales, offsets, n_experts, n_in, n_out,
-                               workspace, sm_count, device, stream);
+    switch (forced_block() >= 0 ? forced_block() : kFp8BlockDefault) {
+      case 0: return run_kernel<B0>(out, in, in_scales, w, w_scales, offsets, n_experts, n_in, n_out, workspace,
+                                    sm_count, device, stream);
+      case 1: return run_kernel<B1>(out, in, in_scales, w, w_scales, offsets, n_experts, n_in, n_out, workspace,
+                                    sm_count, device, stream);
+      case 2: return run_kernel<B2>(out, in, in_scales, w, w_scales, offsets, n_experts, n_in, n_out, workspace,
+                                    sm_count, device, stream);
+      default: return run_kernel<B3>(out, in, in_scales, w, w_scales, offsets, n_experts, n_in, n_out, workspace,
+                                     sm_count, device, stream);
+    }
 }
 
 }  // namespace lfm2::cuda::grouped

@@ -5,12 +5,16 @@
 //   cuda_bench_kernels moe        the MoE part only
 //   cuda_bench_kernels sweep      + every grouped-GEMM tile configuration at every size
 //   cuda_bench_kernels moe-decode the prompt rows' MoE kernels (bf16 and FP8) at 32 and 256 tokens
+//   cuda_bench_kernels fp8-groups [tokens [sweep]]  the FP8 grouped products by the number of groups,
+//                                 beside cuBLASLt (at 4096, 8192, 16384 tokens, or the one given;
+//                                 sweep: every block128 configuration and tile schedule, routed)
 // Sections: dense peak; the two expert products (balanced groups, as torch's grouped_mm benchmark,
 // and routed by random router logits) with the rest of the MoE path; the model's projections with
 // pinned vs per-size cuBLASLt algorithms; attention at S = 32, 2048, 8192; the FP8 grouped GEMM's products beside
 // the bf16 ones from 4096 tokens.
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <string>
 #include <type_traits>
@@ -20,9 +24,11 @@
 #include <cuda_runtime.h>
 
 #include "common/cuda_check.h"
+#include "common/error.h"
 #include "common/rng.h"
 #include "kernels/cuda/grouped_gemm_fp8.h"
 #include "kernels/cuda/grouped_gemm_sm90.h"
+#include "kernels/cuda/linear_fp8_lt.h"
 #include "kernels/cuda/ops.h"
 #include "bench_util.h"
 
@@ -157,6 +163,94 @@ void bench_moe_fp8(cudaStream_t s, int64_t n_tokens, const Fp8BenchIn& b, double
                 fp8_scheme_name(scheme), whole());
   }
   for (void* p : std::initializer_list<void*>{w13, w2, s13, s2, q1, q2, sa1, sa2, gu, ws, scratch}) cudaFree(p);
+}
+
+// Where the FP8 experts' products lose against cuBLASLt's FP8 matmul (issue 23's prefill): gate/up
+// and down (block128) at n_tokens x top-4 rows on random e4m3 codes (|v| < 2, no NaN) and random
+// scales, the CUTLASS grouped kernel over the rows split evenly among 1, 2, 4, 8, 16 and 32 experts
+// (the rest empty) and routed by random logits, beside cuBLASLt's block128 FP8 matmul
+// (linear_fp8_quantized, the projections' path) of every row with expert 0's weights.
+void bench_fp8_groups(cudaStream_t s, int64_t n_tokens, bool schedules) {
+  const int64_t H = 2048, E = 32, Im = 1792, k = 4, P = n_tokens * k;
+  auto codes = [](int64_t n, uint64_t seed) {
+    std::vector<uint8_t> h(static_cast<size_t>(n));
+    uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
+    for (auto& b : h) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      b = uint8_t((x >> 24) & 0xbf);  // exponent field below 8: no NaN, |v| < 2
+    }
+    return upload(h);
+  };
+  auto scales = [](int64_t n, uint64_t seed) {
+    auto h = rand_host(n, seed, 0.5f);
+    for (auto& v : h) v = (1.f + v) * 1e-2f;
+    return upload(h);
+  };
+  uint8_t *w13 = codes(E * 2 * Im * H, 1), *w2 = codes(E * H * Im, 2), *q1 = codes(P * H, 3), *q2 = codes(P * Im, 4);
+  const int64_t n_w_scales = E * (H / 128) * (2 * Im / 128) + 64;  // cuBLASLt's padded rows fit too
+  float *s13 = scales(n_w_scales, 5), *s2 = scales(n_w_scales, 6), *sa1 = scales(P * H / 128, 7),
+        *sa2 = scales(P * Im / 128, 8);
+  auto* gu = dev_alloc<__nv_bfloat16>(P * 2 * Im);
+  auto* ws = dev_alloc<char>(cuda::moe_grouped_matmul_fp8_workspace_bytes(E));
+  auto* lt_scratch = dev_alloc<char>(cuda::linear_fp8_scratch_bytes(P, H, 2 * Im));
+  auto* off = dev_alloc<int32_t>(E + 1);
+  const double f1 = 2.0 * P * 2 * Im * H, f2 = 2.0 * P * H * Im;
+  auto grouped = [&](const char* what) {
+    const double t1 = median_ms(s, [&] {
+      cuda::moe_grouped_matmul_fp8(gu, q1, sa1, w13, s13, Fp8Scheme::Block128, off, P, E, H, 2 * Im, ws, s);
+    });
+    const double t2 = median_ms(s, [&] {
+      cuda::moe_grouped_matmul_fp8(gu, q2, sa2, w2, s2, Fp8Scheme::Block128, off, P, E, Im, H, ws, s);
+    });
+    std::printf("fp8g  %5lld tok %-22s gate_up %s | down %s | both %s\n", (long long)n_tokens, what,
+                tf(f1, t1).c_str(), tf(f2, t2).c_str(), tf(f1 + f2, t1 + t2).c_str());
+  };
+  auto even = [&](int64_t groups) {
+    std::vector<int32_t> h(size_t(E + 1));
+    for (int64_t e = 0; e <= E; ++e) h[size_t(e)] = int32_t(P * std::min(e, groups) / groups);
+    CUDA_CHECK(cudaMemcpy(off, h.data(), h.size() * 4, cudaMemcpyHostToDevice));
+  };
+  for (int64_t groups : {1, 2, 4, 8, 16, 32}) {
+    even(groups);
+    grouped(("balanced over " + std::to_string(groups)).c_str());
+  }
+  {
+    float* logits = rand_dev<float>(n_tokens * E, 4, 3.f);
+    auto* wts = dev_alloc<float>(P);
+    auto *ids = dev_alloc<int32_t>(P), *src = dev_alloc<int32_t>(P), *dest = dev_alloc<int32_t>(P);
+    auto* pscr = dev_alloc<int32_t>(cuda::moe_permute_scratch_ints(n_tokens, E, k));
+    cuda::moe_router(wts, ids, logits, nullptr, n_tokens, E, k, true, 1.f, s);
+    cuda::moe_permute(off, src, dest, ids, n_tokens, E, k, pscr, s);
+    grouped("routed over 32");
+    if (schedules)  // every block128 configuration and schedule on the routed groups (the same bits)
+      for (int c = 0; c < cuda::grouped::kFp8BlockConfigCount; ++c)
+        for (const bool along_n : {false, true})
+          for (const int swizzle : {1, 2, 4, 8}) {
+            cuda::grouped::force_fp8_block_config(c);
+            cuda::grouped::set_fp8_block_schedule(along_n, swizzle);
+            const std::string what = std::string(cuda::grouped::fp8_block_config_name(c)) +
+                                     (along_n ? " N" : " M") + std::to_string(swizzle);
+            try {
+              grouped(what.c_str());
+            } catch (const Error& e) {
+              std::printf("fp8g  %5lld tok %s: %s\n", (long long)n_tokens, what.c_str(), e.what());
+            }
+          }
+    cuda::grouped::force_fp8_block_config(-1);
+    cuda::grouped::set_fp8_block_schedule(false, 1);
+    for (void* p : std::initializer_list<void*>{logits, wts, ids, src, dest, pscr}) cudaFree(p);
+  }
+  const double l1 = median_ms(s, [&] {
+    cuda::linear_fp8_quantized<__nv_bfloat16>(gu, cuda::LtOut::kT, q1, sa1, P, w13, s13, Fp8Scheme::Block128, P, H,
+                                              2 * Im, lt_scratch, s);
+  });
+  const double l2 = median_ms(s, [&] {
+    cuda::linear_fp8_quantized<__nv_bfloat16>(gu, cuda::LtOut::kT, q2, sa2, P, w2, s2, Fp8Scheme::Block128, P, Im, H,
+                                              lt_scratch, s);
+  });
+  std::printf("fp8g  %5lld tok %-22s gate_up %s | down %s | both %s\n", (long long)n_tokens, "cuBLASLt, one weight",
+              tf(f1, l1).c_str(), tf(f2, l2).c_str(), tf(f1 + f2, l1 + l2).c_str());
+  for (void* p : std::initializer_list<void*>{w13, w2, q1, q2, s13, s2, sa1, sa2, gu, ws, lt_scratch, off}) cudaFree(p);
 }
 
 // Every tile configuration of the grouped GEMM: `products(offsets)` (gate/up ms, down ms) on the
@@ -333,6 +427,7 @@ void bench_attention(const char* name, cudaStream_t s, int64_t n_seq, int64_t S)
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   const bool moe_only = mode == "moe", sweep = mode == "sweep", decode_sizes = mode == "moe-decode";
+  const bool fp8_groups = mode == "fp8-groups";
   using namespace lfm2;
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
@@ -345,6 +440,11 @@ int main(int argc, char** argv) {
   cudaStream_t s;
   CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   bench_peak(s);
+  if (fp8_groups) {  // the FP8 grouped products against cuBLASLt, by the number of groups
+    if (argc > 2) return bench_fp8_groups(s, std::atoll(argv[2]), argc > 3), 0;
+    for (int64_t t : {4096, 8192, 16384}) bench_fp8_groups(s, t, false);
+    return 0;
+  }
   if (decode_sizes) {  // the prompt rows' MoE (CUTLASS grouped GEMMs, bf16 and FP8) at decode sizes
     for (int64_t t : {32, 256}) bench_moe<__nv_bfloat16>("bf16", s, t, false, true);
     return 0;

@@ -16,7 +16,8 @@
 //   their CPU twins, as the unscaled SwiGLU's (codes) and within 1e-6 norm-relative (the combine);
 // - moe_experts_fp8: the oracle within 2 % norm-relative error (the GPU rounds gate/up and the
 //   expert outputs to bf16 before quantizing or combining), and row 0 alone bit-equal to its batch;
-//   the channel scheme on the plain kernel (the default) and on the blockwise one.
+//   the channel scheme on the plain kernel (the default) and on the blockwise one;
+// - the blockwise kernel's block128 configurations and tile schedules: the default's bits.
 // Ragged groups with an empty expert, the model's widths. Skips without a GPU.
 #include <algorithm>
 #include <cmath>
@@ -312,6 +313,49 @@ TYPED_TEST(CudaFp8Grouped, ProductMatchesCpu) {
                                     c.offsets.data(), E, c.n_in, c.n_out);
         EXPECT_TRUE(close_t<__nv_bfloat16>(download(d_out.get(), want.size()), want));
       }
+}
+
+// Every block128 configuration of the blockwise kernel (its clusters) and tile schedule (raster
+// order, swizzle) gives the default's bits: a tile's sums do not depend on them.
+TEST_F(CudaTest, Fp8Block128ConfigurationsGiveTheSameBits) {
+  const std::vector<int32_t> offsets = {0, 1, 130, 130, 300, 557, 640};  // an empty expert, ragged tiles
+  const int64_t E = int64_t(offsets.size()) - 1, rows = offsets.back(), n_in = 1792, n_out = 2048;
+  const auto x = rand_vec(size_t(rows * n_in), 17, 2.f);
+  std::vector<uint8_t> q(x.size());
+  std::vector<float> sa(size_t(rows * n_in / 128));
+  cpu::moe_quantize_e4m3(q.data(), sa.data(), x.data(), nullptr, offsets.data(), rows, E, n_in, false);
+  const Experts w = make_experts(E, n_out, n_in, Fp8Scheme::Block128, 18);
+  DevBuf<int32_t> d_off(offsets.size());
+  DevBuf<uint8_t> d_q(q.size()), d_w(w.q.size());
+  DevBuf<float> d_sa(sa.size()), d_sw(w.s.size());
+  DevBuf<__nv_bfloat16> d_out(size_t(rows * n_out));
+  DevBuf<char> ws(size_t(cuda::moe_grouped_matmul_fp8_workspace_bytes(E)));
+  upload(d_off, offsets);
+  upload(d_q, q);
+  upload(d_sa, sa);
+  upload(d_w, w.q);
+  upload(d_sw, w.s);
+  auto product = [&] {
+    CUDA_CHECK(cudaMemset(d_out.get(), 0xff, size_t(rows * n_out) * 2));
+    cuda::moe_grouped_matmul_fp8(d_out.get(), d_q.get(), d_sa.get(), d_w.get(), d_sw.get(), Fp8Scheme::Block128,
+                                 d_off.get(), rows, E, n_in, n_out, ws.get(), this->stream_);
+    this->sync();
+    return byte_download(reinterpret_cast<const uint8_t*>(d_out.get()), size_t(rows * n_out) * 2);
+  };
+  const auto want = product();
+  for (int c = 0; c < cuda::grouped::kFp8BlockConfigCount; ++c)
+    for (const bool along_n : {false, true})
+      for (const int swizzle : {1, 8}) {
+        SCOPED_TRACE(cat(cuda::grouped::fp8_block_config_name(c), along_n ? ", along N" : ", along M", ", swizzle ",
+                         swizzle));
+        cuda::grouped::force_fp8_block_config(c);
+        cuda::grouped::set_fp8_block_schedule(along_n, swizzle);
+        EXPECT_EQ(product(), want);
+      }
+  cuda::grouped::force_fp8_block_config(-1);
+  cuda::grouped::set_fp8_block_schedule(false, 1);
+  EXPECT_THROW(cuda::grouped::set_fp8_block_schedule(false, 3), Error);
+  EXPECT_THROW(cuda::grouped::force_fp8_block_config(cuda::grouped::kFp8BlockConfigCount), Error);
 }
 
 // The channel scheme's raw products (no scales) at the shapes of ProductMatchesCpu.

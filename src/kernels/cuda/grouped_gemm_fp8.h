@@ -123,6 +123,16 @@ void run_fp8(__nv_bfloat16* out, const uint8_t* in, const float* in_scales, cons
              const float* w_scales, bool w_per_channel, const int32_t* offsets, int64_t n_experts, int64_t n_in,
              int64_t n_out, void* workspace, int sm_count, int device, cudaStream_t stream);
 
+// The blockwise kernel's block128 configurations (the bench's, moe_grouped_gemm_fp8.cu): the
+// launcher uses kFp8BlockDefault unless force_fp8_block_config() names one (-1: the default), and
+// the tile scheduler's raster order (along M unless along_n) and swizzle (1, 2, 4 or 8) that
+// set_fp8_block_schedule() sets. Each gives the same bits: a tile's sums do not depend on them.
+inline constexpr int kFp8BlockConfigCount = 4;
+inline constexpr int kFp8BlockDefault = 0;  // cooperative 128 x 128 x 128, cluster 1 x 2
+const char* fp8_block_config_name(int config);
+void force_fp8_block_config(int config);
+void set_fp8_block_schedule(bool along_n, int swizzle);
+
 // The plain kernel's tile configurations (moe_grouped_gemm_fp8_plain.cu): the launcher uses
 // kFp8PlainDefault unless force_fp8_plain_config() names one (-1: the default again; the bench).
 inline constexpr int kFp8PlainConfigCount = 4;
