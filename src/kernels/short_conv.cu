@@ -1,11 +1,13 @@
 // The short-conv mixer on the GPU: one thread per (token, 8 or 4 channels: 16-byte loads) computes
-// C * sum_j w[c, j] * (B * x)[t - (L-1) + j, c], taps in order j = 0..L-1 as on the CPU. Then
-// generation's (cpu::short_conv_step): a step's rows, each continuing from its slot's state.
+// C * sum_j w[c, j] * (B * x)[t - (L-1) + j, c], taps in order j = 0..L-1 as on the CPU
+// (short_conv_row.cuh). Then generation's (cpu::short_conv_step): a step's rows, each continuing
+// from its slot's state.
 #include <algorithm>
 
 #include "common/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda/short_conv_row.cuh"
 
 namespace lfm2::cuda {
 namespace {
@@ -17,37 +19,33 @@ __global__ void short_conv_kernel(T* out, const T* bcx, const float* conv_w, int
   const int64_t groups = hidden / V, n = n_rows * groups;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t row = i / groups, c0 = (i - row * groups) * V;
-    const int64_t t = row % seq_len;
-    float z[V] = {};
-    for (int64_t j = 0; j < L; ++j) {
-      const int64_t tt = t - (L - 1) + j;
-      if (tt < 0) continue;
-      const T* src = bcx + (row - t + tt) * 3 * hidden;
-      alignas(16) T b[V], x[V];
-      if constexpr (V * sizeof(T) == 16) {
-        *reinterpret_cast<uint4*>(b) = *reinterpret_cast<const uint4*>(src + c0);
-        *reinterpret_cast<uint4*>(x) = *reinterpret_cast<const uint4*>(src + 2 * hidden + c0);
-      } else {
-#pragma unroll
-        for (int v = 0; v < V; ++v) b[v] = src[c0 + v], x[v] = src[2 * hidden + c0 + v];
-      }
-#pragma unroll
-      for (int v = 0; v < V; ++v) z[v] += conv_w[(c0 + v) * L + j] * (to_f32(b[v]) * to_f32(x[v]));
-    }
-    alignas(16) T cg[V], o[V];
-    const T* crow = bcx + row * 3 * hidden + hidden + c0;
-    if constexpr (V * sizeof(T) == 16)
-      *reinterpret_cast<uint4*>(cg) = *reinterpret_cast<const uint4*>(crow);
-    else
-#pragma unroll
-      for (int v = 0; v < V; ++v) cg[v] = crow[v];
-#pragma unroll
-    for (int v = 0; v < V; ++v) o[v] = from_f32<T>(to_f32(cg[v]) * z[v]);
+    alignas(16) T o[V];
+    short_conv_outputs<T, V>(o, bcx, conv_w, row, seq_len, c0, hidden, L);
     if constexpr (V * sizeof(T) == 16)
       *reinterpret_cast<uint4*>(out + row * hidden + c0) = *reinterpret_cast<const uint4*>(o);
     else
 #pragma unroll
       for (int v = 0; v < V; ++v) out[row * hidden + c0 + v] = o[v];
+  }
+}
+
+// kConvWindowRows consecutive rows of one sequence and V channels a thread (short_conv_window, 3
+// taps): each row's B and x loaded once, not once for each of the 3 rows that read it (the per-row
+// kernel ran at half the copy bandwidth, 68 us for 8,192 x 2,048 on an H200).
+template <typename T, int V>
+__global__ void short_conv_window_kernel(T* out, const T* bcx, const float* conv_w, int64_t n_seq, int64_t seq_len,
+                                         int64_t hidden) {
+  constexpr int R = kConvWindowRows;
+  const int64_t groups = hidden / V, chunks = (seq_len + R - 1) / R, n = n_seq * chunks * groups;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t sc = i / groups, c0 = (i - sc * groups) * V, s = sc / chunks, t0 = (sc - s * chunks) * R;
+    const int n_r = seq_len - t0 < R ? int(seq_len - t0) : R;
+    const int64_t row0 = s * seq_len + t0;
+    alignas(16) T o[R][V];
+    short_conv_window<T, V, R, 3>(o, bcx, conv_w, row0, t0, n_r, c0, hidden);
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+      if (r < n_r) *reinterpret_cast<uint4*>(out + (row0 + r) * hidden + c0) = *reinterpret_cast<const uint4*>(o[r]);
   }
 }
 
@@ -252,7 +250,10 @@ void short_conv(T* out, const T* bcx, const float* conv_w, int64_t n_seq, int64_
   constexpr int V = 16 / sizeof(T);
   const bool vec = hidden % V == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(bcx) % 16 == 0;
-  if (vec)
+  if (vec && L == 3)  // LFM2's
+    short_conv_window_kernel<T, V><<<grid_for(n / V / kConvWindowRows, 256), 256, 0, stream>>>(out, bcx, conv_w,
+                                                                                                n_seq, seq_len, hidden);
+  else if (vec)
     short_conv_kernel<T, V><<<grid_for(n / V, 256), 256, 0, stream>>>(out, bcx, conv_w, n_seq * seq_len, seq_len,
                                                                       hidden, L);
   else

@@ -288,16 +288,36 @@ void CudaLayers<T>::conv_block(size_t li, const T* y, float* x, const Pass& p, c
   T* z = mid_;
   product(Product::kOut, bcx, y, {lw.conv_in_proj, lw.conv_in_proj_q, lw.conv_in_proj_s, lw.conv_in_proj_st}, H,
           3 * H, p, yq);
+  QuantRows zq;  // a prompt pass's conv output as the out product's e4m3 input, or none
   if (p.step) {
     const StepDevice& s = *p.step;
     const int64_t longest = std::max<int64_t>(s.max_prompt_rows, s.n_decode ? 1 : 0);
     cuda::short_conv_step(z, bcx, lw.conv, state_.layer(li).conv, s.seqs, s.n_seqs, s.ends, s.rows, longest, H, L,
                           stream_);
   } else {
-    cuda::short_conv(z, bcx, lw.conv, p.n_seq, p.seq_len, H, L, stream_);
+    zq = conv_quantized(li, bcx, p);
+    if (!zq.q) cuda::short_conv(z, bcx, lw.conv, p.n_seq, p.seq_len, H, L, stream_);
   }
   product(Product::kAddF32, x, z, {lw.conv_out_proj, lw.conv_out_proj_q, lw.conv_out_proj_s, lw.conv_out_proj_st},
-          H, H, p);
+          H, H, p, zq);
+}
+
+// A prompt pass's conv output as the e4m3 rows its out projection takes (cuBLASLt's, block128),
+// made by the conv's launch into the norm's buffers (the conv in projection has read them): the
+// bits quantize_rows_fp8_lt gives short_conv's rows. Null where that product is not so fed.
+template <typename T>
+typename CudaLayers<T>::QuantRows CudaLayers<T>::conv_quantized(size_t li, const T* bcx, const Pass& p) {
+  const DeviceLayerWeights<T>& lw = w_.layers[li];
+  if constexpr (sizeof(T) == 2) {
+    if (fuse_proj_ && lw.conv_out_proj_q && !lw.conv_out_proj_st && cfg_.fp8.scheme == Fp8Scheme::Block128 &&
+        cfg_.conv_L_cache == 3) {
+      cuda::short_conv_quantize_e4m3(norm_q_, norm_s_, bcx, lw.conv, p.n_seq, p.seq_len, cfg_.hidden_size,
+                                     cfg_.conv_L_cache, stream_);
+      return {norm_q_, norm_s_, p.n_tokens};
+    }
+  }
+  (void)lw, (void)bcx, (void)p;
+  return {};
 }
 
 // x += w2(silu(w1 f) * w3 f), HF Lfm2MoeMLP: w1 and w3 in one product (w13).

@@ -86,6 +86,7 @@ class CudaLayers {
   };
   void product(Product kind, void* out, const T* in, Proj w, int64_t n_in, int64_t n_out, const Pass& p,
                const QuantRows& yq = {});
+  QuantRows conv_quantized(size_t li, const T* bcx, const Pass& p);
   // The e4m3 projections' n prompt rows (in, out at their first): cuda::linear_fp8 (quantized, then
   // cuBLASLt's FP8 matmul). With scales k-block major (w.st, LFM2_FP8_PROJ_GEMM=cutlass) on a bf16
   // stage they run the experts' CUTLASS FP8 kernel as one group instead (bf16 out; added into the

@@ -5,8 +5,9 @@
 // fp32), the model's shapes and small ones at ragged row counts (1, a tail past a multiple of 128);
 // a row's bits the same alone, in its batch and in a batch that starts one row later (the padded
 // tail then holds other rows); block128 at 2 k blocks (its scale rows padded to 4) and 3 block rows.
-// The prompt rows' norm with its e4m3 output (rmsnorm_quantize_e4m3) and the projection on rows
-// quantized before (linear_fp8_quantized): bit for bit the unfused pair's. Skips without a GPU.
+// The prompt rows' norm with its e4m3 output (rmsnorm_quantize_e4m3), the short conv with its
+// (short_conv_quantize_e4m3) and the projection on rows quantized before (linear_fp8_quantized): bit
+// for bit the unfused pairs'. Skips without a GPU.
 #include <cmath>
 #include <tuple>
 #include <utility>
@@ -144,6 +145,50 @@ TYPED_TEST(CudaLinearFp8, FusedNormQuantizeMatchesNormThenQuantize) {
           EXPECT_TRUE(same_bits(download(d_s.get(), size_t(nq * G)), download(d_s_ref.get(), size_t(nq * G))));
         }
       }
+}
+
+// short_conv_quantize_e4m3: the bits of short_conv, then quantize_rows_fp8_lt (block128) of its T
+// rows (a zero group: scale 1; a large value); sequence lengths past a multiple of the 4-row window,
+// the small models' widths and the full one's; 3 taps only.
+TYPED_TEST(CudaLinearFp8, FusedConvQuantizeMatchesConvThenQuantize) {
+  using T = TypeParam;
+  for (const auto& [n_seq, S, H, L] : std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t>>{
+           {1, 1, 128, 3}, {2, 9, 384, 3}, {3, 42, 640, 3}, {4, 32, 2048, 3}}) {
+    SCOPED_TRACE(cat(n_seq, " x ", S, " rows, hidden ", H, ", L ", L));
+    const int64_t n = n_seq * S, G = H / 128;
+    auto bcx = rand_vec(size_t(n * 3 * H), 95 + uint64_t(H), 2.f);
+    std::fill(bcx.begin() + H, bcx.begin() + H + 128, 0.f);  // row 0's C of group 0: a zero group
+    if (n > 1) bcx[size_t((n - 1) * 3 * H + H + 5)] = 1e3f;   // a large C in the last row
+    const auto w = rand_vec(size_t(H * L), 96);
+    const auto raw = round_to<T>(bcx);
+    DevBuf<T> d_bcx(raw.size()), d_z(size_t(n * H));
+    DevBuf<float> d_w(w.size()), d_s(size_t(n * G)), d_s_ref(size_t(n * G));
+    DevBuf<uint8_t> d_q(size_t(n * H)), d_q_ref(size_t(n * H));
+    DevBuf<int32_t> d_off(2);
+    upload(d_bcx, raw);
+    upload(d_w, w);
+    cuda::short_conv(d_z.get(), d_bcx.get(), d_w.get(), n_seq, S, H, L, this->stream_);
+    cuda::quantize_rows_fp8_lt(d_q_ref.get(), d_s_ref.get(), d_off.get(), d_z.get(), Fp8Scheme::Block128, n, H,
+                               this->stream_);
+    cuda::short_conv_quantize_e4m3(d_q.get(), d_s.get(), d_bcx.get(), d_w.get(), n_seq, S, H, L, this->stream_);
+    this->sync();
+    EXPECT_EQ(byte_download(d_q.get(), size_t(n * H)), byte_download(d_q_ref.get(), size_t(n * H)));
+    const auto s = download(d_s.get(), size_t(n * G));
+    EXPECT_TRUE(same_bits(s, download(d_s_ref.get(), size_t(n * G))));
+    EXPECT_EQ(s[0], 1.f);  // the zero group
+  }
+  DevBuf<T> d_bcx(3 * 64);
+  DevBuf<float> d_w(64 * 3), d_s(1);
+  DevBuf<uint8_t> d_q(64);
+  EXPECT_THROW(cuda::short_conv_quantize_e4m3(d_q.get(), d_s.get(), d_bcx.get(), d_w.get(), 1, 1, 64, 3,
+                                              this->stream_),
+               Error);  // hidden not a multiple of 128
+  DevBuf<T> d_bcx2(3 * 128);
+  DevBuf<float> d_w2(128 * 4);
+  DevBuf<uint8_t> d_q2(128);
+  EXPECT_THROW(cuda::short_conv_quantize_e4m3(d_q2.get(), d_s.get(), d_bcx2.get(), d_w2.get(), 1, 1, 128, 4,
+                                              this->stream_),
+               Error);  // 4 taps
 }
 
 // linear_fp8_quantized on rows quantized before (their scales' leading dimension past the rows

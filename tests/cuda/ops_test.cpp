@@ -256,8 +256,11 @@ TYPED_TEST(CudaOps, Attention) {
 
 TYPED_TEST(CudaOps, ShortConv) {
   using T = TypeParam;
+  // 3 taps on 16-byte rows: the windowed kernel (a sequence's last rows past a multiple of 4, a
+  // sequence of 1 and 2 rows); else the per-row one
   for (auto [n_seq, S, H, L] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{2, 9, 64, 3}, {1, 1, 33, 3},
-                                {3, 40, 100, 4}, {4, 32, 2048, 3}}) {
+                                {3, 40, 100, 4}, {4, 32, 2048, 3}, {5, 1, 64, 3}, {3, 2, 128, 3},
+                                {3, 7, 256, 4}}) {
     const int64_t T_ = n_seq * S;
     auto bcx = rand_vec(static_cast<size_t>(T_ * 3 * H), 14, 2.f), w = rand_vec(static_cast<size_t>(H * L), 15);
     auto raw = round_to<T>(bcx);

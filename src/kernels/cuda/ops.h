@@ -131,6 +131,14 @@ void attention(T* out, const T* q, const T* k, const T* v, int64_t n_seq, int64_
 template <typename T>
 void short_conv(T* out, const T* bcx, const float* conv_w, int64_t n_seq, int64_t seq_len, int64_t hidden, int64_t L,
                 cudaStream_t stream);
+// short_conv_quantize_e4m3 (short_conv_fp8.cu): short_conv's rows quantized per (row, 128 columns)
+// for the e4m3 out projection, the codes and scales quantize_rows_fp8_lt writes for short_conv's T
+// rows (block128; linear_fp8_quantized's input): q (n_seq * seq_len, hidden), the scale of (row r,
+// group g) at scales[g * n_seq * seq_len + r]. The T rows are not written. L = 3 (LFM2's), hidden a
+// multiple of 128, bcx and q 16-byte aligned; bf16 and fp16.
+template <typename T>
+void short_conv_quantize_e4m3(uint8_t* q, float* scales, const T* bcx, const float* conv_w, int64_t n_seq,
+                              int64_t seq_len, int64_t hidden, int64_t L, cudaStream_t stream);
 // short_conv_step (cpu::short_conv_step): the rows of a generation step, each sequence (seqs: device,
 // ordered by row, table_row = its slot) continuing from its slot's conv state (n_slots, L-1, hidden)
 // fp32, which then holds the inputs before first_pos + ends[s] (ends: device, or null for n_rows).
