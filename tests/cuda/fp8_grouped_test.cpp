@@ -4,7 +4,8 @@
 // dequantized, each product's input fake-quantized). Oracles and tolerances:
 // - quantization of gathered bf16 / fp16 rows, per row and per (row, 128 columns): bits and
 //   scales equal to cpu::moe_quantize_e4m3's (a zero group and a saturating value included; rows of
-//   2,048 and 4,608 columns); the byte gather of rows quantized before (moe_gather_e4m3): the same;
+//   2,048 and 4,608 columns; every bf16 ratio of a value to its group's amax); the byte gather of
+//   rows quantized before (moe_gather_e4m3): the same;
 // - the SwiGLU's quantization: cpu::moe_swiglu_quantize_e4m3; scales within 1e-6 relative, codes
 //   at most one apart and 99 % equal (the device's silu is the fast exponential and division), a
 //   row whose groups' amax is below 2^-100 (codes by v / s) included;
@@ -25,6 +26,7 @@
 #include <tuple>
 #include <vector>
 
+#include "common/dtype.h"
 #include "common/fp8.h"
 #include "cuda_test_util.h"
 #include "kernels/cuda/grouped_gemm_fp8.h"
@@ -313,6 +315,42 @@ TYPED_TEST(CudaFp8Grouped, ProductMatchesCpu) {
                                     c.offsets.data(), E, c.n_in, c.n_out);
         EXPECT_TRUE(close_t<__nv_bfloat16>(download(d_out.get(), want.size()), want));
       }
+}
+
+// The quantization's codes (row_norm::e4m3_code: v / s by a multiply wherever the two round alike)
+// against the CPU's division for every bf16 ratio: a group's amax at each of the 128 bf16 mantissas,
+// its other 127 values every bf16 of at most that magnitude (both signs, subnormals, zero).
+TEST_F(CudaTest, Fp8QuantizeEveryBf16RatioMatchesCpu) {
+  std::vector<float> x;
+  for (uint32_t m = 0; m < 128; ++m) {
+    const float amax = bf16_to_float(uint16_t(0x3f80 | m));  // 1 + m / 128
+    std::vector<float> vals;
+    for (uint32_t b = 0; b < 0x10000; ++b)
+      if (const float v = bf16_to_float(uint16_t(b)); std::fabs(v) <= amax) vals.push_back(v);
+    for (size_t i = 0; i < vals.size(); i += 127) {
+      x.push_back(amax);
+      for (size_t j = i; j < i + 127; ++j) x.push_back(j < vals.size() ? vals[j] : 0.f);
+    }
+  }
+  const int64_t rows = int64_t(x.size()) / 128, cols = 128;
+  const std::vector<int32_t> offsets = {0, int32_t(rows)};
+  const auto raw = round_to<__nv_bfloat16>(x);  // exact: every value is a bf16
+  DevBuf<__nv_bfloat16> d_x(raw.size());
+  DevBuf<int32_t> d_off(2);
+  DevBuf<uint8_t> d_q(x.size());
+  DevBuf<float> d_s(static_cast<size_t>(rows));
+  upload(d_x, raw);
+  upload(d_off, offsets);
+  cuda::moe_quantize_e4m3(d_q.get(), d_s.get(), d_x.get(), nullptr, d_off.get(), rows, 1, cols, false, this->stream_);
+  this->sync();
+  std::vector<uint8_t> q(x.size());
+  std::vector<float> s(static_cast<size_t>(rows));
+  cpu::moe_quantize_e4m3(q.data(), s.data(), x.data(), nullptr, offsets.data(), rows, 1, cols, false);
+  const auto got = byte_download(d_q.get(), q.size());
+  int64_t differ = 0;
+  for (size_t i = 0; i < q.size(); ++i) differ += got[i] != q[i];
+  EXPECT_EQ(differ, 0) << "of " << q.size() << " codes";
+  EXPECT_EQ(download(d_s.get(), s.size()), s);
 }
 
 // Every block128 configuration of the blockwise kernel (its clusters) and tile schedule (raster
