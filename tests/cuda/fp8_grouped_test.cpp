@@ -320,7 +320,8 @@ TYPED_TEST(CudaFp8Grouped, ProductMatchesCpu) {
 // The quantization's codes of v / s against the CPU's for every bf16 ratio: a group's amax at each
 // of the 128 bf16 mantissas, its other 127 values every bf16 of at most that magnitude (both signs,
 // subnormals, zero). A code rule that rounds near e4m3's midpoints otherwise fails it (v * (1 / s)
-// without a fallback: 208 of the 4.18 M codes; results.md, twenty-third session, call 5).
+// with the division only at exact midpoints: 208 of the 4.18 M codes; results.md, twenty-third
+// session, call 5).
 TEST_F(CudaTest, Fp8QuantizeEveryBf16RatioMatchesCpu) {
   std::vector<float> x;
   for (uint32_t m = 0; m < 128; ++m) {
