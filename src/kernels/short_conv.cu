@@ -1,7 +1,7 @@
-// The short-conv mixer on the GPU: one thread per (token, 8 or 4 channels: 16-byte loads) computes
-// C * sum_j w[c, j] * (B * x)[t - (L-1) + j, c], taps in order j = 0..L-1 as on the CPU
-// (short_conv_row.cuh). Then generation's (cpu::short_conv_step): a step's rows, each continuing
-// from its slot's state.
+// The short-conv mixer on the GPU: one thread per (4 tokens at 3 taps, else one token; 8 or 4
+// channels: 16-byte loads) computes C * sum_j w[c, j] * (B * x)[t - (L-1) + j, c], taps in order
+// j = 0..L-1 as on the CPU (short_conv_row.cuh). Then generation's (cpu::short_conv_step): a step's
+// rows, each continuing from its slot's state.
 #include <algorithm>
 
 #include "common/cuda_check.h"
