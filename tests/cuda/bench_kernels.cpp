@@ -170,26 +170,64 @@ void bench_moe_fp8(cudaStream_t s, int64_t n_tokens, const Fp8BenchIn& b, double
 // scales, the CUTLASS grouped kernel over the rows split evenly among 1, 2, 4, 8, 16 and 32 experts
 // (the rest empty) and routed by random logits, beside cuBLASLt's block128 FP8 matmul
 // (linear_fp8_quantized, the projections' path) of every row with expert 0's weights.
+// n random e4m3 codes on the device: exponent field below 8 (no NaN, |v| < 2).
+uint8_t* random_codes(int64_t n, uint64_t seed) {
+  std::vector<uint8_t> h(static_cast<size_t>(n));
+  uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
+  for (auto& b : h) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    b = uint8_t((x >> 24) & 0xbf);
+  }
+  return upload(h);
+}
+
+// n random scales in [0.005, 0.015) on the device.
+float* random_scales(int64_t n, uint64_t seed) {
+  auto h = rand_host(n, seed, 0.5f);
+  for (auto& v : h) v = (1.f + v) * 1e-2f;
+  return upload(h);
+}
+
+// The routing offsets of random router logits (top-k of n_experts) into off (n_experts + 1, device).
+void route_random(int32_t* off, int64_t n_tokens, int64_t n_experts, int64_t k, cudaStream_t s) {
+  float* logits = rand_dev<float>(n_tokens * n_experts, 4, 3.f);
+  auto* wts = dev_alloc<float>(n_tokens * k);
+  auto *ids = dev_alloc<int32_t>(n_tokens * k), *src = dev_alloc<int32_t>(n_tokens * k),
+       *dest = dev_alloc<int32_t>(n_tokens * k);
+  auto* pscr = dev_alloc<int32_t>(cuda::moe_permute_scratch_ints(n_tokens, n_experts, k));
+  cuda::moe_router(wts, ids, logits, nullptr, n_tokens, n_experts, k, true, 1.f, s);
+  cuda::moe_permute(off, src, dest, ids, n_tokens, n_experts, k, pscr, s);
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  for (void* p : std::initializer_list<void*>{logits, wts, ids, src, dest, pscr}) cudaFree(p);
+}
+
+// `grouped(name)` under every block128 configuration and tile schedule of the blockwise kernel
+// (the same bits), the default's afterwards.
+void sweep_fp8_block_configs(int64_t n_tokens, const std::function<void(const char*)>& grouped) {
+  for (int c = 0; c < cuda::grouped::kFp8BlockConfigCount; ++c)
+    for (const bool along_n : {false, true})
+      for (const int swizzle : {1, 2, 4, 8}) {
+        cuda::grouped::force_fp8_block_config(c);
+        cuda::grouped::set_fp8_block_schedule(along_n, swizzle);
+        const std::string what =
+            std::string(cuda::grouped::fp8_block_config_name(c)) + (along_n ? " N" : " M") + std::to_string(swizzle);
+        try {
+          grouped(what.c_str());
+        } catch (const Error& e) {
+          std::printf("fp8g  %5lld tok %s: %s\n", (long long)n_tokens, what.c_str(), e.what());
+        }
+      }
+  cuda::grouped::force_fp8_block_config(-1);
+  cuda::grouped::set_fp8_block_schedule(false, 1);
+}
+
 void bench_fp8_groups(cudaStream_t s, int64_t n_tokens, bool schedules) {
   const int64_t H = 2048, E = 32, Im = 1792, k = 4, P = n_tokens * k;
-  auto codes = [](int64_t n, uint64_t seed) {
-    std::vector<uint8_t> h(static_cast<size_t>(n));
-    uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
-    for (auto& b : h) {
-      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-      b = uint8_t((x >> 24) & 0xbf);  // exponent field below 8: no NaN, |v| < 2
-    }
-    return upload(h);
-  };
-  auto scales = [](int64_t n, uint64_t seed) {
-    auto h = rand_host(n, seed, 0.5f);
-    for (auto& v : h) v = (1.f + v) * 1e-2f;
-    return upload(h);
-  };
-  uint8_t *w13 = codes(E * 2 * Im * H, 1), *w2 = codes(E * H * Im, 2), *q1 = codes(P * H, 3), *q2 = codes(P * Im, 4);
+  uint8_t *w13 = random_codes(E * 2 * Im * H, 1), *w2 = random_codes(E * H * Im, 2), *q1 = random_codes(P * H, 3),
+          *q2 = random_codes(P * Im, 4);
   const int64_t n_w_scales = E * (H / 128) * (2 * Im / 128) + 64;  // cuBLASLt's padded rows fit too
-  float *s13 = scales(n_w_scales, 5), *s2 = scales(n_w_scales, 6), *sa1 = scales(P * H / 128, 7),
-        *sa2 = scales(P * Im / 128, 8);
+  float *s13 = random_scales(n_w_scales, 5), *s2 = random_scales(n_w_scales, 6),
+        *sa1 = random_scales(P * H / 128, 7), *sa2 = random_scales(P * Im / 128, 8);
   auto* gu = dev_alloc<__nv_bfloat16>(P * 2 * Im);
   auto* ws = dev_alloc<char>(cuda::moe_grouped_matmul_fp8_workspace_bytes(E));
   auto* lt_scratch = dev_alloc<char>(cuda::linear_fp8_scratch_bytes(P, H, 2 * Im));
@@ -214,32 +252,9 @@ void bench_fp8_groups(cudaStream_t s, int64_t n_tokens, bool schedules) {
     even(groups);
     grouped(("balanced over " + std::to_string(groups)).c_str());
   }
-  {
-    float* logits = rand_dev<float>(n_tokens * E, 4, 3.f);
-    auto* wts = dev_alloc<float>(P);
-    auto *ids = dev_alloc<int32_t>(P), *src = dev_alloc<int32_t>(P), *dest = dev_alloc<int32_t>(P);
-    auto* pscr = dev_alloc<int32_t>(cuda::moe_permute_scratch_ints(n_tokens, E, k));
-    cuda::moe_router(wts, ids, logits, nullptr, n_tokens, E, k, true, 1.f, s);
-    cuda::moe_permute(off, src, dest, ids, n_tokens, E, k, pscr, s);
-    grouped("routed over 32");
-    if (schedules)  // every block128 configuration and schedule on the routed groups (the same bits)
-      for (int c = 0; c < cuda::grouped::kFp8BlockConfigCount; ++c)
-        for (const bool along_n : {false, true})
-          for (const int swizzle : {1, 2, 4, 8}) {
-            cuda::grouped::force_fp8_block_config(c);
-            cuda::grouped::set_fp8_block_schedule(along_n, swizzle);
-            const std::string what = std::string(cuda::grouped::fp8_block_config_name(c)) +
-                                     (along_n ? " N" : " M") + std::to_string(swizzle);
-            try {
-              grouped(what.c_str());
-            } catch (const Error& e) {
-              std::printf("fp8g  %5lld tok %s: %s\n", (long long)n_tokens, what.c_str(), e.what());
-            }
-          }
-    cuda::grouped::force_fp8_block_config(-1);
-    cuda::grouped::set_fp8_block_schedule(false, 1);
-    for (void* p : std::initializer_list<void*>{logits, wts, ids, src, dest, pscr}) cudaFree(p);
-  }
+  route_random(off, n_tokens, E, k, s);
+  grouped("routed over 32");
+  if (schedules) sweep_fp8_block_configs(n_tokens, grouped);
   const double l1 = median_ms(s, [&] {
     cuda::linear_fp8_quantized<__nv_bfloat16>(gu, cuda::LtOut::kT, q1, sa1, P, w13, s13, Fp8Scheme::Block128, P, H,
                                               2 * Im, lt_scratch, s);
