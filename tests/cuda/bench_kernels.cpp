@@ -439,11 +439,53 @@ void bench_attention(const char* name, cudaStream_t s, int64_t n_seq, int64_t S)
 }  // namespace
 }  // namespace lfm2
 
+namespace lfm2 {
+namespace {
+
+// The command line, checked before any GPU work (also where there is no GPU).
+struct Args {
+  std::string mode;          // "", moe, sweep, moe-decode or fp8-groups
+  int64_t fp8_tokens = 0;    // fp8-groups' tokens (0: 4,096, 8,192 and 16,384)
+  bool fp8_sweep = false;
+};
+
+Args parse_args(int argc, char** argv) {
+  Args a;
+  a.mode = argc > 1 ? argv[1] : "";
+  const bool known = a.mode.empty() || a.mode == "moe" || a.mode == "sweep" || a.mode == "moe-decode" ||
+                     a.mode == "fp8-groups";
+  LFM2_CHECK(known, "cuda_bench_kernels: mode '", a.mode, "' (moe, sweep, moe-decode or fp8-groups)");
+  const int most = a.mode == "fp8-groups" ? 4 : 2;
+  LFM2_CHECK(argc <= most, "cuda_bench_kernels: ", argc - most, " arguments too many for mode '", a.mode, "'");
+  if (argc > 2) {
+    char* end = nullptr;
+    const long long t = std::strtoll(argv[2], &end, 10);
+    LFM2_CHECK(*argv[2] && !*end && t >= 1 && t <= 65536, "cuda_bench_kernels fp8-groups: tokens '", argv[2],
+               "' (a whole number in [1, 65536])");
+    a.fp8_tokens = t;
+  }
+  if (argc > 3) {
+    LFM2_CHECK(std::string(argv[3]) == "sweep", "cuda_bench_kernels fp8-groups: '", argv[3], "' (only: sweep)");
+    a.fp8_sweep = true;
+  }
+  return a;
+}
+
+}  // namespace
+}  // namespace lfm2
+
 int main(int argc, char** argv) {
-  const std::string mode = argc > 1 ? argv[1] : "";
+  using namespace lfm2;
+  Args args;
+  try {
+    args = parse_args(argc, argv);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 2;
+  }
+  const std::string& mode = args.mode;
   const bool moe_only = mode == "moe", sweep = mode == "sweep", decode_sizes = mode == "moe-decode";
   const bool fp8_groups = mode == "fp8-groups";
-  using namespace lfm2;
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
     std::printf("no CUDA device\n");
@@ -456,7 +498,7 @@ int main(int argc, char** argv) {
   CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   bench_peak(s);
   if (fp8_groups) {  // the FP8 grouped products against cuBLASLt, by the number of groups
-    if (argc > 2) return bench_fp8_groups(s, std::atoll(argv[2]), argc > 3), 0;
+    if (args.fp8_tokens) return bench_fp8_groups(s, args.fp8_tokens, args.fp8_sweep), 0;
     for (int64_t t : {4096, 8192, 16384}) bench_fp8_groups(s, t, false);
     return 0;
   }
