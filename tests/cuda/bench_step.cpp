@@ -98,6 +98,28 @@ Floor floor_bytes(const ModelConfig& c, int l0, int l1, bool first, bool last, i
   return f;
 }
 
+// ms of each of n calls f(0) .. f(n - 1) queued back to back, an event before each and after the
+// last (the host never waiting on the GPU between them).
+template <class F>
+std::vector<double> event_times(CudaStageExecutor& st, int n, F&& f) {
+  std::vector<cudaEvent_t> ev(size_t(n + 1));
+  for (auto& e : ev) CUDA_CHECK(cudaEventCreate(&e));
+  for (int i = 0; i < n; ++i) {
+    st.record_event(ev[size_t(i)]);
+    f(i);
+  }
+  st.record_event(ev[size_t(n)]);
+  CUDA_CHECK(cudaEventSynchronize(ev.back()));
+  std::vector<double> t;
+  for (int i = 0; i < n; ++i) {
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, ev[size_t(i)], ev[size_t(i + 1)]));
+    t.push_back(ms);
+  }
+  for (auto& e : ev) cudaEventDestroy(e);
+  return t;
+}
+
 struct Timing {
   double median = 0, mean = 0, p99 = 0;
 };
@@ -124,37 +146,21 @@ Timing time_steps(CudaStageExecutor& st, const StageLayers& r, int64_t hidden, i
     for (int64_t i = 0; i < B * hidden; ++i) h[size_t(i)] = float(rng.symmetric(uint64_t(i)));
     CUDA_CHECK(cudaMemcpy(x, h.data(), h.size() * 4, cudaMemcpyHostToDevice));
   }
-  const int total = steps + 3;
-  std::vector<cudaEvent_t> ev(size_t(total + 1));
-  for (auto& e : ev) CUDA_CHECK(cudaEventCreate(&e));
   StepBatch b;
   b.seqs.resize(size_t(B));
-  for (int i = 0; i < total; ++i) {
+  auto step = [&](int i) {  // one decode step of every sequence at position C + i
     for (int64_t s = 0; s < B; ++s)
       b.seqs[size_t(s)] = BatchSeq{s, int32_t(s), int32_t(C + i), 1, r.is_last() ? i : -1, true};
-    st.record_event(ev[size_t(i)]);
     if (r.is_first()) st.embed_batch(b, nullptr, tokens, x);
     st.forward_batch(x, b);
     if (r.is_last()) st.choose_batch(x, b, nullptr, tokens, nullptr);
-  }
-  st.record_event(ev[size_t(total)]);
-  CUDA_CHECK(cudaEventSynchronize(ev.back()));
-  std::vector<double> t;
-  for (int i = 3; i < total; ++i) {
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, ev[size_t(i)], ev[size_t(i + 1)]));
-    t.push_back(ms);
-  }
-  for (auto& e : ev) cudaEventDestroy(e);
+  };
+  const int total = steps + 3;
+  std::vector<double> t = event_times(st, total, step);
+  t.erase(t.begin(), t.begin() + 3);
   if (trace_json) {  // three more steps, traced; the middle one reported (the host ahead of the GPU, as in a run)
     auto k = trace_kernels([&] {
-      for (int i = total; i < total + 3; ++i) {
-        for (int64_t s = 0; s < B; ++s)
-          b.seqs[size_t(s)] = BatchSeq{s, int32_t(s), int32_t(C + i), 1, r.is_last() ? i : -1, true};
-        if (r.is_first()) st.embed_batch(b, nullptr, tokens, x);
-        st.forward_batch(x, b);
-        if (r.is_last()) st.choose_batch(x, b, nullptr, tokens, nullptr);
-      }
+      for (int i = total; i < total + 3; ++i) step(i);
     });
     std::vector<size_t> starts;  // each step begins with its embedding
     for (size_t i = 0; i < k.size(); ++i)
@@ -176,21 +182,7 @@ template <class Item>
 std::vector<double> sorted_times(CudaStageExecutor& st, int reps, Item&& item) {
   if (reps < 1) throw std::runtime_error(cat("cuda_bench_step: reps ", reps, " (at least 1)"));
   item();
-  std::vector<cudaEvent_t> ev(size_t(reps + 1));
-  for (auto& e : ev) CUDA_CHECK(cudaEventCreate(&e));
-  for (int i = 0; i < reps; ++i) {
-    st.record_event(ev[size_t(i)]);
-    item();
-  }
-  st.record_event(ev[size_t(reps)]);
-  CUDA_CHECK(cudaEventSynchronize(ev.back()));
-  std::vector<double> t;
-  for (int i = 0; i < reps; ++i) {
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, ev[size_t(i)], ev[size_t(i + 1)]));
-    t.push_back(ms);
-  }
-  for (auto& e : ev) cudaEventDestroy(e);
+  std::vector<double> t = event_times(st, reps, [&](int) { item(); });
   std::sort(t.begin(), t.end());
   return t;
 }
