@@ -11,6 +11,7 @@
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/grouped_gemm_fp8.h"
 #include "kernels/cuda/moe_rows.cuh"
+#include "kernels/cuda/row_norm.cuh"
 
 namespace lfm2::cuda {
 namespace {
@@ -18,7 +19,8 @@ namespace {
 constexpr int kGroup = 128;          // columns per scale
 constexpr int kVec = 8;              // columns per lane and load (16 bytes of a 16-bit type)
 constexpr int kChunk = 32 * kVec;    // columns per warp step: two groups, a half-warp each
-constexpr float kE4m3MaxF = 448.0f;  // largest finite e4m3
+using row_norm::kE4m3MaxF;  // largest finite e4m3
+using row_norm::scale_of;   // amax / 448, 1 for a zero group
 constexpr int kWarpsPerBlock = 8;
 constexpr int kCachedSteps = 8;      // the scaled SwiGLU's steps kept in registers: 2,048 columns
 
@@ -103,9 +105,6 @@ __device__ __forceinline__ float abs_max(const float (&v)[kVec]) {
   for (int j = 0; j < kVec; ++j) m = fmaxf(m, fabsf(v[j]));
   return m;
 }
-
-// A group's scale from its amax: s = amax / 448 (1 for a zero group).
-__device__ __forceinline__ float scale_of(float amax) { return amax > 0 ? amax / kE4m3MaxF : 1.0f; }
 
 // The factor of the SwiGLU's codes, 448 / amax, or 0 where amax < 2^-100 (a factor that could
 // overflow: such groups' codes by v / s): cpu::moe_swiglu_quantize_e4m3's rule.

@@ -238,7 +238,10 @@ int& forced_block() {
 
 }  // namespace
 
-const char* fp8_block_config_name(int config) { return kBlockNames[config]; }
+const char* fp8_block_config_name(int config) {
+  LFM2_CHECK(config >= 0 && config < kFp8BlockConfigCount, "FP8 grouped GEMM: no configuration ", config);
+  return kBlockNames[config];
+}
 
 void force_fp8_block_config(int config) {
   LFM2_CHECK(config >= -1 && config < kFp8BlockConfigCount, "FP8 grouped GEMM: no configuration ", config);

@@ -188,7 +188,10 @@ int& forced_plain() {
 
 }  // namespace
 
-const char* fp8_plain_config_name(int config) { return kNames[config]; }
+const char* fp8_plain_config_name(int config) {
+  LFM2_CHECK(config >= 0 && config < kFp8PlainConfigCount, "FP8 plain grouped GEMM: no configuration ", config);
+  return kNames[config];
+}
 
 void force_fp8_plain_config(int config) {
   LFM2_CHECK(config >= -1 && config < kFp8PlainConfigCount, "FP8 plain grouped GEMM: no configuration ", config);

@@ -45,7 +45,7 @@ __global__ void short_conv_e4m3_kernel(uint8_t* q, float* scales, const T* bcx, 
 #pragma unroll
       for (int sh = 8; sh > 0; sh >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, sh));
       if (r >= n_r) continue;
-      const float sc_r = m > 0 ? m / row_norm::kE4m3MaxF : 1.0f;
+      const float sc_r = row_norm::scale_of(m);
       *reinterpret_cast<uint2*>(q + (row0 + r) * hidden + c0) =
           make_uint2(row_norm::e4m3x4(v[0], sc_r), row_norm::e4m3x4(v[1], sc_r));
       if ((lane & 15) == 0) scales[(c0 / 128) * n_rows + row0 + r] = sc_r;

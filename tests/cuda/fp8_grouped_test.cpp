@@ -396,6 +396,7 @@ TEST_F(CudaTest, Fp8Block128ConfigurationsGiveTheSameBits) {
   cuda::grouped::set_fp8_block_schedule(false, 1);
   EXPECT_THROW(cuda::grouped::set_fp8_block_schedule(false, 3), Error);
   EXPECT_THROW(cuda::grouped::force_fp8_block_config(cuda::grouped::kFp8BlockConfigCount), Error);
+  EXPECT_THROW(cuda::grouped::fp8_block_config_name(-1), Error);
 }
 
 // The channel scheme's raw products (no scales) at the shapes of ProductMatchesCpu.

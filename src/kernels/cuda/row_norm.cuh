@@ -43,6 +43,9 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
   return t;
 }
 
+// A group's e4m3 scale from its amax: s = amax / 448 (1 for a zero group), fp8_quantize's rule.
+__device__ __forceinline__ float scale_of(float amax) { return amax > 0 ? amax / kE4m3MaxF : 1.0f; }
+
 // Four e4m3 codes of v / s (RNE, saturating: moe_quantize_e4m3's conversion) in one word.
 __device__ __forceinline__ uint32_t e4m3x4(const float4& v, float s) {
   auto code = [s](float f) { return uint32_t(__nv_cvt_float_to_fp8(f / s, __NV_SATFINITE, __NV_E4M3)); };
@@ -94,7 +97,7 @@ __device__ __forceinline__ void write_row(const RowOut<T>& o, float4 (&v)[kVec],
   if (!o.q) return;  // block-uniform
   if (o.per_row) {
     amax = block_max(amax, scratch);
-    const float s = amax > 0 ? amax / kE4m3MaxF : 1.0f;
+    const float s = scale_of(amax);
 #pragma unroll
     for (int j = 0; j < kVec; ++j) {
       const int c = threadIdx.x + j * kThreads;
@@ -110,7 +113,7 @@ __device__ __forceinline__ void write_row(const RowOut<T>& o, float4 (&v)[kVec],
     float m = abs_max4(v[j]);
 #pragma unroll
     for (int sh = 16; sh > 0; sh >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, sh));
-    const float s = m > 0 ? m / kE4m3MaxF : 1.0f;
+    const float s = scale_of(m);
     o.q[c] = e4m3x4(v[j], s);
     if ((threadIdx.x & 31) == 0) o.scales[int64_t(c / 32) * o.s_ld] = s;
   }
