@@ -32,6 +32,8 @@ struct RowSource {
   const int32_t* src_row;
   int64_t cols;
   using Row = const T*;
+  // a padding row (src -1, moe_pad_rows) has none: the kernel writes its zero codes and scales 1
+  __device__ __forceinline__ bool empty(int64_t r) const { return src_row && src_row[r] < 0; }
   __device__ __forceinline__ Row row(int64_t r, int, int64_t) const { return x + (src_row ? src_row[r] : r) * cols; }
   __device__ __forceinline__ void load(float (&v)[kVec], const T* base, int64_t c) const {
     alignas(16) T t[kVec];
@@ -50,6 +52,7 @@ __device__ __forceinline__ float silu_fast(float g) { return __fdividef(g, 1.0f 
 // ... or the SwiGLU of a [gate | up] row of bf16, silu(g) * u in fp32.
 struct SwigluSource {
   static constexpr bool kByFactor = true;
+  __device__ __forceinline__ bool empty(int64_t) const { return false; }
   const __nv_bfloat16* gate_up;
   int64_t cols;  // inter
   using Row = const __nv_bfloat16*;
@@ -130,6 +133,12 @@ __device__ __forceinline__ uint2 to_e4m3(const float (&v)[kVec], float s, float 
   return make_uint2(w[0], w[1]);
 }
 
+// A padding row's zero codes and scales 1 (what the quantization of a zero row writes).
+__device__ __forceinline__ void zero_row(uint8_t* qrow, float* srow, int64_t cols, int64_t m, int lane) {
+  for (int64_t c = lane; c < cols / 16; c += 32) reinterpret_cast<uint4*>(qrow)[c] = make_uint4(0, 0, 0, 0);
+  for (int64_t g = lane; g < cols / kGroup; g += 32) srow[g * m] = 1.f;
+}
+
 // One warp per row (rows from offsets[n_experts] on belong to no expert and are skipped), 8
 // columns a lane, 256 a step; the scales at the row's expert's k-block-major places (the expert by
 // binary search over the offsets). Per (row, 128 columns): each half-warp's group in one pass. Per
@@ -159,6 +168,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     m = offsets[lo + 1] - r0;
   }
   float* srow = scales + r0 * G + (row - r0);  // group g's scale at srow[g * m]
+  if (src.empty(row)) return zero_row(qrow, srow, cols, m, lane);
   float v[kVec];
   if (per_row) {
     float amax = 0;
@@ -259,6 +269,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   const int64_t src = src_row[row], G = cols / kGroup;
   int64_t r0 = 0, m = 0;
   row_expert(row, offsets, n_experts, r0, m);
+  if (src < 0) return zero_row(q + row * cols, scales + r0 * G + (row - r0), cols, m, lane);
   const uint4* from = reinterpret_cast<const uint4*>(q_in + src * cols);
   uint4* to = reinterpret_cast<uint4*>(q + row * cols);
   for (int64_t c = lane; c < cols / 16; c += 32) to[c] = from[c];
@@ -320,10 +331,14 @@ void moe_swiglu_quantize_e4m3_scaled(uint8_t* q, float* scales, const __nv_bfloa
   CUDA_CHECK_LAUNCH("quantize_e4m3_kernel (scaled SwiGLU)");
 }
 
+// The padded product's CUTLASS workspace (the persistent scheduler's; none without split-K) does not
+// grow with the rows, which run_fp8_padded checks.
+constexpr int64_t kPaddedWorkspaceRows = 128;
+
 int64_t moe_grouped_matmul_fp8_workspace_bytes(int64_t n_experts) {
   const int sms = compute_sms(current_device());
-  return int64_t(
-      std::max(grouped::fp8_workspace_bytes(n_experts, sms), grouped::fp8_plain_workspace_bytes(n_experts, sms)));
+  return int64_t(std::max({grouped::fp8_workspace_bytes(n_experts, sms), grouped::fp8_plain_workspace_bytes(n_experts, sms),
+                           grouped::fp8_padded_workspace_bytes(kPaddedWorkspaceRows, 128, 128, sms)}));
 }
 
 namespace {
@@ -362,6 +377,24 @@ void moe_grouped_matmul_fp8(__nv_bfloat16* out, const uint8_t* in, const float* 
              "moe_grouped_matmul_fp8: 4-byte aligned scales");
   grouped::run_fp8(out, in, in_scales, w, w_scales, w_scheme == Fp8Scheme::Channel, offsets, n_experts, n_in, n_out,
                    workspace, compute_sms(device), device, stream);
+}
+
+void moe_grouped_matmul_fp8_padded(__nv_bfloat16* out, const uint8_t* in, const float* in_scales, const uint8_t* w,
+                                   const float* w_scales, const int32_t* tile_expert, int64_t m_pad,
+                                   int64_t n_experts, int64_t n_in, int64_t n_out, void* workspace,
+                                   cudaStream_t stream) {
+  if (m_pad == 0 || n_out == 0) return;
+  const int device =
+      check_product("moe_grouped_matmul_fp8_padded", out, in, w, workspace, m_pad, n_experts, n_in, n_out);
+  LFM2_CHECK(m_pad % 128 == 0, "moe_grouped_matmul_fp8_padded: ", m_pad, " rows (a multiple of 128)");
+  LFM2_CHECK(reinterpret_cast<uintptr_t>(in_scales) % 16 == 0 && reinterpret_cast<uintptr_t>(w_scales) % 4 == 0,
+             "moe_grouped_matmul_fp8_padded: 16-byte aligned activation scales, 4-byte aligned weight scales");
+  const int sms = compute_sms(device);
+  LFM2_CHECK(grouped::fp8_padded_workspace_bytes(m_pad, n_out, n_in, sms) <=
+                 grouped::fp8_padded_workspace_bytes(kPaddedWorkspaceRows, 128, 128, sms),
+             "moe_grouped_matmul_fp8_padded: CUTLASS asks for a workspace that grows with the problem");
+  grouped::run_fp8_padded(out, in, in_scales, w, w_scales, tile_expert, m_pad, n_experts, n_in, n_out, workspace,
+                          sms, device, stream);
 }
 
 template void moe_quantize_e4m3<__nv_bfloat16>(uint8_t*, float*, const __nv_bfloat16*, const int32_t*,

@@ -14,9 +14,20 @@ namespace lfm2::cpu {
 // q (n_rows, cols) = e4m3(x[src] / s), src = src_row[r] (or r when null), s = amax / 448 of the row
 // (per_row) or of each 128 columns of it (amax 0: 1). One scale per (row, 128 columns) (a row's one
 // scale repeated under per_row), expert e's at scales + offsets[e] * (cols / 128), k-block major.
-// Rows from offsets[n_experts] on are skipped. cols a multiple of 128.
+// Rows from offsets[n_experts] on are skipped; a row whose src is -1 (a padding row of moe_pad_rows)
+// gets zero codes and scales 1. cols a multiple of 128.
 void moe_quantize_e4m3(uint8_t* q, float* scales, const float* x, const int32_t* src_row, const int32_t* offsets,
                        int64_t n_rows, int64_t n_experts, int64_t cols, bool per_row);
+
+// moe_permute's grouping (offsets, src_token, dest_row of n_pairs pairs) padded per expert: expert
+// e's rows moved to poff[e] .. (poff[e] = the earlier experts' row counts each rounded up to 128),
+// src_pad (m_pad) the padded rows' tokens (-1 for the padding and the rows past the last expert),
+// dest_pad (n_pairs) each pair's padded row (-1 stays -1), tile_expert (m_pad / 128) each 128-row
+// tile's expert (n_experts - 1 past the last expert's tiles), one_group = {0, m_pad} (the padded rows
+// as one group, for moe_quantize_e4m3's scale layout). m_pad: moe_padded_rows(n_pairs, n_experts).
+void moe_pad_rows(int32_t* src_pad, int32_t* dest_pad, int32_t* tile_expert, int32_t* one_group,
+                  const int32_t* offsets, const int32_t* src_token, const int32_t* dest_row, int64_t n_pairs,
+                  int64_t n_experts, int64_t m_pad);
 
 // silu(g) * u of the [gate | up] rows of gate_up (n_rows, 2 inter) in fp32 (cpu::silu's formula),
 // quantized as moe_quantize_e4m3 into q (n_rows, inter) but with codes e4m3(v * (448 / amax)) (one

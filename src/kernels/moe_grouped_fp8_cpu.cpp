@@ -41,9 +41,37 @@ void for_each_row(const int32_t* offsets, int64_t n_rows, int64_t n_experts, F&&
 void moe_quantize_e4m3(uint8_t* q, float* scales, const float* x, const int32_t* src_row, const int32_t* offsets,
                        int64_t n_rows, int64_t n_experts, int64_t cols, bool per_row) {
   LFM2_CHECK(cols > 0 && cols % kFp8Block == 0, "moe_quantize_e4m3: ", cols, " columns (a multiple of 128)");
+  const std::vector<float> zeros(static_cast<size_t>(cols), 0.f);
   for_each_row(offsets, n_rows, n_experts, [&](int64_t r, int64_t r0, int64_t m) {
-    quantize_row(q, scales, x + (src_row ? src_row[r] : r) * cols, r, r0, m, cols, per_row);
+    const int64_t src = src_row ? src_row[r] : r;
+    quantize_row(q, scales, src < 0 ? zeros.data() : x + src * cols, r, r0, m, cols, per_row);
   });
+}
+
+void moe_pad_rows(int32_t* src_pad, int32_t* dest_pad, int32_t* tile_expert, int32_t* one_group,
+                  const int32_t* offsets, const int32_t* src_token, const int32_t* dest_row, int64_t n_pairs,
+                  int64_t n_experts, int64_t m_pad) {
+  std::vector<int64_t> poff(static_cast<size_t>(n_experts + 1), 0);
+  for (int64_t e = 0; e < n_experts; ++e)
+    poff[size_t(e + 1)] = poff[size_t(e)] + (offsets[e + 1] - offsets[e] + 127) / 128 * 128;
+  LFM2_CHECK(poff.back() <= m_pad && m_pad % 128 == 0, "moe_pad_rows: ", poff.back(), " padded rows in ", m_pad);
+  std::fill_n(src_pad, m_pad, -1);
+  std::fill_n(tile_expert, m_pad / 128, int32_t(n_experts - 1));
+  for (int64_t e = 0; e < n_experts; ++e) {
+    for (int64_t r = offsets[e]; r < offsets[e + 1]; ++r) src_pad[r - offsets[e] + poff[size_t(e)]] = src_token[r];
+    std::fill(tile_expert + poff[size_t(e)] / 128, tile_expert + poff[size_t(e + 1)] / 128, int32_t(e));
+  }
+  for (int64_t i = 0; i < n_pairs; ++i) {
+    const int32_t d = dest_row[i];
+    if (d < 0) {
+      dest_pad[i] = -1;
+      continue;
+    }
+    const int64_t e = std::upper_bound(offsets, offsets + n_experts, d) - offsets - 1;  // the last e with offsets[e] <= d
+    dest_pad[i] = int32_t(d - offsets[e] + poff[size_t(e)]);
+  }
+  one_group[0] = 0;
+  one_group[1] = int32_t(m_pad);
 }
 
 void moe_swiglu_quantize_e4m3(uint8_t* q, float* scales, const float* gate_up, const int32_t* offsets,

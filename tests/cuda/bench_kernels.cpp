@@ -159,6 +159,12 @@ void bench_moe_fp8(cudaStream_t s, int64_t n_tokens, const Fp8BenchIn& b, double
       cuda::grouped::set_fp8_channel_plain(true);
       bench_channel_plain(s, n_tokens, b, f1, f2, {w13, w2, s13, s2, q1, q2, sa1, sa2, gu, ws});
     }
+    if (!per_row) {
+      cuda::grouped::set_fp8_block_padded(false);
+      std::printf("fp8   moe %5lld tok routed   %-8s whole moe_experts_fp8 (no router), grouped kernel %.3f ms\n",
+                  (long long)n_tokens, fp8_scheme_name(scheme), whole());
+      cuda::grouped::set_fp8_block_padded(true);
+    }
     std::printf("fp8   moe %5lld tok routed   %-8s whole moe_experts_fp8 (no router) %.3f ms\n", (long long)n_tokens,
                 fp8_scheme_name(scheme), whole());
   }
@@ -221,6 +227,42 @@ void sweep_fp8_block_configs(int64_t n_tokens, const std::function<void(const ch
   cuda::grouped::set_fp8_block_schedule(false, 1);
 }
 
+struct Fp8Weights {
+  const uint8_t *w13, *w2;
+  const float *s13, *s2;
+};
+
+// The routed rows of `off` padded per expert, on the padded product (one GEMM): both products,
+// TFLOP/s of the routed rows alone (the padding's work is the cost).
+void bench_fp8_padded(cudaStream_t s, int64_t n_tokens, const int32_t* off, const Fp8Weights& w) {
+  const int64_t H = 2048, E = 32, Im = 1792, k = 4, P = n_tokens * k, m_pad = cuda::moe_padded_rows(P, E);
+  std::vector<int32_t> h(size_t(E + 1));
+  CUDA_CHECK(cudaMemcpy(h.data(), off, h.size() * 4, cudaMemcpyDeviceToHost));
+  std::vector<int32_t> tiles(size_t(m_pad / 128), int32_t(E - 1));
+  int64_t at = 0;
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t n = (h[size_t(e + 1)] - h[size_t(e)] + 127) / 128;
+    std::fill_n(tiles.begin() + at, n, int32_t(e));
+    at += n;
+  }
+  int32_t* d_tiles = upload(tiles);
+  uint8_t *q1 = random_codes(m_pad * H, 13), *q2 = random_codes(m_pad * Im, 14);
+  float *sa1 = random_scales(m_pad * H / 128, 15), *sa2 = random_scales(m_pad * Im / 128, 16);
+  auto* gu = dev_alloc<__nv_bfloat16>(m_pad * 2 * Im);
+  auto* ws = dev_alloc<char>(cuda::moe_grouped_matmul_fp8_workspace_bytes(E));
+  const double t1 = median_ms(s, [&] {
+    cuda::moe_grouped_matmul_fp8_padded(gu, q1, sa1, w.w13, w.s13, d_tiles, m_pad, E, H, 2 * Im, ws, s);
+  });
+  const double t2 = median_ms(s, [&] {
+    cuda::moe_grouped_matmul_fp8_padded(gu, q2, sa2, w.w2, w.s2, d_tiles, m_pad, E, Im, H, ws, s);
+  });
+  const double f1 = 2.0 * P * 2 * Im * H, f2 = 2.0 * P * H * Im;
+  const std::string what = "routed, padded (" + std::to_string(at) + " of " + std::to_string(m_pad / 128) + " tiles)";
+  std::printf("fp8g  %5lld tok %-22s gate_up %s | down %s | both %s\n", (long long)n_tokens, what.c_str(),
+              tf(f1, t1).c_str(), tf(f2, t2).c_str(), tf(f1 + f2, t1 + t2).c_str());
+  for (void* p : std::initializer_list<void*>{d_tiles, q1, q2, sa1, sa2, gu, ws}) cudaFree(p);
+}
+
 void bench_fp8_groups(cudaStream_t s, int64_t n_tokens, bool schedules) {
   const int64_t H = 2048, E = 32, Im = 1792, k = 4, P = n_tokens * k;
   uint8_t *w13 = random_codes(E * 2 * Im * H, 1), *w2 = random_codes(E * H * Im, 2), *q1 = random_codes(P * H, 3),
@@ -254,6 +296,7 @@ void bench_fp8_groups(cudaStream_t s, int64_t n_tokens, bool schedules) {
   }
   route_random(off, n_tokens, E, k, s);
   grouped("routed over 32");
+  bench_fp8_padded(s, n_tokens, off, {w13, w2, s13, s2});
   if (schedules) sweep_fp8_block_configs(n_tokens, grouped);
   const double l1 = median_ms(s, [&] {
     cuda::linear_fp8_quantized<__nv_bfloat16>(gu, cuda::LtOut::kT, q1, sa1, P, w13, s13, Fp8Scheme::Block128, P, H,

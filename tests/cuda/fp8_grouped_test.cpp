@@ -18,7 +18,10 @@
 // - moe_experts_fp8: the oracle within 2 % norm-relative error (the GPU rounds gate/up and the
 //   expert outputs to bf16 before quantizing or combining), and row 0 alone bit-equal to its batch;
 //   the channel scheme on the plain kernel (the default) and on the blockwise one;
-// - the blockwise kernel's block128 configurations and tile schedules: the default's bits.
+// - the blockwise kernel's block128 configurations and tile schedules: the default's bits;
+// - moe_pad_rows: cpu::moe_pad_rows' rows, tiles and pairs;
+// - the padded product (rows padded per expert, one GEMM): the grouped kernel's bits, and
+//   moe_experts_fp8 on it (block128's default) the grouped path's bits.
 // Ragged groups with an empty expert, the model's widths. Skips without a GPU.
 #include <algorithm>
 #include <cmath>
@@ -30,6 +33,7 @@
 #include "common/fp8.h"
 #include "cuda_test_util.h"
 #include "kernels/cuda/grouped_gemm_fp8.h"
+#include "kernels/cuda/ops.h"
 #include "kernels/moe_experts.h"
 #include "kernels/moe_grouped_fp8.h"
 #include "moe_test_util.h"
@@ -89,6 +93,7 @@ TYPED_TEST(CudaFp8Grouped, QuantizeMatchesCpu) {
   x[size_t(9 * cols + 3)] = 1e4f;                                             // a large one: 448 exactly
   std::vector<int32_t> src(static_cast<size_t>(rows));
   for (int64_t r = 0; r < rows; ++r) src[size_t(r)] = int32_t((r * 37 + 11) % 120);  // the gather, repeats too
+  src[5] = src[200] = -1;  // padding rows (moe_pad_rows): zero codes, scales 1
   const auto raw = round_to<T>(x);
   DevBuf<T> d_x(raw.size());
   DevBuf<int32_t> d_off(offsets.size()), d_src(src.size());
@@ -399,6 +404,143 @@ TEST_F(CudaTest, Fp8Block128ConfigurationsGiveTheSameBits) {
   EXPECT_THROW(cuda::grouped::fp8_block_config_name(-1), Error);
 }
 
+// The grouped rows of `offsets` laid out padded per expert (moe_padded_rows' layout): codes (zero
+// rows for the padding), scales (1 for padding rows) and the tiles' experts.
+struct PaddedRows {
+  int64_t m_pad = 0;
+  std::vector<int32_t> row;  // grouped row r -> padded row
+  std::vector<uint8_t> q;
+  std::vector<float> s;
+  std::vector<int32_t> tile_expert;
+};
+
+PaddedRows pad_rows(const std::vector<int32_t>& offsets, const std::vector<uint8_t>& q, const std::vector<float>& sa,
+                    int64_t cols) {
+  const int64_t E = int64_t(offsets.size()) - 1, G = cols / 128;
+  PaddedRows p;
+  p.m_pad = cuda::moe_padded_rows(offsets.back(), E);
+  p.row.resize(size_t(offsets.back()));
+  p.q.assign(size_t(p.m_pad * cols), 0);
+  p.s.assign(size_t(p.m_pad * G), 1.f);
+  p.tile_expert.assign(size_t(p.m_pad / 128), int32_t(E - 1));
+  int64_t at = 0;
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t r0 = offsets[size_t(e)], m = offsets[size_t(e + 1)] - r0;
+    for (int64_t i = 0; i < m; ++i) {
+      p.row[size_t(r0 + i)] = int32_t(at + i);
+      std::copy_n(q.begin() + (r0 + i) * cols, cols, p.q.begin() + (at + i) * cols);
+      for (int64_t g = 0; g < G; ++g) p.s[size_t(g * p.m_pad + at + i)] = sa[size_t(r0 * G + g * m + i)];
+    }
+    const int64_t tiles = (m + 127) / 128;
+    std::fill_n(p.tile_expert.begin() + at / 128, tiles, int32_t(e));
+    at += tiles * 128;
+  }
+  return p;
+}
+
+// moe_pad_rows against cpu::moe_pad_rows on moe_permute's grouping of random routings: empty experts,
+// dropped pairs (expert -1), more padded rows than needed; and pad_rows (the tests' layout) agrees.
+TEST_F(CudaTest, Fp8PadRowsMatchesCpu) {
+  for (const auto& [n, E, k] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{1, 4, 2}, {300, 8, 4}, {2000, 32, 4}}) {
+    SCOPED_TRACE(cat(n, " tokens, ", E, " experts, top-", k));
+    const int64_t P = n * k, m_pad = cuda::moe_padded_rows(P, E) + (n == 300 ? 256 : 0);
+    std::vector<int32_t> experts(static_cast<size_t>(P));
+    for (int64_t i = 0; i < P; ++i) experts[size_t(i)] = int32_t((i * 7 + i / 3) % (E - 1));  // expert E-1 empty
+    if (P > 10) experts[3] = experts[10] = -1;                                                // dropped
+    DevBuf<int32_t> d_e(experts.size()), d_off(static_cast<size_t>(E + 1)), d_src(static_cast<size_t>(P)), d_dest(static_cast<size_t>(P));
+    DevBuf<int32_t> d_scr(size_t(cuda::moe_permute_scratch_ints(n, E, k)));
+    DevBuf<int32_t> d_spad(static_cast<size_t>(m_pad)), d_dpad(static_cast<size_t>(P)), d_tiles(static_cast<size_t>(m_pad / 128)), d_one(2);
+    upload(d_e, experts);
+    cuda::moe_permute(d_off.get(), d_src.get(), d_dest.get(), d_e.get(), n, E, k, d_scr.get(), this->stream_);
+    cuda::moe_pad_rows(d_spad.get(), d_dpad.get(), d_tiles.get(), d_one.get(), d_off.get(), d_src.get(), d_dest.get(),
+                       P, E, m_pad, this->stream_);
+    this->sync();
+    const auto off = int_download(d_off.get(), size_t(E + 1)), src = int_download(d_src.get(), size_t(P)),
+               dest = int_download(d_dest.get(), size_t(P));
+    std::vector<int32_t> spad(static_cast<size_t>(m_pad)), dpad(static_cast<size_t>(P)), tiles(static_cast<size_t>(m_pad / 128)), one(2);
+    cpu::moe_pad_rows(spad.data(), dpad.data(), tiles.data(), one.data(), off.data(), src.data(), dest.data(), P, E,
+                      m_pad);
+    EXPECT_EQ(int_download(d_spad.get(), spad.size()), spad);
+    EXPECT_EQ(int_download(d_dpad.get(), dpad.size()), dpad);
+    EXPECT_EQ(int_download(d_tiles.get(), tiles.size()), tiles);
+    EXPECT_EQ(int_download(d_one.get(), 2), (std::vector<int32_t>{0, int32_t(m_pad)}));
+    for (int64_t i = 0; i < P; ++i) {  // each kept pair's padded row holds its token, inside its expert's tiles
+      if (experts[size_t(i)] < 0) {
+        EXPECT_EQ(dpad[size_t(i)], -1);
+        continue;
+      }
+      ASSERT_GE(dpad[size_t(i)], 0);
+      EXPECT_EQ(spad[size_t(dpad[size_t(i)])], i / k);
+      EXPECT_EQ(tiles[size_t(dpad[size_t(i)] / 128)], experts[size_t(i)]);
+    }
+  }
+  DevBuf<int32_t> d(size_t(1024));
+  EXPECT_THROW(cuda::moe_pad_rows(d.get(), d.get(), d.get(), d.get(), d.get(), d.get(), d.get(), 100, 4, 128,
+                                  this->stream_),
+               Error);  // fewer padded rows than moe_padded_rows
+}
+
+// The padded product (one GEMM, the tile's expert per 128 rows) gives the grouped kernel's bits for
+// every row, zeros for the padding rows: empty experts, one-row experts, a tile boundary on the dot.
+TEST_F(CudaTest, Fp8PaddedProductGivesTheGroupedBits) {
+  struct Case {
+    std::vector<int32_t> offsets;
+    int64_t n_in, n_out;
+  };
+  const std::vector<Case> cases = {{{0, 1, 130, 130, 300, 557, 640}, 1792, 2048},
+                                   {{0, 0, 128, 129, 400, 400}, 256, 384},
+                                   {{0, 300, 301, 302, 700}, 2048, 3584}};
+  for (const Case& c : cases) {
+    const int64_t E = int64_t(c.offsets.size()) - 1, rows = c.offsets.back();
+    SCOPED_TRACE(cat(E, " experts, ", rows, " rows, ", c.n_in, " -> ", c.n_out));
+    const auto x = rand_vec(size_t(rows * c.n_in), 21, 2.f);
+    std::vector<uint8_t> q(x.size());
+    std::vector<float> sa(size_t(rows * c.n_in / 128));
+    cpu::moe_quantize_e4m3(q.data(), sa.data(), x.data(), nullptr, c.offsets.data(), rows, E, c.n_in, false);
+    const Experts w = make_experts(E, c.n_out, c.n_in, Fp8Scheme::Block128, 22);
+    const PaddedRows p = pad_rows(c.offsets, q, sa, c.n_in);
+    DevBuf<int32_t> d_off(c.offsets.size()), d_tiles(p.tile_expert.size());
+    DevBuf<uint8_t> d_q(q.size()), d_pq(p.q.size()), d_w(w.q.size());
+    DevBuf<float> d_sa(sa.size()), d_ps(p.s.size()), d_sw(w.s.size());
+    DevBuf<__nv_bfloat16> d_out(size_t(rows * c.n_out)), d_pout(size_t(p.m_pad * c.n_out));
+    DevBuf<char> ws(size_t(cuda::moe_grouped_matmul_fp8_workspace_bytes(E)));
+    upload(d_off, c.offsets);
+    upload(d_tiles, p.tile_expert);
+    upload(d_q, q);
+    upload(d_pq, p.q);
+    upload(d_sa, sa);
+    upload(d_ps, p.s);
+    upload(d_w, w.q);
+    upload(d_sw, w.s);
+    CUDA_CHECK(cudaMemset(d_pout.get(), 0xff, size_t(p.m_pad * c.n_out) * 2));
+    cuda::moe_grouped_matmul_fp8(d_out.get(), d_q.get(), d_sa.get(), d_w.get(), d_sw.get(), Fp8Scheme::Block128,
+                                 d_off.get(), rows, E, c.n_in, c.n_out, ws.get(), this->stream_);
+    cuda::moe_grouped_matmul_fp8_padded(d_pout.get(), d_pq.get(), d_ps.get(), d_w.get(), d_sw.get(), d_tiles.get(),
+                                        p.m_pad, E, c.n_in, c.n_out, ws.get(), this->stream_);
+    this->sync();
+    const size_t row_bytes = size_t(c.n_out) * 2;
+    const auto want = byte_download(reinterpret_cast<const uint8_t*>(d_out.get()), size_t(rows) * row_bytes);
+    const auto got = byte_download(reinterpret_cast<const uint8_t*>(d_pout.get()), size_t(p.m_pad) * row_bytes);
+    std::vector<bool> real(size_t(p.m_pad), false);
+    int64_t differ = 0, nonzero_pad = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      real[size_t(p.row[size_t(r)])] = true;
+      differ += !std::equal(want.begin() + r * row_bytes, want.begin() + (r + 1) * row_bytes,
+                            got.begin() + p.row[size_t(r)] * row_bytes);
+    }
+    for (int64_t r = 0; r < p.m_pad; ++r)
+      if (!real[size_t(r)])
+        nonzero_pad += std::any_of(got.begin() + r * row_bytes, got.begin() + (r + 1) * row_bytes,
+                                   [](uint8_t b) { return b != 0; });
+    EXPECT_EQ(differ, 0) << "rows whose bits differ from the grouped kernel's";
+    EXPECT_EQ(nonzero_pad, 0) << "padding rows not zero";
+  }
+  DevBuf<char> ws(size_t(cuda::moe_grouped_matmul_fp8_workspace_bytes(2)));
+  EXPECT_THROW(cuda::moe_grouped_matmul_fp8_padded(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 100, 2, 128,
+                                                   128, ws.get(), this->stream_),
+               Error);  // rows not a multiple of 128
+}
+
 // The channel scheme's raw products (no scales) at the shapes of ProductMatchesCpu.
 TEST_F(CudaTest, Fp8RawProductMatchesCpu) {
   struct Case {
@@ -505,10 +647,13 @@ TYPED_TEST(CudaFp8Grouped, ExpertsMatchTheOracle) {
       upload(d_x, x0);
       upload(d_wt, weights);
       upload(d_e, experts);
+      std::vector<float> first;  // block128: the padded rows' result, which the grouped kernel's must equal
       for (const bool plain : {true, false}) {
-        if (!plain && scheme != Fp8Scheme::Channel) continue;
-        SCOPED_TRACE(plain ? "plain kernel (channel) / blockwise (block128)" : "channel on the blockwise kernel");
-        cuda::grouped::set_fp8_channel_plain(plain);
+        const bool channel = scheme == Fp8Scheme::Channel;
+        SCOPED_TRACE(channel ? (plain ? "plain kernel" : "channel on the blockwise kernel")
+                             : (plain ? "rows padded per expert" : "grouped kernel"));
+        cuda::grouped::set_fp8_channel_plain(!channel || plain);
+        cuda::grouped::set_fp8_block_padded(channel || plain);
         upload(d_x, x0);
         auto run = [&](int64_t rows) {
           cuda::moe_experts_fp8<T>(d_x.get(), d_in.get(), d_w13.get(), d_s13.get(), d_w2.get(), d_s2.get(), scheme,
@@ -520,11 +665,16 @@ TYPED_TEST(CudaFp8Grouped, ExpertsMatchTheOracle) {
         std::vector<float> moe(got.size());  // what the experts added
         for (size_t i = 0; i < got.size(); ++i) moe[i] = got[i] - x0[i];
         EXPECT_TRUE(norm_close(moe, ref, 0.02));
+        if (scheme == Fp8Scheme::Block128 && !plain) {
+          EXPECT_TRUE(same_bits(got, first)) << "padded against grouped";
+        }
+        if (plain) first = got;
         upload(d_x, x0);
         run(1);
         EXPECT_TRUE(same_bits(download(d_x.get(), size_t(H)), std::vector<float>(got.begin(), got.begin() + H)));
       }
       cuda::grouped::set_fp8_channel_plain(true);
+      cuda::grouped::set_fp8_block_padded(true);
     }
 }
 

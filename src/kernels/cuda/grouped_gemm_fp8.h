@@ -31,15 +31,17 @@ inline int64_t moe_e4m3_scale_count(int64_t n_rows, int64_t cols) { return n_row
 
 // q (n_rows, cols) = e4m3(x[src] / s) rounded to nearest even, saturating, s = amax / 448 of the
 // row (per_row) or of each 128 columns of it (amax 0: s = 1), fp8_quantize's rule; src = src_row[r]
-// (the MoE's gather into expert order fused) or r when src_row is null. cols a multiple of 128;
-// 16-byte aligned rows. Never allocates.
+// (the MoE's gather into expert order fused) or r when src_row is null; a src of -1 (moe_pad_rows'
+// padding) gives zero codes and scales 1. cols a multiple of 128; 16-byte aligned rows. Never
+// allocates.
 template <typename T>
 void moe_quantize_e4m3(uint8_t* q, float* scales, const T* x, const int32_t* src_row, const int32_t* offsets,
                        int64_t n_rows, int64_t n_experts, int64_t cols, bool per_row, cudaStream_t stream);
 
 // moe_quantize_e4m3's output for tokens quantized before (rmsnorm_quantize_e4m3): row r of q gets
 // token src_row[r]'s codes (q_in (n_tokens, cols)) and its scales (the one of 128 columns g at
-// s_in[g * s_ld + token]) at moe_quantize_e4m3's places: a byte gather, the same bits.
+// s_in[g * s_ld + token]) at moe_quantize_e4m3's places: a byte gather, the same bits (a src of -1:
+// zero codes and scales 1, as there).
 void moe_gather_e4m3(uint8_t* q, float* scales, const uint8_t* q_in, const float* s_in, int64_t s_ld,
                      const int32_t* src_row, const int32_t* offsets, int64_t n_rows, int64_t n_experts, int64_t cols,
                      cudaStream_t stream);
@@ -61,6 +63,33 @@ int64_t moe_grouped_matmul_fp8_workspace_bytes(int64_t n_experts);
 void moe_grouped_matmul_fp8(__nv_bfloat16* out, const uint8_t* in, const float* in_scales, const uint8_t* w,
                             const float* w_scales, Fp8Scheme w_scheme, const int32_t* offsets, int64_t max_rows,
                             int64_t n_experts, int64_t n_in, int64_t n_out, void* workspace, cudaStream_t stream);
+
+// Rows padded per expert (the padded product's layout, moe_padded_gemm_fp8.cu): expert e's rows at
+// poff[e] .. poff[e] + M_e - 1, poff[e] = the sum of the earlier experts' M rounded up to 128, then
+// padding rows up to poff[e + 1]; tile t (rows 128 t .. 128 t + 127) belongs to tile_expert[t] (any
+// expert for the tiles past the last). The activation scales: one per (row, 128 columns) at
+// scales[g * m_pad + row] (moe_quantize_e4m3's layout for one group of m_pad rows). m_pad, the rows
+// of every routing of n_rows: moe_padded_rows.
+inline int64_t moe_padded_rows(int64_t n_rows, int64_t n_experts) {
+  return (n_rows + n_experts * 127 + 127) / 128 * 128;
+}
+
+// cpu::moe_pad_rows (kernels/moe_grouped_fp8.h) on the device, one launch: moe_permute's grouping
+// padded per expert (src_pad (m_pad) -1 for padding rows, dest_pad (n_pairs), tile_expert
+// (m_pad / 128), one_group = {0, m_pad}). m_pad a multiple of 128, at least moe_padded_rows.
+void moe_pad_rows(int32_t* src_pad, int32_t* dest_pad, int32_t* tile_expert, int32_t* one_group,
+                  const int32_t* offsets, const int32_t* src_token, const int32_t* dest_row, int64_t n_pairs,
+                  int64_t n_experts, int64_t m_pad, cudaStream_t stream);
+
+// moe_grouped_matmul_fp8 (block128) over the padded rows: out (m_pad, n_out) = deq(in) deq(W_e)^T,
+// e the row's tile's expert, in one GEMM with no per-expert descriptors (CUTLASS's grouped kernel
+// updates its TMA descriptors whenever a CTA's next tile is another expert's). A row's bits are
+// moe_grouped_matmul_fp8's for the same row (the same tile, k order and promotion); padding rows
+// of zero codes give zeros. Workspace as moe_grouped_matmul_fp8's.
+void moe_grouped_matmul_fp8_padded(__nv_bfloat16* out, const uint8_t* in, const float* in_scales, const uint8_t* w,
+                                   const float* w_scales, const int32_t* tile_expert, int64_t m_pad,
+                                   int64_t n_experts, int64_t n_in, int64_t n_out, void* workspace,
+                                   cudaStream_t stream);
 
 // The channel scheme's products without scales (moe_grouped_gemm_fp8_plain.cu): out (rows, n_out) =
 // the fp32 sum of in x W_e^T over the e4m3 codes, written as bf16, for expert e's rows; the row and
@@ -93,7 +122,9 @@ void moe_combine_fp8_scaled(float* x, const __nv_bfloat16* expert_out, const int
 // The routed experts of prompt rows on the FP8 tensor cores, moe_experts with e4m3 experts: x
 // (n_tokens, hidden) fp32 += experts(in). The permutation by expert; the gather into expert order
 // quantized to e4m3 (moe_quantize_e4m3); gate/up (moe_grouped_matmul_fp8, bf16 out); the SwiGLU
-// quantized (moe_swiglu_quantize_e4m3); down; moe_combine. Under Channel (unless
+// quantized (moe_swiglu_quantize_e4m3); down; moe_combine. Under Block128 the rows are padded per
+// expert first (moe_pad_rows) and the products are moe_grouped_matmul_fp8_padded's (unless
+// grouped::set_fp8_block_padded(false)), the same bits. Under Channel (unless
 // grouped::set_fp8_channel_plain(false)) the products are moe_grouped_matmul_fp8_raw's and the
 // scales go to moe_swiglu_quantize_e4m3_scaled and moe_combine_fp8_scaled. Activations per row under Channel, per
 // (row, 128 columns) under Block128 (the CPU oracle's fp8_activations). w13 (E, 2 inter, hidden)
@@ -143,8 +174,19 @@ size_t fp8_plain_workspace_bytes(int64_t n_experts, int sm_count);
 void run_fp8_plain(__nv_bfloat16* out, const uint8_t* in, const uint8_t* w, const int32_t* offsets,
                    int64_t n_experts, int64_t n_in, int64_t n_out, void* workspace, int sm_count, int device,
                    cudaStream_t stream);
+// The block128 product over rows padded per expert (moe_padded_gemm_fp8.cu): one GEMM of m_pad
+// rows, tile t's rows (128 t .. 128 t + 127) all of expert tile_expert[t]; in_scales (n_in / 128,
+// m_pad) row-major (one per (row, 128 columns), row fastest); w and w_scales as run_fp8's.
+size_t fp8_padded_workspace_bytes(int64_t m_pad, int64_t n_out, int64_t n_in, int sm_count);
+void run_fp8_padded(__nv_bfloat16* out, const uint8_t* in, const float* in_scales, const uint8_t* w,
+                    const float* w_scales, const int32_t* tile_expert, int64_t m_pad, int64_t n_experts,
+                    int64_t n_in, int64_t n_out, void* workspace, int sm_count, int device, cudaStream_t stream);
 // Whether moe_experts_fp8 runs the channel scheme on the plain kernel (default) or on the
 // blockwise one with repeated scales (false; the bench's comparison).
 void set_fp8_channel_plain(bool on);
 bool fp8_channel_plain();
+// Whether moe_experts_fp8 runs block128 on rows padded per expert (moe_grouped_matmul_fp8_padded,
+// default) or on the grouped kernel (false; the bench's comparison). The same bits either way.
+void set_fp8_block_padded(bool on);
+bool fp8_block_padded();
 }  // namespace lfm2::cuda::grouped
