@@ -380,8 +380,8 @@ void moe_grouped_matmul_fp8(__nv_bfloat16* out, const uint8_t* in, const float* 
 }
 
 void moe_grouped_matmul_fp8_padded(__nv_bfloat16* out, const uint8_t* in, const float* in_scales, const uint8_t* w,
-                                   const float* w_scales, const int32_t* tile_expert, int64_t m_pad,
-                                   int64_t n_experts, int64_t n_in, int64_t n_out, void* workspace,
+                                   const float* w_scales, const int32_t* tile_expert, const int32_t* used_rows,
+                                   int64_t m_pad, int64_t n_experts, int64_t n_in, int64_t n_out, void* workspace,
                                    cudaStream_t stream) {
   if (m_pad == 0 || n_out == 0) return;
   const int device =
@@ -393,8 +393,8 @@ void moe_grouped_matmul_fp8_padded(__nv_bfloat16* out, const uint8_t* in, const 
   LFM2_CHECK(grouped::fp8_padded_workspace_bytes(m_pad, n_out, n_in, sms) <=
                  grouped::fp8_padded_workspace_bytes(kPaddedWorkspaceRows, 128, 128, sms),
              "moe_grouped_matmul_fp8_padded: CUTLASS asks for a workspace that grows with the problem");
-  grouped::run_fp8_padded(out, in, in_scales, w, w_scales, tile_expert, m_pad, n_experts, n_in, n_out, workspace,
-                          sms, device, stream);
+  grouped::run_fp8_padded(out, in, in_scales, w, w_scales, tile_expert, used_rows, m_pad, n_experts, n_in, n_out,
+                          workspace, sms, device, stream);
 }
 
 template void moe_quantize_e4m3<__nv_bfloat16>(uint8_t*, float*, const __nv_bfloat16*, const int32_t*,

@@ -24,8 +24,9 @@ void moe_quantize_e4m3(uint8_t* q, float* scales, const float* x, const int32_t*
 // src_pad (m_pad) the padded rows' tokens (-1 for the padding and the rows past the last expert),
 // dest_pad (n_pairs) each pair's padded row (-1 stays -1), tile_expert (m_pad / 128) each 128-row
 // tile's expert (n_experts - 1 past the last expert's tiles), one_group = {0, m_pad} (the padded rows
-// as one group, for moe_quantize_e4m3's scale layout). m_pad: moe_padded_rows(n_pairs, n_experts).
-void moe_pad_rows(int32_t* src_pad, int32_t* dest_pad, int32_t* tile_expert, int32_t* one_group,
+// as one group, for moe_quantize_e4m3's scale layout), *used_rows = poff[n_experts] (the padded
+// product skips the tiles past it). m_pad: moe_padded_rows(n_pairs, n_experts).
+void moe_pad_rows(int32_t* src_pad, int32_t* dest_pad, int32_t* tile_expert, int32_t* one_group, int32_t* used_rows,
                   const int32_t* offsets, const int32_t* src_token, const int32_t* dest_row, int64_t n_pairs,
                   int64_t n_experts, int64_t m_pad);
 

@@ -48,7 +48,7 @@ void moe_quantize_e4m3(uint8_t* q, float* scales, const float* x, const int32_t*
   });
 }
 
-void moe_pad_rows(int32_t* src_pad, int32_t* dest_pad, int32_t* tile_expert, int32_t* one_group,
+void moe_pad_rows(int32_t* src_pad, int32_t* dest_pad, int32_t* tile_expert, int32_t* one_group, int32_t* used_rows,
                   const int32_t* offsets, const int32_t* src_token, const int32_t* dest_row, int64_t n_pairs,
                   int64_t n_experts, int64_t m_pad) {
   std::vector<int64_t> poff(static_cast<size_t>(n_experts + 1), 0);
@@ -72,6 +72,7 @@ void moe_pad_rows(int32_t* src_pad, int32_t* dest_pad, int32_t* tile_expert, int
   }
   one_group[0] = 0;
   one_group[1] = int32_t(m_pad);
+  *used_rows = int32_t(poff.back());
 }
 
 void moe_swiglu_quantize_e4m3(uint8_t* q, float* scales, const float* gate_up, const int32_t* offsets,

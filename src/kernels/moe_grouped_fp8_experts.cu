@@ -22,7 +22,7 @@ int64_t align_up(int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 // Byte offsets. The rows of the products' inputs and outputs: the pairs' (P), or the padded rows'
 // (m_pad >= P) of the padded product.
 struct Layout {
-  int64_t offsets, src_token, dest_row, permute, src_pad, dest_pad, tiles, one_group, grouped_ws, q_in, s_in,
+  int64_t offsets, src_token, dest_row, permute, src_pad, dest_pad, tiles, one_group, used_rows, grouped_ws, q_in, s_in,
       gate_up, q_act, s_act, total;
 };
 
@@ -37,7 +37,8 @@ Layout layout(int64_t n_tokens, int64_t hidden, int64_t n_experts, int64_t inter
   l.dest_pad = l.src_pad + align_up(R * 4);
   l.tiles = l.dest_pad + align_up(P * 4);
   l.one_group = l.tiles + align_up(R / 128 * 4);
-  l.grouped_ws = l.one_group + align_up(2 * 4);
+  l.used_rows = l.one_group + align_up(2 * 4);
+  l.grouped_ws = l.used_rows + align_up(4);
   l.q_in = l.grouped_ws + align_up(moe_grouped_matmul_fp8_workspace_bytes(n_experts));
   l.s_in = l.q_in + align_up(R * hidden);
   l.gate_up = l.s_in + align_up(moe_e4m3_scale_count(R, hidden) * 4);
@@ -143,15 +144,16 @@ template <typename T>
 void block_padded_path(const Call<T>& c) {
   const int64_t P = c.pairs(), E = c.n_experts, R = moe_padded_rows(P, E);
   int32_t *src_pad = c.ints(c.l.src_pad), *dest_pad = c.ints(c.l.dest_pad), *tiles = c.ints(c.l.tiles),
-          *one = c.ints(c.l.one_group);
-  moe_pad_rows(src_pad, dest_pad, tiles, one, c.ints(c.l.offsets), c.ints(c.l.src_token), c.ints(c.l.dest_row), P, E,
-               R, c.stream);
+          *one = c.ints(c.l.one_group), *used = c.ints(c.l.used_rows);
+  moe_pad_rows(src_pad, dest_pad, tiles, one, used, c.ints(c.l.offsets), c.ints(c.l.src_token), c.ints(c.l.dest_row),
+               P, E, R, c.stream);
   c.quantize_input(src_pad, one, R, 1, false);
-  moe_grouped_matmul_fp8_padded(c.gate_up(), c.bytes(c.l.q_in), c.floats(c.l.s_in), c.w13, c.s13, tiles, R, E,
+  moe_grouped_matmul_fp8_padded(c.gate_up(), c.bytes(c.l.q_in), c.floats(c.l.s_in), c.w13, c.s13, tiles, used, R, E,
                                 c.hidden, 2 * c.inter, c.ws(), c.stream);
+  // the rows past *used hold no expert output (their tiles skipped): quantized, never combined
   moe_swiglu_quantize_e4m3(c.bytes(c.l.q_act), c.floats(c.l.s_act), c.gate_up(), one, R, 1, c.inter, false, c.stream);
-  moe_grouped_matmul_fp8_padded(c.expert_out(), c.bytes(c.l.q_act), c.floats(c.l.s_act), c.w2, c.s2, tiles, R, E,
-                                c.inter, c.hidden, c.ws(), c.stream);
+  moe_grouped_matmul_fp8_padded(c.expert_out(), c.bytes(c.l.q_act), c.floats(c.l.s_act), c.w2, c.s2, tiles, used, R,
+                                E, c.inter, c.hidden, c.ws(), c.stream);
   c.combine(dest_pad);
 }
 

@@ -1,7 +1,7 @@
 // moe_permute's grouping padded per expert (grouped_gemm_fp8.h: moe_pad_rows), for the padded FP8
 // product: one launch, each block computing the padded offsets of the (few) experts in shared
 // memory again, then a thread per padded row (its token), per pair (its padded row) and per tile
-// (its expert). Bits of cpu::moe_pad_rows.
+// (its expert); thread 0 writes the one group and the rows in use. Bits of cpu::moe_pad_rows.
 #include <algorithm>
 
 #include "common/cuda_check.h"
@@ -29,8 +29,8 @@ __device__ __forceinline__ int last_at_or_below(const int32_t* first, int n, int
 
 __global__ void __launch_bounds__(kThreads)
     pad_rows_kernel(int32_t* src_pad, int32_t* dest_pad, int32_t* tile_expert, int32_t* one_group,
-                    const int32_t* offsets, const int32_t* src_token, const int32_t* dest_row, int64_t n_pairs,
-                    int n_experts, int64_t m_pad) {
+                    int32_t* used_rows, const int32_t* offsets, const int32_t* src_token, const int32_t* dest_row,
+                    int64_t n_pairs, int n_experts, int64_t m_pad) {
   __shared__ int32_t off[kMaxExperts + 1], poff[kMaxExperts + 1];
   for (int e = threadIdx.x; e <= n_experts; e += kThreads) off[e] = offsets[e];
   __syncthreads();
@@ -43,6 +43,7 @@ __global__ void __launch_bounds__(kThreads)
   if (i == 0) {
     one_group[0] = 0;
     one_group[1] = int32_t(m_pad);
+    *used_rows = poff[n_experts];
   }
   if (i < m_pad) {
     int32_t src = -1;
@@ -70,7 +71,7 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
-void moe_pad_rows(int32_t* src_pad, int32_t* dest_pad, int32_t* tile_expert, int32_t* one_group,
+void moe_pad_rows(int32_t* src_pad, int32_t* dest_pad, int32_t* tile_expert, int32_t* one_group, int32_t* used_rows,
                   const int32_t* offsets, const int32_t* src_token, const int32_t* dest_row, int64_t n_pairs,
                   int64_t n_experts, int64_t m_pad, cudaStream_t stream) {
   LFM2_CHECK(n_experts >= 1 && n_experts <= kMaxExperts, "moe_pad_rows: ", n_experts, " experts (at most ",
@@ -81,7 +82,7 @@ void moe_pad_rows(int32_t* src_pad, int32_t* dest_pad, int32_t* tile_expert, int
   const int64_t n = std::max(m_pad, n_pairs);
   if (n == 0) return;
   pad_rows_kernel<<<unsigned((n + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
-      src_pad, dest_pad, tile_expert, one_group, offsets, src_token, dest_row, n_pairs, int(n_experts), m_pad);
+      src_pad, dest_pad, tile_expert, one_group, used_rows, offsets, src_token, dest_row, n_pairs, int(n_experts), m_pad);
   CUDA_CHECK_LAUNCH("moe_pad_rows pad_rows_kernel");
 }
 

@@ -7,8 +7,11 @@
 // 132 tiles); this one uses the same descriptors for every tile. The mainloop is CUTLASS's,
 // wrapped (PaddedMainloop) so that the batch coordinate of a tile is its expert for B and its
 // scales while A and A's scales ignore it: one matrix of all rows. Same tile (128 x 128 x 128),
-// promotion per 128-deep block and epilogue as the grouped kernel, so the same sums.
+// promotion per 128-deep block and epilogue as the grouped kernel, so the same sums. The tiles past
+// the rows the routing uses are skipped (PaddedTileScheduler).
 #include <cuda_runtime.h>
+
+#include <cstdint>
 
 #include "common/cuda_check.h"
 #include "common/error.h"
@@ -21,6 +24,7 @@
 #include "cutlass/gemm/device/gemm_universal_adapter.h"
 #include "cutlass/gemm/dispatch_policy.hpp"
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
+#include "cutlass/gemm/kernel/tile_scheduler.hpp"
 #include "kernels/cuda/grouped_gemm_fp8.h"
 
 namespace lfm2::cuda::grouped {
@@ -95,6 +99,80 @@ struct PaddedMainloop : Base {
   }
 };
 
+// CUTLASS's static persistent scheduler without the tiles past the rows in use: moe_padded_rows
+// reserves room for the worst routing (up to 127 padding rows an expert), the routing at hand uses
+// *used_rows of them (a multiple of 128, written by moe_pad_rows on the device), and the tiles from
+// M index *used_rows / 128 on are skipped (~7 % of a product's tiles at 8,192 tokens x top-4 over 32
+// experts). Every warp role runs its own copy of the scheduler, and the skip depends on the M index
+// alone, so they agree on every tile, as do a cluster's CTAs (1 x 2: the same M index). The count is
+// read when the scheduler is made: the GEMM is not launched with programmatic dependent launch, so
+// moe_pad_rows has finished by then.
+class PaddedTileScheduler : public cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90 {
+  using Base = cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90;
+
+ public:
+  struct Arguments : Base::Arguments {
+    const int32_t* used_rows = nullptr;  // device; null: every row
+  };
+  struct Params : Base::Params {
+    const int32_t* used_rows = nullptr;
+  };
+
+  template <class ProblemShapeMNKL, class TileShape, class ClusterShape>
+  static Params to_underlying_arguments(ProblemShapeMNKL shape, TileShape tile, ClusterShape cluster,
+                                        cutlass::KernelHardwareInfo const& hw_info, Arguments const& args,
+                                        void* workspace = nullptr, uint32_t epilogue_subtile = 1,
+                                        uint32_t ktile_start_alignment_count = 1u) {
+    Params p;
+    static_cast<Base::Params&>(p) = Base::to_underlying_arguments(shape, tile, cluster, hw_info, args, workspace,
+                                                                  epilogue_subtile, ktile_start_alignment_count);
+    p.used_rows = args.used_rows;
+    return p;
+  }
+
+  CUTLASS_HOST_DEVICE PaddedTileScheduler() {}
+  CUTLASS_DEVICE explicit PaddedTileScheduler(Params const& p)
+      : Base(p), used_tiles_(p.used_rows ? *p.used_rows / 128 : INT32_MAX) {}
+
+  template <class ClusterShape>
+  CUTLASS_DEVICE WorkTileInfo initial_work_tile_info(ClusterShape cluster) {
+    return skip_unused(Base::initial_work_tile_info(cluster));
+  }
+  CUTLASS_DEVICE auto fetch_next_work(WorkTileInfo w) {
+    auto next = Base::fetch_next_work(w);
+    return cute::make_tuple(skip_unused(cute::get<0>(next)), cute::get<1>(next));
+  }
+  template <class Pipeline, class State>
+  CUTLASS_DEVICE auto fetch_next_work(WorkTileInfo w, Pipeline&, State) {
+    return fetch_next_work(w);
+  }
+
+ private:
+  CUTLASS_DEVICE WorkTileInfo skip_unused(WorkTileInfo w) {
+    while (w.is_valid() && w.M_idx >= used_tiles_) {
+      Base::advance_to_next_work();
+      w = Base::get_current_work();
+    }
+    return w;
+  }
+  int32_t used_tiles_ = INT32_MAX;
+};
+
+struct PaddedScheduler {};  // GemmUniversal's tag for PaddedTileScheduler (the specialization below)
+
+}  // namespace
+}  // namespace lfm2::cuda::grouped
+
+namespace cutlass::gemm::kernel::detail {
+template <class ArchTag, class TileShape, class ClusterShape, uint32_t Stages>
+struct TileSchedulerSelector<lfm2::cuda::grouped::PaddedScheduler, ArchTag, TileShape, ClusterShape, Stages> {
+  using Scheduler = lfm2::cuda::grouped::PaddedTileScheduler;
+};
+}  // namespace cutlass::gemm::kernel::detail
+
+namespace lfm2::cuda::grouped {
+namespace {
+
 struct PaddedKernel {
   using ElementA = cutlass::float_e4m3_t;
   using ElementB = cutlass::float_e4m3_t;
@@ -119,7 +197,8 @@ struct PaddedKernel {
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
       cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8BlockScaledAccum>::CollectiveOp;
   using Mainloop = PaddedMainloop<BaseMainloop>;
-  using GemmKernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue>;
+  using GemmKernel =
+      cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue, PaddedScheduler>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
   using StrideA = typename GemmKernel::StrideA;
   using StrideB = typename GemmKernel::StrideB;
@@ -137,8 +216,8 @@ Stride rows_stride(int64_t cols, int64_t batch) {
 
 typename PaddedKernel::Gemm::Arguments padded_args(__nv_bfloat16* out, const uint8_t* in, const float* in_scales,
                                                    const uint8_t* w, const float* w_scales,
-                                                   const int32_t* tile_expert, int m_pad, int n_experts, int n_in,
-                                                   int n_out, int device, int sm_count) {
+                                                   const int32_t* tile_expert, const int32_t* used_rows, int m_pad,
+                                                   int n_experts, int n_in, int n_out, int device, int sm_count) {
   using K = PaddedKernel;
   typename K::Gemm::Arguments args{};
   args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
@@ -159,6 +238,7 @@ typename PaddedKernel::Gemm::Arguments padded_args(__nv_bfloat16* out, const uin
   args.epilogue.ptr_C = nullptr;
   args.epilogue.ptr_D = reinterpret_cast<K::ElementD*>(out);
   args.epilogue.dD = rows_stride<K::StrideD>(n_out, int64_t(m_pad) * n_out);
+  args.scheduler.used_rows = used_rows;
   args.hw_info.device_id = device;
   args.hw_info.sm_count = sm_count;
   return args;
@@ -167,16 +247,17 @@ typename PaddedKernel::Gemm::Arguments padded_args(__nv_bfloat16* out, const uin
 }  // namespace
 
 size_t fp8_padded_workspace_bytes(int64_t m_pad, int64_t n_out, int64_t n_in, int sm_count) {
-  auto args = padded_args(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, int(m_pad), 1, int(n_in),
+  auto args = padded_args(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, int(m_pad), 1, int(n_in),
                           int(n_out), 0, sm_count);
   return PaddedKernel::Gemm::get_workspace_size(args);
 }
 
 void run_fp8_padded(__nv_bfloat16* out, const uint8_t* in, const float* in_scales, const uint8_t* w,
-                    const float* w_scales, const int32_t* tile_expert, int64_t m_pad, int64_t n_experts,
-                    int64_t n_in, int64_t n_out, void* workspace, int sm_count, int device, cudaStream_t stream) {
-  const auto args = padded_args(out, in, in_scales, w, w_scales, tile_expert, int(m_pad), int(n_experts), int(n_in),
-                                int(n_out), device, sm_count);
+                    const float* w_scales, const int32_t* tile_expert, const int32_t* used_rows, int64_t m_pad,
+                    int64_t n_experts, int64_t n_in, int64_t n_out, void* workspace, int sm_count, int device,
+                    cudaStream_t stream) {
+  const auto args = padded_args(out, in, in_scales, w, w_scales, tile_expert, used_rows, int(m_pad), int(n_experts),
+                                int(n_in), int(n_out), device, sm_count);
   typename PaddedKernel::Gemm gemm;
   cutlass::Status st = gemm.can_implement(args);
   LFM2_CHECK(st == cutlass::Status::kSuccess, "FP8 padded expert GEMM: CUTLASS cannot implement ", m_pad, " rows x (",

@@ -233,7 +233,8 @@ struct Fp8Weights {
 };
 
 // The routed rows of `off` padded per expert, on the padded product (one GEMM): both products,
-// TFLOP/s of the routed rows alone (the padding's work is the cost).
+// every tile and with the tiles past the rows in use skipped, TFLOP/s of the routed rows alone (the
+// padding's work is the cost).
 void bench_fp8_padded(cudaStream_t s, int64_t n_tokens, const int32_t* off, const Fp8Weights& w) {
   const int64_t H = 2048, E = 32, Im = 1792, k = 4, P = n_tokens * k, m_pad = cuda::moe_padded_rows(P, E);
   std::vector<int32_t> h(size_t(E + 1));
@@ -246,21 +247,26 @@ void bench_fp8_padded(cudaStream_t s, int64_t n_tokens, const int32_t* off, cons
     at += n;
   }
   int32_t* d_tiles = upload(tiles);
+  int32_t* d_used = upload(std::vector<int32_t>{int32_t(at * 128)});  // the tiles past them skipped
   uint8_t *q1 = random_codes(m_pad * H, 13), *q2 = random_codes(m_pad * Im, 14);
   float *sa1 = random_scales(m_pad * H / 128, 15), *sa2 = random_scales(m_pad * Im / 128, 16);
   auto* gu = dev_alloc<__nv_bfloat16>(m_pad * 2 * Im);
   auto* ws = dev_alloc<char>(cuda::moe_grouped_matmul_fp8_workspace_bytes(E));
-  const double t1 = median_ms(s, [&] {
-    cuda::moe_grouped_matmul_fp8_padded(gu, q1, sa1, w.w13, w.s13, d_tiles, m_pad, E, H, 2 * Im, ws, s);
-  });
-  const double t2 = median_ms(s, [&] {
-    cuda::moe_grouped_matmul_fp8_padded(gu, q2, sa2, w.w2, w.s2, d_tiles, m_pad, E, Im, H, ws, s);
-  });
   const double f1 = 2.0 * P * 2 * Im * H, f2 = 2.0 * P * H * Im;
-  const std::string what = "routed, padded (" + std::to_string(at) + " of " + std::to_string(m_pad / 128) + " tiles)";
-  std::printf("fp8g  %5lld tok %-22s gate_up %s | down %s | both %s\n", (long long)n_tokens, what.c_str(),
-              tf(f1, t1).c_str(), tf(f2, t2).c_str(), tf(f1 + f2, t1 + t2).c_str());
-  for (void* p : std::initializer_list<void*>{d_tiles, q1, q2, sa1, sa2, gu, ws}) cudaFree(p);
+  for (const bool skip : {false, true}) {  // every tile, then the tiles past the rows in use skipped
+    const int32_t* used = skip ? d_used : nullptr;
+    const double t1 = median_ms(s, [&] {
+      cuda::moe_grouped_matmul_fp8_padded(gu, q1, sa1, w.w13, w.s13, d_tiles, used, m_pad, E, H, 2 * Im, ws, s);
+    });
+    const double t2 = median_ms(s, [&] {
+      cuda::moe_grouped_matmul_fp8_padded(gu, q2, sa2, w.w2, w.s2, d_tiles, used, m_pad, E, Im, H, ws, s);
+    });
+    const std::string what = skip ? "routed, padded (" + std::to_string(at) + " of " + std::to_string(m_pad / 128) + ")"
+                                  : "routed, padded, all";
+    std::printf("fp8g  %5lld tok %-22s gate_up %s | down %s | both %s\n", (long long)n_tokens, what.c_str(),
+                tf(f1, t1).c_str(), tf(f2, t2).c_str(), tf(f1 + f2, t1 + t2).c_str());
+  }
+  for (void* p : std::initializer_list<void*>{d_tiles, d_used, q1, q2, sa1, sa2, gu, ws}) cudaFree(p);
 }
 
 void bench_fp8_groups(cudaStream_t s, int64_t n_tokens, bool schedules) {

@@ -19,8 +19,9 @@
 //   expert outputs to bf16 before quantizing or combining), and row 0 alone bit-equal to its batch;
 //   the channel scheme on the plain kernel (the default) and on the blockwise one;
 // - the blockwise kernel's block128 configurations and tile schedules: the default's bits;
-// - moe_pad_rows: cpu::moe_pad_rows' rows, tiles and pairs;
-// - the padded product (rows padded per expert, one GEMM): the grouped kernel's bits, and
+// - moe_pad_rows: cpu::moe_pad_rows' rows, tiles, pairs and rows in use;
+// - the padded product (rows padded per expert, one GEMM): the grouped kernel's bits, the tiles past
+//   the rows in use not written, and
 //   moe_experts_fp8 on it (block128's default) the grouped path's bits.
 // Ragged groups with an empty expert, the model's widths. Skips without a GPU.
 #include <algorithm>
@@ -405,9 +406,9 @@ TEST_F(CudaTest, Fp8Block128ConfigurationsGiveTheSameBits) {
 }
 
 // The grouped rows of `offsets` laid out padded per expert (moe_padded_rows' layout): codes (zero
-// rows for the padding), scales (1 for padding rows) and the tiles' experts.
+// rows for the padding), scales (1 for padding rows), the tiles' experts and the rows in use.
 struct PaddedRows {
-  int64_t m_pad = 0;
+  int64_t m_pad = 0, used = 0;
   std::vector<int32_t> row;  // grouped row r -> padded row
   std::vector<uint8_t> q;
   std::vector<float> s;
@@ -435,11 +436,13 @@ PaddedRows pad_rows(const std::vector<int32_t>& offsets, const std::vector<uint8
     std::fill_n(p.tile_expert.begin() + at / 128, tiles, int32_t(e));
     at += tiles * 128;
   }
+  p.used = at;
   return p;
 }
 
 // moe_pad_rows against cpu::moe_pad_rows on moe_permute's grouping of random routings: empty experts,
-// dropped pairs (expert -1), more padded rows than needed; and pad_rows (the tests' layout) agrees.
+// dropped pairs (expert -1), more padded rows than needed; the rows in use are the experts' row counts
+// rounded up to 128.
 TEST_F(CudaTest, Fp8PadRowsMatchesCpu) {
   for (const auto& [n, E, k] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{1, 4, 2}, {300, 8, 4}, {2000, 32, 4}}) {
     SCOPED_TRACE(cat(n, " tokens, ", E, " experts, top-", k));
@@ -449,17 +452,23 @@ TEST_F(CudaTest, Fp8PadRowsMatchesCpu) {
     if (P > 10) experts[3] = experts[10] = -1;                                                // dropped
     DevBuf<int32_t> d_e(experts.size()), d_off(static_cast<size_t>(E + 1)), d_src(static_cast<size_t>(P)), d_dest(static_cast<size_t>(P));
     DevBuf<int32_t> d_scr(size_t(cuda::moe_permute_scratch_ints(n, E, k)));
-    DevBuf<int32_t> d_spad(static_cast<size_t>(m_pad)), d_dpad(static_cast<size_t>(P)), d_tiles(static_cast<size_t>(m_pad / 128)), d_one(2);
+    DevBuf<int32_t> d_spad(static_cast<size_t>(m_pad)), d_dpad(static_cast<size_t>(P)), d_tiles(static_cast<size_t>(m_pad / 128)), d_one(2), d_used(1);
     upload(d_e, experts);
     cuda::moe_permute(d_off.get(), d_src.get(), d_dest.get(), d_e.get(), n, E, k, d_scr.get(), this->stream_);
-    cuda::moe_pad_rows(d_spad.get(), d_dpad.get(), d_tiles.get(), d_one.get(), d_off.get(), d_src.get(), d_dest.get(),
-                       P, E, m_pad, this->stream_);
+    cuda::moe_pad_rows(d_spad.get(), d_dpad.get(), d_tiles.get(), d_one.get(), d_used.get(), d_off.get(), d_src.get(),
+                       d_dest.get(), P, E, m_pad, this->stream_);
     this->sync();
     const auto off = int_download(d_off.get(), size_t(E + 1)), src = int_download(d_src.get(), size_t(P)),
                dest = int_download(d_dest.get(), size_t(P));
     std::vector<int32_t> spad(static_cast<size_t>(m_pad)), dpad(static_cast<size_t>(P)), tiles(static_cast<size_t>(m_pad / 128)), one(2);
-    cpu::moe_pad_rows(spad.data(), dpad.data(), tiles.data(), one.data(), off.data(), src.data(), dest.data(), P, E,
-                      m_pad);
+    int32_t used = -1;
+    cpu::moe_pad_rows(spad.data(), dpad.data(), tiles.data(), one.data(), &used, off.data(), src.data(), dest.data(),
+                      P, E, m_pad);
+    int64_t want_used = 0;
+    for (int64_t e = 0; e < E; ++e) want_used += (off[size_t(e + 1)] - off[size_t(e)] + 127) / 128 * 128;
+    EXPECT_EQ(used, want_used);
+    EXPECT_LE(used, m_pad);
+    EXPECT_EQ(int_download(d_used.get(), 1), std::vector<int32_t>{used});
     EXPECT_EQ(int_download(d_spad.get(), spad.size()), spad);
     EXPECT_EQ(int_download(d_dpad.get(), dpad.size()), dpad);
     EXPECT_EQ(int_download(d_tiles.get(), tiles.size()), tiles);
@@ -475,13 +484,15 @@ TEST_F(CudaTest, Fp8PadRowsMatchesCpu) {
     }
   }
   DevBuf<int32_t> d(size_t(1024));
-  EXPECT_THROW(cuda::moe_pad_rows(d.get(), d.get(), d.get(), d.get(), d.get(), d.get(), d.get(), 100, 4, 128,
-                                  this->stream_),
+  EXPECT_THROW(cuda::moe_pad_rows(d.get(), d.get(), d.get(), d.get(), d.get(), d.get(), d.get(), d.get(), 100, 4,
+                                  128, this->stream_),
                Error);  // fewer padded rows than moe_padded_rows
 }
 
 // The padded product (one GEMM, the tile's expert per 128 rows) gives the grouped kernel's bits for
 // every row, zeros for the padding rows: empty experts, one-row experts, a tile boundary on the dot.
+// With the rows in use given, the tiles past them are skipped (their rows keep what was there);
+// without, every row is computed (the tail's zero codes give zeros).
 TEST_F(CudaTest, Fp8PaddedProductGivesTheGroupedBits) {
   struct Case {
     std::vector<int32_t> offsets;
@@ -492,52 +503,63 @@ TEST_F(CudaTest, Fp8PaddedProductGivesTheGroupedBits) {
                                    {{0, 300, 301, 302, 700}, 2048, 3584}};
   for (const Case& c : cases) {
     const int64_t E = int64_t(c.offsets.size()) - 1, rows = c.offsets.back();
-    SCOPED_TRACE(cat(E, " experts, ", rows, " rows, ", c.n_in, " -> ", c.n_out));
     const auto x = rand_vec(size_t(rows * c.n_in), 21, 2.f);
     std::vector<uint8_t> q(x.size());
     std::vector<float> sa(size_t(rows * c.n_in / 128));
     cpu::moe_quantize_e4m3(q.data(), sa.data(), x.data(), nullptr, c.offsets.data(), rows, E, c.n_in, false);
     const Experts w = make_experts(E, c.n_out, c.n_in, Fp8Scheme::Block128, 22);
     const PaddedRows p = pad_rows(c.offsets, q, sa, c.n_in);
-    DevBuf<int32_t> d_off(c.offsets.size()), d_tiles(p.tile_expert.size());
+    ASSERT_LT(p.used, p.m_pad) << "a case without tiles to skip";
+    DevBuf<int32_t> d_off(c.offsets.size()), d_tiles(p.tile_expert.size()), d_used(1);
     DevBuf<uint8_t> d_q(q.size()), d_pq(p.q.size()), d_w(w.q.size());
     DevBuf<float> d_sa(sa.size()), d_ps(p.s.size()), d_sw(w.s.size());
     DevBuf<__nv_bfloat16> d_out(size_t(rows * c.n_out)), d_pout(size_t(p.m_pad * c.n_out));
     DevBuf<char> ws(size_t(cuda::moe_grouped_matmul_fp8_workspace_bytes(E)));
     upload(d_off, c.offsets);
     upload(d_tiles, p.tile_expert);
+    upload(d_used, std::vector<int32_t>{int32_t(p.used)});
     upload(d_q, q);
     upload(d_pq, p.q);
     upload(d_sa, sa);
     upload(d_ps, p.s);
     upload(d_w, w.q);
     upload(d_sw, w.s);
-    CUDA_CHECK(cudaMemset(d_pout.get(), 0xff, size_t(p.m_pad * c.n_out) * 2));
     cuda::moe_grouped_matmul_fp8(d_out.get(), d_q.get(), d_sa.get(), d_w.get(), d_sw.get(), Fp8Scheme::Block128,
                                  d_off.get(), rows, E, c.n_in, c.n_out, ws.get(), this->stream_);
-    cuda::moe_grouped_matmul_fp8_padded(d_pout.get(), d_pq.get(), d_ps.get(), d_w.get(), d_sw.get(), d_tiles.get(),
-                                        p.m_pad, E, c.n_in, c.n_out, ws.get(), this->stream_);
-    this->sync();
     const size_t row_bytes = size_t(c.n_out) * 2;
     const auto want = byte_download(reinterpret_cast<const uint8_t*>(d_out.get()), size_t(rows) * row_bytes);
-    const auto got = byte_download(reinterpret_cast<const uint8_t*>(d_pout.get()), size_t(p.m_pad) * row_bytes);
-    std::vector<bool> real(size_t(p.m_pad), false);
-    int64_t differ = 0, nonzero_pad = 0;
-    for (int64_t r = 0; r < rows; ++r) {
-      real[size_t(p.row[size_t(r)])] = true;
-      differ += !std::equal(want.begin() + r * row_bytes, want.begin() + (r + 1) * row_bytes,
-                            got.begin() + p.row[size_t(r)] * row_bytes);
+    for (const bool skip : {true, false}) {
+      SCOPED_TRACE(cat(E, " experts, ", rows, " rows, ", c.n_in, " -> ", c.n_out,
+                       skip ? ", the tiles past the rows in use skipped" : ", every tile"));
+      CUDA_CHECK(cudaMemset(d_pout.get(), 0xff, size_t(p.m_pad * c.n_out) * 2));
+      cuda::moe_grouped_matmul_fp8_padded(d_pout.get(), d_pq.get(), d_ps.get(), d_w.get(), d_sw.get(), d_tiles.get(),
+                                          skip ? d_used.get() : nullptr, p.m_pad, E, c.n_in, c.n_out, ws.get(),
+                                          this->stream_);
+      this->sync();
+      const auto got = byte_download(reinterpret_cast<const uint8_t*>(d_pout.get()), size_t(p.m_pad) * row_bytes);
+      std::vector<bool> real(size_t(p.m_pad), false);
+      int64_t differ = 0, nonzero_pad = 0, tail_written = 0;
+      for (int64_t r = 0; r < rows; ++r) {
+        real[size_t(p.row[size_t(r)])] = true;
+        differ += !std::equal(want.begin() + r * row_bytes, want.begin() + (r + 1) * row_bytes,
+                              got.begin() + p.row[size_t(r)] * row_bytes);
+      }
+      for (int64_t r = 0; r < p.m_pad; ++r) {
+        if (real[size_t(r)]) continue;
+        const auto b = got.begin() + r * row_bytes, e = b + int64_t(row_bytes);
+        if (skip && r >= p.used)
+          tail_written += std::any_of(b, e, [](uint8_t v) { return v != 0xff; });
+        else
+          nonzero_pad += std::any_of(b, e, [](uint8_t v) { return v != 0; });
+      }
+      EXPECT_EQ(differ, 0) << "rows whose bits differ from the grouped kernel's";
+      EXPECT_EQ(nonzero_pad, 0) << "padding rows not zero";
+      EXPECT_EQ(tail_written, 0) << "rows past the rows in use written";
     }
-    for (int64_t r = 0; r < p.m_pad; ++r)
-      if (!real[size_t(r)])
-        nonzero_pad += std::any_of(got.begin() + r * row_bytes, got.begin() + (r + 1) * row_bytes,
-                                   [](uint8_t b) { return b != 0; });
-    EXPECT_EQ(differ, 0) << "rows whose bits differ from the grouped kernel's";
-    EXPECT_EQ(nonzero_pad, 0) << "padding rows not zero";
   }
   DevBuf<char> ws(size_t(cuda::moe_grouped_matmul_fp8_workspace_bytes(2)));
-  EXPECT_THROW(cuda::moe_grouped_matmul_fp8_padded(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 100, 2, 128,
-                                                   128, ws.get(), this->stream_),
+  EXPECT_THROW(cuda::moe_grouped_matmul_fp8_padded(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 100,
+                                                   2, 128, 128, ws.get(), this->stream_),
                Error);  // rows not a multiple of 128
 }
 

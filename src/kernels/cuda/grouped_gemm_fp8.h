@@ -76,8 +76,9 @@ inline int64_t moe_padded_rows(int64_t n_rows, int64_t n_experts) {
 
 // cpu::moe_pad_rows (kernels/moe_grouped_fp8.h) on the device, one launch: moe_permute's grouping
 // padded per expert (src_pad (m_pad) -1 for padding rows, dest_pad (n_pairs), tile_expert
-// (m_pad / 128), one_group = {0, m_pad}). m_pad a multiple of 128, at least moe_padded_rows.
-void moe_pad_rows(int32_t* src_pad, int32_t* dest_pad, int32_t* tile_expert, int32_t* one_group,
+// (m_pad / 128), one_group = {0, m_pad}, *used_rows = the rows up to the last expert's last tile).
+// m_pad a multiple of 128, at least moe_padded_rows.
+void moe_pad_rows(int32_t* src_pad, int32_t* dest_pad, int32_t* tile_expert, int32_t* one_group, int32_t* used_rows,
                   const int32_t* offsets, const int32_t* src_token, const int32_t* dest_row, int64_t n_pairs,
                   int64_t n_experts, int64_t m_pad, cudaStream_t stream);
 
@@ -85,10 +86,12 @@ void moe_pad_rows(int32_t* src_pad, int32_t* dest_pad, int32_t* tile_expert, int
 // e the row's tile's expert, in one GEMM with no per-expert descriptors (CUTLASS's grouped kernel
 // updates its TMA descriptors whenever a CTA's next tile is another expert's). A row's bits are
 // moe_grouped_matmul_fp8's for the same row (the same tile, k order and promotion); padding rows
-// of zero codes give zeros. Workspace as moe_grouped_matmul_fp8's.
+// of zero codes give zeros. used_rows (device, a multiple of 128; null: m_pad): the rows from
+// *used_rows on are neither read nor written (their tiles skipped). Workspace as
+// moe_grouped_matmul_fp8's.
 void moe_grouped_matmul_fp8_padded(__nv_bfloat16* out, const uint8_t* in, const float* in_scales, const uint8_t* w,
-                                   const float* w_scales, const int32_t* tile_expert, int64_t m_pad,
-                                   int64_t n_experts, int64_t n_in, int64_t n_out, void* workspace,
+                                   const float* w_scales, const int32_t* tile_expert, const int32_t* used_rows,
+                                   int64_t m_pad, int64_t n_experts, int64_t n_in, int64_t n_out, void* workspace,
                                    cudaStream_t stream);
 
 // The channel scheme's products without scales (moe_grouped_gemm_fp8_plain.cu): out (rows, n_out) =
@@ -176,11 +179,13 @@ void run_fp8_plain(__nv_bfloat16* out, const uint8_t* in, const uint8_t* w, cons
                    cudaStream_t stream);
 // The block128 product over rows padded per expert (moe_padded_gemm_fp8.cu): one GEMM of m_pad
 // rows, tile t's rows (128 t .. 128 t + 127) all of expert tile_expert[t]; in_scales (n_in / 128,
-// m_pad) row-major (one per (row, 128 columns), row fastest); w and w_scales as run_fp8's.
+// m_pad) row-major (one per (row, 128 columns), row fastest); w and w_scales as run_fp8's; the
+// tiles from *used_rows / 128 on skipped (used_rows null: none).
 size_t fp8_padded_workspace_bytes(int64_t m_pad, int64_t n_out, int64_t n_in, int sm_count);
 void run_fp8_padded(__nv_bfloat16* out, const uint8_t* in, const float* in_scales, const uint8_t* w,
-                    const float* w_scales, const int32_t* tile_expert, int64_t m_pad, int64_t n_experts,
-                    int64_t n_in, int64_t n_out, void* workspace, int sm_count, int device, cudaStream_t stream);
+                    const float* w_scales, const int32_t* tile_expert, const int32_t* used_rows, int64_t m_pad,
+                    int64_t n_experts, int64_t n_in, int64_t n_out, void* workspace, int sm_count, int device,
+                    cudaStream_t stream);
 // Whether moe_experts_fp8 runs the channel scheme on the plain kernel (default) or on the
 // blockwise one with repeated scales (false; the bench's comparison).
 void set_fp8_channel_plain(bool on);
