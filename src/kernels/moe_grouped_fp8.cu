@@ -52,9 +52,10 @@ __device__ __forceinline__ float silu_fast(float g) { return __fdividef(g, 1.0f 
 // ... or the SwiGLU of a [gate | up] row of bf16, silu(g) * u in fp32.
 struct SwigluSource {
   static constexpr bool kByFactor = true;
-  __device__ __forceinline__ bool empty(int64_t) const { return false; }
   const __nv_bfloat16* gate_up;
-  int64_t cols;  // inter
+  int64_t cols;           // inter
+  const int32_t* pad_src;  // or null: a row with pad_src[r] < 0 is padding
+  __device__ __forceinline__ bool empty(int64_t r) const { return pad_src && pad_src[r] < 0; }
   using Row = const __nv_bfloat16*;
   __device__ __forceinline__ Row row(int64_t r, int, int64_t) const { return gate_up + r * 2 * cols; }
   __device__ __forceinline__ void load(float (&v)[kVec], const __nv_bfloat16* base, int64_t c) const {
@@ -309,12 +310,13 @@ void moe_gather_e4m3(uint8_t* q, float* scales, const uint8_t* q_in, const float
   CUDA_CHECK_LAUNCH("gather_e4m3_kernel");
 }
 
-void moe_swiglu_quantize_e4m3(uint8_t* q, float* scales, const __nv_bfloat16* gate_up, const int32_t* offsets,
-                              int64_t n_rows, int64_t n_experts, int64_t inter, bool per_row, cudaStream_t stream) {
+void moe_swiglu_quantize_e4m3(uint8_t* q, float* scales, const __nv_bfloat16* gate_up, const int32_t* pad_src,
+                              const int32_t* offsets, int64_t n_rows, int64_t n_experts, int64_t inter, bool per_row,
+                              cudaStream_t stream) {
   check_quantize("moe_swiglu_quantize_e4m3", q, gate_up, n_rows, n_experts, inter);
   if (n_rows == 0) return;
   quantize_e4m3_kernel<SwigluSource><<<quantize_blocks(n_rows), kWarpsPerBlock * 32, 0, stream>>>(
-      q, scales, SwigluSource{gate_up, inter}, offsets, n_rows, int(n_experts), per_row);
+      q, scales, SwigluSource{gate_up, inter, pad_src}, offsets, n_rows, int(n_experts), per_row);
   CUDA_CHECK_LAUNCH("quantize_e4m3_kernel (SwiGLU)");
 }
 

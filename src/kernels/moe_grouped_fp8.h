@@ -33,9 +33,10 @@ void moe_pad_rows(int32_t* src_pad, int32_t* dest_pad, int32_t* tile_expert, int
 // silu(g) * u of the [gate | up] rows of gate_up (n_rows, 2 inter) in fp32 (cpu::silu's formula),
 // quantized as moe_quantize_e4m3 into q (n_rows, inter) but with codes e4m3(v * (448 / amax)) (one
 // division a group; a group with amax < 2^-100 by v / s). The GPU's silu is the fast exponential
-// and division (codes at most one apart).
-void moe_swiglu_quantize_e4m3(uint8_t* q, float* scales, const float* gate_up, const int32_t* offsets,
-                              int64_t n_rows, int64_t n_experts, int64_t inter, bool per_row);
+// and division (codes at most one apart). Rows r with pad_src[r] < 0 (pad_src null: none) are
+// padding: zero codes, scales 1, gate_up not read.
+void moe_swiglu_quantize_e4m3(uint8_t* q, float* scales, const float* gate_up, const int32_t* pad_src,
+                              const int32_t* offsets, int64_t n_rows, int64_t n_experts, int64_t inter, bool per_row);
 
 // out (rows, n_out) = deq(in) deq(W_e)^T for expert e's rows [offsets[e], offsets[e+1]); in_scales
 // as moe_quantize_e4m3 writes them; w (n_experts, n_out, n_in) with w_scales k-block major per

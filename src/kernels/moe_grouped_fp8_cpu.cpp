@@ -75,13 +75,14 @@ void moe_pad_rows(int32_t* src_pad, int32_t* dest_pad, int32_t* tile_expert, int
   *used_rows = int32_t(poff.back());
 }
 
-void moe_swiglu_quantize_e4m3(uint8_t* q, float* scales, const float* gate_up, const int32_t* offsets,
-                              int64_t n_rows, int64_t n_experts, int64_t inter, bool per_row) {
+void moe_swiglu_quantize_e4m3(uint8_t* q, float* scales, const float* gate_up, const int32_t* pad_src,
+                              const int32_t* offsets, int64_t n_rows, int64_t n_experts, int64_t inter, bool per_row) {
   LFM2_CHECK(inter > 0 && inter % kFp8Block == 0, "moe_swiglu_quantize_e4m3: ", inter, " columns (a multiple of 128)");
   std::vector<float> a(static_cast<size_t>(inter));
   for_each_row(offsets, n_rows, n_experts, [&](int64_t r, int64_t r0, int64_t m) {
     const float* g = gate_up + r * 2 * inter;
-    for (int64_t c = 0; c < inter; ++c) a[size_t(c)] = g[c] / (1.0f + std::exp(-g[c])) * g[inter + c];
+    const bool pad = pad_src && pad_src[r] < 0;
+    for (int64_t c = 0; c < inter; ++c) a[size_t(c)] = pad ? 0.f : g[c] / (1.0f + std::exp(-g[c])) * g[inter + c];
     quantize_row(q, scales, a.data(), r, r0, m, inter, per_row, true);
   });
 }

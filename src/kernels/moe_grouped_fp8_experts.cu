@@ -150,8 +150,9 @@ void block_padded_path(const Call<T>& c) {
   c.quantize_input(src_pad, one, R, 1, false);
   moe_grouped_matmul_fp8_padded(c.gate_up(), c.bytes(c.l.q_in), c.floats(c.l.s_in), c.w13, c.s13, tiles, used, R, E,
                                 c.hidden, 2 * c.inter, c.ws(), c.stream);
-  // the rows past *used hold no expert output (their tiles skipped): quantized, never combined
-  moe_swiglu_quantize_e4m3(c.bytes(c.l.q_act), c.floats(c.l.s_act), c.gate_up(), one, R, 1, c.inter, false, c.stream);
+  // the padding rows (past *used: not written by the product) get zero codes without being read
+  moe_swiglu_quantize_e4m3(c.bytes(c.l.q_act), c.floats(c.l.s_act), c.gate_up(), src_pad, one, R, 1, c.inter, false,
+                           c.stream);
   moe_grouped_matmul_fp8_padded(c.expert_out(), c.bytes(c.l.q_act), c.floats(c.l.s_act), c.w2, c.s2, tiles, used, R,
                                 E, c.inter, c.hidden, c.ws(), c.stream);
   c.combine(dest_pad);
@@ -166,8 +167,8 @@ void grouped_path(const Call<T>& c, Fp8Scheme scheme) {
   c.quantize_input(c.ints(c.l.src_token), offsets, P, E, per_row);
   moe_grouped_matmul_fp8(c.gate_up(), c.bytes(c.l.q_in), c.floats(c.l.s_in), c.w13, c.s13, scheme, offsets, P, E,
                          c.hidden, 2 * c.inter, c.ws(), c.stream);
-  moe_swiglu_quantize_e4m3(c.bytes(c.l.q_act), c.floats(c.l.s_act), c.gate_up(), offsets, P, E, c.inter, per_row,
-                           c.stream);
+  moe_swiglu_quantize_e4m3(c.bytes(c.l.q_act), c.floats(c.l.s_act), c.gate_up(), nullptr, offsets, P, E, c.inter,
+                           per_row, c.stream);
   moe_grouped_matmul_fp8(c.expert_out(), c.bytes(c.l.q_act), c.floats(c.l.s_act), c.w2, c.s2, scheme, offsets, P, E,
                          c.inter, c.hidden, c.ws(), c.stream);
   c.combine(c.ints(c.l.dest_row));

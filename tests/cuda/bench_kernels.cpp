@@ -133,7 +133,7 @@ void bench_moe_fp8(cudaStream_t s, int64_t n_tokens, const Fp8BenchIn& b, double
   for (const Fp8Scheme scheme : {Fp8Scheme::Block128, Fp8Scheme::Channel}) {
     const bool per_row = scheme == Fp8Scheme::Channel;
     const double tg = median_ms(s, [&] { cuda::moe_quantize_e4m3(q1, sa1, b.in, b.src, b.off, P, E, H, per_row, s); });
-    const double tsw = median_ms(s, [&] { cuda::moe_swiglu_quantize_e4m3(q2, sa2, gu, b.off, P, E, Im, per_row, s); });
+    const double tsw = median_ms(s, [&] { cuda::moe_swiglu_quantize_e4m3(q2, sa2, gu, nullptr, b.off, P, E, Im, per_row, s); });
     for (int pass = 0; pass < 2; ++pass) {
       const int32_t* o = pass == 0 ? b.bal : b.off;
       const double t1 = median_ms(s, [&] {
@@ -233,7 +233,7 @@ struct Fp8Weights {
 };
 
 // The routed rows of `off` padded per expert, on the padded product (one GEMM): both products,
-// every tile and with the tiles past the rows in use skipped, TFLOP/s of the routed rows alone (the
+// with the tiles past the rows in use skipped and every tile, TFLOP/s of the routed rows alone (the
 // padding's work is the cost).
 void bench_fp8_padded(cudaStream_t s, int64_t n_tokens, const int32_t* off, const Fp8Weights& w) {
   const int64_t H = 2048, E = 32, Im = 1792, k = 4, P = n_tokens * k, m_pad = cuda::moe_padded_rows(P, E);
@@ -253,7 +253,7 @@ void bench_fp8_padded(cudaStream_t s, int64_t n_tokens, const int32_t* off, cons
   auto* gu = dev_alloc<__nv_bfloat16>(m_pad * 2 * Im);
   auto* ws = dev_alloc<char>(cuda::moe_grouped_matmul_fp8_workspace_bytes(E));
   const double f1 = 2.0 * P * 2 * Im * H, f2 = 2.0 * P * H * Im;
-  for (const bool skip : {false, true}) {  // every tile, then the tiles past the rows in use skipped
+  for (const bool skip : {true, false}) {  // the tiles past the rows in use skipped (the default), then all
     const int32_t* used = skip ? d_used : nullptr;
     const double t1 = median_ms(s, [&] {
       cuda::moe_grouped_matmul_fp8_padded(gu, q1, sa1, w.w13, w.s13, d_tiles, used, m_pad, E, H, 2 * Im, ws, s);

@@ -6,9 +6,9 @@
 //   scales equal to cpu::moe_quantize_e4m3's (a zero group and a saturating value included; rows of
 //   2,048 and 4,608 columns; every bf16 ratio of a value to its group's amax); the byte gather of
 //   rows quantized before (moe_gather_e4m3): the same;
-// - the SwiGLU's quantization: cpu::moe_swiglu_quantize_e4m3; scales within 1e-6 relative, codes
-//   at most one apart and 99 % equal (the device's silu is the fast exponential and division), a
-//   row whose groups' amax is below 2^-100 (codes by v / s) included;
+// - the SwiGLU's quantization: cpu::moe_swiglu_quantize_e4m3 (padding rows too); scales within 1e-6
+//   relative, codes at most one apart and 99 % equal (the device's silu is the fast exponential and
+//   division), a row whose groups' amax is below 2^-100 (codes by v / s) included;
 // - the products, channel and block128 weight scales, per-row and per-128 activation scales:
 //   cpu::moe_grouped_matmul_fp8 at bf16's tolerance (bf16 out);
 // - the channel scheme's raw products (moe_grouped_matmul_fp8_raw, no scales): the fp32 sums of the
@@ -27,6 +27,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
+#include <numeric>
 #include <tuple>
 #include <vector>
 
@@ -188,25 +190,35 @@ TEST_F(CudaTest, Fp8SwigluQuantizeMatchesCpu) {
     float& v = gu[size_t(7 * 2 * inter + c)];
     v = c % 5 == 0 ? 0.f : v * 1e-20f;
   }
+  // padding rows (moe_pad_rows' -1) 3, 45, 299: zero codes, their NaN gate_up not read
+  std::vector<int32_t> pad(static_cast<size_t>(rows));
+  std::iota(pad.begin(), pad.end(), 0);
+  for (const int64_t r : {3, 45, 299}) {
+    pad[size_t(r)] = -1;
+    std::fill_n(gu.begin() + r * 2 * inter, 2 * inter, std::numeric_limits<float>::quiet_NaN());
+  }
   const auto raw = round_to<__nv_bfloat16>(gu);
   DevBuf<__nv_bfloat16> d_gu(raw.size());
-  DevBuf<int32_t> d_off(offsets.size());
+  DevBuf<int32_t> d_off(offsets.size()), d_pad(pad.size());
   DevBuf<uint8_t> d_q(size_t(rows * inter));
   DevBuf<float> d_s(size_t(rows * inter / 128));
   upload(d_gu, raw);
   upload(d_off, offsets);
+  upload(d_pad, pad);
   for (const bool per_row : {false, true}) {
     SCOPED_TRACE(per_row ? "per row" : "per 128 columns");
     const int64_t n_s = cuda::moe_e4m3_scale_count(rows, inter);
-    cuda::moe_swiglu_quantize_e4m3(d_q.get(), d_s.get(), d_gu.get(), d_off.get(), rows, E, inter, per_row,
-                                   this->stream_);
+    cuda::moe_swiglu_quantize_e4m3(d_q.get(), d_s.get(), d_gu.get(), d_pad.get(), d_off.get(), rows, E, inter,
+                                   per_row, this->stream_);
     this->sync();
     std::vector<uint8_t> q(size_t(rows * inter));
     std::vector<float> s(static_cast<size_t>(n_s));
-    cpu::moe_swiglu_quantize_e4m3(q.data(), s.data(), gu.data(), offsets.data(), rows, E, inter, per_row);
+    cpu::moe_swiglu_quantize_e4m3(q.data(), s.data(), gu.data(), pad.data(), offsets.data(), rows, E, inter, per_row);
     const auto gq = byte_download(d_q.get(), q.size());
     expect_codes_close(gq, q, download(d_s.get(), s.size()), s);
     EXPECT_EQ(std::count_if(gq.begin(), gq.end(), e4m3_is_nan), 0) << "NaN codes (row 7: a factor of inf)";
+    EXPECT_TRUE(std::all_of(gq.begin() + 45 * inter, gq.begin() + 46 * inter, [](uint8_t v) { return v == 0; }))
+        << "padding row 45's codes";
   }
 }
 

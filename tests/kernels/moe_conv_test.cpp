@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "common/fp8.h"
@@ -229,7 +230,7 @@ TEST(Fp8SwigluQuantize, CodesByTheGroupsFactorAndBySBelowTwoToTheMinus100) {
   }
   std::vector<uint8_t> q(size_t(rows * inter));
   std::vector<float> s(static_cast<size_t>(rows));
-  cpu::moe_swiglu_quantize_e4m3(q.data(), s.data(), gu.data(), offsets.data(), rows, 1, inter, false);
+  cpu::moe_swiglu_quantize_e4m3(q.data(), s.data(), gu.data(), nullptr, offsets.data(), rows, 1, inter, false);
   for (int64_t r = 0; r < rows; ++r) {
     const float* g = gu.data() + r * 2 * inter;
     std::vector<float> a(static_cast<size_t>(inter));
@@ -248,6 +249,30 @@ TEST(Fp8SwigluQuantize, CodesByTheGroupsFactorAndBySBelowTwoToTheMinus100) {
       ASSERT_FALSE(e4m3_is_nan(q[size_t(r * inter + c)]));
       if (v == 0.f) EXPECT_EQ(q[size_t(r * inter + c)] & 0x7f, 0);
     }
+  }
+}
+
+// Padding rows (pad_src -1, moe_pad_rows'): zero codes and scales 1, their gate_up never read (NaN
+// there); the other rows as without pad_src.
+TEST(Fp8SwigluQuantize, PaddingRowsGetZeroCodesAndScalesOne) {
+  const int64_t inter = 256, rows = 5, G = inter / 128;
+  const std::vector<int32_t> offsets = {0, rows}, pad = {0, -1, 7, -1, 2};
+  auto gu = randn(rows * 2 * inter, 41);
+  std::vector<uint8_t> want_q(size_t(rows * inter));
+  std::vector<float> want_s(size_t(rows * G));
+  cpu::moe_swiglu_quantize_e4m3(want_q.data(), want_s.data(), gu.data(), nullptr, offsets.data(), rows, 1, inter,
+                                false);
+  for (const int64_t r : {1, 3})
+    std::fill_n(gu.begin() + r * 2 * inter, 2 * inter, std::numeric_limits<float>::quiet_NaN());
+  std::vector<uint8_t> q(want_q.size(), 0x55);
+  std::vector<float> s(want_s.size(), -1.f);
+  cpu::moe_swiglu_quantize_e4m3(q.data(), s.data(), gu.data(), pad.data(), offsets.data(), rows, 1, inter, false);
+  for (int64_t r = 0; r < rows; ++r) {
+    const bool padding = pad[size_t(r)] < 0;
+    for (int64_t c = 0; c < inter; ++c)
+      ASSERT_EQ(q[size_t(r * inter + c)], padding ? 0 : want_q[size_t(r * inter + c)]) << "row " << r << " col " << c;
+    for (int64_t g = 0; g < G; ++g)
+      EXPECT_EQ(s[size_t(g * rows + r)], padding ? 1.f : want_s[size_t(g * rows + r)]) << "row " << r;
   }
 }
 

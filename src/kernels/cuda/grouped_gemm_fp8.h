@@ -47,9 +47,12 @@ void moe_gather_e4m3(uint8_t* q, float* scales, const uint8_t* q_in, const float
                      cudaStream_t stream);
 
 // The SwiGLU of the [gate | up] rows of gate_up (n_rows, 2 inter), silu(g) * u in fp32 (cpu::silu's
-// formula), quantized as moe_quantize_e4m3 into q (n_rows, inter): the down product's input.
-void moe_swiglu_quantize_e4m3(uint8_t* q, float* scales, const __nv_bfloat16* gate_up, const int32_t* offsets,
-                              int64_t n_rows, int64_t n_experts, int64_t inter, bool per_row, cudaStream_t stream);
+// formula), quantized as moe_quantize_e4m3 into q (n_rows, inter): the down product's input. A row r
+// with pad_src[r] < 0 (moe_pad_rows' padding; pad_src null: none) gets zero codes and scales 1
+// without its gate_up being read (the padded product leaves the rows past the used ones unwritten).
+void moe_swiglu_quantize_e4m3(uint8_t* q, float* scales, const __nv_bfloat16* gate_up, const int32_t* pad_src,
+                              const int32_t* offsets, int64_t n_rows, int64_t n_experts, int64_t inter, bool per_row,
+                              cudaStream_t stream);
 
 // out (rows, n_out) = deq(in) deq(W_e)^T for expert e's rows: in and in_scales from
 // moe_quantize_e4m3, W (n_experts, n_out, n_in) e4m3 with w_scales under
