@@ -7,25 +7,13 @@
 #include "common/cuda_check.h"
 #include "common/error.h"
 #include "kernels/cuda/grouped_gemm_fp8.h"
+#include "kernels/cuda/moe_rows.cuh"
 
 namespace lfm2::cuda {
 namespace {
 
 constexpr int kThreads = 256;
 constexpr int kMaxExperts = 1024;
-
-// The last e in [0, n) with first[e] <= v (first ascending, first[0] <= v).
-__device__ __forceinline__ int last_at_or_below(const int32_t* first, int n, int64_t v) {
-  int lo = 0, hi = n - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) >> 1;
-    if (first[mid] <= v)
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
-  return lo;
-}
 
 __global__ void __launch_bounds__(kThreads)
     pad_rows_kernel(int32_t* src_pad, int32_t* dest_pad, int32_t* tile_expert, int32_t* one_group,
@@ -48,8 +36,9 @@ __global__ void __launch_bounds__(kThreads)
   if (i < m_pad) {
     int32_t src = -1;
     if (i < poff[n_experts]) {
-      const int e = last_at_or_below(poff, n_experts, i);
-      const int64_t local = i - poff[e];
+      int64_t p0 = 0, m = 0;
+      const int e = row_expert(i, poff, n_experts, p0, m);  // the padded block holding row i
+      const int64_t local = i - p0;
       if (local < off[e + 1] - off[e]) src = src_token[off[e] + local];
     }
     src_pad[i] = src;
@@ -58,14 +47,16 @@ __global__ void __launch_bounds__(kThreads)
     const int32_t d = dest_row[i];
     int32_t p = -1;
     if (d >= 0) {
-      const int e = last_at_or_below(off, n_experts, d);
-      p = d - off[e] + poff[e];
+      int64_t r0 = 0, m = 0;
+      const int e = row_expert(d, off, n_experts, r0, m);
+      p = int32_t(d - r0 + poff[e]);
     }
     dest_pad[i] = p;
   }
   if (i < m_pad / 128) {
     const int64_t row = i * 128;
-    tile_expert[i] = row < poff[n_experts] ? last_at_or_below(poff, n_experts, row) : n_experts - 1;
+    int64_t p0 = 0, m = 0;
+    tile_expert[i] = row < poff[n_experts] ? row_expert(row, poff, n_experts, p0, m) : n_experts - 1;
   }
 }
 
