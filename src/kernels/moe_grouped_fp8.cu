@@ -339,7 +339,8 @@ constexpr int64_t kPaddedWorkspaceRows = 128;
 
 int64_t moe_grouped_matmul_fp8_workspace_bytes(int64_t n_experts) {
   const int sms = compute_sms(current_device());
-  return int64_t(std::max({grouped::fp8_workspace_bytes(n_experts, sms), grouped::fp8_plain_workspace_bytes(n_experts, sms),
+  return int64_t(std::max({grouped::fp8_workspace_bytes(n_experts, sms),
+                           grouped::fp8_plain_workspace_bytes(n_experts, sms),
                            grouped::fp8_padded_workspace_bytes(kPaddedWorkspaceRows, 128, 128, sms)}));
 }
 

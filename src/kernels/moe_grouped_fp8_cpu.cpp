@@ -67,7 +67,8 @@ void moe_pad_rows(int32_t* src_pad, int32_t* dest_pad, int32_t* tile_expert, int
       dest_pad[i] = -1;
       continue;
     }
-    const int64_t e = std::upper_bound(offsets, offsets + n_experts, d) - offsets - 1;  // the last e with offsets[e] <= d
+    // the last e with offsets[e] <= d
+    const int64_t e = std::upper_bound(offsets, offsets + n_experts, d) - offsets - 1;
     dest_pad[i] = int32_t(d - offsets[e] + poff[size_t(e)]);
   }
   one_group[0] = 0;

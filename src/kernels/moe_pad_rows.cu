@@ -73,7 +73,8 @@ void moe_pad_rows(int32_t* src_pad, int32_t* dest_pad, int32_t* tile_expert, int
   const int64_t n = std::max(m_pad, n_pairs);
   if (n == 0) return;
   pad_rows_kernel<<<unsigned((n + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
-      src_pad, dest_pad, tile_expert, one_group, used_rows, offsets, src_token, dest_row, n_pairs, int(n_experts), m_pad);
+      src_pad, dest_pad, tile_expert, one_group, used_rows, offsets, src_token, dest_row, n_pairs, int(n_experts),
+      m_pad);
   CUDA_CHECK_LAUNCH("moe_pad_rows pad_rows_kernel");
 }
 

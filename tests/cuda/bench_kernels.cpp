@@ -133,7 +133,8 @@ void bench_moe_fp8(cudaStream_t s, int64_t n_tokens, const Fp8BenchIn& b, double
   for (const Fp8Scheme scheme : {Fp8Scheme::Block128, Fp8Scheme::Channel}) {
     const bool per_row = scheme == Fp8Scheme::Channel;
     const double tg = median_ms(s, [&] { cuda::moe_quantize_e4m3(q1, sa1, b.in, b.src, b.off, P, E, H, per_row, s); });
-    const double tsw = median_ms(s, [&] { cuda::moe_swiglu_quantize_e4m3(q2, sa2, gu, nullptr, b.off, P, E, Im, per_row, s); });
+    const double tsw =
+        median_ms(s, [&] { cuda::moe_swiglu_quantize_e4m3(q2, sa2, gu, nullptr, b.off, P, E, Im, per_row, s); });
     for (int pass = 0; pass < 2; ++pass) {
       const int32_t* o = pass == 0 ? b.bal : b.off;
       const double t1 = median_ms(s, [&] {

@@ -456,15 +456,17 @@ PaddedRows pad_rows(const std::vector<int32_t>& offsets, const std::vector<uint8
 // dropped pairs (expert -1), more padded rows than needed; the rows in use are the experts' row counts
 // rounded up to 128.
 TEST_F(CudaTest, Fp8PadRowsMatchesCpu) {
-  for (const auto& [n, E, k] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{1, 4, 2}, {300, 8, 4}, {2000, 32, 4}}) {
+  const std::vector<std::tuple<int64_t, int64_t, int64_t>> routings = {{1, 4, 2}, {300, 8, 4}, {2000, 32, 4}};
+  for (const auto& [n, E, k] : routings) {
     SCOPED_TRACE(cat(n, " tokens, ", E, " experts, top-", k));
     const int64_t P = n * k, m_pad = cuda::moe_padded_rows(P, E) + (n == 300 ? 256 : 0);
     std::vector<int32_t> experts(static_cast<size_t>(P));
     for (int64_t i = 0; i < P; ++i) experts[size_t(i)] = int32_t((i * 7 + i / 3) % (E - 1));  // expert E-1 empty
     if (P > 10) experts[3] = experts[10] = -1;                                                // dropped
-    DevBuf<int32_t> d_e(experts.size()), d_off(static_cast<size_t>(E + 1)), d_src(static_cast<size_t>(P)), d_dest(static_cast<size_t>(P));
+    const size_t pairs = static_cast<size_t>(P), padded = static_cast<size_t>(m_pad), n_tiles = padded / 128;
+    DevBuf<int32_t> d_e(experts.size()), d_off(static_cast<size_t>(E + 1)), d_src(pairs), d_dest(pairs);
     DevBuf<int32_t> d_scr(size_t(cuda::moe_permute_scratch_ints(n, E, k)));
-    DevBuf<int32_t> d_spad(static_cast<size_t>(m_pad)), d_dpad(static_cast<size_t>(P)), d_tiles(static_cast<size_t>(m_pad / 128)), d_one(2), d_used(1);
+    DevBuf<int32_t> d_spad(padded), d_dpad(pairs), d_tiles(n_tiles), d_one(2), d_used(1);
     upload(d_e, experts);
     cuda::moe_permute(d_off.get(), d_src.get(), d_dest.get(), d_e.get(), n, E, k, d_scr.get(), this->stream_);
     cuda::moe_pad_rows(d_spad.get(), d_dpad.get(), d_tiles.get(), d_one.get(), d_used.get(), d_off.get(), d_src.get(),
@@ -472,7 +474,7 @@ TEST_F(CudaTest, Fp8PadRowsMatchesCpu) {
     this->sync();
     const auto off = int_download(d_off.get(), size_t(E + 1)), src = int_download(d_src.get(), size_t(P)),
                dest = int_download(d_dest.get(), size_t(P));
-    std::vector<int32_t> spad(static_cast<size_t>(m_pad)), dpad(static_cast<size_t>(P)), tiles(static_cast<size_t>(m_pad / 128)), one(2);
+    std::vector<int32_t> spad(padded), dpad(pairs), tiles(n_tiles), one(2);
     int32_t used = -1;
     cpu::moe_pad_rows(spad.data(), dpad.data(), tiles.data(), one.data(), &used, off.data(), src.data(), dest.data(),
                       P, E, m_pad);
