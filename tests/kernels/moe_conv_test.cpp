@@ -8,6 +8,7 @@
 #include <limits>
 #include <numeric>
 
+#include "common/error.h"
 #include "common/fp8.h"
 #include "kernels/moe_experts.h"
 #include "kernels/moe_grouped_fp8.h"
@@ -274,6 +275,37 @@ TEST(Fp8SwigluQuantize, PaddingRowsGetZeroCodesAndScalesOne) {
     for (int64_t g = 0; g < G; ++g)
       EXPECT_EQ(s[size_t(g * rows + r)], padding ? 1.f : want_s[size_t(g * rows + r)]) << "row " << r;
   }
+}
+
+// cpu::moe_pad_rows (the padded FP8 product's layout and the oracle of the GPU's moe_pad_rows) on a
+// grouping written out by hand: 3 experts with 130, 0 and 2 rows, 5 tokens, a dropped pair.
+TEST(MoePadRows, MovesEachExpertToATileBoundary) {
+  const int64_t E = 3, P = 133, m_pad = 768;  // moe_padded_rows(133, 3) = 640, and 128 more
+  const std::vector<int32_t> offsets = {0, 130, 130, 132};
+  std::vector<int32_t> src_token(static_cast<size_t>(P)), dest_row(static_cast<size_t>(P));
+  for (int64_t r = 0; r < 132; ++r) src_token[size_t(r)] = int32_t(r % 5);
+  for (int64_t i = 0; i < P; ++i) dest_row[size_t(i)] = i == 7 ? -1 : int32_t(i < 7 ? i : i - 1);  // pair 7 dropped
+  std::vector<int32_t> src_pad(static_cast<size_t>(m_pad)), dest_pad(static_cast<size_t>(P)),
+      tiles(static_cast<size_t>(m_pad / 128)), one(2);
+  int32_t used = 0;
+  cpu::moe_pad_rows(src_pad.data(), dest_pad.data(), tiles.data(), one.data(), &used, offsets.data(),
+                    src_token.data(), dest_row.data(), P, E, m_pad);
+  EXPECT_EQ(used, 256 + 0 + 128);  // 130 rows -> two tiles, 0 -> none, 2 -> one
+  EXPECT_EQ(one, (std::vector<int32_t>{0, int32_t(m_pad)}));
+  EXPECT_EQ(tiles, (std::vector<int32_t>{0, 0, 2, 2, 2, 2}));  // the tiles past the rows in use: the last expert
+  for (int64_t r = 0; r < m_pad; ++r) {
+    int32_t want = -1;
+    if (r < 130) want = int32_t(r % 5);                         // expert 0 from row 0
+    if (r >= 256 && r < 258) want = int32_t((130 + r - 256) % 5);  // expert 2 from row 256
+    ASSERT_EQ(src_pad[size_t(r)], want) << "padded row " << r;
+  }
+  for (int64_t i = 0; i < P; ++i) {
+    const int32_t d = dest_row[size_t(i)];
+    ASSERT_EQ(dest_pad[size_t(i)], d < 0 ? -1 : d < 130 ? d : d - 130 + 256) << "pair " << i;
+  }
+  EXPECT_THROW(cpu::moe_pad_rows(src_pad.data(), dest_pad.data(), tiles.data(), one.data(), &used, offsets.data(),
+                                 src_token.data(), dest_row.data(), P, E, 256),
+               Error);  // 384 padded rows needed
 }
 
 }  // namespace
