@@ -12,6 +12,7 @@
 #include "kernels/cuda/grouped_gemm_fp8.h"
 #include "kernels/cuda/moe_rows.cuh"
 #include "kernels/cuda/row_norm.cuh"
+#include "kernels/cuda/swiglu_e4m3.cuh"
 
 namespace lfm2::cuda {
 namespace {
@@ -19,8 +20,8 @@ namespace {
 constexpr int kGroup = 128;          // columns per scale
 constexpr int kVec = 8;              // columns per lane and load (16 bytes of a 16-bit type)
 constexpr int kChunk = 32 * kVec;    // columns per warp step: two groups, a half-warp each
-using row_norm::kE4m3MaxF;  // largest finite e4m3
-using row_norm::scale_of;   // amax / 448, 1 for a zero group
+using swiglu_e4m3::scale_of;   // amax / 448, 1 for a zero group
+using swiglu_e4m3::silu_fast;
 constexpr int kWarpsPerBlock = 8;
 constexpr int kCachedSteps = 8;      // the scaled SwiGLU's steps kept in registers: 2,048 columns
 
@@ -42,12 +43,6 @@ struct RowSource {
     for (int j = 0; j < kVec; ++j) v[j] = to_f32(t[j]);
   }
 };
-
-// silu(g) by the fast exponential and division (a few ulps from swiglu.cu's g / (1 + expf(-g)), far
-// below e4m3's half step; g < -87 gives -0 where the exact formula gives under 1e-36). The SwiGLU's quantization is
-// bound by its instructions, not its bytes: this and codes by a factor (to_e4m3) take it from 126.7
-// to 86.4 us a layer at 8,192 tokens x top-4 (H200, twenty-second session; docs/results.md).
-__device__ __forceinline__ float silu_fast(float g) { return __fdividef(g, 1.0f + __expf(-g)); }
 
 // ... or the SwiGLU of a [gate | up] row of bf16, silu(g) * u in fp32.
 struct SwigluSource {
@@ -110,26 +105,23 @@ __device__ __forceinline__ float abs_max(const float (&v)[kVec]) {
   return m;
 }
 
-// The factor of the SwiGLU's codes, 448 / amax, or 0 where amax < 2^-100 (a factor that could
-// overflow: such groups' codes by v / s): cpu::moe_swiglu_quantize_e4m3's rule.
+// The factor of the codes: the SwiGLU's (swiglu_e4m3::code_factor), 0 (codes by v / s) for the rest.
 template <class Src>
 __device__ __forceinline__ float code_factor(float amax) {
-  return Src::kByFactor && amax >= 0x1p-100f ? kE4m3MaxF / amax : 0.f;
+  return Src::kByFactor ? swiglu_e4m3::code_factor(amax) : 0.f;
 }
 
 // e4m3(v / s), or e4m3(v * r) for a factor r > 0; RNE and saturating (the hardware conversion;
 // fp8_quantize's rule), 8 bytes.
 __device__ __forceinline__ uint2 to_e4m3(const float (&v)[kVec], float s, float r) {
   uint32_t w[2] = {0, 0};
-  auto put = [&w](int j, float x) {
-    w[j / 4] |= uint32_t(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3)) << (8 * (j % 4));
-  };
+  auto put = [&w](int j, float a, float b) { w[j / 4] |= swiglu_e4m3::e4m3x2_sat(a, b) << (8 * (j % 4)); };
   if (r > 0) {  // one branch for the 8 values, not a division computed for each and dropped
 #pragma unroll
-    for (int j = 0; j < kVec; ++j) put(j, v[j] * r);
+    for (int j = 0; j < kVec; j += 2) put(j, v[j] * r, v[j + 1] * r);
   } else {
 #pragma unroll
-    for (int j = 0; j < kVec; ++j) put(j, v[j] / s);
+    for (int j = 0; j < kVec; j += 2) put(j, v[j] / s, v[j + 1] / s);
   }
   return make_uint2(w[0], w[1]);
 }
@@ -341,7 +333,8 @@ int64_t moe_grouped_matmul_fp8_workspace_bytes(int64_t n_experts) {
   const int sms = compute_sms(current_device());
   return int64_t(std::max({grouped::fp8_workspace_bytes(n_experts, sms),
                            grouped::fp8_plain_workspace_bytes(n_experts, sms),
-                           grouped::fp8_padded_workspace_bytes(kPaddedWorkspaceRows, 128, 128, sms)}));
+                           grouped::fp8_padded_workspace_bytes(kPaddedWorkspaceRows, 128, 128, sms),
+                           grouped::fp8_padded_swiglu_workspace_bytes(kPaddedWorkspaceRows, 256, 128, sms)}));
 }
 
 namespace {
@@ -398,6 +391,26 @@ void moe_grouped_matmul_fp8_padded(__nv_bfloat16* out, const uint8_t* in, const 
              "moe_grouped_matmul_fp8_padded: CUTLASS asks for a workspace that grows with the problem");
   grouped::run_fp8_padded(out, in, in_scales, w, w_scales, tile_expert, used_rows, m_pad, n_experts, n_in, n_out,
                           workspace, sms, device, stream);
+}
+
+void moe_grouped_matmul_fp8_padded_swiglu(uint8_t* q, float* scales, const uint8_t* in, const float* in_scales,
+                                          const uint8_t* w13, const float* w13_scales, const int32_t* tile_expert,
+                                          const int32_t* used_rows, int64_t m_pad, int64_t n_experts, int64_t n_in,
+                                          int64_t inter, void* workspace, cudaStream_t stream) {
+  if (m_pad == 0) return;
+  const char* what = "moe_grouped_matmul_fp8_padded_swiglu";
+  LFM2_CHECK(moe_padded_swiglu_fits(inter), what, ": inter ", inter, " (a multiple of 256)");
+  const int device = check_product(what, q, in, w13, workspace, m_pad, n_experts, n_in, 2 * inter);
+  LFM2_CHECK(m_pad % 128 == 0, what, ": ", m_pad, " rows (a multiple of 128)");
+  LFM2_CHECK(reinterpret_cast<uintptr_t>(in_scales) % 16 == 0 && reinterpret_cast<uintptr_t>(w13_scales) % 4 == 0 &&
+                 reinterpret_cast<uintptr_t>(scales) % 4 == 0,
+             what, ": 16-byte aligned activation scales, 4-byte aligned weight and output scales");
+  const int sms = compute_sms(device);
+  LFM2_CHECK(grouped::fp8_padded_swiglu_workspace_bytes(m_pad, inter, n_in, sms) <=
+                 grouped::fp8_padded_swiglu_workspace_bytes(kPaddedWorkspaceRows, 256, 128, sms),
+             what, ": CUTLASS asks for a workspace that grows with the problem");
+  grouped::run_fp8_padded_swiglu(q, scales, in, in_scales, w13, w13_scales, tile_expert, used_rows, m_pad, n_experts,
+                                 n_in, inter, workspace, sms, device, stream);
 }
 
 template void moe_quantize_e4m3<__nv_bfloat16>(uint8_t*, float*, const __nv_bfloat16*, const int32_t*,

@@ -4,7 +4,8 @@
 // quantized to e4m3 -> FP8 grouped GEMM w2 (bf16 out) -> weighted un-permutation into the residual.
 // The channel scheme's products are the plain kernel's raw sums (moe_grouped_matmul_fp8_raw), its
 // scales applied by the SwiGLU's quantization and the combine, which read those outputs anyway.
-// Block128's rows are padded per expert (moe_pad_rows) so that each product is one GEMM.
+// Block128's rows are padded per expert (moe_pad_rows) so that each product is one GEMM, and gate/up's
+// epilogue writes the SwiGLU's e4m3 codes itself (moe_grouped_matmul_fp8_padded_swiglu).
 // Scratch is carved from one caller-owned buffer of moe_experts_fp8_scratch_bytes().
 #include <algorithm>
 
@@ -59,6 +60,11 @@ bool& block_padded() {
   return on;
 }
 
+bool& swiglu_fused() {
+  static bool on = true;
+  return on;
+}
+
 }  // namespace
 
 namespace grouped {
@@ -66,6 +72,8 @@ void set_fp8_channel_plain(bool on) { channel_plain() = on; }
 bool fp8_channel_plain() { return channel_plain(); }
 void set_fp8_block_padded(bool on) { block_padded() = on; }
 bool fp8_block_padded() { return block_padded(); }
+void set_fp8_swiglu_fused(bool on) { swiglu_fused() = on; }
+bool fp8_swiglu_fused() { return swiglu_fused(); }
 }  // namespace grouped
 
 int64_t moe_experts_fp8_scratch_bytes(int64_t n_tokens, int64_t hidden, int64_t n_experts, int64_t inter,
@@ -148,11 +156,17 @@ void block_padded_path(const Call<T>& c) {
   moe_pad_rows(src_pad, dest_pad, tiles, one, used, c.ints(c.l.offsets), c.ints(c.l.src_token), c.ints(c.l.dest_row),
                P, E, R, c.stream);
   c.quantize_input(src_pad, one, R, 1, false);
-  moe_grouped_matmul_fp8_padded(c.gate_up(), c.bytes(c.l.q_in), c.floats(c.l.s_in), c.w13, c.s13, tiles, used, R, E,
-                                c.hidden, 2 * c.inter, c.ws(), c.stream);
-  // the padding rows (past *used: not written by the product) get zero codes without being read
-  moe_swiglu_quantize_e4m3(c.bytes(c.l.q_act), c.floats(c.l.s_act), c.gate_up(), src_pad, one, R, 1, c.inter, false,
-                           c.stream);
+  if (swiglu_fused() && moe_padded_swiglu_fits(c.inter)) {  // the SwiGLU in gate/up's epilogue
+    moe_grouped_matmul_fp8_padded_swiglu(c.bytes(c.l.q_act), c.floats(c.l.s_act), c.bytes(c.l.q_in),
+                                         c.floats(c.l.s_in), c.w13, c.s13, tiles, used, R, E, c.hidden, c.inter,
+                                         c.ws(), c.stream);
+  } else {
+    moe_grouped_matmul_fp8_padded(c.gate_up(), c.bytes(c.l.q_in), c.floats(c.l.s_in), c.w13, c.s13, tiles, used, R,
+                                  E, c.hidden, 2 * c.inter, c.ws(), c.stream);
+    // the padding rows (past *used: not written by the product) get zero codes without being read
+    moe_swiglu_quantize_e4m3(c.bytes(c.l.q_act), c.floats(c.l.s_act), c.gate_up(), src_pad, one, R, 1, c.inter,
+                             false, c.stream);
+  }
   moe_grouped_matmul_fp8_padded(c.expert_out(), c.bytes(c.l.q_act), c.floats(c.l.s_act), c.w2, c.s2, tiles, used, R,
                                 E, c.inter, c.hidden, c.ws(), c.stream);
   c.combine(dest_pad);

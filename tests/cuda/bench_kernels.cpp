@@ -165,6 +165,11 @@ void bench_moe_fp8(cudaStream_t s, int64_t n_tokens, const Fp8BenchIn& b, double
       std::printf("fp8   moe %5lld tok routed   %-8s whole moe_experts_fp8 (no router), grouped kernel %.3f ms\n",
                   (long long)n_tokens, fp8_scheme_name(scheme), whole());
       cuda::grouped::set_fp8_block_padded(true);
+      cuda::grouped::set_fp8_swiglu_fused(false);
+      std::printf("fp8   moe %5lld tok routed   %-8s whole moe_experts_fp8 (no router), padded, SwiGLU launched "
+                  "apart %.3f ms\n",
+                  (long long)n_tokens, fp8_scheme_name(scheme), whole());
+      cuda::grouped::set_fp8_swiglu_fused(true);
     }
     std::printf("fp8   moe %5lld tok routed   %-8s whole moe_experts_fp8 (no router) %.3f ms\n", (long long)n_tokens,
                 fp8_scheme_name(scheme), whole());

@@ -18,7 +18,8 @@
 //   cuda_bench_step MODEL.h5 prefill [rows] [reps]
 //   cuda_bench_step MODEL.h5 score [SEQSxLEN] [reps]   (a scoring microbatch, default 256x32)
 //   defaults: 32x1024,32x4096,32x8192,32x16384,256x64 20; LFM2_BENCH_KV=fp8: the fp8 KV cache. An
-//   FP8 file runs as the stage runs it (e4m3 experts), its floor counted in e4m3 bytes.
+//   FP8 file runs as the stage runs it (e4m3 experts), its floor counted in e4m3 bytes;
+//   LFM2_BENCH_SWIGLU=apart (score): its experts' SwiGLU launched apart, not in gate/up's epilogue.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -35,6 +36,7 @@
 #include "common/rng.h"
 #include "io/weight_file.h"
 #include "kernels/cuda/device_info.h"
+#include "kernels/cuda/grouped_gemm_fp8.h"
 #include "model/cuda_stage.h"
 #include "cupti_trace.h"
 
@@ -269,6 +271,9 @@ int main(int argc, char** argv) {
       const auto shape = parse_cases(argc > 3 ? argv[3] : "256x32").at(0);
       if (shape.first < 1 || shape.second < 1)
         throw std::runtime_error(cat("cuda_bench_step score: ", argv[3], " (SEQSxLEN, both at least 1)"));
+      // "apart": the FP8 experts' SwiGLU as its own launch, not in gate/up's epilogue (the comparison)
+      const char* swiglu = std::getenv("LFM2_BENCH_SWIGLU");
+      cuda::grouped::set_fp8_swiglu_fused(!(swiglu && std::string(swiglu) == "apart"));
       auto st = make_cuda_stage(reader, whole_model(int(c.num_hidden_layers)), DType::BF16, 0);
       const char* out_dir = std::getenv("OUT");
       bench_score(*st, c, shape.first, shape.second, argc > 4 ? std::atoi(argv[4]) : 5,

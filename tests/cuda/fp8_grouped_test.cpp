@@ -21,8 +21,9 @@
 // - the blockwise kernel's block128 configurations and tile schedules: the default's bits;
 // - moe_pad_rows: cpu::moe_pad_rows' rows, tiles, pairs and rows in use;
 // - the padded product (rows padded per expert, one GEMM): the grouped kernel's bits, the tiles past
-//   the rows in use not written, and
-//   moe_experts_fp8 on it (block128's default) the grouped path's bits.
+//   the rows in use not written; gate/up with the SwiGLU in its epilogue: the padded product and
+//   moe_swiglu_quantize_e4m3's codes and scales; and moe_experts_fp8 on it (block128's default, the
+//   SwiGLU fused and not) the grouped path's bits.
 // Ragged groups with an empty expert, the model's widths. Skips without a GPU.
 #include <algorithm>
 #include <cmath>
@@ -577,6 +578,91 @@ TEST_F(CudaTest, Fp8PaddedProductGivesTheGroupedBits) {
                Error);  // rows not a multiple of 128
 }
 
+// Gate/up with the SwiGLU in its epilogue (moe_grouped_matmul_fp8_padded_swiglu) gives the codes and
+// scales of the padded product followed by moe_swiglu_quantize_e4m3 for every row in use, padding
+// rows included (zero codes, scales 1), and leaves the rows past them as they were: empty and
+// one-row experts, inter of one cluster's gate tiles (256), of several, the model's (1,792), and a
+// large-magnitude case whose groups saturate nothing but span the codes. inter 384 is refused.
+TEST_F(CudaTest, Fp8PaddedSwigluGivesTheUnfusedBits) {
+  struct Case {
+    std::vector<int32_t> offsets;
+    int64_t n_in, inter;
+    float x_scale;
+  };
+  const std::vector<Case> cases = {{{0, 1, 130, 130, 300}, 128, 256, 2.f},
+                                   {{0, 0, 128, 129, 400, 400, 530}, 2048, 512, 2.f},
+                                   {{0, 300, 301, 302, 700}, 2048, 1792, 2.f},
+                                   {{0, 200, 457}, 256, 768, 40.f}};
+  for (const Case& c : cases) {
+    const int64_t E = int64_t(c.offsets.size()) - 1, rows = c.offsets.back(), I = c.inter;
+    SCOPED_TRACE(cat(E, " experts, ", rows, " rows, ", c.n_in, " -> 2 x ", I));
+    const auto x = rand_vec(size_t(rows * c.n_in), 31, c.x_scale);
+    std::vector<uint8_t> q(x.size());
+    std::vector<float> sa(size_t(rows * c.n_in / 128));
+    cpu::moe_quantize_e4m3(q.data(), sa.data(), x.data(), nullptr, c.offsets.data(), rows, E, c.n_in, false);
+    const Experts w = make_experts(E, 2 * I, c.n_in, Fp8Scheme::Block128, 32);
+    const PaddedRows p = pad_rows(c.offsets, q, sa, c.n_in);
+    std::vector<int32_t> pad_src(size_t(p.m_pad), -1), one = {0, int32_t(p.m_pad)};
+    for (int64_t r = 0; r < rows; ++r) pad_src[size_t(p.row[size_t(r)])] = int32_t(r);
+    const size_t n_codes = size_t(p.m_pad * I), n_scales = size_t(p.m_pad * I / 128);
+    DevBuf<int32_t> d_tiles(p.tile_expert.size()), d_used(1), d_pad(pad_src.size()), d_one(2);
+    DevBuf<uint8_t> d_pq(p.q.size()), d_w(w.q.size()), d_q1(n_codes), d_q2(n_codes);
+    DevBuf<float> d_ps(p.s.size()), d_sw(w.s.size()), d_s1(n_scales), d_s2(n_scales);
+    DevBuf<__nv_bfloat16> d_gu(size_t(p.m_pad * 2 * I));
+    DevBuf<char> ws(size_t(cuda::moe_grouped_matmul_fp8_workspace_bytes(E)));
+    upload(d_tiles, p.tile_expert);
+    upload(d_used, std::vector<int32_t>{int32_t(p.used)});
+    upload(d_pad, pad_src);
+    upload(d_one, one);
+    upload(d_pq, p.q);
+    upload(d_ps, p.s);
+    upload(d_w, w.q);
+    upload(d_sw, w.s);
+    CUDA_CHECK(cudaMemset(d_q2.get(), 0xab, n_codes));
+    CUDA_CHECK(cudaMemset(d_s2.get(), 0xab, n_scales * 4));
+    cuda::moe_grouped_matmul_fp8_padded(d_gu.get(), d_pq.get(), d_ps.get(), d_w.get(), d_sw.get(), d_tiles.get(),
+                                        d_used.get(), p.m_pad, E, c.n_in, 2 * I, ws.get(), this->stream_);
+    cuda::moe_swiglu_quantize_e4m3(d_q1.get(), d_s1.get(), d_gu.get(), d_pad.get(), d_one.get(), p.m_pad, 1, I, false,
+                                   this->stream_);
+    cuda::moe_grouped_matmul_fp8_padded_swiglu(d_q2.get(), d_s2.get(), d_pq.get(), d_ps.get(), d_w.get(), d_sw.get(),
+                                               d_tiles.get(), d_used.get(), p.m_pad, E, c.n_in, I, ws.get(),
+                                               this->stream_);
+    this->sync();
+    const auto q1 = byte_download(d_q1.get(), n_codes), q2 = byte_download(d_q2.get(), n_codes);
+    const auto s1 = download(d_s1.get(), n_scales), s2 = download(d_s2.get(), n_scales);
+    int64_t code_rows = 0, scale_rows = 0, tail_written = 0, nonzero_codes = 0;
+    for (int64_t r = 0; r < p.m_pad; ++r) {
+      const auto b1 = q1.begin() + r * I, b2 = q2.begin() + r * I;
+      bool scales_equal = true, tail_kept = true;
+      for (int64_t g = 0; g < I / 128; ++g) {
+        const size_t at = size_t(g * p.m_pad + r);
+        scales_equal = scales_equal && std::memcmp(&s1[at], &s2[at], 4) == 0;
+        uint32_t bits;
+        std::memcpy(&bits, &s2[at], 4);
+        tail_kept = tail_kept && bits == 0xababababu;
+      }
+      if (r >= p.used) {
+        tail_written += !tail_kept || std::any_of(b2, b2 + I, [](uint8_t v) { return v != 0xab; });
+        continue;
+      }
+      code_rows += !std::equal(b1, b1 + I, b2);
+      scale_rows += !scales_equal;
+      nonzero_codes += std::count_if(b2, b2 + I, [](uint8_t v) { return (v & 0x7f) != 0; });
+    }
+    EXPECT_EQ(code_rows, 0) << "rows in use whose codes differ from the unfused path's";
+    EXPECT_EQ(scale_rows, 0) << "rows in use whose scales differ from the unfused path's";
+    EXPECT_EQ(tail_written, 0) << "rows past the rows in use written";
+    EXPECT_GT(nonzero_codes, rows * I / 2) << "a product of mostly zero codes proves little";
+  }
+  DevBuf<char> ws(size_t(cuda::moe_grouped_matmul_fp8_workspace_bytes(2)));
+  DevBuf<uint8_t> d(size_t(1) << 20);
+  DevBuf<float> f(size_t(1) << 16);
+  DevBuf<int32_t> t(size_t(8));
+  EXPECT_THROW(cuda::moe_grouped_matmul_fp8_padded_swiglu(d.get(), f.get(), d.get(), f.get(), d.get(), f.get(),
+                                                          t.get(), nullptr, 128, 2, 128, 384, ws.get(), this->stream_),
+               Error);  // inter not a multiple of 256
+}
+
 // The channel scheme's raw products (no scales) at the shapes of ProductMatchesCpu.
 TEST_F(CudaTest, Fp8RawProductMatchesCpu) {
   struct Case {
@@ -648,7 +734,7 @@ std::vector<float> dequantize(const Experts& x, int64_t E, int64_t rows, int64_t
 TYPED_TEST(CudaFp8Grouped, ExpertsMatchTheOracle) {
   using T = TypeParam;
   const std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>> shapes = {
-      {64, 256, 16, 128, 4}, {200, 512, 8, 384, 2}, {256, 2048, 32, 1792, 4}};
+      {64, 256, 16, 128, 4}, {200, 512, 8, 384, 2}, {96, 1024, 8, 512, 4}, {256, 2048, 32, 1792, 4}};
   for (const auto& [n, H, E, I, k] : shapes)
     for (const Fp8Scheme scheme : {Fp8Scheme::Channel, Fp8Scheme::Block128}) {
       SCOPED_TRACE(cat(n, " tokens, H ", H, ", E ", E, ", I ", I, ", top-", k, ", ", fp8_scheme_name(scheme)));
@@ -683,13 +769,17 @@ TYPED_TEST(CudaFp8Grouped, ExpertsMatchTheOracle) {
       upload(d_x, x0);
       upload(d_wt, weights);
       upload(d_e, experts);
-      std::vector<float> first;  // block128: the padded rows' result, which the grouped kernel's must equal
-      for (const bool plain : {true, false}) {
-        const bool channel = scheme == Fp8Scheme::Channel;
+      std::vector<float> first;  // block128: the padded rows' result, which the other paths' must equal
+      const bool channel = scheme == Fp8Scheme::Channel;
+      for (const int path : {0, 1, 2}) {  // channel: plain, blockwise; block128: padded, unfused, grouped
+        if (channel && path == 2) continue;
+        const bool plain = path == 0;
         SCOPED_TRACE(channel ? (plain ? "plain kernel" : "channel on the blockwise kernel")
-                             : (plain ? "rows padded per expert" : "grouped kernel"));
+                             : (path == 0 ? "rows padded per expert"
+                                          : path == 1 ? "padded, the SwiGLU not fused" : "grouped kernel"));
         cuda::grouped::set_fp8_channel_plain(!channel || plain);
-        cuda::grouped::set_fp8_block_padded(channel || plain);
+        cuda::grouped::set_fp8_block_padded(channel || path < 2);
+        cuda::grouped::set_fp8_swiglu_fused(path != 1);
         upload(d_x, x0);
         auto run = [&](int64_t rows) {
           cuda::moe_experts_fp8<T>(d_x.get(), d_in.get(), d_w13.get(), d_s13.get(), d_w2.get(), d_s2.get(), scheme,
@@ -701,14 +791,15 @@ TYPED_TEST(CudaFp8Grouped, ExpertsMatchTheOracle) {
         std::vector<float> moe(got.size());  // what the experts added
         for (size_t i = 0; i < got.size(); ++i) moe[i] = got[i] - x0[i];
         EXPECT_TRUE(norm_close(moe, ref, 0.02));
-        if (scheme == Fp8Scheme::Block128 && !plain) {
-          EXPECT_TRUE(same_bits(got, first)) << "padded against grouped";
+        if (!channel && !plain) {
+          EXPECT_TRUE(same_bits(got, first)) << "against the padded rows with the SwiGLU fused";
         }
         if (plain) first = got;
         upload(d_x, x0);
         run(1);
         EXPECT_TRUE(same_bits(download(d_x.get(), size_t(H)), std::vector<float>(got.begin(), got.begin() + H)));
       }
+      cuda::grouped::set_fp8_swiglu_fused(true);
       cuda::grouped::set_fp8_channel_plain(true);
       cuda::grouped::set_fp8_block_padded(true);
     }

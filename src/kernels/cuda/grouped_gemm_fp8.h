@@ -97,6 +97,19 @@ void moe_grouped_matmul_fp8_padded(__nv_bfloat16* out, const uint8_t* in, const 
                                    int64_t m_pad, int64_t n_experts, int64_t n_in, int64_t n_out, void* workspace,
                                    cudaStream_t stream);
 
+// The gate/up product of moe_grouped_matmul_fp8_padded (w13 = [w1; w3] of each expert, (2 inter,
+// n_in)) with the SwiGLU and its quantization in the GEMM's epilogue (moe_padded_swiglu_fp8.cu):
+// q (m_pad, inter) e4m3 and scales (inter / 128, m_pad) as moe_swiglu_quantize_e4m3 writes them from
+// that product's bf16 output (one group of m_pad rows), the same bits, without the bf16 [gate | up]
+// in memory. The rows from *used_rows on are neither read nor written; padding rows before it (zero
+// codes in) get zero codes and scales 1, as there. inter a multiple of 256 (a CTA pair's gate tiles),
+// n_in of 128; workspace as moe_grouped_matmul_fp8's.
+void moe_grouped_matmul_fp8_padded_swiglu(uint8_t* q, float* scales, const uint8_t* in, const float* in_scales,
+                                          const uint8_t* w13, const float* w13_scales, const int32_t* tile_expert,
+                                          const int32_t* used_rows, int64_t m_pad, int64_t n_experts, int64_t n_in,
+                                          int64_t inter, void* workspace, cudaStream_t stream);
+inline bool moe_padded_swiglu_fits(int64_t inter) { return inter > 0 && inter % 256 == 0; }
+
 // The channel scheme's products without scales (moe_grouped_gemm_fp8_plain.cu): out (rows, n_out) =
 // the fp32 sum of in x W_e^T over the e4m3 codes, written as bf16, for expert e's rows; the row and
 // output-row scales factor out of the sum and are applied by the consumers
@@ -130,7 +143,9 @@ void moe_combine_fp8_scaled(float* x, const __nv_bfloat16* expert_out, const int
 // quantized to e4m3 (moe_quantize_e4m3); gate/up (moe_grouped_matmul_fp8, bf16 out); the SwiGLU
 // quantized (moe_swiglu_quantize_e4m3); down; moe_combine. Under Block128 the rows are padded per
 // expert first (moe_pad_rows) and the products are moe_grouped_matmul_fp8_padded's (unless
-// grouped::set_fp8_block_padded(false)), the same bits. Under Channel (unless
+// grouped::set_fp8_block_padded(false)), gate/up with the SwiGLU in its epilogue where inter % 256 == 0
+// (moe_grouped_matmul_fp8_padded_swiglu; unless grouped::set_fp8_swiglu_fused(false)), the same bits
+// every way. Under Channel (unless
 // grouped::set_fp8_channel_plain(false)) the products are moe_grouped_matmul_fp8_raw's and the
 // scales go to moe_swiglu_quantize_e4m3_scaled and moe_combine_fp8_scaled. Activations per row under Channel, per
 // (row, 128 columns) under Block128 (the CPU oracle's fp8_activations). w13 (E, 2 inter, hidden)
@@ -185,6 +200,13 @@ void run_fp8_plain(__nv_bfloat16* out, const uint8_t* in, const uint8_t* w, cons
 // m_pad) row-major (one per (row, 128 columns), row fastest); w and w_scales as run_fp8's; the
 // tiles from *used_rows / 128 on skipped (used_rows null: none).
 size_t fp8_padded_workspace_bytes(int64_t m_pad, int64_t n_out, int64_t n_in, int sm_count);
+// The same product for gate/up with the SwiGLU's quantization in the epilogue
+// (moe_padded_swiglu_fp8.cu): q and scales as moe_grouped_matmul_fp8_padded_swiglu's.
+size_t fp8_padded_swiglu_workspace_bytes(int64_t m_pad, int64_t inter, int64_t n_in, int sm_count);
+void run_fp8_padded_swiglu(uint8_t* q, float* scales, const uint8_t* in, const float* in_scales, const uint8_t* w13,
+                           const float* w13_scales, const int32_t* tile_expert, const int32_t* used_rows,
+                           int64_t m_pad, int64_t n_experts, int64_t n_in, int64_t inter, void* workspace,
+                           int sm_count, int device, cudaStream_t stream);
 void run_fp8_padded(__nv_bfloat16* out, const uint8_t* in, const float* in_scales, const uint8_t* w,
                     const float* w_scales, const int32_t* tile_expert, const int32_t* used_rows, int64_t m_pad,
                     int64_t n_experts, int64_t n_in, int64_t n_out, void* workspace, int sm_count, int device,
@@ -197,4 +219,9 @@ bool fp8_channel_plain();
 // default) or on the grouped kernel (false; the bench's comparison). The same bits either way.
 void set_fp8_block_padded(bool on);
 bool fp8_block_padded();
+// Whether the padded path fuses the SwiGLU into gate/up's epilogue (moe_grouped_matmul_fp8_padded_swiglu,
+// default where the shape allows) or runs the plain product and moe_swiglu_quantize_e4m3 (false; the
+// bench's comparison). The same bits either way.
+void set_fp8_swiglu_fused(bool on);
+bool fp8_swiglu_fused();
 }  // namespace lfm2::cuda::grouped

@@ -28,6 +28,7 @@
 #include "cutlass/gemm/group_array_problem_shape.hpp"
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
 #include "kernels/cuda/grouped_gemm_sm90.h"
+#include "kernels/cuda/operator_epilogue.cuh"
 
 #if !defined(CUTLASS_ARCH_MMA_MODIFIABLE_TMA_SM90_SUPPORTED)
 #error "the grouped GEMM needs CUTLASS's sm90 ptr-array support (CUDA 12.3+)"
@@ -56,48 +57,23 @@ struct CutlassElem<__half> {
 // shared memory, no [gate | up] tensor in device memory. Used through CUTLASS's adapter for
 // operator-style epilogues (Sm90TmaWarpSpecializedAdapter), with the ptr-array cooperative mainloop.
 template <class Element>
-class SwigluEpilogue {
+class SwigluEpilogue : public OperatorEpilogueBase<Element> {
  public:
   using EpilogueSchedule = cutlass::epilogue::PtrArrayNoSmemWarpSpecialized;
   using DispatchPolicy = EpilogueSchedule;
-  using ElementAccumulator = float;
-  using ElementCompute = float;
-  using ElementOutput = Element;
-  using ElementC = Element;  // never read (there is no C operand)
-  using ElementD = Element;
   using InternalStrideC = cute::Stride<int64_t, _1, _0>;
   using InternalStrideD = cute::Stride<int64_t, _1, _0>;
   using StrideC = InternalStrideC*;
   using StrideD = InternalStrideD*;
-  using GmemTiledCopyC = void;
-  using GmemTiledCopyD = void;
-  struct ThreadEpilogueOp {
-    using ElementOutput = Element;
-    using ElementAccumulator = float;
-    using ElementCompute = float;
-  };
   struct SharedStorage {};
   using TensorMapStorage = SharedStorage;
 
   struct Arguments {
-    ElementD** ptr_D = nullptr;  // per group: the (M, N / 2) output
+    Element** ptr_D = nullptr;  // per group: the (M, N / 2) output
     StrideD dD = nullptr;        // per group: its row stride (N / 2 for packed rows)
   };
   using Params = Arguments;
 
-  template <class ProblemShape>
-  static constexpr Params to_underlying_arguments(ProblemShape const&, Arguments const& args, void*) {
-    return args;
-  }
-  template <class ProblemShape>
-  static size_t get_workspace_size(ProblemShape const&, Arguments const&, int) {
-    return 0;
-  }
-  template <class ProblemShape>
-  static cutlass::Status initialize_workspace(ProblemShape const&, Arguments const&, void*, cudaStream_t,
-                                              cutlass::CudaHostAdapter* = nullptr) {
-    return cutlass::Status::kSuccess;
-  }
   template <class ProblemShape>
   static bool can_implement(ProblemShape const&, Arguments const& args) {
     return args.ptr_D != nullptr && args.dD != nullptr;
