@@ -20,7 +20,7 @@ namespace {
 constexpr int kGroup = 128;          // columns per scale
 constexpr int kVec = 8;              // columns per lane and load (16 bytes of a 16-bit type)
 constexpr int kChunk = 32 * kVec;    // columns per warp step: two groups, a half-warp each
-using swiglu_e4m3::scale_of;   // amax / 448, 1 for a zero group
+using swiglu_e4m3::scale_of;  // amax / 448, 1 for a zero group
 using swiglu_e4m3::silu_fast;
 constexpr int kWarpsPerBlock = 8;
 constexpr int kCachedSteps = 8;      // the scaled SwiGLU's steps kept in registers: 2,048 columns
