@@ -582,7 +582,7 @@ TEST_F(CudaTest, Fp8PaddedProductGivesTheGroupedBits) {
 // scales of the padded product followed by moe_swiglu_quantize_e4m3 for every row in use, padding
 // rows included (zero codes, scales 1), and leaves the rows past them as they were: empty and
 // one-row experts, inter of one cluster's gate tiles (256), of several, the model's (1,792), and a
-// large-magnitude case whose groups saturate nothing but span the codes. inter 384 is refused.
+// large-magnitude case whose groups saturate nothing but span the codes.
 TEST_F(CudaTest, Fp8PaddedSwigluGivesTheUnfusedBits) {
   struct Case {
     std::vector<int32_t> offsets;
@@ -654,6 +654,11 @@ TEST_F(CudaTest, Fp8PaddedSwigluGivesTheUnfusedBits) {
     EXPECT_EQ(tail_written, 0) << "rows past the rows in use written";
     EXPECT_GT(nonzero_codes, rows * I / 2) << "a product of mostly zero codes proves little";
   }
+}
+
+// The fused gate/up refuses, in one line and before any launch, an inter its tiles cannot pair and
+// rows that are not whole tiles.
+TEST_F(CudaTest, Fp8PaddedSwigluRefusesBadShapes) {
   DevBuf<char> ws(size_t(cuda::moe_grouped_matmul_fp8_workspace_bytes(2)));
   DevBuf<uint8_t> d(size_t(1) << 20);
   DevBuf<float> f(size_t(1) << 16);
@@ -661,6 +666,9 @@ TEST_F(CudaTest, Fp8PaddedSwigluGivesTheUnfusedBits) {
   EXPECT_THROW(cuda::moe_grouped_matmul_fp8_padded_swiglu(d.get(), f.get(), d.get(), f.get(), d.get(), f.get(),
                                                           t.get(), nullptr, 128, 2, 128, 384, ws.get(), this->stream_),
                Error);  // inter not a multiple of 256
+  EXPECT_THROW(cuda::moe_grouped_matmul_fp8_padded_swiglu(d.get(), f.get(), d.get(), f.get(), d.get(), f.get(),
+                                                          t.get(), nullptr, 100, 2, 128, 256, ws.get(), this->stream_),
+               Error);  // rows not a multiple of 128
 }
 
 // The channel scheme's raw products (no scales) at the shapes of ProductMatchesCpu.
