@@ -14,11 +14,24 @@ namespace lfm2::cuda::swiglu_e4m3 {
 using row_norm::kE4m3MaxF;  // largest finite e4m3
 using row_norm::scale_of;   // amax / 448, 1 for a zero group
 
+// 2^x flushing a subnormal result to 0: __expf's exponential without the three instructions that
+// build a subnormal result (a test, a halving and a squaring), so its bits wherever 2^x is normal.
+__device__ __forceinline__ float ex2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // silu(g) by the fast exponential and division (a few ulps from swiglu.cu's g / (1 + expf(-g)), far
-// below e4m3's half step; g < -87 gives -0 where the exact formula gives under 1e-36). The SwiGLU's
-// quantization is bound by its instructions, not its bytes: this and codes by a factor take it from
-// 126.7 to 86.4 us a layer at 8,192 tokens x top-4 (H200, twenty-second session; docs/results.md).
-__device__ __forceinline__ float silu_fast(float g) { return __fdividef(g, 1.0f + __expf(-g)); }
+// below e4m3's half step; g < -87 gives -0 where the exact formula gives under 1e-36). The
+// exponential is __expf(-g)'s (its product by log2 e, one MUFU op) with subnormals flushed: they
+// arise only for g > 87, where 1 + e^-g rounds to 1 either way, so silu's bits are __expf's. The
+// SwiGLU's quantization is bound by its instructions, not its bytes: this and codes by a factor
+// took it from 126.7 to 86.4 us a layer at 8,192 tokens x top-4 (H200, twenty-second session).
+__device__ __forceinline__ float silu_fast(float g) {
+  constexpr float kMinusLog2e = -1.44269502162933349609375f;  // -log2(e) in fp32, as __expf multiplies
+  return __fdividef(g, 1.0f + ex2_ftz(g * kMinusLog2e));
+}
 
 // The factor of a SwiGLU group's codes, 448 / amax, or 0 where amax < 2^-100 (a factor that could
 // overflow: such groups' codes by v / s): cpu::moe_swiglu_quantize_e4m3's rule.
