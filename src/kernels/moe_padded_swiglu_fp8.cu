@@ -141,17 +141,31 @@ class SwigluE4m3Epilogue : public OperatorEpilogueBase<cutlass::float_e4m3_t> {
     }
   }
 
-  // The thread's codes into the codes tile, two columns (n, n + 1) a store.
+  // The thread's codes into the codes tile, two columns (n, n + 1) a store. A thread's columns are
+  // c0 + 8 m (c0 = 2 (lane % 4) < 8, even) in rows r0 and r0 + 8, so a value's byte offset is its
+  // row's base plus its 16-byte chunk (dc / 16, XOR the rows' common r0 % 8) and dc % 16, dc its
+  // column past c0: one XOR and one add a store, the rest folded. The common case, both rows' codes
+  // by a factor, is tested once for the tile, not once a store.
   template <class Coords>
   CUTLASS_DEVICE static void put_codes(SharedStorage& st, const float (&h)[kValues], Coords const& tc, int r0,
                                        const float (&s)[2], const float (&r)[2]) {
-    CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < kValues; i += 2) {
-      const int row = get<0>(tc(i)), col = get<1>(tc(i)), j = (row - r0) >> 3;
-      if (get<1>(tc(i + 1)) != col + 1 || get<0>(tc(i + 1)) != row || (col & 1)) __trap();
-      *reinterpret_cast<uint16_t*>(st.codes + code_offset(row, col)) =
-          uint16_t(swiglu_e4m3::codes2(h[i], h[i + 1], s[j], r[j]));
-    }
+    const int c0 = get<1>(tc(0));
+    if (c0 >= 8 || (c0 & 1)) __trap();  // not the layout this epilogue is written for
+    const int row_base[2] = {r0 * kTileN + c0, (r0 + 8) * kTileN + c0};
+    const int swizzle = (r0 & 7) << 4;
+    auto put = [&](auto code) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < kValues; i += 2) {
+        const int j = (get<0>(tc(i)) - r0) >> 3, dc = get<1>(tc(i)) - c0;
+        if (get<1>(tc(i + 1)) != get<1>(tc(i)) + 1 || get<0>(tc(i + 1)) != get<0>(tc(i)) || (dc & 7)) __trap();
+        *reinterpret_cast<uint16_t*>(st.codes + row_base[j] + (((dc >> 4) << 4) ^ swizzle) + (dc & 15)) =
+            uint16_t(code(h[i], h[i + 1], j));
+      }
+    };
+    if (r[0] > 0 && r[1] > 0)
+      put([&](float a, float b, int j) { return swiglu_e4m3::e4m3x2_sat(a * r[j], b * r[j]); });
+    else
+      put([&](float a, float b, int j) { return swiglu_e4m3::codes2(a, b, s[j], r[j]); });
   }
 
   // The codes tile to q (row stride ld bytes) by 16-byte chunks: a warp writes 4 whole 128-byte rows.
