@@ -96,9 +96,10 @@ class SwigluE4m3Epilogue : public OperatorEpilogueBase<cutlass::float_e4m3_t> {
   }
 
  private:
-  // The codes tile's byte offset of (row, col): 16-byte chunk col / 16 XOR row % 8.
+  // The codes tile's layout: 128-byte rows whose 16-byte chunk c sits at chunk c XOR row % 8.
+  CUTLASS_DEVICE static int chunk_offset(int chunk, int row) { return ((chunk ^ row) & 7) << 4; }
   CUTLASS_DEVICE static int code_offset(int row, int col) {
-    return row * kTileN + ((((col >> 4) ^ row) & 7) << 4) + (col & 15);
+    return row * kTileN + chunk_offset(col >> 4, row) + (col & 15);
   }
 
   // The gate tile: its values rounded to bf16 (the plain product's output), kept for the up tile.
@@ -142,23 +143,22 @@ class SwigluE4m3Epilogue : public OperatorEpilogueBase<cutlass::float_e4m3_t> {
   }
 
   // The thread's codes into the codes tile, two columns (n, n + 1) a store. A thread's columns are
-  // c0 + 8 m (c0 = 2 (lane % 4) < 8, even) in rows r0 and r0 + 8, so a value's byte offset is its
-  // row's base plus its 16-byte chunk (dc / 16, XOR the rows' common r0 % 8) and dc % 16, dc its
-  // column past c0: one XOR and one add a store, the rest folded. The common case, both rows' codes
-  // by a factor, is tested once for the tile, not once a store.
+  // c0 + 8 m (c0 = 2 (lane % 4) < 8, even) in rows r0 and r0 + 8, so a value's code_offset is its
+  // row's base plus the chunk of dc (its column past c0, a static multiple of 8) under the rows'
+  // common r0 % 8, plus dc % 16: one XOR and one add a store, the rest folded. The common case, both
+  // rows' codes by a factor, is tested once for the tile, not once a store.
   template <class Coords>
   CUTLASS_DEVICE static void put_codes(SharedStorage& st, const float (&h)[kValues], Coords const& tc, int r0,
                                        const float (&s)[2], const float (&r)[2]) {
     const int c0 = get<1>(tc(0));
     if (c0 >= 8 || (c0 & 1)) __trap();  // not the layout this epilogue is written for
     const int row_base[2] = {r0 * kTileN + c0, (r0 + 8) * kTileN + c0};
-    const int swizzle = (r0 & 7) << 4;
     auto put = [&](auto code) {
       CUTLASS_PRAGMA_UNROLL
       for (int i = 0; i < kValues; i += 2) {
         const int j = (get<0>(tc(i)) - r0) >> 3, dc = get<1>(tc(i)) - c0;
         if (get<1>(tc(i + 1)) != get<1>(tc(i)) + 1 || get<0>(tc(i + 1)) != get<0>(tc(i)) || (dc & 7)) __trap();
-        *reinterpret_cast<uint16_t*>(st.codes + row_base[j] + (((dc >> 4) << 4) ^ swizzle) + (dc & 15)) =
+        *reinterpret_cast<uint16_t*>(st.codes + row_base[j] + chunk_offset(dc >> 4, r0) + (dc & 15)) =
             uint16_t(code(h[i], h[i + 1], j));
       }
     };
