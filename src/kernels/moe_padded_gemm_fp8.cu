@@ -8,9 +8,11 @@
 // wrapped (PaddedMainloop) so that the batch coordinate of a tile is its expert for B and its
 // scales while A and A's scales ignore it: one matrix of all rows. Same tile (128 x 128 x 128),
 // promotion per 128-deep block and epilogue as the grouped kernel, so the same sums. The tiles past
-// the rows the routing uses are skipped (PaddedTileScheduler). Both in padded_gemm_sm90.cuh.
+// the rows the routing uses are skipped (PaddedTileScheduler, or PaddedDynamicScheduler: units
+// drawn from a counter, the default). All in padded_gemm_sm90.cuh and its includes.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "cutlass/epilogue/collective/collective_builder.hpp"
@@ -29,11 +31,14 @@ using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
     cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, cutlass::layout::RowMajor, 8,
     cutlass::bfloat16_t, cutlass::layout::RowMajor, 8, cutlass::epilogue::TmaWarpSpecializedCooperative,
     cutlass::epilogue::fusion::LinearCombination<cutlass::bfloat16_t, float>>::CollectiveOp;
-using Kernel = padded::PaddedGemm<Epilogue, false>;
+using Static = padded::PaddedGemm<Epilogue, false>;
+using Dynamic = padded::PaddedGemm<Epilogue, false, true>;
 
-Kernel::Arguments padded_args(__nv_bfloat16* out, const uint8_t* in, const float* in_scales, const uint8_t* w,
-                              const float* w_scales, const int32_t* tile_expert, const int32_t* used_rows, int m_pad,
-                              int n_experts, int n_in, int n_out, int device, int sm_count) {
+template <class Kernel>
+typename Kernel::Arguments padded_args(__nv_bfloat16* out, const uint8_t* in, const float* in_scales,
+                                       const uint8_t* w, const float* w_scales, const int32_t* tile_expert,
+                                       const int32_t* used_rows, int m_pad, int n_experts, int n_in, int n_out,
+                                       int device, int sm_count) {
   auto args = Kernel::arguments(in, in_scales, w, w_scales, tile_expert, used_rows, m_pad, n_experts, n_in, n_out,
                                 device, sm_count);
   args.epilogue.thread.alpha = 1.f;
@@ -44,21 +49,35 @@ Kernel::Arguments padded_args(__nv_bfloat16* out, const uint8_t* in, const float
   return args;
 }
 
+template <class Kernel>
+size_t workspace_bytes(int64_t m_pad, int64_t n_out, int64_t n_in, int sm_count) {
+  return Kernel::Gemm::get_workspace_size(padded_args<Kernel>(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+                                                              nullptr, int(m_pad), 1, int(n_in), int(n_out), 0,
+                                                              sm_count));
+}
+
+template <class Kernel>
+void run(__nv_bfloat16* out, const uint8_t* in, const float* in_scales, const uint8_t* w, const float* w_scales,
+         const int32_t* tile_expert, const int32_t* used_rows, int64_t m_pad, int64_t n_experts, int64_t n_in,
+         int64_t n_out, void* workspace, int sm_count, int device, cudaStream_t stream) {
+  Kernel::run(padded_args<Kernel>(out, in, in_scales, w, w_scales, tile_expert, used_rows, int(m_pad),
+                                  int(n_experts), int(n_in), int(n_out), device, sm_count),
+              workspace, stream, "FP8 padded expert GEMM");
+}
+
 }  // namespace
 
 size_t fp8_padded_workspace_bytes(int64_t m_pad, int64_t n_out, int64_t n_in, int sm_count) {
-  auto args = padded_args(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, int(m_pad), 1, int(n_in),
-                          int(n_out), 0, sm_count);
-  return Kernel::Gemm::get_workspace_size(args);
+  return std::max(workspace_bytes<Static>(m_pad, n_out, n_in, sm_count),
+                  workspace_bytes<Dynamic>(m_pad, n_out, n_in, sm_count));
 }
 
 void run_fp8_padded(__nv_bfloat16* out, const uint8_t* in, const float* in_scales, const uint8_t* w,
                     const float* w_scales, const int32_t* tile_expert, const int32_t* used_rows, int64_t m_pad,
                     int64_t n_experts, int64_t n_in, int64_t n_out, void* workspace, int sm_count, int device,
                     cudaStream_t stream) {
-  Kernel::run(padded_args(out, in, in_scales, w, w_scales, tile_expert, used_rows, int(m_pad), int(n_experts),
-                          int(n_in), int(n_out), device, sm_count),
-              workspace, stream, "FP8 padded expert GEMM");
+  (fp8_padded_dynamic() ? run<Dynamic> : run<Static>)(out, in, in_scales, w, w_scales, tile_expert, used_rows, m_pad,
+                                                      n_experts, n_in, n_out, workspace, sm_count, device, stream);
 }
 
 }  // namespace lfm2::cuda::grouped

@@ -11,6 +11,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "cutlass/arch/barrier.h"
@@ -184,12 +185,14 @@ class SwigluE4m3Epilogue : public OperatorEpilogueBase<cutlass::float_e4m3_t> {
 };
 
 using Epilogue = cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<SwigluE4m3Epilogue>;
-using Kernel = padded::PaddedGemm<Epilogue, true>;
+using Static = padded::PaddedGemm<Epilogue, true>;
+using Dynamic = padded::PaddedGemm<Epilogue, true, true>;
 
-Kernel::Arguments swiglu_args(uint8_t* q, float* scales, const uint8_t* in, const float* in_scales,
-                              const uint8_t* w13, const float* w13_scales, const int32_t* tile_expert,
-                              const int32_t* used_rows, int m_pad, int n_experts, int n_in, int inter, int device,
-                              int sm_count) {
+template <class Kernel>
+typename Kernel::Arguments swiglu_args(uint8_t* q, float* scales, const uint8_t* in, const float* in_scales,
+                                       const uint8_t* w13, const float* w13_scales, const int32_t* tile_expert,
+                                       const int32_t* used_rows, int m_pad, int n_experts, int n_in, int inter,
+                                       int device, int sm_count) {
   auto args = Kernel::arguments(in, in_scales, w13, w13_scales, tile_expert, used_rows, m_pad, n_experts, n_in,
                                 2 * inter, device, sm_count);
   args.epilogue.q = q;
@@ -197,21 +200,37 @@ Kernel::Arguments swiglu_args(uint8_t* q, float* scales, const uint8_t* in, cons
   return args;
 }
 
+template <class Kernel>
+size_t workspace_bytes(int64_t m_pad, int64_t inter, int64_t n_in, int sm_count) {
+  return Kernel::Gemm::get_workspace_size(swiglu_args<Kernel>(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+                                                              nullptr, nullptr, int(m_pad), 1, int(n_in), int(inter),
+                                                              0, sm_count));
+}
+
+template <class Kernel>
+void run(uint8_t* q, float* scales, const uint8_t* in, const float* in_scales, const uint8_t* w13,
+         const float* w13_scales, const int32_t* tile_expert, const int32_t* used_rows, int64_t m_pad,
+         int64_t n_experts, int64_t n_in, int64_t inter, void* workspace, int sm_count, int device,
+         cudaStream_t stream) {
+  Kernel::run(swiglu_args<Kernel>(q, scales, in, in_scales, w13, w13_scales, tile_expert, used_rows, int(m_pad),
+                                  int(n_experts), int(n_in), int(inter), device, sm_count),
+              workspace, stream, "FP8 padded gate/up GEMM with the SwiGLU");
+}
+
 }  // namespace
 
 size_t fp8_padded_swiglu_workspace_bytes(int64_t m_pad, int64_t inter, int64_t n_in, int sm_count) {
-  auto args = swiglu_args(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, int(m_pad), 1,
-                          int(n_in), int(inter), 0, sm_count);
-  return Kernel::Gemm::get_workspace_size(args);
+  return std::max(workspace_bytes<Static>(m_pad, inter, n_in, sm_count),
+                  workspace_bytes<Dynamic>(m_pad, inter, n_in, sm_count));
 }
 
 void run_fp8_padded_swiglu(uint8_t* q, float* scales, const uint8_t* in, const float* in_scales, const uint8_t* w13,
                            const float* w13_scales, const int32_t* tile_expert, const int32_t* used_rows,
                            int64_t m_pad, int64_t n_experts, int64_t n_in, int64_t inter, void* workspace,
                            int sm_count, int device, cudaStream_t stream) {
-  Kernel::run(swiglu_args(q, scales, in, in_scales, w13, w13_scales, tile_expert, used_rows, int(m_pad),
-                          int(n_experts), int(n_in), int(inter), device, sm_count),
-              workspace, stream, "FP8 padded gate/up GEMM with the SwiGLU");
+  (fp8_padded_dynamic() ? run<Dynamic> : run<Static>)(q, scales, in, in_scales, w13, w13_scales, tile_expert,
+                                                      used_rows, m_pad, n_experts, n_in, inter, workspace, sm_count,
+                                                      device, stream);
 }
 
 }  // namespace lfm2::cuda::grouped

@@ -453,6 +453,20 @@ PaddedRows pad_rows(const std::vector<int32_t>& offsets, const std::vector<uint8
   return p;
 }
 
+// Both padded products' schedulers in turn (the counter's, the default, then the static stride's),
+// the default given back however the body ends.
+template <class Body>
+void for_each_padded_scheduler(Body body) {
+  struct Restore {
+    ~Restore() { cuda::grouped::set_fp8_padded_dynamic(true); }
+  } restore;
+  for (const bool dynamic : {true, false}) {
+    SCOPED_TRACE(dynamic ? "units from the counter" : "units by the static stride");
+    cuda::grouped::set_fp8_padded_dynamic(dynamic);
+    body();
+  }
+}
+
 // moe_pad_rows against cpu::moe_pad_rows on moe_permute's grouping of random routings: empty experts,
 // dropped pairs (expert -1), more padded rows than needed; the rows in use are the experts' row counts
 // rounded up to 128.
@@ -504,10 +518,15 @@ TEST_F(CudaTest, Fp8PadRowsMatchesCpu) {
                Error);  // fewer padded rows than moe_padded_rows
 }
 
+// Eight experts' 4,200 rows: 41 padded M tiles, several units for every cluster of 132 SMs (the
+// counter's ring of 4 slots wraps), empty tiles past the rows in use.
+const std::vector<int32_t> kManyUnits = {0, 500, 1000, 1700, 2300, 2301, 3100, 3900, 4200};
+
 // The padded product (one GEMM, the tile's expert per 128 rows) gives the grouped kernel's bits for
-// every row, zeros for the padding rows: empty experts, one-row experts, a tile boundary on the dot.
-// With the rows in use given, the tiles past them are skipped (their rows keep what was there);
-// without, every row is computed (the tail's zero codes give zeros).
+// every row, zeros for the padding rows: empty experts, one-row experts, a tile boundary on the dot,
+// many units a cluster; with either scheduler. With the rows in use given, the tiles past them are
+// skipped (their rows keep what was there); without, every row is computed (the tail's zero codes
+// give zeros).
 TEST_F(CudaTest, Fp8PaddedProductGivesTheGroupedBits) {
   struct Case {
     std::vector<int32_t> offsets;
@@ -515,63 +534,66 @@ TEST_F(CudaTest, Fp8PaddedProductGivesTheGroupedBits) {
   };
   const std::vector<Case> cases = {{{0, 1, 130, 130, 300, 557, 640}, 1792, 2048},
                                    {{0, 0, 128, 129, 400, 400}, 256, 384},
-                                   {{0, 300, 301, 302, 700}, 2048, 3584}};
-  for (const Case& c : cases) {
-    const int64_t E = int64_t(c.offsets.size()) - 1, rows = c.offsets.back();
-    const auto x = rand_vec(size_t(rows * c.n_in), 21, 2.f);
-    std::vector<uint8_t> q(x.size());
-    std::vector<float> sa(size_t(rows * c.n_in / 128));
-    cpu::moe_quantize_e4m3(q.data(), sa.data(), x.data(), nullptr, c.offsets.data(), rows, E, c.n_in, false);
-    const Experts w = make_experts(E, c.n_out, c.n_in, Fp8Scheme::Block128, 22);
-    const PaddedRows p = pad_rows(c.offsets, q, sa, c.n_in);
-    ASSERT_LT(p.used, p.m_pad) << "a case without tiles to skip";
-    DevBuf<int32_t> d_off(c.offsets.size()), d_tiles(p.tile_expert.size()), d_used(1);
-    DevBuf<uint8_t> d_q(q.size()), d_pq(p.q.size()), d_w(w.q.size());
-    DevBuf<float> d_sa(sa.size()), d_ps(p.s.size()), d_sw(w.s.size());
-    DevBuf<__nv_bfloat16> d_out(size_t(rows * c.n_out)), d_pout(size_t(p.m_pad * c.n_out));
-    DevBuf<char> ws(size_t(cuda::moe_grouped_matmul_fp8_workspace_bytes(E)));
-    upload(d_off, c.offsets);
-    upload(d_tiles, p.tile_expert);
-    upload(d_used, std::vector<int32_t>{int32_t(p.used)});
-    upload(d_q, q);
-    upload(d_pq, p.q);
-    upload(d_sa, sa);
-    upload(d_ps, p.s);
-    upload(d_w, w.q);
-    upload(d_sw, w.s);
-    cuda::moe_grouped_matmul_fp8(d_out.get(), d_q.get(), d_sa.get(), d_w.get(), d_sw.get(), Fp8Scheme::Block128,
-                                 d_off.get(), rows, E, c.n_in, c.n_out, ws.get(), this->stream_);
-    const size_t row_bytes = size_t(c.n_out) * 2;
-    const auto want = byte_download(reinterpret_cast<const uint8_t*>(d_out.get()), size_t(rows) * row_bytes);
-    for (const bool skip : {true, false}) {
-      SCOPED_TRACE(cat(E, " experts, ", rows, " rows, ", c.n_in, " -> ", c.n_out,
-                       skip ? ", the tiles past the rows in use skipped" : ", every tile"));
-      CUDA_CHECK(cudaMemset(d_pout.get(), 0xff, size_t(p.m_pad * c.n_out) * 2));
-      cuda::moe_grouped_matmul_fp8_padded(d_pout.get(), d_pq.get(), d_ps.get(), d_w.get(), d_sw.get(), d_tiles.get(),
-                                          skip ? d_used.get() : nullptr, p.m_pad, E, c.n_in, c.n_out, ws.get(),
-                                          this->stream_);
-      this->sync();
-      const auto got = byte_download(reinterpret_cast<const uint8_t*>(d_pout.get()), size_t(p.m_pad) * row_bytes);
-      std::vector<bool> real(size_t(p.m_pad), false);
-      int64_t differ = 0, nonzero_pad = 0, tail_written = 0;
-      for (int64_t r = 0; r < rows; ++r) {
-        real[size_t(p.row[size_t(r)])] = true;
-        differ += !std::equal(want.begin() + r * row_bytes, want.begin() + (r + 1) * row_bytes,
-                              got.begin() + p.row[size_t(r)] * row_bytes);
+                                   {{0, 300, 301, 302, 700}, 2048, 3584},
+                                   {kManyUnits, 256, 2048}};
+  for_each_padded_scheduler([&] {
+    for (const Case& c : cases) {
+      const int64_t E = int64_t(c.offsets.size()) - 1, rows = c.offsets.back();
+      const auto x = rand_vec(size_t(rows * c.n_in), 21, 2.f);
+      std::vector<uint8_t> q(x.size());
+      std::vector<float> sa(size_t(rows * c.n_in / 128));
+      cpu::moe_quantize_e4m3(q.data(), sa.data(), x.data(), nullptr, c.offsets.data(), rows, E, c.n_in, false);
+      const Experts w = make_experts(E, c.n_out, c.n_in, Fp8Scheme::Block128, 22);
+      const PaddedRows p = pad_rows(c.offsets, q, sa, c.n_in);
+      ASSERT_LT(p.used, p.m_pad) << "a case without tiles to skip";
+      DevBuf<int32_t> d_off(c.offsets.size()), d_tiles(p.tile_expert.size()), d_used(1);
+      DevBuf<uint8_t> d_q(q.size()), d_pq(p.q.size()), d_w(w.q.size());
+      DevBuf<float> d_sa(sa.size()), d_ps(p.s.size()), d_sw(w.s.size());
+      DevBuf<__nv_bfloat16> d_out(size_t(rows * c.n_out)), d_pout(size_t(p.m_pad * c.n_out));
+      DevBuf<char> ws(size_t(cuda::moe_grouped_matmul_fp8_workspace_bytes(E)));
+      upload(d_off, c.offsets);
+      upload(d_tiles, p.tile_expert);
+      upload(d_used, std::vector<int32_t>{int32_t(p.used)});
+      upload(d_q, q);
+      upload(d_pq, p.q);
+      upload(d_sa, sa);
+      upload(d_ps, p.s);
+      upload(d_w, w.q);
+      upload(d_sw, w.s);
+      cuda::moe_grouped_matmul_fp8(d_out.get(), d_q.get(), d_sa.get(), d_w.get(), d_sw.get(), Fp8Scheme::Block128,
+                                   d_off.get(), rows, E, c.n_in, c.n_out, ws.get(), this->stream_);
+      const size_t row_bytes = size_t(c.n_out) * 2;
+      const auto want = byte_download(reinterpret_cast<const uint8_t*>(d_out.get()), size_t(rows) * row_bytes);
+      for (const bool skip : {true, false}) {
+        SCOPED_TRACE(cat(E, " experts, ", rows, " rows, ", c.n_in, " -> ", c.n_out,
+                         skip ? ", the tiles past the rows in use skipped" : ", every tile"));
+        CUDA_CHECK(cudaMemset(d_pout.get(), 0xff, size_t(p.m_pad * c.n_out) * 2));
+        cuda::moe_grouped_matmul_fp8_padded(d_pout.get(), d_pq.get(), d_ps.get(), d_w.get(), d_sw.get(), d_tiles.get(),
+                                            skip ? d_used.get() : nullptr, p.m_pad, E, c.n_in, c.n_out, ws.get(),
+                                            this->stream_);
+        this->sync();
+        const auto got = byte_download(reinterpret_cast<const uint8_t*>(d_pout.get()), size_t(p.m_pad) * row_bytes);
+        std::vector<bool> real(size_t(p.m_pad), false);
+        int64_t differ = 0, nonzero_pad = 0, tail_written = 0;
+        for (int64_t r = 0; r < rows; ++r) {
+          real[size_t(p.row[size_t(r)])] = true;
+          differ += !std::equal(want.begin() + r * row_bytes, want.begin() + (r + 1) * row_bytes,
+                                got.begin() + p.row[size_t(r)] * row_bytes);
+        }
+        for (int64_t r = 0; r < p.m_pad; ++r) {
+          if (real[size_t(r)]) continue;
+          const auto b = got.begin() + r * row_bytes, e = b + int64_t(row_bytes);
+          if (skip && r >= p.used)
+            tail_written += std::any_of(b, e, [](uint8_t v) { return v != 0xff; });
+          else
+            nonzero_pad += std::any_of(b, e, [](uint8_t v) { return v != 0; });
+        }
+        EXPECT_EQ(differ, 0) << "rows whose bits differ from the grouped kernel's";
+        EXPECT_EQ(nonzero_pad, 0) << "padding rows not zero";
+        EXPECT_EQ(tail_written, 0) << "rows past the rows in use written";
       }
-      for (int64_t r = 0; r < p.m_pad; ++r) {
-        if (real[size_t(r)]) continue;
-        const auto b = got.begin() + r * row_bytes, e = b + int64_t(row_bytes);
-        if (skip && r >= p.used)
-          tail_written += std::any_of(b, e, [](uint8_t v) { return v != 0xff; });
-        else
-          nonzero_pad += std::any_of(b, e, [](uint8_t v) { return v != 0; });
-      }
-      EXPECT_EQ(differ, 0) << "rows whose bits differ from the grouped kernel's";
-      EXPECT_EQ(nonzero_pad, 0) << "padding rows not zero";
-      EXPECT_EQ(tail_written, 0) << "rows past the rows in use written";
     }
-  }
+  });
   DevBuf<char> ws(size_t(cuda::moe_grouped_matmul_fp8_workspace_bytes(2)));
   EXPECT_THROW(cuda::moe_grouped_matmul_fp8_padded(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 100,
                                                    2, 128, 128, ws.get(), this->stream_),
@@ -581,8 +603,9 @@ TEST_F(CudaTest, Fp8PaddedProductGivesTheGroupedBits) {
 // Gate/up with the SwiGLU in its epilogue (moe_grouped_matmul_fp8_padded_swiglu) gives the codes and
 // scales of the padded product followed by moe_swiglu_quantize_e4m3 for every row in use, padding
 // rows included (zero codes, scales 1), and leaves the rows past them as they were: empty and
-// one-row experts, inter of one cluster's gate tiles (256), of several, the model's (1,792), and a
-// large-magnitude case whose groups saturate nothing but span the codes.
+// one-row experts, inter of one cluster's gate tiles (256), of several, the model's (1,792), a
+// large-magnitude case whose groups saturate nothing but span the codes, many units a cluster; with
+// either scheduler.
 TEST_F(CudaTest, Fp8PaddedSwigluGivesTheUnfusedBits) {
   struct Case {
     std::vector<int32_t> offsets;
@@ -592,68 +615,71 @@ TEST_F(CudaTest, Fp8PaddedSwigluGivesTheUnfusedBits) {
   const std::vector<Case> cases = {{{0, 1, 130, 130, 300}, 128, 256, 2.f},
                                    {{0, 0, 128, 129, 400, 400, 530}, 2048, 512, 2.f},
                                    {{0, 300, 301, 302, 700}, 2048, 1792, 2.f},
-                                   {{0, 200, 457}, 256, 768, 40.f}};
-  for (const Case& c : cases) {
-    const int64_t E = int64_t(c.offsets.size()) - 1, rows = c.offsets.back(), I = c.inter;
-    SCOPED_TRACE(cat(E, " experts, ", rows, " rows, ", c.n_in, " -> 2 x ", I));
-    const auto x = rand_vec(size_t(rows * c.n_in), 31, c.x_scale);
-    std::vector<uint8_t> q(x.size());
-    std::vector<float> sa(size_t(rows * c.n_in / 128));
-    cpu::moe_quantize_e4m3(q.data(), sa.data(), x.data(), nullptr, c.offsets.data(), rows, E, c.n_in, false);
-    const Experts w = make_experts(E, 2 * I, c.n_in, Fp8Scheme::Block128, 32);
-    const PaddedRows p = pad_rows(c.offsets, q, sa, c.n_in);
-    std::vector<int32_t> pad_src(size_t(p.m_pad), -1), one = {0, int32_t(p.m_pad)};
-    for (int64_t r = 0; r < rows; ++r) pad_src[size_t(p.row[size_t(r)])] = int32_t(r);
-    const size_t n_codes = size_t(p.m_pad * I), n_scales = size_t(p.m_pad * I / 128);
-    DevBuf<int32_t> d_tiles(p.tile_expert.size()), d_used(1), d_pad(pad_src.size()), d_one(2);
-    DevBuf<uint8_t> d_pq(p.q.size()), d_w(w.q.size()), d_q1(n_codes), d_q2(n_codes);
-    DevBuf<float> d_ps(p.s.size()), d_sw(w.s.size()), d_s1(n_scales), d_s2(n_scales);
-    DevBuf<__nv_bfloat16> d_gu(size_t(p.m_pad * 2 * I));
-    DevBuf<char> ws(size_t(cuda::moe_grouped_matmul_fp8_workspace_bytes(E)));
-    upload(d_tiles, p.tile_expert);
-    upload(d_used, std::vector<int32_t>{int32_t(p.used)});
-    upload(d_pad, pad_src);
-    upload(d_one, one);
-    upload(d_pq, p.q);
-    upload(d_ps, p.s);
-    upload(d_w, w.q);
-    upload(d_sw, w.s);
-    CUDA_CHECK(cudaMemset(d_q2.get(), 0xab, n_codes));
-    CUDA_CHECK(cudaMemset(d_s2.get(), 0xab, n_scales * 4));
-    cuda::moe_grouped_matmul_fp8_padded(d_gu.get(), d_pq.get(), d_ps.get(), d_w.get(), d_sw.get(), d_tiles.get(),
-                                        d_used.get(), p.m_pad, E, c.n_in, 2 * I, ws.get(), this->stream_);
-    cuda::moe_swiglu_quantize_e4m3(d_q1.get(), d_s1.get(), d_gu.get(), d_pad.get(), d_one.get(), p.m_pad, 1, I, false,
-                                   this->stream_);
-    cuda::moe_grouped_matmul_fp8_padded_swiglu(d_q2.get(), d_s2.get(), d_pq.get(), d_ps.get(), d_w.get(), d_sw.get(),
-                                               d_tiles.get(), d_used.get(), p.m_pad, E, c.n_in, I, ws.get(),
-                                               this->stream_);
-    this->sync();
-    const auto q1 = byte_download(d_q1.get(), n_codes), q2 = byte_download(d_q2.get(), n_codes);
-    const auto s1 = download(d_s1.get(), n_scales), s2 = download(d_s2.get(), n_scales);
-    int64_t code_rows = 0, scale_rows = 0, tail_written = 0, nonzero_codes = 0;
-    for (int64_t r = 0; r < p.m_pad; ++r) {
-      const auto b1 = q1.begin() + r * I, b2 = q2.begin() + r * I;
-      bool scales_equal = true, tail_kept = true;
-      for (int64_t g = 0; g < I / 128; ++g) {
-        const size_t at = size_t(g * p.m_pad + r);
-        scales_equal = scales_equal && std::memcmp(&s1[at], &s2[at], 4) == 0;
-        uint32_t bits;
-        std::memcpy(&bits, &s2[at], 4);
-        tail_kept = tail_kept && bits == 0xababababu;
+                                   {{0, 200, 457}, 256, 768, 40.f},
+                                   {kManyUnits, 256, 1792, 2.f}};
+  for_each_padded_scheduler([&] {
+    for (const Case& c : cases) {
+      const int64_t E = int64_t(c.offsets.size()) - 1, rows = c.offsets.back(), I = c.inter;
+      SCOPED_TRACE(cat(E, " experts, ", rows, " rows, ", c.n_in, " -> 2 x ", I));
+      const auto x = rand_vec(size_t(rows * c.n_in), 31, c.x_scale);
+      std::vector<uint8_t> q(x.size());
+      std::vector<float> sa(size_t(rows * c.n_in / 128));
+      cpu::moe_quantize_e4m3(q.data(), sa.data(), x.data(), nullptr, c.offsets.data(), rows, E, c.n_in, false);
+      const Experts w = make_experts(E, 2 * I, c.n_in, Fp8Scheme::Block128, 32);
+      const PaddedRows p = pad_rows(c.offsets, q, sa, c.n_in);
+      std::vector<int32_t> pad_src(size_t(p.m_pad), -1), one = {0, int32_t(p.m_pad)};
+      for (int64_t r = 0; r < rows; ++r) pad_src[size_t(p.row[size_t(r)])] = int32_t(r);
+      const size_t n_codes = size_t(p.m_pad * I), n_scales = size_t(p.m_pad * I / 128);
+      DevBuf<int32_t> d_tiles(p.tile_expert.size()), d_used(1), d_pad(pad_src.size()), d_one(2);
+      DevBuf<uint8_t> d_pq(p.q.size()), d_w(w.q.size()), d_q1(n_codes), d_q2(n_codes);
+      DevBuf<float> d_ps(p.s.size()), d_sw(w.s.size()), d_s1(n_scales), d_s2(n_scales);
+      DevBuf<__nv_bfloat16> d_gu(size_t(p.m_pad * 2 * I));
+      DevBuf<char> ws(size_t(cuda::moe_grouped_matmul_fp8_workspace_bytes(E)));
+      upload(d_tiles, p.tile_expert);
+      upload(d_used, std::vector<int32_t>{int32_t(p.used)});
+      upload(d_pad, pad_src);
+      upload(d_one, one);
+      upload(d_pq, p.q);
+      upload(d_ps, p.s);
+      upload(d_w, w.q);
+      upload(d_sw, w.s);
+      CUDA_CHECK(cudaMemset(d_q2.get(), 0xab, n_codes));
+      CUDA_CHECK(cudaMemset(d_s2.get(), 0xab, n_scales * 4));
+      cuda::moe_grouped_matmul_fp8_padded(d_gu.get(), d_pq.get(), d_ps.get(), d_w.get(), d_sw.get(), d_tiles.get(),
+                                          d_used.get(), p.m_pad, E, c.n_in, 2 * I, ws.get(), this->stream_);
+      cuda::moe_swiglu_quantize_e4m3(d_q1.get(), d_s1.get(), d_gu.get(), d_pad.get(), d_one.get(), p.m_pad, 1, I, false,
+                                     this->stream_);
+      cuda::moe_grouped_matmul_fp8_padded_swiglu(d_q2.get(), d_s2.get(), d_pq.get(), d_ps.get(), d_w.get(), d_sw.get(),
+                                                 d_tiles.get(), d_used.get(), p.m_pad, E, c.n_in, I, ws.get(),
+                                                 this->stream_);
+      this->sync();
+      const auto q1 = byte_download(d_q1.get(), n_codes), q2 = byte_download(d_q2.get(), n_codes);
+      const auto s1 = download(d_s1.get(), n_scales), s2 = download(d_s2.get(), n_scales);
+      int64_t code_rows = 0, scale_rows = 0, tail_written = 0, nonzero_codes = 0;
+      for (int64_t r = 0; r < p.m_pad; ++r) {
+        const auto b1 = q1.begin() + r * I, b2 = q2.begin() + r * I;
+        bool scales_equal = true, tail_kept = true;
+        for (int64_t g = 0; g < I / 128; ++g) {
+          const size_t at = size_t(g * p.m_pad + r);
+          scales_equal = scales_equal && std::memcmp(&s1[at], &s2[at], 4) == 0;
+          uint32_t bits;
+          std::memcpy(&bits, &s2[at], 4);
+          tail_kept = tail_kept && bits == 0xababababu;
+        }
+        if (r >= p.used) {
+          tail_written += !tail_kept || std::any_of(b2, b2 + I, [](uint8_t v) { return v != 0xab; });
+          continue;
+        }
+        code_rows += !std::equal(b1, b1 + I, b2);
+        scale_rows += !scales_equal;
+        nonzero_codes += std::count_if(b2, b2 + I, [](uint8_t v) { return (v & 0x7f) != 0; });
       }
-      if (r >= p.used) {
-        tail_written += !tail_kept || std::any_of(b2, b2 + I, [](uint8_t v) { return v != 0xab; });
-        continue;
-      }
-      code_rows += !std::equal(b1, b1 + I, b2);
-      scale_rows += !scales_equal;
-      nonzero_codes += std::count_if(b2, b2 + I, [](uint8_t v) { return (v & 0x7f) != 0; });
+      EXPECT_EQ(code_rows, 0) << "rows in use whose codes differ from the unfused path's";
+      EXPECT_EQ(scale_rows, 0) << "rows in use whose scales differ from the unfused path's";
+      EXPECT_EQ(tail_written, 0) << "rows past the rows in use written";
+      EXPECT_GT(nonzero_codes, rows * I / 2) << "a product of mostly zero codes proves little";
     }
-    EXPECT_EQ(code_rows, 0) << "rows in use whose codes differ from the unfused path's";
-    EXPECT_EQ(scale_rows, 0) << "rows in use whose scales differ from the unfused path's";
-    EXPECT_EQ(tail_written, 0) << "rows past the rows in use written";
-    EXPECT_GT(nonzero_codes, rows * I / 2) << "a product of mostly zero codes proves little";
-  }
+  });
 }
 
 // The fused gate/up refuses, in one line and before any launch, an inter its tiles cannot pair and

@@ -224,4 +224,9 @@ bool fp8_block_padded();
 // bench's comparison). The same bits either way.
 void set_fp8_swiglu_fused(bool on);
 bool fp8_swiglu_fused();
+// Whether both padded products draw their units from a counter (default: the SMs that finish early
+// take the next unit) or walk CUTLASS's static stride (false, or LFM2_FP8_PADDED_SCHED=static, which
+// sets the start). The same bits either way.
+void set_fp8_padded_dynamic(bool on);
+bool fp8_padded_dynamic();
 }  // namespace lfm2::cuda::grouped

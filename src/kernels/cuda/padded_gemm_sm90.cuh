@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "common/cuda_check.h"
 #include "common/error.h"
@@ -20,6 +21,7 @@
 #include "cutlass/gemm/dispatch_policy.hpp"
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
 #include "cutlass/gemm/kernel/tile_scheduler.hpp"
+#include "kernels/cuda/padded_dynamic_scheduler_sm90.cuh"
 
 namespace lfm2::cuda::grouped::padded {
 
@@ -219,7 +221,8 @@ Stride rows_stride(int64_t cols, int64_t batch) {
 // The blockwise-scaled GEMM over padded rows with the given epilogue (whose shared memory the
 // mainloop's stages leave room for): A (m_pad, n_in) e4m3 with one scale per (row, 128 columns),
 // each M tile's B its expert's (n_out, n_in) e4m3 with 128 x 128 block scales.
-template <class Epilogue, bool kGateUpPairs>
+// kDynamic: units drawn from a counter (padded_dynamic_scheduler_sm90.cuh), not a fixed stride.
+template <class Epilogue, bool kGateUpPairs, bool kDynamic = false>
 struct PaddedGemm {
   using ElementA = cutlass::float_e4m3_t;
   using ElementB = cutlass::float_e4m3_t;
@@ -234,8 +237,8 @@ struct PaddedGemm {
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
       cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8BlockScaledAccum>::CollectiveOp;
   using Mainloop = PaddedMainloop<BaseMainloop>;
-  using GemmKernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue,
-                                                          PaddedScheduler<kGateUpPairs>>;
+  using SchedulerTag = std::conditional_t<kDynamic, PaddedDynamic<kGateUpPairs>, PaddedScheduler<kGateUpPairs>>;
+  using GemmKernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue, SchedulerTag>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
   using Arguments = typename Gemm::Arguments;
 
