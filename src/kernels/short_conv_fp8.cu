@@ -14,13 +14,17 @@ namespace lfm2::cuda {
 namespace {
 
 constexpr int kV = 8;  // channels a thread: 16-byte loads; 16 threads = one 128-column group
+constexpr int kThreads = 256;
 
 // Each thread kConvWindowRows rows of one sequence (short_conv_window) and 8 channels. Warps step
 // over the items 32 at a time, so every lane reaches the shuffles; n % 16 == 0 (hidden % 128 ==
-// 0), so a group's half-warp (one chunk of rows, 128 columns) is live or not as a whole.
+// 0), so a group's half-warp (one chunk of rows, 128 columns) is live or not as a whole. Two blocks
+// an SM hold at most 128 registers a thread: past that one block fits and the launch took 1.6x
+// as long (twenty-third and twenty-eighth sessions, H200), so the bound keeps the compiler under it.
 template <typename T>
-__global__ void short_conv_e4m3_kernel(uint8_t* q, float* scales, const T* bcx, const float* conv_w, int64_t n_seq,
-                                       int64_t seq_len, int64_t hidden) {
+__global__ void __launch_bounds__(kThreads, 2)
+    short_conv_e4m3_kernel(uint8_t* q, float* scales, const T* bcx, const float* conv_w, int64_t n_seq,
+                           int64_t seq_len, int64_t hidden) {
   constexpr int R = kConvWindowRows;
   const int64_t groups = hidden / kV, chunks = (seq_len + R - 1) / R, n = n_seq * chunks * groups;
   const int64_t n_rows = n_seq * seq_len;
@@ -64,7 +68,8 @@ void short_conv_quantize_e4m3(uint8_t* q, float* scales, const T* bcx, const flo
              "short_conv_quantize_e4m3: rows not 16-byte aligned");
   const int64_t n = n_seq * ((seq_len + kConvWindowRows - 1) / kConvWindowRows) * (hidden / kV);
   if (n == 0) return;
-  short_conv_e4m3_kernel<T><<<grid_for(n, 256), 256, 0, stream>>>(q, scales, bcx, conv_w, n_seq, seq_len, hidden);
+  short_conv_e4m3_kernel<T>
+      <<<grid_for(n, kThreads), kThreads, 0, stream>>>(q, scales, bcx, conv_w, n_seq, seq_len, hidden);
   CUDA_CHECK_LAUNCH("short_conv_e4m3_kernel");
 }
 

@@ -47,27 +47,36 @@ constexpr int kConvWindowRows = 4;  // rows a thread of the windowed kernels (LF
 
 // Rows row0 .. row0 + n_r - 1 of one sequence (positions t0 .. t0 + n_r - 1, n_r <= R) with KL
 // taps: each row's (B * x) products loaded and formed once for the R rows instead of once per tap,
-// then each row's sum in short_conv_outputs' order (the same bits).
+// then each row's sum in short_conv_outputs' order (the same bits). Every load is issued before any
+// use, a tap before the sequence or a row past n_r reading row0 instead (its values unused): one
+// round trip to memory a thread, where loads behind their conditions waited one by one.
 template <typename T, int V, int R, int KL>
 __device__ __forceinline__ void short_conv_window(T (&o)[R][V], const T* bcx, const float* conv_w, int64_t row0,
                                                   int64_t t0, int n_r, int64_t c0, int64_t hidden) {
   static_assert(V * sizeof(T) == 16, "16-byte loads");
-  float u[R + KL - 1][V];
+  constexpr int K = R + KL - 1;  // the rows whose (B * x) the R rows' taps read
+  alignas(16) T b[K][V], x[K][V];
 #pragma unroll
-  for (int k = 0; k < R + KL - 1; ++k) {
-    if (t0 - (KL - 1) + k < 0 || k >= n_r + KL - 1) continue;  // before the sequence, or past its rows
-    const T* src = bcx + (row0 - (KL - 1) + k) * 3 * hidden + c0;
-    alignas(16) T b[V], x[V];
-    *reinterpret_cast<uint4*>(b) = *reinterpret_cast<const uint4*>(src);
-    *reinterpret_cast<uint4*>(x) = *reinterpret_cast<const uint4*>(src + 2 * hidden);
-#pragma unroll
-    for (int v = 0; v < V; ++v) u[k][v] = to_f32(b[v]) * to_f32(x[v]);
+  for (int k = 0; k < K; ++k) {
+    const bool used = t0 - (KL - 1) + k >= 0 && k < n_r + KL - 1;
+    const T* src = bcx + (used ? row0 - (KL - 1) + k : row0) * 3 * hidden + c0;
+    *reinterpret_cast<uint4*>(b[k]) = *reinterpret_cast<const uint4*>(src);
+    *reinterpret_cast<uint4*>(x[k]) = *reinterpret_cast<const uint4*>(src + 2 * hidden);
   }
+#pragma unroll
+  for (int r = 0; r < R; ++r)  // C of each row, into o until its sum
+    *reinterpret_cast<uint4*>(o[r]) =
+        *reinterpret_cast<const uint4*>(bcx + (row0 + (r < n_r ? r : 0)) * 3 * hidden + hidden + c0);
   float w[V][KL];
 #pragma unroll
   for (int v = 0; v < V; ++v)
 #pragma unroll
     for (int j = 0; j < KL; ++j) w[v][j] = conv_w[(c0 + v) * KL + j];
+  float u[K][V];
+#pragma unroll
+  for (int k = 0; k < K; ++k)
+#pragma unroll
+    for (int v = 0; v < V; ++v) u[k][v] = to_f32(b[k][v]) * to_f32(x[k][v]);
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     if (r >= n_r) break;
@@ -78,10 +87,8 @@ __device__ __forceinline__ void short_conv_window(T (&o)[R][V], const T* bcx, co
 #pragma unroll
       for (int v = 0; v < V; ++v) z[v] += w[v][j] * u[r + j][v];
     }
-    alignas(16) T cg[V];
-    *reinterpret_cast<uint4*>(cg) = *reinterpret_cast<const uint4*>(bcx + (row0 + r) * 3 * hidden + hidden + c0);
 #pragma unroll
-    for (int v = 0; v < V; ++v) o[r][v] = from_f32<T>(to_f32(cg[v]) * z[v]);
+    for (int v = 0; v < V; ++v) o[r][v] = from_f32<T>(to_f32(o[r][v]) * z[v]);
   }
 }
 
