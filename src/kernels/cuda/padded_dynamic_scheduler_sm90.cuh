@@ -296,16 +296,4 @@ class PaddedDynamicScheduler : public cutlass::gemm::kernel::detail::PersistentT
   int32_t clusters_ = 0, first_unit_ = 0, used_units_ = 0;
 };
 
-// GemmUniversal's tag for PaddedDynamicScheduler.
-template <bool kGateUpPairs>
-struct PaddedDynamic {};
-
 }  // namespace lfm2::cuda::grouped::padded
-
-namespace cutlass::gemm::kernel::detail {
-template <bool kGateUpPairs, class ArchTag, class TileShape, class ClusterShape, uint32_t Stages>
-struct TileSchedulerSelector<lfm2::cuda::grouped::padded::PaddedDynamic<kGateUpPairs>, ArchTag, TileShape,
-                             ClusterShape, Stages> {
-  using Scheduler = lfm2::cuda::grouped::padded::PaddedDynamicScheduler<kGateUpPairs>;
-};
-}  // namespace cutlass::gemm::kernel::detail

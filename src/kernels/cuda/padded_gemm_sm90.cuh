@@ -188,17 +188,17 @@ class PaddedTileScheduler : public cutlass::gemm::kernel::detail::PersistentTile
   int32_t half_tiles_ = 0;
 };
 
-// GemmUniversal's tags for PaddedTileScheduler (the specialization below).
-template <bool kGateUpPairs>
-struct PaddedScheduler {};
+// GemmUniversal's tag for one of these schedulers (PaddedTileScheduler, PaddedDynamicScheduler): the
+// specialization below hands the kernel the scheduler itself.
+template <class Scheduler>
+struct SchedulerTag {};
 
 }  // namespace lfm2::cuda::grouped::padded
 
 namespace cutlass::gemm::kernel::detail {
-template <bool kGateUpPairs, class ArchTag, class TileShape, class ClusterShape, uint32_t Stages>
-struct TileSchedulerSelector<lfm2::cuda::grouped::padded::PaddedScheduler<kGateUpPairs>, ArchTag, TileShape,
-                             ClusterShape, Stages> {
-  using Scheduler = lfm2::cuda::grouped::padded::PaddedTileScheduler<kGateUpPairs>;
+template <class S, class ArchTag, class TileShape, class ClusterShape, uint32_t Stages>
+struct TileSchedulerSelector<lfm2::cuda::grouped::padded::SchedulerTag<S>, ArchTag, TileShape, ClusterShape, Stages> {
+  using Scheduler = S;
 };
 }  // namespace cutlass::gemm::kernel::detail
 
@@ -237,8 +237,10 @@ struct PaddedGemm {
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
       cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8BlockScaledAccum>::CollectiveOp;
   using Mainloop = PaddedMainloop<BaseMainloop>;
-  using SchedulerTag = std::conditional_t<kDynamic, PaddedDynamic<kGateUpPairs>, PaddedScheduler<kGateUpPairs>>;
-  using GemmKernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue, SchedulerTag>;
+  using Scheduler =
+      std::conditional_t<kDynamic, PaddedDynamicScheduler<kGateUpPairs>, PaddedTileScheduler<kGateUpPairs>>;
+  using GemmKernel =
+      cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue, SchedulerTag<Scheduler>>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
   using Arguments = typename Gemm::Arguments;
 
