@@ -65,6 +65,18 @@ __device__ __forceinline__ void put(int32_t* p, uint64_t* bar, uint32_t cta, int
 
 }  // namespace cluster_mbar
 
+// The problem a padded scheduler walks: kGateUpPairs, the gate half of N (each gate tile's up tile
+// follows it without a draw of its own).
+template <bool kGateUpPairs, class ProblemShapeMNKL>
+CUTLASS_HOST_DEVICE auto walked_shape(ProblemShapeMNKL shape) {
+  if constexpr (kGateUpPairs) {
+    auto s = cute::append<4>(shape, cute::Int<1>{});
+    return cute::make_shape(cute::get<0>(s), cute::get<1>(s) / 2, cute::get<2>(s), cute::get<3>(s));
+  } else {
+    return shape;
+  }
+}
+
 // The ring of unit ids, as the kernel's scheduler pipeline (its Params and ThreadCategory are the
 // ones the kernel fills; the counts it passes are not used: the ring counts warps, kWalkers a CTA).
 template <int kSlots, int kWalkers>
@@ -181,16 +193,6 @@ class PaddedDynamicScheduler : public cutlass::gemm::kernel::detail::PersistentT
     int32_t half_tiles = 0;      // kGateUpPairs: the N tiles of the gate half
   };
 
-  template <class ProblemShapeMNKL>
-  CUTLASS_HOST_DEVICE static auto walked(ProblemShapeMNKL shape) {
-    if constexpr (kGateUpPairs) {
-      auto s = cute::append<4>(shape, cute::Int<1>{});
-      return cute::make_shape(cute::get<0>(s), cute::get<1>(s) / 2, cute::get<2>(s), cute::get<3>(s));
-    } else {
-      return shape;
-    }
-  }
-
   CUTLASS_HOST_DEVICE static Base::Arguments along_n(Arguments const& args) {
     Base::Arguments a = args;
     a.raster_order = RasterOrderOptions::AlongN;  // the units of the rows in use: a prefix
@@ -204,8 +206,10 @@ class PaddedDynamicScheduler : public cutlass::gemm::kernel::detail::PersistentT
                                         void* workspace = nullptr, uint32_t epilogue_subtile = 1,
                                         uint32_t ktile_start_alignment_count = 1u) {
     Params p;
-    static_cast<Base::Params&>(p) = Base::to_underlying_arguments(
-        walked(shape), tile, cluster, hw_info, along_n(args), workspace, epilogue_subtile, ktile_start_alignment_count);
+    const auto walked = walked_shape<kGateUpPairs>(shape);
+    static_cast<Base::Params&>(p) = Base::to_underlying_arguments(walked, tile, cluster, hw_info, along_n(args),
+                                                                  workspace, epilogue_subtile,
+                                                                  ktile_start_alignment_count);
     p.used_rows = args.used_rows;
     p.counter = static_cast<int32_t*>(workspace);
     p.half_tiles = int32_t(cute::get<1>(shape) / 2 / cute::size<1>(tile));
@@ -216,7 +220,8 @@ class PaddedDynamicScheduler : public cutlass::gemm::kernel::detail::PersistentT
   CUTLASS_HOST_DEVICE static dim3 get_grid_shape(Params const& params, ProblemShapeMNKL shape, BlockShape cta,
                                                  ClusterShape cluster, cutlass::KernelHardwareInfo hw_info,
                                                  Arguments arguments = Arguments{}, bool truncate = true) {
-    return Base::get_grid_shape(params, walked(shape), cta, cluster, hw_info, along_n(arguments), truncate);
+    const auto walked = walked_shape<kGateUpPairs>(shape);
+    return Base::get_grid_shape(params, walked, cta, cluster, hw_info, along_n(arguments), truncate);
   }
 
   template <class ProblemShape, class ElementAccumulator>

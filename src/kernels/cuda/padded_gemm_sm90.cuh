@@ -122,25 +122,15 @@ class PaddedTileScheduler : public cutlass::gemm::kernel::detail::PersistentTile
     int32_t half_tiles = 0;  // kGateUpPairs: the N tiles of the gate half
   };
 
-  // The problem the base scheduler walks: kGateUpPairs, the gate half of N.
-  template <class ProblemShapeMNKL>
-  CUTLASS_HOST_DEVICE static auto walked(ProblemShapeMNKL shape) {
-    if constexpr (kGateUpPairs) {
-      auto s = cute::append<4>(shape, cute::Int<1>{});
-      return cute::make_shape(cute::get<0>(s), cute::get<1>(s) / 2, cute::get<2>(s), cute::get<3>(s));
-    } else {
-      return shape;
-    }
-  }
-
   template <class ProblemShapeMNKL, class TileShape, class ClusterShape>
   static Params to_underlying_arguments(ProblemShapeMNKL shape, TileShape tile, ClusterShape cluster,
                                         cutlass::KernelHardwareInfo const& hw_info, Arguments const& args,
                                         void* workspace = nullptr, uint32_t epilogue_subtile = 1,
                                         uint32_t ktile_start_alignment_count = 1u) {
     Params p;
-    static_cast<Base::Params&>(p) = Base::to_underlying_arguments(
-        walked(shape), tile, cluster, hw_info, args, workspace, epilogue_subtile, ktile_start_alignment_count);
+    const auto walked = walked_shape<kGateUpPairs>(shape);
+    static_cast<Base::Params&>(p) = Base::to_underlying_arguments(walked, tile, cluster, hw_info, args, workspace,
+                                                                  epilogue_subtile, ktile_start_alignment_count);
     p.used_rows = args.used_rows;
     p.half_tiles = int32_t(cute::get<1>(shape) / 2 / cute::size<1>(tile));
     return p;
@@ -150,7 +140,8 @@ class PaddedTileScheduler : public cutlass::gemm::kernel::detail::PersistentTile
   CUTLASS_HOST_DEVICE static dim3 get_grid_shape(Params const& params, ProblemShapeMNKL shape, BlockShape cta,
                                                  ClusterShape cluster, cutlass::KernelHardwareInfo hw_info,
                                                  Arguments arguments = Arguments{}, bool truncate = true) {
-    return Base::get_grid_shape(params, walked(shape), cta, cluster, hw_info, arguments, truncate);
+    const auto walked = walked_shape<kGateUpPairs>(shape);
+    return Base::get_grid_shape(params, walked, cta, cluster, hw_info, arguments, truncate);
   }
 
   CUTLASS_HOST_DEVICE PaddedTileScheduler() {}
