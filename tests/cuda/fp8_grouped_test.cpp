@@ -27,7 +27,9 @@
 // Ragged groups with an empty expert, the model's widths. Skips without a GPU.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <limits>
 #include <numeric>
 #include <tuple>
@@ -454,11 +456,12 @@ PaddedRows pad_rows(const std::vector<int32_t>& offsets, const std::vector<uint8
 }
 
 // Both padded products' schedulers in turn (the counter's, the default, then the static stride's),
-// the default given back however the body ends.
+// the setting before given back however the body ends.
 template <class Body>
 void for_each_padded_scheduler(Body body) {
   struct Restore {
-    ~Restore() { cuda::grouped::set_fp8_padded_dynamic(true); }
+    bool was = cuda::grouped::fp8_padded_dynamic();
+    ~Restore() { cuda::grouped::set_fp8_padded_dynamic(was); }
   } restore;
   for (const bool dynamic : {true, false}) {
     SCOPED_TRACE(dynamic ? "units from the counter" : "units by the static stride");
@@ -680,6 +683,37 @@ TEST_F(CudaTest, Fp8PaddedSwigluGivesTheUnfusedBits) {
       EXPECT_GT(nonzero_codes, rows * I / 2) << "a product of mostly zero codes proves little";
     }
   });
+}
+
+// LFM2_FP8_PADDED_SCHED: unset or empty the counter's scheduler, static the stride's, anything else
+// refused in one line naming the variable and what it takes (no GPU needed).
+TEST(Fp8PaddedSchedule, TheVariableIsReadOrRefused) {
+  const char* kName = "LFM2_FP8_PADDED_SCHED";
+  const char* before = std::getenv(kName);
+  const std::string was = before ? before : "";
+  unsetenv(kName);
+  EXPECT_TRUE(cuda::grouped::fp8_padded_dynamic_from_env());
+  for (const auto& [value, dynamic] : std::vector<std::pair<const char*, bool>>{
+           {"", true}, {"dynamic", true}, {"static", false}}) {
+    setenv(kName, value, 1);
+    EXPECT_EQ(cuda::grouped::fp8_padded_dynamic_from_env(), dynamic) << "'" << value << "'";
+  }
+  for (const char* bad : {"Static", "dynamic ", "1", "stride"}) {
+    setenv(kName, bad, 1);
+    try {
+      cuda::grouped::fp8_padded_dynamic_from_env();
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(std::string(kName) + "='" + bad + "': not one of dynamic, static"), std::string::npos)
+          << what;
+      EXPECT_EQ(what.find('\n'), std::string::npos) << "one line: " << what;
+    }
+  }
+  if (before)
+    setenv(kName, was.c_str(), 1);
+  else
+    unsetenv(kName);
 }
 
 // The fused gate/up refuses, in one line and before any launch, an inter its tiles cannot pair and

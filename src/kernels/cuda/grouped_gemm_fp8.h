@@ -229,4 +229,7 @@ bool fp8_swiglu_fused();
 // sets the start). The same bits either way.
 void set_fp8_padded_dynamic(bool on);
 bool fp8_padded_dynamic();
+// LFM2_FP8_PADDED_SCHED read now (unset or empty: dynamic); any value but dynamic or static throws
+// lfm2::Error naming the variable. The setting above starts from it.
+bool fp8_padded_dynamic_from_env();
 }  // namespace lfm2::cuda::grouped
