@@ -21,6 +21,7 @@
 #include "cutlass/gemm/dispatch_policy.hpp"
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
 #include "cutlass/gemm/kernel/tile_scheduler.hpp"
+#include "kernels/cuda/overlapped_promotion_sm90.cuh"
 #include "kernels/cuda/padded_dynamic_scheduler_sm90.cuh"
 
 namespace lfm2::cuda::grouped::padded {
@@ -227,7 +228,7 @@ struct PaddedGemm {
       cute::tuple<cutlass::layout::ColumnMajor, LayoutSFB>, kAlignAB, float, Tile, Cluster,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
       cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8BlockScaledAccum>::CollectiveOp;
-  using Mainloop = PaddedMainloop<BaseMainloop>;
+  using Mainloop = PaddedMainloop<OverlappedPromotion<BaseMainloop>>;
   using Scheduler =
       std::conditional_t<kDynamic, PaddedDynamicScheduler<kGateUpPairs>, PaddedTileScheduler<kGateUpPairs>>;
   using GemmKernel =
