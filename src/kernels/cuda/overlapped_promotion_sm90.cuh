@@ -22,6 +22,34 @@ struct OverlappedPromotion : Base {
                     cute::size<2>(typename Base::TileShape{}),
                 "overlapped promotion: one promotion every k tile");
 
+  // The stages' scales as (BLK_M, BLK_N, (BLK_K, PIPE)) views over the tile's C: A's broadcast along
+  // N, B's along M (CUTLASS's mainloop views them so).
+  CUTLASS_DEVICE static auto scale_views(typename Base::TensorStorage& smem) {
+    using namespace cute;
+    using LSFA = typename Base::SmemLayoutSFA;
+    using LSFB = typename Base::SmemLayoutSFB;
+    using Tile = typename Base::TileShape;
+    Tensor sfa = make_tensor(make_smem_ptr(smem.smem_SFA.data()),
+                             make_layout(make_shape(get<0>(shape(LSFA{})), get<1>(Tile{}),
+                                                    make_shape(get<1>(shape(LSFA{})), get<2>(shape(LSFA{})))),
+                                         make_stride(get<0>(stride(LSFA{})), _0{},
+                                                     make_stride(get<1>(stride(LSFA{})), get<2>(stride(LSFA{}))))));
+    Tensor sfb = make_tensor(make_smem_ptr(smem.smem_SFB.data()),
+                             make_layout(make_shape(get<0>(Tile{}), get<0>(shape(LSFB{})),
+                                                    make_shape(get<1>(shape(LSFB{})), get<2>(shape(LSFB{})))),
+                                         make_stride(_0{}, get<0>(stride(LSFB{})),
+                                                     make_stride(get<1>(stride(LSFB{})), get<2>(stride(LSFB{}))))));
+    return cute::make_tuple(sfa, sfb);
+  }
+
+  // accum += a tile's partial sums x their scales (CUTLASS's promotion, the same FMAs).
+  template <class Accum, class Part, class PartScale>
+  CUTLASS_DEVICE static void promote(Accum& accum, Part& part, PartScale const& scale) {
+    cute::warpgroup_fence_operand(part);
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < cute::size(accum); ++i) accum(i) += part(i) * scale(i);
+  }
+
   // The consumer warpgroups' mainloop (GemmUniversal's call): accum = sum over the k tiles of the
   // tile's wgmma sums times its scales. Releases every stage but the last, as CUTLASS's does
   // (mma_tail releases that one).
@@ -32,19 +60,7 @@ struct OverlappedPromotion : Base {
     using namespace cute;
     Tensor sA = make_tensor(make_smem_ptr(smem.smem_A.data()), typename Base::SmemLayoutA{});
     Tensor sB = make_tensor(make_smem_ptr(smem.smem_B.data()), typename Base::SmemLayoutB{});
-    using LSFA = typename Base::SmemLayoutSFA;
-    using LSFB = typename Base::SmemLayoutSFB;
-    // The scales broadcast over the tile's C: A's along N, B's along M; (BLK_M, BLK_N, (BLK_K, PIPE))
-    Tensor sSFA = make_tensor(make_smem_ptr(smem.smem_SFA.data()),
-                              make_layout(make_shape(get<0>(shape(LSFA{})), get<1>(typename Base::TileShape{}),
-                                                     make_shape(get<1>(shape(LSFA{})), get<2>(shape(LSFA{})))),
-                                          make_stride(get<0>(stride(LSFA{})), _0{},
-                                                      make_stride(get<1>(stride(LSFA{})), get<2>(stride(LSFA{}))))));
-    Tensor sSFB = make_tensor(make_smem_ptr(smem.smem_SFB.data()),
-                              make_layout(make_shape(get<0>(typename Base::TileShape{}), get<0>(shape(LSFB{})),
-                                                     make_shape(get<1>(shape(LSFB{})), get<2>(shape(LSFB{})))),
-                                          make_stride(_0{}, get<0>(stride(LSFB{})),
-                                                      make_stride(get<1>(stride(LSFB{})), get<2>(stride(LSFB{}))))));
+    auto [sSFA, sSFB] = scale_views(smem);
     constexpr int kWarpGroup = cutlass::NumThreadsPerWarpGroup;
     constexpr int kWarpGroups = size(TiledMma{}) / kWarpGroup;
     const int warp_group = __shfl_sync(0xffffffffu, thread_idx / kWarpGroup, 0);
@@ -85,17 +101,15 @@ struct OverlappedPromotion : Base {
       ++read;
       token = pipeline.consumer_try_wait(read);
     };
-    auto promote = [&](auto& part, auto& scale) {
-      warpgroup_fence_operand(part);
-      CUTLASS_PRAGMA_UNROLL
-      for (int i = 0; i < size(accum); ++i) accum(i) += part(i) * scale(i);
-    };
-    // The tile before the newest done (one batch left in flight): its stage back to the producer.
+    // The next tile's wgmmas into next; once only those are in flight, the tile before gives its
+    // stage back to the producer and is promoted.
     typename Base::PipelineState release = read;
-    auto retire_previous = [&]() {
+    auto overlap = [&](auto& next, auto& next_scale, auto& done, auto& done_scale) {
+      issue(next, next_scale);
       warpgroup_wait<1>();
       pipeline.consumer_release(release);
       ++release;
+      promote(accum, done, done_scale);
     };
 
     clear(accum);
@@ -104,22 +118,16 @@ struct OverlappedPromotion : Base {
     int left = k_tiles - 1;
     CUTLASS_PRAGMA_NO_UNROLL
     for (; left >= 2; left -= 2) {
-      issue(part1, scale1);
-      retire_previous();
-      promote(part0, scale0);
-      issue(part0, scale0);
-      retire_previous();
-      promote(part1, scale1);
+      overlap(part1, scale1, part0, scale0);
+      overlap(part0, scale0, part1, scale1);
     }
     if (left == 1) {
-      issue(part1, scale1);
-      retire_previous();
-      promote(part0, scale0);
+      overlap(part1, scale1, part0, scale0);
       warpgroup_wait<0>();
-      promote(part1, scale1);
+      promote(accum, part1, scale1);
     } else {
       warpgroup_wait<0>();
-      promote(part0, scale0);
+      promote(accum, part0, scale0);
     }
     warpgroup_fence_operand(accum);
   }
