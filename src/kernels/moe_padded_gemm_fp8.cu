@@ -5,7 +5,8 @@
 // tile reads the one that tile_expert names. CUTLASS's grouped kernel switches TMA descriptors
 // whenever a CTA's next tile is in another group (nearly every tile here: 32 experts, one wave of
 // 132 tiles); this one uses the same descriptors for every tile. The mainloop is CUTLASS's,
-// wrapped (PaddedMainloop) so that the batch coordinate of a tile is its expert for B and its
+// wrapped (PaddedMainloop over OverlappedPromotion, which overlaps each k tile's promotion with the
+// next tile's wgmmas) so that the batch coordinate of a tile is its expert for B and its
 // scales while A and A's scales ignore it: one matrix of all rows. Same tile (128 x 128 x 128),
 // promotion per 128-deep block and epilogue as the grouped kernel, so the same sums. The tiles past
 // the rows the routing uses are skipped (PaddedTileScheduler, or PaddedDynamicScheduler: units

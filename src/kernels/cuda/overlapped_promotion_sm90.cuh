@@ -2,7 +2,8 @@
 // warpgroup issues k tile t + 1's wgmmas (into a second set of partial sums) before it promotes
 // k tile t's (accum += partial sums x the tile's scales). CUTLASS's mainloop waits for a tile's
 // wgmmas to finish before it promotes them, so the tensor cores wait while both consumer
-// warpgroups promote (ncu, fused gate/up at 8,192 tokens: the tensor pipe busy 53 % of the time).
+// warpgroups promote (ncu of the plain gate/up at 8,192 tokens on an H200: the tensor pipe busy
+// 65.7 % of the cycles with CUTLASS's mainloop, 72.2 % with this one).
 // The same wgmmas and the same promotions in the same order: the same bits. Everything but mma()
 // is CUTLASS's; the padded products (padded_gemm_sm90.cuh) build on it.
 #pragma once

@@ -1,8 +1,10 @@
 // The pieces of the FP8 experts' products over rows padded per expert that both of their CUTLASS
 // translation units use (moe_padded_gemm_fp8.cu: the plain product; moe_padded_swiglu_fp8.cu: gate/up
 // with the SwiGLU and its quantization in the epilogue): the mainloop that gives each 128-row tile
-// its own expert's weights, and the persistent scheduler that skips the tiles past the rows in use
-// (and, for gate/up, hands each CTA a gate tile and then the up tile of the same rows and columns).
+// its own expert's weights (over OverlappedPromotion, overlapped_promotion_sm90.cuh: each k tile's
+// promotion while the next tile's wgmmas run), and the persistent scheduler that skips the tiles
+// past the rows in use (and, for gate/up, hands each CTA a gate tile and then the up tile of the
+// same rows and columns).
 // Included only by translation units built for sm_90a.
 #pragma once
 
