@@ -50,10 +50,6 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_va
 export OMPI_MCA_rmaps_base_oversubscribe=1
 rm -rf "$WORK"
 mkdir -p "$WORK/fixtures"
-# Open MPI's session directories under $WORK rather than in /tmp's shared one: the mpiruns of
-# ctest's other jobs race on that one (one removes the emptied top directory while another creates
-# its own in it, and orte_init fails in session_dir.c: open-mpi/ompi#8510). A CI run met it here.
-export OMPI_MCA_orte_tmpdir_base="$WORK/ompi"
 export H RANK FF F="$WORK/fixtures" T="$(cd "$(dirname "$table")/../text/tokenizer" && pwd)"
 export MPI="$MPIEXEC --oversubscribe"
 for p in 1 2 3 4; do export R$p="$MPI -n $p $RANK --device cpu"; done
