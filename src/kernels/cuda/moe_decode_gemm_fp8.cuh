@@ -669,6 +669,16 @@ __device__ __forceinline__ void zero_sums(float (&acc)[2][NT][4]) {
       for (int c = 0; c < 4; ++c) acc[m][t][c] = 0.f;
 }
 
+// The warp's two m-tiles' block128 scales at k step k (scale_rows' rows; 0 for a tile past the end);
+// 1 with channel scales, which the store applies.
+__device__ __forceinline__ void k_scales(float (&sc)[2], const float* const (&sp)[2], int k, bool blocks) {
+  sc[0] = sc[1] = 1.f;
+  if (blocks) {
+#pragma unroll
+    for (int m = 0; m < 2; ++m) sc[m] = sp[m] ? __ldg(sp[m] + k) : 0.f;
+  }
+}
+
 template <typename T, bool kGateUp, int KH, int XR, bool kF8, int BPS = 1>
 __global__ void __launch_bounds__(kThreads, BPS) moe_gemm_fp8_kernel(const Args a) {
   using Sh = Shape<KH, XR, kF8, BPS>;
@@ -698,7 +708,6 @@ __global__ void __launch_bounds__(kThreads, BPS) moe_gemm_fp8_kernel(const Args 
   UnitRing ring(a.ctr, s_off + 2 * kMaxExperts + 4);
   const int64_t u_end = taken ? units : units * (blockIdx.x + 1) / gridDim.x;
   int64_t pu = taken ? int64_t(blockIdx.x) : units * blockIdx.x / gridDim.x;
-  auto next_unit = [&](int64_t u) -> int64_t { return taken ? ring.producer_next() : u + 1; };
   if (pu >= u_end) {
     if constexpr (!kGateUp) moe_gemm::griddep_wait();
     return;
@@ -710,66 +719,48 @@ __global__ void __launch_bounds__(kThreads, BPS) moe_gemm_fp8_kernel(const Args 
 
   std::conditional_t<kF8, Feeder8<kGateUp, KH, XR>, Feeder<T, kGateUp, KH, XR>> feed;
   moe_gemm::l2_policies(a.l2_hints != 0, feed.pol_w, feed.pol_x);
-  moe_gemm::Unit pun = unit_of<XR>(pu, tiles, s_touched, s_off);
-  feed.set_unit(a, pun);
-  feed.set_pass(a, pun, 0);
-  int pp = 0, pk = 0;
-  auto advance = [&]() {
-    if (++pk < nk) return;
-    pk = 0;
-    if (++pp >= pun.passes) {
-      pp = 0;
-      pu = next_unit(pu);
-      if (pu >= u_end) return;
-      pun = unit_of<XR>(pu, tiles, s_touched, s_off);
-      feed.set_unit(a, pun);
-    }
-    feed.set_pass(a, pun, pp);
+  moe_gemm::StageWalk pw{pu, unit_of<XR>(pu, tiles, s_touched, s_off)};  // the producer's
+  feed.set_unit(a, pw.un);
+  feed.set_pass(a, pw.un, 0);
+  auto load = [&](int slot, int k, bool w, bool x) {
+    if (w) feed.load_w(a, base + slot * Sh::kStage, k);
+    if (x) feed.load_x(a, base + slot * Sh::kStage, k);
   };
-
-  int pre = 0;
-  if constexpr (!kGateUp) {
-    pre = min(S - 1, nk);
-    for (int s = 0; s < pre; ++s) feed.load_w(a, base + s * Sh::kStage, s);
-    moe_gemm::griddep_wait();
-  }
-  for (int s = 0; s < S - 1; ++s) {
-    if (pu < u_end) {
-      if (s >= pre) feed.load_w(a, base + s * Sh::kStage, pk);
-      feed.load_x(a, base + s * Sh::kStage, pk);
+  auto advance = [&]() {  // the producer one stage on
+    if (++pw.k < nk) return;
+    pw.k = 0;
+    if (++pw.pass >= pw.un.passes) {
+      pw.pass = 0;
+      pw.u = taken ? ring.producer_next() : pw.u + 1;
+      if (pw.u >= u_end) return;
+      pw.un = unit_of<XR>(pw.u, tiles, s_touched, s_off);
+      feed.set_unit(a, pw.un);
     }
-    moe_gemm::commit();
-    if (pu < u_end) advance();
-  }
+    feed.set_pass(a, pw.un, pw.pass);
+  };
+  moe_gemm::fill_pipeline<kGateUp, S>(pw, u_end, nk, load, advance);
 
-  int64_t cu = taken ? int64_t(blockIdx.x) : units * blockIdx.x / gridDim.x;
-  moe_gemm::Unit cun = unit_of<XR>(cu, tiles, s_touched, s_off);
+  const int64_t first = taken ? int64_t(blockIdx.x) : units * blockIdx.x / gridDim.x;  // pu has moved on
+  moe_gemm::StageWalk cw{first, unit_of<XR>(first, tiles, s_touched, s_off)};  // the consumer's
   const float* sp[2];
-  scale_rows<kGateUp, Sh::kRows>(sp, a, cun, rg);
-  int cp = 0, ck = 0;
-  int nt = (min(XR, cun.n_e) + 7) / 8;
+  scale_rows<kGateUp, Sh::kRows>(sp, a, cw.un, rg);
+  int nt = (min(XR, cw.un.n_e) + 7) / 8;
   int slot_c = 0, slot_p = S - 1;
   float acc[2][NT][4] = {};
   // warps kh > 0 leave their sums at the end of a pass in red: [warp (kh - 1) kRG + rg][element][lane],
   // in the stage just consumed (kAlias) or beside the stages
   constexpr int kWarpRed = 8 * NT * 32;
   const int my_red = (kh > 0 ? (kh - 1) * Sh::kRG + rg : 0) * kWarpRed + lane;
-  while (cu < u_end) {
+  while (cw.u < u_end) {
     moe_gemm::wait_pending<S - 2>();  // this thread's copies of stage slot_c have landed
     __syncthreads();                  // everyone's have, and everyone is done with slot_p
-    if (pu < u_end) {
-      feed.load_w(a, base + slot_p * Sh::kStage, pk);
-      feed.load_x(a, base + slot_p * Sh::kStage, pk);
-    }
+    if (pw.u < u_end) load(slot_p, pw.k, true, true);
     moe_gemm::commit();
-    if (pu < u_end) advance();
+    if (pw.u < u_end) advance();
     slot_p = slot_p + 1 == S ? 0 : slot_p + 1;
 
-    float sc[2] = {1.f, 1.f};
-    if (blocks) {
-#pragma unroll
-      for (int m = 0; m < 2; ++m) sc[m] = sp[m] ? __ldg(sp[m] + ck) : 0.f;
-    }
+    float sc[2];
+    k_scales(sc, sp, cw.k, blocks);
     const uint32_t st = base + slot_c * Sh::kStage;
     if constexpr (kF8)
       stage_mma_f8<XR>(acc, st, st + Sh::kTileW, rg, kh, nt, sc, blocks);
@@ -777,7 +768,7 @@ __global__ void __launch_bounds__(kThreads, BPS) moe_gemm_fp8_kernel(const Args 
       stage_mma<T, KH, XR>(acc, st, st + Sh::kTileW, rg, kh, nt, sc, blocks, widen, ungrouped);
     float* const red = Sh::kAlias ? reinterpret_cast<float*>(smem + slot_c * Sh::kStage) : red_fixed;
     slot_c = slot_c + 1 == S ? 0 : slot_c + 1;
-    if (++ck == nk) {
+    if (++cw.k == nk) {
       // the stage is free once every warp is done with it (the producer refills it only after the
       // next iteration's barrier, when warps kh = 0 have read the sums)
       if constexpr (Sh::kAlias) __syncthreads();
@@ -785,19 +776,19 @@ __global__ void __launch_bounds__(kThreads, BPS) moe_gemm_fp8_kernel(const Args 
       __syncthreads();
       if (kh == 0) {
         add_k_sums<KH, NT, Sh::kRG>(acc, red, rg, lane, nt);
-        store_tile<T, kGateUp, KH, XR, kF8>(a, acc, cun, cp, rg, nt);
+        store_tile<T, kGateUp, KH, XR, kF8>(a, acc, cw.un, cw.pass, rg, nt);
       }
       zero_sums(acc);
-      ck = 0;
-      if (++cp >= cun.passes) {
-        cp = 0;
-        cu = taken ? ring.consumer_next() : cu + 1;
-        if (cu < u_end) {
-          cun = unit_of<XR>(cu, tiles, s_touched, s_off);
-          scale_rows<kGateUp, Sh::kRows>(sp, a, cun, rg);
+      cw.k = 0;
+      if (++cw.pass >= cw.un.passes) {
+        cw.pass = 0;
+        cw.u = taken ? ring.consumer_next() : cw.u + 1;
+        if (cw.u < u_end) {
+          cw.un = unit_of<XR>(cw.u, tiles, s_touched, s_off);
+          scale_rows<kGateUp, Sh::kRows>(sp, a, cw.un, rg);
         }
       }
-      nt = (min(XR, cun.n_e - cp * XR) + 7) / 8;
+      nt = (min(XR, cw.un.n_e - cw.pass * XR) + 7) / 8;
     }
   }
   moe_gemm::wait_pending<0>();
