@@ -232,6 +232,17 @@ __device__ __forceinline__ void fill_pipeline(const StageWalk& pw, int64_t end, 
   }
 }
 
+// The producer's stage in the main loop: slot refilled (a cp.async group, empty past the block's last
+// unit) and the producer one stage on; the slot after it.
+template <int S, class Load, class Advance>
+__device__ __forceinline__ int refill_stage(const StageWalk& pw, int64_t end, int slot, Load&& load,
+                                           Advance&& advance) {
+  if (pw.u < end) load(slot, pw.k, true, true);
+  commit();
+  if (pw.u < end) advance();
+  return slot + 1 == S ? 0 : slot + 1;
+}
+
 // Items (Args::items): every (unit, pass) is a work item, so that an expert crowded past kTB rows
 // (several passes over each of its units) spreads over more blocks instead of lengthening the few
 // that hold its units. s_cum[i]: the items of the touched experts before the i-th (tiles x passes
@@ -578,10 +589,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_kernel(const Args a) {
     // (wgmma reads them through the async proxy: this thread's writes are ordered before it here)
     if constexpr (Consumer::kAsyncProxy) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     __syncthreads();        // everyone's have, and everyone is done with slot_p (consumed last round)
-    if (pw.u < u_end) load(slot_p, pw.k, true, true);
-    commit();
-    if (pw.u < u_end) advance();
-    slot_p = slot_p + 1 == S ? 0 : slot_p + 1;
+    slot_p = refill_stage<S>(pw, u_end, slot_p, load, advance);
 
     con.stage(base + slot_c * kStageBytes);  // done with the slot when it returns
     slot_c = slot_c + 1 == S ? 0 : slot_c + 1;

@@ -679,6 +679,58 @@ __device__ __forceinline__ void k_scales(float (&sc)[2], const float* const (&sp
   }
 }
 
+// One stage's products into acc: e4m3 tokens (stage_mma_f8), or T tokens (stage_mma, with Args'
+// widening of the e4m3 weights and the bench's ungrouped order).
+template <typename T, int KH, int XR, bool kF8, int NT>
+__device__ __forceinline__ void stage_product(float (&acc)[2][NT][4], uint32_t w, uint32_t x, int rg, int kh, int nt,
+                                              const float (&sc)[2], bool blocks, const Args& a) {
+  if constexpr (kF8)
+    stage_mma_f8<XR>(acc, w, x, rg, kh, nt, sc, blocks);
+  else
+    stage_mma<T, KH, XR>(acc, w, x, rg, kh, nt, sc, blocks, a.widen, (a.variant & 1) != 0);
+}
+
+// The end of a pass: warps kh > 0 leave their sums in red (mine: this warp's place), warps kh = 0
+// add them in kh order and store the tile; then every warp's sums are zeroed. The stage is free once
+// every warp is done with it (kAlias: red is the stage just consumed; the producer refills it only
+// after the next iteration's barrier, when warps kh = 0 have read the sums).
+template <typename T, bool kGateUp, int KH, int XR, bool kF8, bool kAlias, int kRG, int NT>
+__device__ __forceinline__ void end_pass(const Args& a, float (&acc)[2][NT][4], const float* red, float* mine,
+                                         const moe_gemm::Unit& un, int pass, int rg, int kh, int lane, int nt) {
+  if constexpr (kAlias) __syncthreads();
+  if (kh > 0) stash_k_sums<NT>(mine, acc, nt);
+  __syncthreads();
+  if (kh == 0) {
+    add_k_sums<KH, NT, kRG>(acc, red, rg, lane, nt);
+    store_tile<T, kGateUp, KH, XR, kF8>(a, acc, un, pass, rg, nt);
+  }
+  zero_sums(acc);
+}
+
+// The consumer on to its next pass (and unit, with its scale rows); the pass's live n8 token tiles.
+template <bool kGateUp, int XR, int kRows>
+__device__ __forceinline__ int next_pass(moe_gemm::StageWalk& cw, const float* (&sp)[2], const Args& a, UnitRing& ring,
+                                         bool taken, int64_t u_end, int64_t tiles, const int* s_touched,
+                                         const int* s_off, int rg) {
+  cw.k = 0;
+  if (++cw.pass >= cw.un.passes) {
+    cw.pass = 0;
+    cw.u = taken ? ring.consumer_next() : cw.u + 1;
+    if (cw.u < u_end) {
+      cw.un = unit_of<XR>(cw.u, tiles, s_touched, s_off);
+      scale_rows<kGateUp, kRows>(sp, a, cw.un, rg);
+    }
+  }
+  return (min(XR, cw.un.n_e - cw.pass * XR) + 7) / 8;
+}
+
+// The decode expert products with mma.sync (gate/up with the SwiGLU, or down): a block walks its
+// share of the touched experts' units (unit_of: an expert's tile of output rows, passes of XR token
+// slots) through an S-stage cp.async pipeline, producer and consumer in every thread. The block's
+// units come in ascending order: fixed (a.ctr null), [units b / grid, units (b + 1) / grid); taken
+// (a.ctr), UnitRing's, so that blocks freeing up spread the weight stream's uneven per-SM rates
+// (blocks with a fixed share idle up to ~20 % of the kernel at its end). KH warps split each stage's
+// k; end_pass adds their sums.
 template <typename T, bool kGateUp, int KH, int XR, bool kF8, int BPS = 1>
 __global__ void __launch_bounds__(kThreads, BPS) moe_gemm_fp8_kernel(const Args a) {
   using Sh = Shape<KH, XR, kF8, BPS>;
@@ -686,24 +738,20 @@ __global__ void __launch_bounds__(kThreads, BPS) moe_gemm_fp8_kernel(const Args 
   constexpr int S = Sh::kStages, NT = Sh::kNT;
   static_assert(!kGateUp || KH == 2, "gate/up pairs the 64 j of a 128-row unit");
   extern __shared__ __align__(128) unsigned char smem[];
-  float* const red_fixed = reinterpret_cast<float*>(smem + S * Sh::kStage);
+  float* const red_fixed = reinterpret_cast<float*>(smem + S * Sh::kStage);  // red beside the stages (!kAlias)
   int* s_off = reinterpret_cast<int*>(smem + S * Sh::kStage + (Sh::kAlias ? 0 : Sh::kRed));
-  int* s_touched = s_off + a.n_experts + 1;
-  int& s_count = s_off[2 * kMaxExperts + 3];
+  int *s_touched = s_off + a.n_experts + 1, &s_count = s_off[2 * kMaxExperts + 3];
   const uint32_t base = uint32_t(__cvta_generic_to_shared(smem));
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, rg = warp % Sh::kRG, kh = warp / Sh::kRG;
 
   block_experts<kGateUp>(a, s_off, s_touched, s_count, tid);
-  // gate/up lets its dependent (down, or F8 act's quantization) launch once it has the offsets; bench
-  // variant 16: F8 at its end instead (the quantization's blocks then never wait beside it)
+  // gate/up lets its dependent (down, or F8 act's quantization) launch once it has the offsets (bench
+  // variant 16, F8: at its end, so that the quantization's blocks never wait beside it)
   const bool late_launch = kF8 && (a.variant & 16) != 0;
   if (kGateUp && !late_launch) moe_gemm::griddep_launch();
 
   const int64_t tiles = kGateUp ? (a.R + 63) / 64 : (a.R + Sh::kRows - 1) / Sh::kRows;
   const int64_t units = int64_t(s_count) * tiles;
-  // the block's units in ascending order. Fixed (a.ctr null): [units b / grid, units (b + 1) / grid).
-  // Taken (a.ctr): UnitRing's; taking them as blocks free up spreads the weight stream's uneven
-  // per-SM rates (blocks with a fixed share idle up to ~20 % of the kernel at its end).
   const bool taken = a.ctr != nullptr;
   UnitRing ring(a.ctr, s_off + 2 * kMaxExperts + 4);
   const int64_t u_end = taken ? units : units * (blockIdx.x + 1) / gridDim.x;
@@ -714,9 +762,6 @@ __global__ void __launch_bounds__(kThreads, BPS) moe_gemm_fp8_kernel(const Args 
   }
   const int nk = int((a.K + kBK - 1) / kBK);
   const bool blocks = a.block_scales != 0;
-  const int widen = a.widen;
-  const bool ungrouped = (a.variant & 1) != 0;
-
   std::conditional_t<kF8, Feeder8<kGateUp, KH, XR>, Feeder<T, kGateUp, KH, XR>> feed;
   moe_gemm::l2_policies(a.l2_hints != 0, feed.pol_w, feed.pol_x);
   moe_gemm::StageWalk pw{pu, unit_of<XR>(pu, tiles, s_touched, s_off)};  // the producer's
@@ -747,48 +792,21 @@ __global__ void __launch_bounds__(kThreads, BPS) moe_gemm_fp8_kernel(const Args 
   int nt = (min(XR, cw.un.n_e) + 7) / 8;
   int slot_c = 0, slot_p = S - 1;
   float acc[2][NT][4] = {};
-  // warps kh > 0 leave their sums at the end of a pass in red: [warp (kh - 1) kRG + rg][element][lane],
-  // in the stage just consumed (kAlias) or beside the stages
-  constexpr int kWarpRed = 8 * NT * 32;
-  const int my_red = (kh > 0 ? (kh - 1) * Sh::kRG + rg : 0) * kWarpRed + lane;
+  const int my_red = (kh > 0 ? (kh - 1) * Sh::kRG + rg : 0) * (8 * NT * 32) + lane;  // end_pass's place in red
   while (cw.u < u_end) {
     moe_gemm::wait_pending<S - 2>();  // this thread's copies of stage slot_c have landed
     __syncthreads();                  // everyone's have, and everyone is done with slot_p
-    if (pw.u < u_end) load(slot_p, pw.k, true, true);
-    moe_gemm::commit();
-    if (pw.u < u_end) advance();
-    slot_p = slot_p + 1 == S ? 0 : slot_p + 1;
-
+    slot_p = moe_gemm::refill_stage<S>(pw, u_end, slot_p, load, advance);
     float sc[2];
     k_scales(sc, sp, cw.k, blocks);
     const uint32_t st = base + slot_c * Sh::kStage;
-    if constexpr (kF8)
-      stage_mma_f8<XR>(acc, st, st + Sh::kTileW, rg, kh, nt, sc, blocks);
-    else
-      stage_mma<T, KH, XR>(acc, st, st + Sh::kTileW, rg, kh, nt, sc, blocks, widen, ungrouped);
+    stage_product<T, KH, XR, kF8>(acc, st, st + Sh::kTileW, rg, kh, nt, sc, blocks, a);
     float* const red = Sh::kAlias ? reinterpret_cast<float*>(smem + slot_c * Sh::kStage) : red_fixed;
     slot_c = slot_c + 1 == S ? 0 : slot_c + 1;
     if (++cw.k == nk) {
-      // the stage is free once every warp is done with it (the producer refills it only after the
-      // next iteration's barrier, when warps kh = 0 have read the sums)
-      if constexpr (Sh::kAlias) __syncthreads();
-      if (kh > 0) stash_k_sums<NT>(red + my_red, acc, nt);
-      __syncthreads();
-      if (kh == 0) {
-        add_k_sums<KH, NT, Sh::kRG>(acc, red, rg, lane, nt);
-        store_tile<T, kGateUp, KH, XR, kF8>(a, acc, cw.un, cw.pass, rg, nt);
-      }
-      zero_sums(acc);
-      cw.k = 0;
-      if (++cw.pass >= cw.un.passes) {
-        cw.pass = 0;
-        cw.u = taken ? ring.consumer_next() : cw.u + 1;
-        if (cw.u < u_end) {
-          cw.un = unit_of<XR>(cw.u, tiles, s_touched, s_off);
-          scale_rows<kGateUp, Sh::kRows>(sp, a, cw.un, rg);
-        }
-      }
-      nt = (min(XR, cw.un.n_e - cw.pass * XR) + 7) / 8;
+      end_pass<T, kGateUp, KH, XR, kF8, Sh::kAlias, Sh::kRG>(a, acc, red, red + my_red, cw.un, cw.pass, rg, kh, lane,
+                                                             nt);
+      nt = next_pass<kGateUp, XR, Sh::kRows>(cw, sp, a, ring, taken, u_end, tiles, s_touched, s_off, rg);
     }
   }
   moe_gemm::wait_pending<0>();

@@ -279,10 +279,7 @@ __global__ void __launch_bounds__(kThreads, BPS) moe_wgmma_fp8_kernel(const g8::
     float p[32];
     stage_wgmma(p, m.base + slot_c * kStage + Sh::kTileX + wg * (64 * kBK), m.base + slot_c * kStage);
     // the refill of slot_p (consumed last round) while the tensor core works on slot_c
-    if (pw.u < units) load(slot_p, pw.k, true, true);
-    moe_gemm::commit();
-    if (pw.u < units) advance();
-    slot_p = slot_p + 1 == S ? 0 : slot_p + 1;
+    slot_p = moe_gemm::refill_stage<S>(pw, units, slot_p, load, advance);
     wgmma_done(p);
     add_stage<XR>(acc, p, m.scales + slot_c * kScales, blocks);
     slot_c = slot_c + 1 == S ? 0 : slot_c + 1;
