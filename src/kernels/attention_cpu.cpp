@@ -1,41 +1,12 @@
-// Causal GQA attention on the CPU: one (sequence, head, query) row per work item, two passes over
-// the keys with the scores kept in a per-thread row of scratch.
+// Causal GQA attention on the CPU: one (sequence, head, query) row per work item (attend_row_cpu.h),
+// the scores kept in a per-thread row of scratch.
 #include "kernels/attention.h"
-
-#include <cmath>
 
 #include "common/error.h"
 #include "common/parallel.h"
-#include "kernels/dot.h"
+#include "kernels/attend_row_cpu.h"
 
 namespace lfm2::cpu {
-namespace {
-
-// One query row against keys and values 0..t (rows kv_stride apart): scores, softmax, weighted sum.
-// attention_paged_cpu.cpp's attend_paged() runs the same loops over pages, so a generated token gets
-// the bits of a prefill.
-void attend(float* o, const float* qr, const float* k, const float* v, int64_t kv_stride, int64_t t,
-            int64_t head_dim, float scale, float* p) {
-  float mx = -INFINITY;
-  for (int64_t j = 0; j <= t; ++j) {
-    p[j] = dot(qr, k + j * kv_stride, head_dim) * scale;
-    mx = std::fmax(mx, p[j]);
-  }
-  float sum = 0;
-  for (int64_t j = 0; j <= t; ++j) {
-    p[j] = std::exp(p[j] - mx);
-    sum += p[j];
-  }
-  const float inv = 1.0f / sum;
-  for (int64_t d = 0; d < head_dim; ++d) o[d] = 0;
-  for (int64_t j = 0; j <= t; ++j) {
-    const float w = p[j] * inv;
-    const float* vr = v + j * kv_stride;
-    for (int64_t d = 0; d < head_dim; ++d) o[d] += w * vr[d];
-  }
-}
-
-}  // namespace
 
 int64_t attention_scratch_floats(int64_t seq_len, int n_threads) { return seq_len * resolve_threads(n_threads); }
 
@@ -52,9 +23,9 @@ void attention(float* out, const float* q, const float* k, const float* v, int64
     for (int64_t item = b; item < e; ++item) {
       const int64_t t = item % seq_len, h = (item / seq_len) % n_heads, s = item / (seq_len * n_heads);
       const int64_t row0 = s * seq_len, kvh = h / group;
-      attend(out + (row0 + t) * q_stride + h * head_dim, q + (row0 + t) * q_stride + h * head_dim,
-             k + row0 * kv_stride + kvh * head_dim, v + row0 * kv_stride + kvh * head_dim, kv_stride, t, head_dim,
-             scale, p);
+      attend_row(out + (row0 + t) * q_stride + h * head_dim, q + (row0 + t) * q_stride + h * head_dim,
+                 k + row0 * kv_stride + kvh * head_dim, v + row0 * kv_stride + kvh * head_dim,
+                 [&](int64_t j) { return j * kv_stride; }, t, head_dim, scale, p);
     }
   }, 4);
 }

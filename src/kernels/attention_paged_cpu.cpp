@@ -1,42 +1,15 @@
-// Paged attention on the CPU: one (row, head) per work item, two passes over the row's cache
-// positions with the scores kept in a per-thread row of scratch, as attention_cpu.cpp's attend().
+// Paged attention on the CPU: one (row, head) per work item, attention_cpu.cpp's row (attend_row_cpu.h)
+// over the positions' pages, the scores kept in a per-thread row of scratch.
 #include "kernels/attention_paged.h"
 
-#include <cmath>
 #include <utility>
 #include <vector>
 
 #include "common/error.h"
 #include "common/parallel.h"
-#include "kernels/dot.h"
+#include "kernels/attend_row_cpu.h"
 
 namespace lfm2::cpu {
-namespace {
-
-// One query row against positions 0..t of a sequence whose position j is at pool row row_of(j).
-template <typename RowOf>
-void attend_paged(float* o, const float* qr, const float* k_pool, const float* v_pool, const RowOf& row_of,
-                  int64_t t, int64_t head_dim, float scale, float* p) {
-  float mx = -INFINITY;
-  for (int64_t j = 0; j <= t; ++j) {
-    p[j] = dot(qr, k_pool + row_of(j), head_dim) * scale;
-    mx = std::fmax(mx, p[j]);
-  }
-  float sum = 0;
-  for (int64_t j = 0; j <= t; ++j) {
-    p[j] = std::exp(p[j] - mx);
-    sum += p[j];
-  }
-  const float inv = 1.0f / sum;
-  for (int64_t d = 0; d < head_dim; ++d) o[d] = 0;
-  for (int64_t j = 0; j <= t; ++j) {
-    const float w = p[j] * inv;
-    const float* vr = v_pool + row_of(j);
-    for (int64_t d = 0; d < head_dim; ++d) o[d] += w * vr[d];
-  }
-}
-
-}  // namespace
 
 int64_t attention_paged_scratch_floats(int64_t max_len, int n_threads) { return max_len * resolve_threads(n_threads); }
 
@@ -72,8 +45,8 @@ void attention_paged(float* out, const float* q, const float* k_pool, const floa
         return paged_offset(table[j / page_size], j % page_size, kvh, page_size, n_kv_heads, head_dim);
       };
       const int64_t r = sq.row + i;
-      attend_paged(out + r * n_heads * head_dim + h * head_dim, q + r * q_stride + h * head_dim, k_pool, v_pool,
-                   row_of, sq.first_pos + i, head_dim, scale, p);
+      attend_row(out + r * n_heads * head_dim + h * head_dim, q + r * q_stride + h * head_dim, k_pool, v_pool,
+                 row_of, sq.first_pos + i, head_dim, scale, p);
     }
   }, 4);
 }
