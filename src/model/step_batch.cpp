@@ -9,24 +9,6 @@ bool BatchSeq::operator==(const BatchSeq& o) const {
          gen_step == o.gen_step && decode == o.decode;
 }
 
-int64_t StepBatch::rows() const {
-  int64_t n = 0;
-  for (const BatchSeq& s : seqs) n += s.n_rows;
-  return n;
-}
-
-int64_t StepBatch::n_decode() const {
-  int64_t n = 0;
-  while (n < int64_t(seqs.size()) && seqs[size_t(n)].decode) ++n;
-  return n;
-}
-
-int64_t StepBatch::n_emit() const {
-  int64_t n = 0;
-  for (const BatchSeq& s : seqs) n += s.gen_step >= 0 ? 1 : 0;
-  return n;
-}
-
 void StepBatch::check(int64_t n_slots, int64_t max_positions) const {
   const int64_t nd = n_decode();
   for (size_t i = 0; i < seqs.size(); ++i) {

@@ -21,6 +21,7 @@
 // first stage holds for all.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -37,12 +38,33 @@ struct BatchSeq {
   bool operator==(const BatchSeq& o) const;
 };
 
+// The counts a StepBatch and the engine's plan (rank/engine/step_plan.h) both keep of their entries
+// (anything with n_rows, decode and gen_step): rows, the leading decode entries, the emitting ones.
+template <class Entry>
+int64_t rows_of(const std::vector<Entry>& seqs) {
+  int64_t n = 0;
+  for (const Entry& s : seqs) n += s.n_rows;
+  return n;
+}
+template <class Entry>
+int64_t leading_decode_entries(const std::vector<Entry>& seqs) {
+  int64_t n = 0;
+  while (n < int64_t(seqs.size()) && seqs[size_t(n)].decode) ++n;
+  return n;
+}
+template <class Entry>
+int64_t emitting_entries(const std::vector<Entry>& seqs) {
+  int64_t n = 0;
+  for (const Entry& s : seqs) n += s.gen_step >= 0 ? 1 : 0;
+  return n;
+}
+
 struct StepBatch {
   std::vector<BatchSeq> seqs;  // decode entries first, then prompt entries; rows in this order
 
-  int64_t rows() const;
-  int64_t n_decode() const;  // the leading decode entries (one row each)
-  int64_t n_emit() const;    // entries with gen_step >= 0: the last stage's tokens, in entry order
+  int64_t rows() const { return rows_of(seqs); }
+  int64_t n_decode() const { return leading_decode_entries(seqs); }  // the leading ones (a row each)
+  int64_t n_emit() const { return emitting_entries(seqs); }  // gen_step >= 0: the last stage's tokens
   // Throws lfm2::Error when the order, a count or a position is impossible (checked by executors).
   void check(int64_t n_slots, int64_t max_positions) const;
 };

@@ -57,24 +57,6 @@ bool StepPlan::operator==(const StepPlan& o) const {
          fed == o.fed && fed_chosen == o.fed_chosen && emit_offset == o.emit_offset && ids_offset == o.ids_offset && reports == o.reports;
 }
 
-int64_t StepPlan::rows() const {
-  int64_t n = 0;
-  for (const SeqRows& s : seqs) n += s.n_rows;
-  return n;
-}
-
-int64_t StepPlan::n_decode() const {
-  int64_t n = 0;
-  while (n < n_seqs() && seqs[size_t(n)].decode) ++n;
-  return n;
-}
-
-int64_t StepPlan::n_emit() const {
-  int64_t n = 0;
-  for (const SeqRows& s : seqs) n += s.gen_step >= 0 ? 1 : 0;
-  return n;
-}
-
 StepPlan::Kind generation_kind(const std::vector<SeqRows>& seqs) {
   bool decode = false, prompt = false;
   for (const SeqRows& s : seqs) (s.decode ? decode : prompt) = true;

@@ -78,10 +78,10 @@ struct StepPlan {
   int64_t ids_offset = -1;     // static generation: where its prompt rows' ids start among the run's
   bool reports = false;        // the last stage sends its chosen tokens to the first stage's host
 
-  int64_t rows() const;
+  int64_t rows() const { return rows_of(seqs); }
   int64_t n_seqs() const { return int64_t(seqs.size()); }
-  int64_t n_decode() const;    // the leading decode entries
-  int64_t n_emit() const;      // entries with gen_step >= 0
+  int64_t n_decode() const { return leading_decode_entries(seqs); }
+  int64_t n_emit() const { return emitting_entries(seqs); }  // entries with gen_step >= 0
   bool generation() const { return kind != Kind::kScore; }
   // "microbatch 3", "the prefill of microbatch 1", "step 2 of microbatch 0", "item 9": how errors
   // name it.
