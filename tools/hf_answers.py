@@ -22,7 +22,7 @@ import json
 import os
 import sys
 
-from tool_cli import ToolError, atomic_output, check_input, need, output_target, run as run_tool
+from tool_cli import ToolError, atomic_output, check_input, need, open_h5, output_target, run as run_tool
 
 TOOL = "hf_answers"
 h5py = np = torch = None  # imported by import_deps() once the arguments are read: --help needs none of them
@@ -64,11 +64,7 @@ def load_model(path, device="cpu"):
     from transformers import Lfm2MoeConfig, Lfm2MoeForCausalLM
     from transformers.models.lfm2_moe import modeling_lfm2_moe
 
-    try:
-        f = h5py.File(check_input(path, "model"), "r")
-    except OSError:
-        raise ToolError(f"model {path}: not an HDF5 file") from None
-    with f:
+    with open_h5(TOOL, path, "model") as f:
         if f.attrs.get("format") != "lfm2-rank-weights":
             raise ToolError(f"model {path}: not an lfm2-rank weight file")
         if "stage" in f.attrs:

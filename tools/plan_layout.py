@@ -26,7 +26,7 @@ import math
 import subprocess
 import sys
 
-from tool_cli import ToolError, check_input, need, run
+from tool_cli import ToolError, check_input, open_h5, run
 
 TOOL = "plan_layout"
 
@@ -43,15 +43,10 @@ def read_config(args):
             except ValueError as e:
                 raise ToolError(f"--config {args.config}: not JSON ({e})") from None
     else:
-        h5py = need(TOOL, "h5py")
-        check_input(args.model, "--model")
-        try:
-            with h5py.File(args.model, "r") as f:
-                text = f.attrs["config_json"]
-        except OSError:
-            raise ToolError(f"--model {args.model}: not an HDF5 file") from None
-        except KeyError:
-            raise ToolError(f"--model {args.model}: no config_json attribute (not an h5pack weight file)") from None
+        with open_h5(TOOL, args.model, "--model") as f:
+            if "config_json" not in f.attrs:
+                raise ToolError(f"--model {args.model}: no config_json attribute (not an h5pack weight file)")
+            text = f.attrs["config_json"]
         c = json.loads(text if isinstance(text, str) else text.decode())
     missing = [k for k in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
                            "num_key_value_heads") if not isinstance(c, dict) or not isinstance(c.get(k), int)]

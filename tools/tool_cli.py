@@ -74,6 +74,17 @@ def check_input(path, what="input"):
     return path
 
 
+def open_h5(tool, path, what):
+    """The HDF5 file at `path` (a regular file: check_input), open for reading; a ToolError naming
+    it when it is not one. Imports h5py (need)."""
+    check_input(path, what)
+    h5py = need(tool, "h5py")
+    try:
+        return h5py.File(path, "r")
+    except OSError as e:
+        raise ToolError(f"{what} {path}: not an HDF5 file ({e})") from None
+
+
 def output_target(path, what="output", inputs=()):
     """The file an output at `path` replaces (a link's target), after the checks above; refuses an
     output that is one of `inputs` (same device and inode)."""

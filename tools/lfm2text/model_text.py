@@ -16,7 +16,7 @@ made into what transformers would build from the same files of a checkpoint dire
   (not for BPE, unless the config insists)."""
 import json
 
-from tool_cli import ToolError, check_input, need
+from tool_cli import ToolError, need, open_h5
 
 TOOL = "lfm2_text"
 NAMED_SPECIAL = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
@@ -34,13 +34,8 @@ class ModelText:
     """What a weight file carries besides its weights: config, fingerprints and text files."""
 
     def __init__(self, path):
-        self.path = check_input(path, "model")
-        h5py = need(TOOL, "h5py")
-        try:
-            f = h5py.File(path, "r")
-        except OSError as e:
-            raise ToolError(f"model {path}: not an HDF5 file ({e})") from None
-        with f:
+        self.path = path
+        with open_h5(TOOL, path, "model") as f:
             if f.attrs.get("format") != "lfm2-rank-weights":
                 raise ToolError(f"model {path}: not an lfm2-rank weight file (no format attribute 'lfm2-rank-weights')")
             self.config = json.loads(f.attrs["config_json"])

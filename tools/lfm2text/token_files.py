@@ -15,7 +15,7 @@ The inputs file `encode` writes, N requests in input order:
 The outputs file is lfm2-rank's: generated int32 (N, K), n_generated int32 (N)."""
 import json
 
-from tool_cli import ToolError, atomic_output, check_input, need
+from tool_cli import ToolError, atomic_output, need, open_h5
 
 TOOL = "lfm2_text"
 DEFAULT = -1  # a per-request field that was not given: the run's flag decides
@@ -50,13 +50,8 @@ class RequestInfo:
     """What decoding needs of the requests: ids, prompt lengths, stop strings, max tokens."""
 
     def __init__(self, path):
-        self.path = check_input(path, "inputs")
-        h5py = need(TOOL, "h5py")
-        try:
-            f = h5py.File(path, "r")
-        except OSError as e:
-            raise ToolError(f"inputs {path}: not an HDF5 file ({e})") from None
-        with f:
+        self.path = path
+        with open_h5(TOOL, path, "inputs") as f:
             missing = [d for d in ("lengths", "request_id", "stop", "max_new_tokens") if d not in f]
             if missing:
                 raise ToolError(f"inputs {path}: has no {missing[0]} (not written by lfm2_text.py encode)")
@@ -71,13 +66,7 @@ class RequestInfo:
 
 def read_outputs(path):
     """(each sequence's generated ids, up to n_generated; the eos ids the run recorded, or None)."""
-    check_input(path, "outputs")
-    h5py = need(TOOL, "h5py")
-    try:
-        f = h5py.File(path, "r")
-    except OSError as e:
-        raise ToolError(f"outputs {path}: not an HDF5 file ({e})") from None
-    with f:
+    with open_h5(TOOL, path, "outputs") as f:
         if "generated" not in f:
             raise ToolError(f"outputs {path}: no generated tokens (run lfm2-rank with --max-new-tokens)")
         gen = f["generated"][()]
