@@ -11,7 +11,8 @@
 //
 // fp32: exact SIMT FMAs. A block owns 64 queries, one query row per thread, held in registers
 // with its fp32 accumulator; key/value tiles are staged in shared memory as fp32 (all threads read
-// the same key at once: a broadcast) and the accumulator is rescaled once per tile.
+// the same key at once: a broadcast) and the accumulator is rescaled once per tile
+// (attention_simt.cuh: the tile's function, shared with the paged chunked prefill).
 // Scores are pre-multiplied by log2(e) to use exp2f.
 #include <cmath>
 #include <cstdint>
@@ -19,6 +20,7 @@
 
 #include "common/cuda_check.h"
 #include "kernels/attention_mma.cuh"
+#include "kernels/attention_simt.cuh"
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/ops.h"
@@ -67,40 +69,7 @@ __global__ void __launch_bounds__(kBQ) attention_kernel(T* out, const T* q, cons
       vs[j][d] = kp < seq_len ? to_f32(vb[kp * kv_stride + d]) : 0.f;
     }
     __syncthreads();
-
-    float sc[kBKV];
-    float tmax = -INFINITY;
-#pragma unroll
-    for (int j = 0; j < kBKV; ++j) {
-      float acc = 0.f;
-#pragma unroll
-      for (int d = 0; d < HD; d += 4) {
-        const float4 kk = *reinterpret_cast<const float4*>(&ks[j][d]);
-        acc += qr[d] * kk.x + qr[d + 1] * kk.y + qr[d + 2] * kk.z + qr[d + 3] * kk.w;
-      }
-      sc[j] = (k0 + j <= qpos) ? acc : -INFINITY;
-      tmax = fmaxf(tmax, sc[j]);
-    }
-    const float m_new = fmaxf(m, tmax);
-    if (m_new == -INFINITY) continue;  // nothing visible yet (only rows past the sequence end)
-    const float alpha = exp2f(m - m_new);
-    l *= alpha;
-#pragma unroll
-    for (int d = 0; d < HD; ++d) o[d] *= alpha;
-#pragma unroll
-    for (int j = 0; j < kBKV; ++j) {
-      const float p = exp2f(sc[j] - m_new);
-      l += p;
-#pragma unroll
-      for (int d = 0; d < HD; d += 4) {
-        const float4 vv = *reinterpret_cast<const float4*>(&vs[j][d]);
-        o[d] += p * vv.x;
-        o[d + 1] += p * vv.y;
-        o[d + 2] += p * vv.z;
-        o[d + 3] += p * vv.w;
-      }
-    }
-    m = m_new;
+    simt_key_tile(ks, vs, qr, o, m, l, k0, qpos);
   }
   if (!valid) return;
   const float inv = 1.f / l;

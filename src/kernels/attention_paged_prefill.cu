@@ -14,7 +14,7 @@
 // leaves its state bit for bit unchanged, so a row's bits depend neither on the chunk size nor on
 // the other rows or sequences (a whole prompt in one chunk gives attention()'s bits).
 // fp32: exact SIMT FMAs, one query row per thread as attention.cu's fp32 kernel, tiles aligned the
-// same way.
+// same way and each tile through the same function (attention_simt.cuh).
 //
 // fp8 cache (attention_prefill_paged_fp8, bf16 / fp16): the double buffer holds e4m3 tiles and their
 // rows' scales; each landed tile is widened into one T tile (kv_fp8.cuh, as the decode kernel) and
@@ -28,6 +28,7 @@
 #include "common/env.h"
 #include "kernels/attention_mma.cuh"
 #include "kernels/attention_prefill_tc.cuh"
+#include "kernels/attention_simt.cuh"
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/ops.h"
@@ -102,39 +103,7 @@ __global__ void __launch_bounds__(kBQ)
       vs[j][d] = off >= 0 ? v_pool[off] : 0.f;
     }
     __syncthreads();
-    float sc[kKeys];
-    float tmax = -INFINITY;
-#pragma unroll
-    for (int j = 0; j < kKeys; ++j) {
-      float acc = 0.f;
-#pragma unroll
-      for (int d = 0; d < HD; d += 4) {
-        const float4 kk = *reinterpret_cast<const float4*>(&ks[j][d]);
-        acc += qr[d] * kk.x + qr[d + 1] * kk.y + qr[d + 2] * kk.z + qr[d + 3] * kk.w;
-      }
-      sc[j] = (k0 + j <= qpos) ? acc : -INFINITY;
-      tmax = fmaxf(tmax, sc[j]);
-    }
-    const float m_new = fmaxf(m, tmax);
-    if (m_new == -INFINITY) continue;  // nothing visible yet (only rows past the chunk)
-    const float alpha = exp2f(m - m_new);
-    l *= alpha;
-#pragma unroll
-    for (int d = 0; d < HD; ++d) o[d] *= alpha;
-#pragma unroll
-    for (int j = 0; j < kKeys; ++j) {
-      const float p = exp2f(sc[j] - m_new);
-      l += p;
-#pragma unroll
-      for (int d = 0; d < HD; d += 4) {
-        const float4 vv = *reinterpret_cast<const float4*>(&vs[j][d]);
-        o[d] += p * vv.x;
-        o[d + 1] += p * vv.y;
-        o[d + 2] += p * vv.z;
-        o[d + 3] += p * vv.w;
-      }
-    }
-    m = m_new;
+    simt_key_tile(ks, vs, qr, o, m, l, k0, qpos);
   }
   if (!valid) return;
   const float inv = 1.f / l;
