@@ -11,6 +11,7 @@
 #include "common/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda/paged_seq.cuh"
 #include "kernels/kv_fp8.cuh"
 #include "kernels/rope.cuh"
 
@@ -20,21 +21,6 @@ namespace {
 using rope_dev::kMaxPairsPerLane;
 
 constexpr int kWarps = 8;  // a decode step has few rows (a block each): its heads 8 at a time
-
-// The last sequence whose first row is <= row, or -1.
-__device__ __forceinline__ int find_seq(const PagedSeq* seqs, int n_seqs, int row) {
-  int lo = 0, hi = n_seqs - 1, found = -1;
-  while (lo <= hi) {
-    const int mid = (lo + hi) >> 1;
-    if (seqs[mid].row <= row) {
-      found = mid;
-      lo = mid + 1;
-    } else {
-      hi = mid - 1;
-    }
-  }
-  return found;
-}
 
 // KV: T (the cache in the compute dtype) or uint8_t (e4m3, scales in k_scale / v_scale).
 template <typename T, typename KV>

@@ -7,6 +7,7 @@
 #include "common/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda/paged_seq.cuh"
 #include "kernels/cuda/short_conv_row.cuh"
 
 namespace lfm2::cuda {
@@ -47,21 +48,6 @@ __global__ void short_conv_window_kernel(T* out, const T* bcx, const float* conv
     for (int r = 0; r < R; ++r)
       if (r < n_r) *reinterpret_cast<uint4*>(out + (row0 + r) * hidden + c0) = *reinterpret_cast<const uint4*>(o[r]);
   }
-}
-
-// The last sequence whose first row is <= row, or -1 (seqs ordered by row).
-__device__ __forceinline__ int find_seq(const PagedSeq* seqs, int n_seqs, int64_t row) {
-  int lo = 0, hi = n_seqs - 1, found = -1;
-  while (lo <= hi) {
-    const int mid = (lo + hi) >> 1;
-    if (seqs[mid].row <= row) {
-      found = mid;
-      lo = mid + 1;
-    } else {
-      hi = mid - 1;
-    }
-  }
-  return found;
 }
 
 constexpr int kMaxTaps = 16;  // L of the step kernels (LFM2: 3)
