@@ -148,18 +148,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   const typename Src::Row base = src.row(row, 0, 0);  // the unscaled sources: no expert needed
   uint8_t* qrow = q + row * cols;
   int64_t r0 = 0, m = 0;
-  {
-    int lo = 0, hi = n_experts - 1;  // the last expert whose first row is <= row
-    while (lo < hi) {
-      const int mid = (lo + hi + 1) >> 1;
-      if (offsets[mid] <= row)
-        lo = mid;
-      else
-        hi = mid - 1;
-    }
-    r0 = offsets[lo];
-    m = offsets[lo + 1] - r0;
-  }
+  row_expert(row, offsets, n_experts, r0, m);
   float* srow = scales + r0 * G + (row - r0);  // group g's scale at srow[g * m]
   if (src.empty(row)) return zero_row(qrow, srow, cols, m, lane);
   float v[kVec];
