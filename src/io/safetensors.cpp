@@ -44,6 +44,76 @@ std::string shape_str(const std::vector<int64_t>& s) {
   return out + "]";
 }
 
+// A shard's header: the JSON and where the data that its offsets count from lies in the file.
+struct ShardHeader {
+  nlohmann::json json;
+  uint64_t data_begin = 0, data_size = 0;
+};
+
+// The 8-byte little-endian length, then that many bytes of JSON (an object), each checked against
+// the file's size.
+ShardHeader read_header(int fd, const std::string& file) {
+  struct stat st;
+  LFM2_CHECK(::fstat(fd, &st) == 0, file, ": cannot stat: ", std::strerror(errno));
+  const uint64_t size = uint64_t(st.st_size);
+  LFM2_CHECK(size >= 8, file, ": truncated (", size, " bytes, shorter than the 8-byte header length)");
+  unsigned char len_bytes[8];
+  pread_all(fd, len_bytes, 8, 0, file, "header length");
+  uint64_t header_len = 0;
+  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | len_bytes[i];
+  LFM2_CHECK(header_len <= kMaxHeaderBytes, file, ": header length ", header_len,
+             " is implausible (corrupt or not a safetensors file)");
+  LFM2_CHECK(8 + header_len <= size, file, ": truncated (header of ", header_len, " bytes but file has ", size,
+             " bytes)");
+  std::string text(size_t(header_len), '\0');
+  pread_all(fd, text.data(), header_len, 8, file, "header");
+  ShardHeader h;
+  try {
+    h.json = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(cat(file, ": invalid header JSON (", e.what(), ")"));
+  }
+  LFM2_CHECK(h.json.is_object(), file, ": header JSON is not an object");
+  h.data_begin = 8 + header_len;
+  h.data_size = size - h.data_begin;
+  return h;
+}
+
+// One tensor's header entry (dtype, shape, data_offsets), checked: a known dtype, whole
+// dimensions, offsets in order, inside the data and as long as the shape needs.
+SafeTensorInfo header_entry(const std::string& name, const nlohmann::json& t, const std::string& file,
+                            uint64_t data_begin, uint64_t data_size) {
+  const std::string where = cat(file, ": tensor '", name, "'");
+  LFM2_CHECK(t.is_object() && t.contains("dtype") && t.contains("shape") && t.contains("data_offsets"), where,
+             ": header entry needs dtype, shape and data_offsets");
+  LFM2_CHECK(t["dtype"].is_string(), where, ": dtype is not a string");
+  SafeTensorInfo info;
+  info.name = name;
+  info.file = file;
+  const std::string dt = t["dtype"].get<std::string>();
+  LFM2_CHECK(safetensors_dtype(dt, &info.dtype), where, ": unsupported dtype ", dt, " (expected BF16, F16, F32 or F8_E4M3)");
+  LFM2_CHECK(t["shape"].is_array(), where, ": shape is not an array");
+  uint64_t numel = 1;
+  for (const auto& d : t["shape"]) {
+    LFM2_CHECK(d.is_number_integer() && d.get<int64_t>() >= 0, where, ": shape ", t["shape"].dump(),
+               " has a bad dimension");
+    info.shape.push_back(d.get<int64_t>());
+    numel *= uint64_t(d.get<int64_t>());
+  }
+  const auto& off = t["data_offsets"];
+  LFM2_CHECK(off.is_array() && off.size() == 2 && off[0].is_number_unsigned() && off[1].is_number_unsigned(),
+             where, ": data_offsets ", off.dump(), " is not [begin, end]");
+  const uint64_t b = off[0].get<uint64_t>(), e = off[1].get<uint64_t>();
+  LFM2_CHECK(b <= e, where, ": data_offsets [", b, ", ", e, "] run backwards");
+  LFM2_CHECK(e <= data_size, where, ": data_offsets [", b, ", ", e, "] past the end of the data (", data_size,
+             " bytes): file truncated or corrupt");
+  info.nbytes = e - b;
+  LFM2_CHECK(info.nbytes == numel * dtype_size(info.dtype), where, ": ", info.nbytes, " bytes but shape ",
+             shape_str(info.shape), " x ", dt, " needs ", numel * dtype_size(info.dtype));
+  info.offset = data_begin + b;
+  return info;
+}
+
 }  // namespace
 
 bool safetensors_dtype(const std::string& s, DType* out) {
@@ -134,73 +204,21 @@ void SafetensorsCheckpoint::open_shard(const std::string& file) {
   LFM2_CHECK(fd >= 0, file, ": cannot open: ", std::strerror(errno));
   fds_[file] = fd;
   files_.push_back(file);
-  struct stat st;
-  LFM2_CHECK(::fstat(fd, &st) == 0, file, ": cannot stat: ", std::strerror(errno));
-  const uint64_t size = uint64_t(st.st_size);
-  LFM2_CHECK(size >= 8, file, ": truncated (", size, " bytes, shorter than the 8-byte header length)");
-  unsigned char len_bytes[8];
-  pread_all(fd, len_bytes, 8, 0, file, "header length");
-  uint64_t header_len = 0;
-  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | len_bytes[i];
-  LFM2_CHECK(header_len <= kMaxHeaderBytes, file, ": header length ", header_len,
-             " is implausible (corrupt or not a safetensors file)");
-  LFM2_CHECK(8 + header_len <= size, file, ": truncated (header of ", header_len, " bytes but file has ", size,
-             " bytes)");
-  std::string text(size_t(header_len), '\0');
-  pread_all(fd, text.data(), header_len, 8, file, "header");
-  nlohmann::json header;
-  try {
-    header = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(cat(file, ": invalid header JSON (", e.what(), ")"));
-  }
-  LFM2_CHECK(header.is_object(), file, ": header JSON is not an object");
-  const uint64_t data_begin = 8 + header_len, data_size = size - data_begin;
+  const ShardHeader h = read_header(fd, file);
   std::vector<std::pair<uint64_t, std::string>> ranges;  // begin -> name, for the overlap check
-  std::vector<uint64_t> ends;
-  for (auto it = header.begin(); it != header.end(); ++it) {
-    const std::string& name = it.key();
-    if (name == "__metadata__") continue;
-    const std::string where = cat(file, ": tensor '", name, "'");
-    const auto& t = it.value();
-    LFM2_CHECK(t.is_object() && t.contains("dtype") && t.contains("shape") && t.contains("data_offsets"), where,
-               ": header entry needs dtype, shape and data_offsets");
-    LFM2_CHECK(t["dtype"].is_string(), where, ": dtype is not a string");
-    SafeTensorInfo info;
-    info.name = name;
-    info.file = file;
-    const std::string dt = t["dtype"].get<std::string>();
-    LFM2_CHECK(safetensors_dtype(dt, &info.dtype), where, ": unsupported dtype ", dt, " (expected BF16, F16, F32 or F8_E4M3)");
-    LFM2_CHECK(t["shape"].is_array(), where, ": shape is not an array");
-    uint64_t numel = 1;
-    for (const auto& d : t["shape"]) {
-      LFM2_CHECK(d.is_number_integer() && d.get<int64_t>() >= 0, where, ": shape ", t["shape"].dump(),
-                 " has a bad dimension");
-      info.shape.push_back(d.get<int64_t>());
-      numel *= uint64_t(d.get<int64_t>());
-    }
-    const auto& off = t["data_offsets"];
-    LFM2_CHECK(off.is_array() && off.size() == 2 && off[0].is_number_unsigned() && off[1].is_number_unsigned(),
-               where, ": data_offsets ", off.dump(), " is not [begin, end]");
-    const uint64_t b = off[0].get<uint64_t>(), e = off[1].get<uint64_t>();
-    LFM2_CHECK(b <= e, where, ": data_offsets [", b, ", ", e, "] run backwards");
-    LFM2_CHECK(e <= data_size, where, ": data_offsets [", b, ", ", e, "] past the end of the data (", data_size,
-               " bytes): file truncated or corrupt");
-    info.nbytes = e - b;
-    LFM2_CHECK(info.nbytes == numel * dtype_size(info.dtype), where, ": ", info.nbytes, " bytes but shape ",
-               shape_str(info.shape), " x ", dt, " needs ", numel * dtype_size(info.dtype));
-    info.offset = data_begin + b;
-    auto prev = tensors_.find(name);
-    LFM2_CHECK(prev == tensors_.end(), where, ": also present in ", prev == tensors_.end() ? "" : prev->second.file,
-               " (duplicated across shards)");
-    if (info.nbytes > 0) ranges.push_back({b, name});
-    ends.push_back(e);
-    tensors_.emplace(name, std::move(info));
+  for (auto it = h.json.begin(); it != h.json.end(); ++it) {
+    if (it.key() == "__metadata__") continue;
+    SafeTensorInfo info = header_entry(it.key(), it.value(), file, h.data_begin, h.data_size);
+    auto prev = tensors_.find(info.name);
+    LFM2_CHECK(prev == tensors_.end(), file, ": tensor '", info.name, "': also present in ",
+               prev == tensors_.end() ? "" : prev->second.file, " (duplicated across shards)");
+    if (info.nbytes > 0) ranges.push_back({info.offset - h.data_begin, info.name});
+    tensors_.emplace(info.name, std::move(info));
   }
   std::sort(ranges.begin(), ranges.end());
   for (size_t i = 1; i < ranges.size(); ++i) {
     const auto& a = tensors_.at(ranges[i - 1].second);
-    LFM2_CHECK(ranges[i].first >= a.offset - data_begin + a.nbytes, file, ": tensor '", ranges[i].second,
+    LFM2_CHECK(ranges[i].first >= a.offset - h.data_begin + a.nbytes, file, ": tensor '", ranges[i].second,
                "' overlaps tensor '", a.name, "' (corrupt data_offsets)");
   }
 }
