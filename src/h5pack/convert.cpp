@@ -11,17 +11,12 @@
 
 #include "common/log.h"
 #include "common/output_guard.h"
+#include "common/shape_text.h"
 #include "io/safetensors.h"
 #include "io/weight_file.h"
 
 namespace lfm2 {
 namespace {
-
-std::string shape_str(const std::vector<int64_t>& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
-}
 
 std::string replace_all(std::string s, const std::string& from, const std::string& to) {
   for (size_t p = s.find(from); p != std::string::npos; p = s.find(from, p + to.size())) s.replace(p, from.size(), to);
@@ -47,10 +42,10 @@ class Planner {
   // Checks `name` exists with shape `want` and marks it used.
   const SafeTensorInfo& take(const std::string& name, const std::vector<int64_t>& want) {
     LFM2_CHECK(ck_.has(name), ck_.path(), ": tensor '", name, "' is missing (config.json expects it with shape ",
-               shape_str(want), ")");
+               shape_list(want), ")");
     const auto& t = ck_.info(name);
-    LFM2_CHECK(t.shape == want, t.file, ": tensor '", name, "' has shape ", shape_str(t.shape),
-               " but config.json implies ", shape_str(want));
+    LFM2_CHECK(t.shape == want, t.file, ": tensor '", name, "' has shape ", shape_list(t.shape),
+               " but config.json implies ", shape_list(want));
     LFM2_CHECK(used_.insert(name).second, t.file, ": tensor '", name, "' used twice");
     return t;
   }

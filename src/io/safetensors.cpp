@@ -16,6 +16,7 @@
 
 #include "common/error.h"
 #include "common/file_kind.h"
+#include "common/shape_text.h"
 
 namespace lfm2 {
 namespace fs = std::filesystem;
@@ -36,12 +37,6 @@ void pread_all(int fd, void* out, uint64_t n, uint64_t offset, const std::string
     n -= uint64_t(got);
     offset += uint64_t(got);
   }
-}
-
-std::string shape_str(const std::vector<int64_t>& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
 }
 
 // A shard's header: the JSON and where the data that its offsets count from lies in the file.
@@ -109,7 +104,7 @@ SafeTensorInfo header_entry(const std::string& name, const nlohmann::json& t, co
              " bytes): file truncated or corrupt");
   info.nbytes = e - b;
   LFM2_CHECK(info.nbytes == numel * dtype_size(info.dtype), where, ": ", info.nbytes, " bytes but shape ",
-             shape_str(info.shape), " x ", dt, " needs ", numel * dtype_size(info.dtype));
+             shape_list(info.shape), " x ", dt, " needs ", numel * dtype_size(info.dtype));
   info.offset = data_begin + b;
   return info;
 }

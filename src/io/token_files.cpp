@@ -1,21 +1,15 @@
 #include "io/token_files.h"
 
-
 #include <cstdio>
 #include <filesystem>
 
 #include "common/file_kind.h"
 #include "common/pending_file.h"
+#include "common/shape_text.h"
 #include "io/h5_util.h"
 
 namespace lfm2 {
 namespace {
-
-std::string shape_str(const std::vector<int64_t>& s) {
-  std::string out = "(";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + (s.size() == 1 ? ",)" : ")");
-}
 
 H5Handle open_read(const std::string& path, const char* kind) {
   h5_quiet();
@@ -38,7 +32,7 @@ H5Handle open_dataset(hid_t file, const std::string& path, const std::string& na
   LFM2_CHECK(H5Tget_class(type.get()) == cls, path, ": dataset '", name, "' has the wrong type (expected ",
              cls == H5T_INTEGER ? "integers" : "floats", ")");
   *shape = h5_dataset_shape(d.get());
-  LFM2_CHECK(int(shape->size()) == rank, path, ": dataset '", name, "' has shape ", shape_str(*shape),
+  LFM2_CHECK(int(shape->size()) == rank, path, ": dataset '", name, "' has shape ", shape_tuple(*shape),
              ", expected rank ", rank);
   return d;
 }
@@ -103,11 +97,11 @@ TokenInputs read_inputs_header(const std::string& path) {
   TokenInputs in;
   in.n_seq = shape[0];
   in.seq_len = shape[1];
-  LFM2_CHECK(in.n_seq > 0, path, ": input_ids ", shape_str(shape), " holds no sequences");
-  LFM2_CHECK(in.seq_len > 0, path, ": input_ids ", shape_str(shape), " holds empty sequences");
+  LFM2_CHECK(in.n_seq > 0, path, ": input_ids ", shape_tuple(shape), " holds no sequences");
+  LFM2_CHECK(in.seq_len > 0, path, ": input_ids ", shape_tuple(shape), " holds empty sequences");
   if (h5_exists(f.get(), "lengths")) {
     H5Handle l = open_dataset(f.get(), path, "lengths", H5T_INTEGER, 1, &shape);
-    LFM2_CHECK(shape[0] == in.n_seq, path, ": lengths ", shape_str(shape), " does not match input_ids (", in.n_seq,
+    LFM2_CHECK(shape[0] == in.n_seq, path, ": lengths ", shape_tuple(shape), " does not match input_ids (", in.n_seq,
                " sequences)");
     read_all(l.get(), H5T_NATIVE_INT32, &in.lengths, in.n_seq, path + ": reading lengths");
     for (int64_t i = 0; i < in.n_seq; ++i)
@@ -122,7 +116,7 @@ TokenInputs read_inputs_block(const std::string& path, int64_t begin, int64_t en
   std::vector<int64_t> shape;
   H5Handle d = open_dataset(f.get(), path, "input_ids", H5T_INTEGER, 2, &shape);
   LFM2_CHECK(0 <= begin && begin < end && end <= shape[0] && 0 < width && width <= shape[1], path,
-             ": rows [", begin, ", ", end, ") x ", width, " tokens are not inside input_ids ", shape_str(shape));
+             ": rows [", begin, ", ", end, ") x ", width, " tokens are not inside input_ids ", shape_tuple(shape));
   TokenInputs in;
   in.n_seq = end - begin;
   in.seq_len = width;
@@ -180,13 +174,13 @@ TokenAnswers read_answers(const std::string& path) {
   read_all(d.get(), H5T_NATIVE_INT32, &a.next_token, a.n_seq, path + ": reading next_token");
   if (h5_exists(f.get(), "logits")) {
     H5Handle l = open_dataset(f.get(), path, "logits", H5T_FLOAT, 2, &shape);
-    LFM2_CHECK(shape[0] == a.n_seq, path, ": logits ", shape_str(shape), " does not match next_token (", a.n_seq, ",)");
+    LFM2_CHECK(shape[0] == a.n_seq, path, ": logits ", shape_tuple(shape), " does not match next_token (", a.n_seq, ",)");
     a.vocab = shape[1];
     read_all(l.get(), H5T_NATIVE_FLOAT, &a.logits, shape[0] * shape[1], path + ": reading logits");
   }
   if (h5_exists(f.get(), "generated")) {
     H5Handle g = open_dataset(f.get(), path, "generated", H5T_INTEGER, 2, &shape);
-    LFM2_CHECK(shape[0] == a.n_seq, path, ": generated ", shape_str(shape), " does not match next_token (", a.n_seq,
+    LFM2_CHECK(shape[0] == a.n_seq, path, ": generated ", shape_tuple(shape), " does not match next_token (", a.n_seq,
                ",)");
     a.n_new = shape[1];
     read_all(g.get(), H5T_NATIVE_INT32, &a.generated, shape[0] * shape[1], path + ": reading generated");

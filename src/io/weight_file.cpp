@@ -1,20 +1,14 @@
 #include "io/weight_file.h"
 
-
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
 
 #include "common/file_kind.h"
+#include "common/shape_text.h"
 
 namespace lfm2 {
 namespace {
-
-std::string shape_str(const std::vector<int64_t>& s) {
-  std::string out = "(";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + ")";
-}
 
 int64_t row_elems(const std::vector<int64_t>& shape) {
   int64_t n = 1;
@@ -74,7 +68,7 @@ void WeightWriter::create(const TensorSpec& spec) {
   H5Handle type = h5_file_type(stored_dtype(spec));
   H5Handle dset(H5Dcreate2(file_.get(), spec.path.c_str(), type.get(), space.get(), H5P_DEFAULT, dcpl.get(),
                            H5P_DEFAULT));
-  H5_CHECK(dset.get(), path_, ": creating dataset ", spec.path, " ", shape_str(spec.shape));
+  H5_CHECK(dset.get(), path_, ": creating dataset ", spec.path, " ", shape_tuple(spec.shape));
   Written& w = written_[spec.path];
   w = Written{};
   w.total_rows = spec.shape[0];
@@ -83,7 +77,7 @@ void WeightWriter::create(const TensorSpec& spec) {
 void WeightWriter::write_rows(const TensorSpec& spec, int64_t row_begin, int64_t n_rows, const void* data,
                               DType data_type) {
   LFM2_CHECK(row_begin >= 0 && n_rows >= 0 && row_begin + n_rows <= spec.shape[0], spec.path, ": rows [",
-             row_begin, ", ", row_begin + n_rows, ") outside ", shape_str(spec.shape));
+             row_begin, ", ", row_begin + n_rows, ") outside ", shape_tuple(spec.shape));
   if (n_rows == 0) return;
   const auto it = written_.find(spec.path);
   LFM2_CHECK(it != written_.end(), path_, ": ", spec.path, ": write_rows before create");
@@ -248,7 +242,7 @@ void WeightReader::read_rows_raw(const std::string& dataset, int64_t row_begin, 
   H5_CHECK(dset.get(), path_, ": opening dataset ", dataset);
   auto shape = h5_dataset_shape(dset.get());
   LFM2_CHECK(!shape.empty() && row_begin >= 0 && n_rows >= 0 && row_begin + n_rows <= shape[0], path_, ": ",
-             dataset, ": rows [", row_begin, ", ", row_begin + n_rows, ") outside ", shape_str(shape));
+             dataset, ": rows [", row_begin, ", ", row_begin + n_rows, ") outside ", shape_tuple(shape));
   if (n_rows == 0) return;
   H5Handle type(H5Dget_type(dset.get()));
   DType stored = h5_dtype_of(type.get(), path_ + ": " + dataset);
@@ -269,8 +263,8 @@ void WeightReader::read(const TensorSpec& spec, void* out, DType want) {
 void WeightReader::read_rows(const TensorSpec& spec, int64_t row_begin, int64_t n_rows, void* out, DType want) {
   LFM2_CHECK(has(spec.path), path_, ": dataset '", spec.path, "' is missing");
   auto got = shape(spec.path);
-  LFM2_CHECK(got == spec.shape, path_, ": dataset '", spec.path, "' has shape ", shape_str(got), ", expected ",
-             shape_str(spec.shape));
+  LFM2_CHECK(got == spec.shape, path_, ": dataset '", spec.path, "' has shape ", shape_tuple(got), ", expected ",
+             shape_tuple(spec.shape));
   const DType stored = dtype(spec.path);
   if (stored == want) {
     read_rows_raw(spec.path, row_begin, n_rows, out);
