@@ -1,9 +1,10 @@
 #include "common/log.h"
 
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
+
+#include "common/clock.h"
 
 namespace lfm2 {
 namespace {
@@ -13,10 +14,6 @@ std::string& prefix_storage() {
 }
 LogLevel g_level = LogLevel::kNormal;
 bool g_info_to_stderr = false;
-double now_s() {
-  using clock = std::chrono::steady_clock;
-  return std::chrono::duration<double>(clock::now().time_since_epoch()).count();
-}
 }  // namespace
 
 void set_log_prefix(const std::string& prefix) { prefix_storage() = prefix; }

@@ -2,19 +2,17 @@
 // and compares each tensor's digest when its last row arrives.
 #include "h5pack/verify.h"
 
-#include <chrono>
 #include <cmath>
 #include <set>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/xxhash64.h"
 #include "io/weight_file.h"
 
 namespace lfm2 {
 namespace {
-
-double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 int64_t count_nonfinite_stored(const void* data, DType t, int64_t n) {
   int64_t bad = 0;

@@ -1,10 +1,10 @@
 #include "model/weight_upload.h"
 
 #include <algorithm>
-#include <chrono>
 
 #include <cuda_runtime_api.h>
 
+#include "common/clock.h"
 #include "common/cuda_check.h"
 #include "common/error.h"
 #include "common/log.h"
@@ -43,8 +43,6 @@ void read_dequantized(WeightReader& r, const TensorSpec& s, const std::vector<fl
   }
   convert_elements(out, as, w.data(), DType::F32, w.size());
 }
-
-double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 }  // namespace
 

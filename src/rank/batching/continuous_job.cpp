@@ -7,14 +7,13 @@
 #include <string>
 #include <thread>
 
+#include "common/clock.h"
 #include "common/env.h"
 #include "common/error.h"
 #include "common/log.h"
 
 namespace lfm2 {
 namespace {
-
-double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 // Plans kept for the interpreter's references back (its buffers, waits that name an item).
 constexpr int64_t kKeepBehind = 8;

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <thread>
 
+#include "common/clock.h"
 #include "common/error.h"
 
 namespace lfm2 {
@@ -15,8 +16,6 @@ constexpr int kRequestTag = 32750, kGrantTag = 32751, kResultsTag = 32752;
 constexpr uint8_t kResults = 0, kDone = 1;
 constexpr int64_t kBatch = 64;       // results a client sends at once
 constexpr double kSendEveryS = 0.5;  // or this often
-
-double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 template <typename T>
 void put(std::vector<uint8_t>& out, T v) {

@@ -1,5 +1,6 @@
 // The device path (interpreter.h): CUDA executors over NCCL. The host only queues; order lives on
 // the device, and the host waits once, at the end of the run.
+#include "common/clock.h"
 #include "common/error.h"
 #include "rank/engine/interpreter.h"
 

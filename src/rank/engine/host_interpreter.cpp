@@ -3,6 +3,7 @@
 #include <chrono>
 #include <future>
 
+#include "common/clock.h"
 #include "rank/engine/interpreter.h"
 
 namespace lfm2 {

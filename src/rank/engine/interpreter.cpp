@@ -3,10 +3,10 @@
 #include "rank/engine/interpreter.h"
 
 #include <algorithm>
-#include <chrono>
 #include <csignal>
 #include <iterator>
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "rank/engine/nvtx_range.h"
 
@@ -32,10 +32,6 @@ struct QueueGuard {
 };
 
 }  // namespace
-
-double StageInterpreter::now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 StageInterpreter::StageInterpreter(StageParts& parts, PlanFeed& feed, const StepMemory& memory)
     : p_(parts),

@@ -106,7 +106,6 @@ class StageInterpreter {
   void span(Track track, const char* name, int64_t item, double t0, double t1);
   void host_span(const char* name, int64_t item, double t0);
   void first_work();
-  static double now_s();
 
   StageParts& p_;
   Transport& transport_;

@@ -4,9 +4,9 @@
 // which journals them, shows the progress and at the end validates and writes the output
 // (result_writer.h, generation.cpp's outcome) and the metrics (metrics.h).
 #include <algorithm>
-#include <chrono>
 #include <map>
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "rank/batching/job_hub.h"
@@ -21,8 +21,6 @@
 
 namespace lfm2 {
 namespace {
-
-double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 // What a resumed job must match: the model, the inputs, and every flag that changes a token.
 nlohmann::json job_identity(const RankSetup& s) {

@@ -1,9 +1,9 @@
 // Generation: prefill and pipelined decode (or a benchmark of them), validation of the tokens
 // against answers, the output (generated, n_generated).
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "rank/jobs/job_setup.h"
@@ -18,8 +18,6 @@
 
 namespace lfm2 {
 namespace {
-
-double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 }  // namespace
 

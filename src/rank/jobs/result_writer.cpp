@@ -3,18 +3,16 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <filesystem>
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "rank/report/run_report.h"
 
 namespace lfm2 {
 namespace {
-
-double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 // "1h02m", "4m05s", "12s"
 std::string duration_text(double s) {

@@ -1,8 +1,8 @@
 // Scoring: one pass of the pipeline (or a benchmark of it), validation against answers, the output.
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "rank/jobs/job_setup.h"
@@ -16,8 +16,6 @@
 
 namespace lfm2 {
 namespace {
-
-double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 // ", smallest top-1 margin 0.012 (sequence 17)": how close the closest call of the run was.
 std::string smallest_margin(const std::vector<float>& margin) {

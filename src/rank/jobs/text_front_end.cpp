@@ -10,11 +10,11 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/log.h"
 
@@ -24,8 +24,6 @@ namespace lfm2 {
 namespace {
 
 namespace fs = std::filesystem;
-
-double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 std::string env_or(const char* name, const std::string& fallback) {
   const char* v = std::getenv(name);

@@ -1,9 +1,9 @@
 #include "rank/startup/backend.h"
 
-#include <chrono>
 #include <cstdio>
 #include <cstring>
 
+#include "common/clock.h"
 #include "common/error.h"
 #ifdef LFM2_HAVE_CUDA
 #include "model/cuda_stage.h"
@@ -14,8 +14,6 @@
 
 namespace lfm2 {
 namespace {
-
-double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 #ifdef LFM2_HAVE_CUDA
 template <size_t N>

@@ -2,11 +2,11 @@
 // transport and the job's buffers, all allocated before the ready agreement; then, with NCCL, the
 // communicators.
 #include <algorithm>
-#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "io/token_files.h"
@@ -21,8 +21,6 @@
 
 namespace lfm2 {
 namespace {
-
-double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 // One GPU per rank: every rank takes part in the gather, whatever its own state, so that none is
 // left waiting; two ranks on one GPU fail with one line instead of sharing its memory.
