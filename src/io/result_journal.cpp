@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "common/byte_codec.h"
 #include "common/error.h"
 
 namespace lfm2 {
@@ -27,33 +28,20 @@ uint32_t crc32(const uint8_t* p, size_t n) {
   return c ^ 0xFFFFFFFFu;
 }
 
-template <typename T>
-void put(std::vector<uint8_t>& out, T v) {
-  const uint8_t* b = reinterpret_cast<const uint8_t*>(&v);
-  out.insert(out.end(), b, b + sizeof(T));
-}
-
-template <typename T>
-T get(const uint8_t* p) {
-  T v;
-  std::memcpy(&v, p, sizeof(T));
-  return v;
-}
-
 // One record from `bytes` at `at` (advanced past it); false at a torn or corrupt record.
 bool parse(const std::vector<uint8_t>& bytes, size_t* at, JournalRecord* r) {
   const size_t left = bytes.size() - *at;
   if (left < 4) return false;
-  const uint32_t n = get<uint32_t>(bytes.data() + *at);
+  const uint32_t n = read_le<uint32_t>(bytes.data() + *at);
   if (n < 13 || n > kMaxPayload || left < 4 + size_t(n) + 4) return false;
   const uint8_t* p = bytes.data() + *at + 4;
-  if (crc32(p, n) != get<uint32_t>(p + n)) return false;
-  const int32_t count = get<int32_t>(p + 8);
+  if (crc32(p, n) != read_le<uint32_t>(p + n)) return false;
+  const int32_t count = read_le<int32_t>(p + 8);
   if (count < 0 || 13 + size_t(count) * 4 != n) return false;
-  r->seq = get<int64_t>(p);
+  r->seq = read_le<int64_t>(p);
   r->ended_at_eos = p[12] != 0;
   r->tokens.resize(size_t(count));
-  if (count) std::memcpy(r->tokens.data(), p + 13, size_t(count) * 4);
+  for (int32_t k = 0; k < count; ++k) r->tokens[size_t(k)] = read_le<int32_t>(p + 13 + 4 * size_t(k));
   *at += 4 + n + 4;
   return true;
 }
@@ -108,12 +96,12 @@ ResultJournal::~ResultJournal() {
 
 void ResultJournal::append(const JournalRecord& r) {
   const size_t start = pending_.size();
-  put<uint32_t>(pending_, uint32_t(13 + r.tokens.size() * 4));
-  put<int64_t>(pending_, r.seq);
-  put<int32_t>(pending_, int32_t(r.tokens.size()));
+  put_le<uint32_t>(pending_, uint32_t(13 + r.tokens.size() * 4));
+  put_le<int64_t>(pending_, r.seq);
+  put_le<int32_t>(pending_, int32_t(r.tokens.size()));
   pending_.push_back(r.ended_at_eos ? 1 : 0);
-  for (int32_t t : r.tokens) put<int32_t>(pending_, t);
-  put<uint32_t>(pending_, crc32(pending_.data() + start + 4, pending_.size() - start - 4));
+  for (int32_t t : r.tokens) put_le<int32_t>(pending_, t);
+  put_le<uint32_t>(pending_, crc32(pending_.data() + start + 4, pending_.size() - start - 4));
   ++records_;
 }
 

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <thread>
 
+#include "common/byte_codec.h"
 #include "common/clock.h"
 #include "common/error.h"
 
@@ -18,18 +19,9 @@ constexpr int64_t kBatch = 64;       // results a client sends at once
 constexpr double kSendEveryS = 0.5;  // or this often
 
 template <typename T>
-void put(std::vector<uint8_t>& out, T v) {
-  const uint8_t* b = reinterpret_cast<const uint8_t*>(&v);
-  out.insert(out.end(), b, b + sizeof(T));
-}
-
-template <typename T>
 T get(const uint8_t*& p, const uint8_t* end) {
   LFM2_CHECK(p + sizeof(T) <= end, "job hub: a truncated results message");
-  T v;
-  std::memcpy(&v, p, sizeof(T));
-  p += sizeof(T);
-  return v;
+  return take_le<T>(p);
 }
 
 // A whole message from `peer` with `tag`, if one has arrived.
@@ -48,15 +40,15 @@ bool try_recv(const WorldConfig& world, int peer, int tag, std::vector<uint8_t>*
 }  // namespace
 
 void put_finished(std::vector<uint8_t>& out, const FinishedSeq& f) {
-  put<int64_t>(out, f.seq);
-  put<int32_t>(out, int32_t(f.tokens.size()));
-  put<uint8_t>(out, f.ended_at_eos ? 1 : 0);
-  put<int32_t>(out, f.prompt_len);
-  put<int32_t>(out, f.preemptions);
-  for (int32_t t : f.tokens) put<int32_t>(out, t);
-  put<double>(out, f.added_s);
-  put<double>(out, f.first_token_s);
-  put<double>(out, f.finished_s);
+  put_le<int64_t>(out, f.seq);
+  put_le<int32_t>(out, int32_t(f.tokens.size()));
+  put_le<uint8_t>(out, f.ended_at_eos ? 1 : 0);
+  put_le<int32_t>(out, f.prompt_len);
+  put_le<int32_t>(out, f.preemptions);
+  for (int32_t t : f.tokens) put_le<int32_t>(out, t);
+  put_le<double>(out, f.added_s);
+  put_le<double>(out, f.first_token_s);
+  put_le<double>(out, f.finished_s);
 }
 
 std::vector<FinishedSeq> take_finished(const uint8_t* p, size_t n) {

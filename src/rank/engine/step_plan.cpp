@@ -1,7 +1,6 @@
 #include "rank/engine/step_plan.h"
 
-#include <cstring>
-
+#include "common/byte_codec.h"
 #include "common/error.h"
 
 namespace lfm2 {
@@ -9,34 +8,6 @@ namespace {
 
 constexpr uint32_t kMagic = 0x32504c53;  // "SLP2": the format of to_bytes
 constexpr size_t kHeaderBytes = 76, kSeqBytes = 32, kGrantBytes = 12, kFedBytes = 4, kSamplingBytes = 20;
-
-// Fixed-width integers, least significant byte first, whatever the host's byte order.
-template <typename T>
-void put(std::vector<uint8_t>& out, T v) {
-  const uint64_t u = uint64_t(v);
-  for (size_t b = 0; b < sizeof(T); ++b) out.push_back(uint8_t(u >> (8 * b)));
-}
-
-template <typename T>
-T take(const uint8_t*& p) {
-  uint64_t u = 0;
-  for (size_t b = 0; b < sizeof(T); ++b) u |= uint64_t(p[b]) << (8 * b);
-  p += sizeof(T);
-  return T(u);
-}
-
-void put_float(std::vector<uint8_t>& out, float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  put<uint32_t>(out, u);
-}
-
-float take_float(const uint8_t*& p) {
-  const uint32_t u = take<uint32_t>(p);
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
 
 }  // namespace
 
@@ -79,40 +50,40 @@ std::vector<uint8_t> to_bytes(const StepPlan& plan) {
   std::vector<uint8_t> out;
   out.reserve(kHeaderBytes + kSeqBytes * plan.seqs.size() + kGrantBytes * plan.grants.size() +
               kFedBytes * plan.fed.size() + kSamplingBytes * plan.sampling.size());
-  put<uint32_t>(out, kMagic);
-  put<int64_t>(out, plan.item);
-  put<int32_t>(out, int32_t(plan.kind));
-  put<int64_t>(out, plan.micro);
-  put<int64_t>(out, plan.feedback_from);
-  put<int32_t>(out, plan.feedback_slot);
-  put<int32_t>(out, plan.feeds_slot);
-  put<int64_t>(out, plan.emit_offset);
-  put<int64_t>(out, plan.ids_offset);
-  put<int32_t>(out, plan.reports ? 1 : 0);
-  put<uint32_t>(out, uint32_t(plan.seqs.size()));
-  put<uint32_t>(out, uint32_t(plan.grants.size()));
-  put<uint32_t>(out, uint32_t(plan.fed.size()));
-  put<uint32_t>(out, uint32_t(plan.sampling.size()));
+  put_le<uint32_t>(out, kMagic);
+  put_le<int64_t>(out, plan.item);
+  put_le<int32_t>(out, int32_t(plan.kind));
+  put_le<int64_t>(out, plan.micro);
+  put_le<int64_t>(out, plan.feedback_from);
+  put_le<int32_t>(out, plan.feedback_slot);
+  put_le<int32_t>(out, plan.feeds_slot);
+  put_le<int64_t>(out, plan.emit_offset);
+  put_le<int64_t>(out, plan.ids_offset);
+  put_le<int32_t>(out, plan.reports ? 1 : 0);
+  put_le<uint32_t>(out, uint32_t(plan.seqs.size()));
+  put_le<uint32_t>(out, uint32_t(plan.grants.size()));
+  put_le<uint32_t>(out, uint32_t(plan.fed.size()));
+  put_le<uint32_t>(out, uint32_t(plan.sampling.size()));
   for (const SeqRows& s : plan.seqs) {
-    put<int64_t>(out, s.seq);
-    put<int32_t>(out, s.slot);
-    put<int32_t>(out, s.first_pos);
-    put<int32_t>(out, s.n_rows);
-    put<int32_t>(out, s.n_tokens);
-    put<int32_t>(out, s.gen_step);
-    put<int32_t>(out, s.decode ? 1 : 0);
+    put_le<int64_t>(out, s.seq);
+    put_le<int32_t>(out, s.slot);
+    put_le<int32_t>(out, s.first_pos);
+    put_le<int32_t>(out, s.n_rows);
+    put_le<int32_t>(out, s.n_tokens);
+    put_le<int32_t>(out, s.gen_step);
+    put_le<int32_t>(out, s.decode ? 1 : 0);
   }
   for (const PageGrant& g : plan.grants) {
-    put<int32_t>(out, g.slot);
-    put<int32_t>(out, g.index);
-    put<int32_t>(out, g.page);
+    put_le<int32_t>(out, g.slot);
+    put_le<int32_t>(out, g.index);
+    put_le<int32_t>(out, g.page);
   }
-  for (int32_t t : plan.fed) put<int32_t>(out, t);
+  for (int32_t t : plan.fed) put_le<int32_t>(out, t);
   for (const SeqSampling& s : plan.sampling) {
-    put_float(out, s.temperature);
-    put<int32_t>(out, s.top_k);
-    put_float(out, s.top_p);
-    put<uint64_t>(out, s.seed);
+    put_le<float>(out, s.temperature);
+    put_le<int32_t>(out, s.top_k);
+    put_le<float>(out, s.top_p);
+    put_le<uint64_t>(out, s.seed);
   }
   return out;
 }
@@ -120,49 +91,49 @@ std::vector<uint8_t> to_bytes(const StepPlan& plan) {
 StepPlan plan_from_bytes(const uint8_t* bytes, size_t n) {
   LFM2_CHECK(bytes && n >= kHeaderBytes, "step plan: ", n, " bytes, a plan has at least ", kHeaderBytes);
   const uint8_t* p = bytes;
-  LFM2_CHECK(take<uint32_t>(p) == kMagic, "step plan: not a plan (bad magic)");
+  LFM2_CHECK(take_le<uint32_t>(p) == kMagic, "step plan: not a plan (bad magic)");
   StepPlan plan;
-  plan.item = take<int64_t>(p);
-  const int32_t kind = take<int32_t>(p);
+  plan.item = take_le<int64_t>(p);
+  const int32_t kind = take_le<int32_t>(p);
   LFM2_CHECK(kind >= 0 && kind <= int32_t(StepPlan::Kind::kMixed), "step plan: unknown kind ", kind);
   plan.kind = StepPlan::Kind(kind);
-  plan.micro = take<int64_t>(p);
-  plan.feedback_from = take<int64_t>(p);
-  plan.feedback_slot = take<int32_t>(p);
-  plan.feeds_slot = take<int32_t>(p);
-  plan.emit_offset = take<int64_t>(p);
-  plan.ids_offset = take<int64_t>(p);
-  plan.reports = take<int32_t>(p) != 0;
-  const size_t n_seqs = take<uint32_t>(p), n_grants = take<uint32_t>(p), n_fed = take<uint32_t>(p),
-               n_sampling = take<uint32_t>(p);
+  plan.micro = take_le<int64_t>(p);
+  plan.feedback_from = take_le<int64_t>(p);
+  plan.feedback_slot = take_le<int32_t>(p);
+  plan.feeds_slot = take_le<int32_t>(p);
+  plan.emit_offset = take_le<int64_t>(p);
+  plan.ids_offset = take_le<int64_t>(p);
+  plan.reports = take_le<int32_t>(p) != 0;
+  const size_t n_seqs = take_le<uint32_t>(p), n_grants = take_le<uint32_t>(p), n_fed = take_le<uint32_t>(p),
+               n_sampling = take_le<uint32_t>(p);
   const size_t want = kHeaderBytes + kSeqBytes * n_seqs + kGrantBytes * n_grants + kFedBytes * n_fed +
                       kSamplingBytes * n_sampling;
   LFM2_CHECK(n == want, "step plan: ", n, " bytes for ", n_seqs, " sequences, ", n_grants, " pages, ", n_fed,
              " fed tokens and ", n_sampling, " samplings (", want, " bytes)");
   plan.seqs.resize(n_seqs);
   for (SeqRows& s : plan.seqs) {
-    s.seq = take<int64_t>(p);
-    s.slot = take<int32_t>(p);
-    s.first_pos = take<int32_t>(p);
-    s.n_rows = take<int32_t>(p);
-    s.n_tokens = take<int32_t>(p);
-    s.gen_step = take<int32_t>(p);
-    s.decode = take<int32_t>(p) != 0;
+    s.seq = take_le<int64_t>(p);
+    s.slot = take_le<int32_t>(p);
+    s.first_pos = take_le<int32_t>(p);
+    s.n_rows = take_le<int32_t>(p);
+    s.n_tokens = take_le<int32_t>(p);
+    s.gen_step = take_le<int32_t>(p);
+    s.decode = take_le<int32_t>(p) != 0;
   }
   plan.grants.resize(n_grants);
   for (PageGrant& g : plan.grants) {
-    g.slot = take<int32_t>(p);
-    g.index = take<int32_t>(p);
-    g.page = take<int32_t>(p);
+    g.slot = take_le<int32_t>(p);
+    g.index = take_le<int32_t>(p);
+    g.page = take_le<int32_t>(p);
   }
   plan.fed.resize(n_fed);
-  for (int32_t& t : plan.fed) t = take<int32_t>(p);
+  for (int32_t& t : plan.fed) t = take_le<int32_t>(p);
   plan.sampling.resize(n_sampling);
   for (SeqSampling& s : plan.sampling) {
-    s.temperature = take_float(p);
-    s.top_k = take<int32_t>(p);
-    s.top_p = take_float(p);
-    s.seed = take<uint64_t>(p);
+    s.temperature = take_le<float>(p);
+    s.top_k = take_le<int32_t>(p);
+    s.top_p = take_le<float>(p);
+    s.seed = take_le<uint64_t>(p);
   }
   return plan;
 }
