@@ -5,9 +5,10 @@
 //
 //   u32 payload bytes | i64 seq | i32 n tokens | u8 ended at an EOS | i32 tokens[n] | u32 CRC-32 of the payload
 //
-// written in batches, each followed by fsync (flush()). A job killed in the middle of a batch leaves
-// a torn last record: reading stops at the first record whose length or checksum is wrong, and the
-// file is cut back to the records before it, which are exactly what was done.
+// (little-endian: common/byte_codec.h), written in batches, each followed by fsync (flush()). A job
+// killed in the middle of a batch leaves a torn last record: reading stops at the first record whose
+// length or checksum is wrong, and the file is cut back to the records before it, which are exactly
+// what was done.
 #pragma once
 
 #include <cstdint>
