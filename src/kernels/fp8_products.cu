@@ -6,6 +6,7 @@
 
 #include <cuda_fp8.h>
 
+#include "common/align.h"
 #include "common/cuda_check.h"
 #include "common/env.h"
 #include "kernels/cuda/device_info.h"
@@ -20,8 +21,6 @@ namespace lfm2::cuda {
 namespace {
 
 namespace g8 = moe_gemm_fp8;
-constexpr int64_t kAlign = 256;
-int64_t align_up(int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 int n_sms() { return compute_sms(current_device()); }
 

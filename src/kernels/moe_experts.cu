@@ -6,6 +6,7 @@
 // caller-owned buffer of moe_experts_scratch_bytes().
 #include <algorithm>
 
+#include "common/align.h"
 #include "common/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/ops.h"
@@ -13,8 +14,6 @@
 namespace lfm2::cuda {
 namespace {
 
-constexpr int64_t kAlign = 256;
-int64_t align_up(int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 struct Layout {
   int64_t offsets, src_token, dest_row, permute, grouped_ws, gathered, gate_up, act, total;  // byte offsets

@@ -36,6 +36,7 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "common/align.h"
 #include "common/cuda_check.h"
 #include "common/env.h"
 #include "kernels/cuda/cublas_ctx.h"
@@ -51,8 +52,6 @@ namespace {
 
 constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
-constexpr int64_t kAlign = 256;
-int64_t align_up(int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 // The scratch: the permutation, act, y; then (moe_decode) the router's weights and experts.
 struct Layout {

@@ -9,6 +9,7 @@
 // Scratch is carved from one caller-owned buffer of moe_experts_fp8_scratch_bytes().
 #include <algorithm>
 
+#include "common/align.h"
 #include "common/cuda_check.h"
 #include "common/error.h"
 #include "kernels/cuda/grouped_gemm_fp8.h"
@@ -17,8 +18,6 @@
 namespace lfm2::cuda {
 namespace {
 
-constexpr int64_t kAlign = 256;
-int64_t align_up(int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 // Byte offsets. The rows of the products' inputs and outputs: the pairs' (P), or the padded rows'
 // (m_pad >= P) of the padded product.

@@ -12,6 +12,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
+#include "common/align.h"
 #include "common/dtype.h"
 
 namespace lfm2 {
@@ -26,8 +27,7 @@ void* pinned_alloc(int64_t bytes, int device);
 // TMA see aligned rows), allocate() once, then at() each block's address.
 class DeviceBlocks {
  public:
-  static constexpr int64_t kAlign = 256;
-  static int64_t aligned(int64_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
+  static int64_t aligned(int64_t bytes) { return align_up(bytes); }
 
   DeviceBlocks() = default;
   DeviceBlocks(const DeviceBlocks&) = delete;

@@ -3,6 +3,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "common/align.h"
 #include "common/error.h"
 #include "kernels/cuda/fp8_ops.h"
 #include "kernels/cuda/grouped_gemm_fp8.h"
@@ -10,7 +11,6 @@
 namespace lfm2 {
 namespace {
 
-int64_t align_up(int64_t n) { return (n + 255) / 256 * 256; }
 
 // The decode rows' scratch: the router's outputs, then the products' scratch.
 struct Fp8DecodeLayout {

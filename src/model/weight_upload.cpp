@@ -4,6 +4,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "common/align.h"
 #include "common/clock.h"
 #include "common/cuda_check.h"
 #include "common/error.h"
@@ -12,10 +13,7 @@
 namespace lfm2 {
 namespace {
 
-constexpr int64_t kAlign = 256;
 constexpr int64_t kStagingBytes = int64_t(64) << 20;  // per staging buffer; the largest piece
-
-int64_t align_up(int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 int64_t row_elems(const TensorSpec& s) {
   int64_t n = 1;
