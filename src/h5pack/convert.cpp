@@ -155,6 +155,38 @@ void check_fp8_source(const SafeTensorInfo& src, const TensorSpec& spec, DType s
                                    : " (an F8_E4M3 tensor needs quantization_config fp8 in config.json)");
 }
 
+// A step's pieces into the file, in blocks of about kBlockBytes: FP8 scales checked, values past
+// fp16's range counted per source tensor (the warnings after the commit).
+struct PieceCopy {
+  const SafetensorsCheckpoint& ck;
+  WeightWriter& writer;
+  Progress& prog;
+  std::vector<char> buf;
+  std::map<std::string, uint64_t> overflow;  // source tensor -> values that round to +-inf in fp16
+
+  void run(const TensorSpec& spec, const Piece& piece) {
+    const auto& src = ck.info(piece.src);
+    check_fp8_source(src, spec, writer.stored_dtype(spec));
+    const uint64_t row = uint64_t(spec.numel() / spec.shape[0]), es = dtype_size(src.dtype);
+    const int64_t block = int64_t(std::max<uint64_t>(1, kBlockBytes / (row * es)));
+    for (int64_t r = 0; r < piece.n_rows; r += block) {
+      const int64_t n = std::min(block, piece.n_rows - r);
+      buf.resize(size_t(uint64_t(n) * row * es));
+      ck.read_elements(piece.src, piece.src_elem + uint64_t(r) * row, uint64_t(n) * row, buf.data());
+      if (is_fp8_scale_leaf(spec.path)) {
+        LFM2_CHECK(src.dtype == DType::F32, src.file, ": tensor '", piece.src, "' is ",
+                   safetensors_dtype_name(src.dtype), " (fp8 scales are F32)");
+        check_fp8_scales(src.file, piece.src, reinterpret_cast<const float*>(buf.data()), int64_t(n * row),
+                         int64_t(r * row));
+      }
+      if (writer.stored_dtype(spec) == DType::F16 && src.dtype != DType::F16)
+        overflow[piece.src] += count_fp16_overflow(buf.data(), src.dtype, uint64_t(n) * row);
+      writer.write_rows(spec, piece.dst_row + r, n, buf.data(), src.dtype);
+      prog.advance(double(uint64_t(n) * row));
+    }
+  }
+};
+
 }  // namespace
 
 void convert_checkpoint(const std::string& dir, const std::string& out, std::optional<DType> dtype, bool progress) {
@@ -191,39 +223,17 @@ void convert_checkpoint(const std::string& dir, const std::string& out, std::opt
   for (const auto& s : steps) total += double(s.spec.numel());
   Progress prog(cat("convert ", dir, " -> ", out), total, progress);
 
-  std::vector<char> buf;
-  std::map<std::string, uint64_t> overflow;  // source tensor -> values that round to +-inf in fp16
+  PieceCopy copy{ck, writer, prog, {}, {}};
   for (const auto& step : steps) {
     writer.create(step.spec);
-    const uint64_t row = uint64_t(step.spec.numel() / step.spec.shape[0]);
-    for (const auto& piece : step.pieces) {
-      const auto& src = ck.info(piece.src);
-      check_fp8_source(src, step.spec, writer.stored_dtype(step.spec));
-      const uint64_t es = dtype_size(src.dtype);
-      const int64_t block = int64_t(std::max<uint64_t>(1, kBlockBytes / (row * es)));
-      for (int64_t r = 0; r < piece.n_rows; r += block) {
-        const int64_t n = std::min(block, piece.n_rows - r);
-        buf.resize(size_t(uint64_t(n) * row * es));
-        ck.read_elements(piece.src, piece.src_elem + uint64_t(r) * row, uint64_t(n) * row, buf.data());
-        if (is_fp8_scale_leaf(step.spec.path)) {
-          LFM2_CHECK(src.dtype == DType::F32, src.file, ": tensor '", piece.src, "' is ",
-                     safetensors_dtype_name(src.dtype), " (fp8 scales are F32)");
-          check_fp8_scales(src.file, piece.src, reinterpret_cast<const float*>(buf.data()), int64_t(n * row),
-                           int64_t(r * row));
-        }
-        if (writer.stored_dtype(step.spec) == DType::F16 && src.dtype != DType::F16)
-          overflow[piece.src] += count_fp16_overflow(buf.data(), src.dtype, uint64_t(n) * row);
-        writer.write_rows(step.spec, piece.dst_row + r, n, buf.data(), src.dtype);
-        prog.advance(double(uint64_t(n) * row));
-      }
-    }
+    for (const auto& piece : step.pieces) copy.run(step.spec, piece);
   }
   writer.commit();
   prog.finish();
   for (const auto& w : text_warnings)
     std::fprintf(stderr, "%swarning: %s/%s\n", log_prefix().c_str(), dir.c_str(), w.c_str());
   if (progress) log_info(text_side_line(text));
-  for (const auto& [name, count] : overflow)
+  for (const auto& [name, count] : copy.overflow)
     if (count > 0)
       std::fprintf(stderr, "%swarning: %s: tensor '%s': %llu values beyond the fp16 range became +-inf\n",
                    log_prefix().c_str(), ck.info(name).file.c_str(), name.c_str(),
