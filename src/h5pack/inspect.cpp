@@ -25,6 +25,48 @@ std::string with_prefix(int64_t n, const char* const (&units)[4]) {
   std::snprintf(buf, sizeof buf, "%lld%s", static_cast<long long>(n), units[3]);
   return buf;
 }
+// A dataset's shape, dtype, bytes and place in the file (-1: not contiguous, or not allocated).
+InspectDataset inspect_dataset(const WeightReader& reader, const std::string& name) {
+  InspectDataset d;
+  d.path = name;
+  d.shape = reader.shape(name);
+  d.dtype = reader.dtype(name);
+  d.bytes = reader.storage_bytes(name);
+  H5Handle dset(H5Dopen2(reader.file(), name.c_str(), H5P_DEFAULT));
+  H5_CHECK(dset.get(), reader.path(), ": opening dataset ", name);
+  haddr_t off = H5Dget_offset(dset.get());
+  d.offset = off == HADDR_UNDEF ? -1 : int64_t(off);
+  return d;
+}
+
+// What a stage of the default split holds (parameters, bytes as stored) and the byte range of the
+// file it reads, when every one of its datasets has a place (r.datasets).
+InspectStage inspect_stage(const InspectReport& r, const StageLayers& stage) {
+  InspectStage s{stage.stage, stage.layer_begin, stage.layer_end, 0, 0, -1, -1};
+  bool all_present = true;
+  int64_t lo = INT64_MAX, hi = 0;
+  for (const auto& spec : stage_tensor_specs(r.config, stage)) {
+    if (!is_fp8_scale_leaf(spec.path)) s.params += spec.numel();
+    const DType t = stored_dtype(spec, r.weight_dtype);
+    s.bytes += spec.numel() * int64_t(dtype_size(t));
+    auto it = std::find_if(r.datasets.begin(), r.datasets.end(),
+                           [&](const InspectDataset& d) { return d.path == spec.path; });
+    if (it == r.datasets.end() || it->offset < 0) {
+      all_present = false;
+      continue;
+    }
+    // The tied embedding of the last stage sits at the file's start: count the layer range only.
+    if (spec.path == names::kEmbedTokens && !stage.is_first()) continue;
+    lo = std::min(lo, it->offset);
+    hi = std::max(hi, it->offset + it->bytes);
+  }
+  if (all_present) {
+    s.file_begin = lo;
+    s.file_end = hi;
+  }
+  return s;
+}
+
 }  // namespace
 
 std::string human_count(int64_t n) { return with_prefix(n, {" B", " M", " K", ""}); }
@@ -56,15 +98,7 @@ InspectReport inspect_weights(const std::string& path, int n_stages) {
   }
   for (const auto& spec : model_tensor_specs(r.config)) {
     if (!reader.has(spec.path)) continue;
-    InspectDataset d;
-    d.path = spec.path;
-    d.shape = reader.shape(spec.path);
-    d.dtype = reader.dtype(spec.path);
-    d.bytes = reader.storage_bytes(spec.path);
-    H5Handle dset(H5Dopen2(reader.file(), spec.path.c_str(), H5P_DEFAULT));
-    H5_CHECK(dset.get(), path, ": opening dataset ", spec.path);
-    haddr_t off = H5Dget_offset(dset.get());
-    d.offset = off == HADDR_UNDEF ? -1 : int64_t(off);
+    InspectDataset d = inspect_dataset(reader, spec.path);
     int64_t n = 1;
     for (auto x : d.shape) n *= x;
     if (!is_fp8_scale_leaf(spec.path)) r.file_params += n;  // scales are no parameters of the model
@@ -75,31 +109,7 @@ InspectReport inspect_weights(const std::string& path, int n_stages) {
   if (n_stages > 0) {
     LFM2_CHECK(n_stages <= r.config.num_hidden_layers, path, ": cannot split ", r.config.num_hidden_layers,
                " layers into ", n_stages, " stages");
-    for (const auto& stage : default_stages(r.config, n_stages)) {
-      InspectStage s{stage.stage, stage.layer_begin, stage.layer_end, 0, 0, -1, -1};
-      bool all_present = true;
-      int64_t lo = INT64_MAX, hi = 0;
-      for (const auto& spec : stage_tensor_specs(r.config, stage)) {
-        if (!is_fp8_scale_leaf(spec.path)) s.params += spec.numel();
-        const DType t = stored_dtype(spec, r.weight_dtype);
-        s.bytes += spec.numel() * int64_t(dtype_size(t));
-        auto it = std::find_if(r.datasets.begin(), r.datasets.end(),
-                               [&](const InspectDataset& d) { return d.path == spec.path; });
-        if (it == r.datasets.end() || it->offset < 0) {
-          all_present = false;
-          continue;
-        }
-        // The tied embedding of the last stage sits at the file's start: count the layer range only.
-        if (spec.path == names::kEmbedTokens && !stage.is_first()) continue;
-        lo = std::min(lo, it->offset);
-        hi = std::max(hi, it->offset + it->bytes);
-      }
-      if (all_present) {
-        s.file_begin = lo;
-        s.file_end = hi;
-      }
-      r.stages.push_back(s);
-    }
+    for (const auto& stage : default_stages(r.config, n_stages)) r.stages.push_back(inspect_stage(r, stage));
   }
   return r;
 }
