@@ -14,8 +14,35 @@
 namespace lfm2::cpu {
 
 namespace {
+
 constexpr int64_t kChunk = 16;  // tokens per work item
+
+// The (token, k) entries grouped by expert, tokens ascending within each: expert x's entries are
+// [offsets[x], offsets[x + 1]), entry_token / entry_weight the token and its routing weight
+// (dropped entries, expert -1: moe_drop_rows, left out); cursor: n_experts ints of scratch.
+void group_by_expert(int32_t* offsets, int32_t* cursor, int32_t* entry_token, float* entry_weight,
+                     const int32_t* experts, const float* weights, int64_t n_tokens, int64_t n_experts,
+                     int64_t top_k) {
+  std::fill(offsets, offsets + n_experts + 1, 0);
+  for (int64_t i = 0; i < n_tokens * top_k; ++i) {
+    if (experts[i] == -1) continue;
+    LFM2_CHECK(experts[i] >= 0 && experts[i] < n_experts, "moe_experts: expert index ", experts[i], " outside [0, ",
+               n_experts, ")");
+    ++offsets[experts[i] + 1];
+  }
+  for (int64_t x = 0; x < n_experts; ++x) offsets[x + 1] += offsets[x];
+  std::copy(offsets, offsets + n_experts, cursor);
+  for (int64_t t = 0; t < n_tokens; ++t)
+    for (int64_t k = 0; k < top_k; ++k) {
+      const int32_t x = experts[t * top_k + k];
+      if (x < 0) continue;
+      entry_token[cursor[x]] = int32_t(t);
+      entry_weight[cursor[x]] = weights[t * top_k + k];
+      ++cursor[x];
+    }
 }
+
+}  // namespace
 
 MoeScratchSize moe_experts_scratch(int64_t n_tokens, int64_t hidden, int64_t n_experts, int64_t inter,
                                    int64_t top_k, int n_threads) {
@@ -39,24 +66,7 @@ void moe_experts(float* out, const float* in, const float* w1, const float* w3, 
   float* entry_weight = scratch;                // (n_tokens * top_k)
   float* per_worker = scratch + n_tokens * top_k;
   const int64_t worker_floats = 2 * kChunk * (hidden + inter);
-
-  std::fill(offsets, offsets + n_experts + 1, 0);
-  for (int64_t i = 0; i < n_tokens * top_k; ++i) {
-    if (experts[i] == -1) continue;  // dropped (moe_drop_rows)
-    LFM2_CHECK(experts[i] >= 0 && experts[i] < n_experts, "moe_experts: expert index ", experts[i], " outside [0, ",
-               n_experts, ")");
-    ++offsets[experts[i] + 1];
-  }
-  for (int64_t x = 0; x < n_experts; ++x) offsets[x + 1] += offsets[x];
-  std::copy(offsets, offsets + n_experts, cursor);
-  for (int64_t t = 0; t < n_tokens; ++t)  // tokens ascending within each expert
-    for (int64_t k = 0; k < top_k; ++k) {
-      const int32_t x = experts[t * top_k + k];
-      if (x < 0) continue;
-      entry_token[cursor[x]] = int32_t(t);
-      entry_weight[cursor[x]] = weights[t * top_k + k];
-      ++cursor[x];
-    }
+  group_by_expert(offsets, cursor, entry_token, entry_weight, experts, weights, n_tokens, n_experts, top_k);
 
   std::fill(out, out + n_tokens * hidden, 0.0f);
   for (int64_t x = 0; x < n_experts; ++x) {
