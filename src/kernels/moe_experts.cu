@@ -14,7 +14,6 @@
 namespace lfm2::cuda {
 namespace {
 
-
 struct Layout {
   int64_t offsets, src_token, dest_row, permute, grouped_ws, gathered, gate_up, act, total;  // byte offsets
 };

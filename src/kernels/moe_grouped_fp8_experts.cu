@@ -18,7 +18,6 @@
 namespace lfm2::cuda {
 namespace {
 
-
 // Byte offsets. The rows of the products' inputs and outputs: the pairs' (P), or the padded rows'
 // (m_pad >= P) of the padded product.
 struct Layout {

@@ -11,7 +11,6 @@
 namespace lfm2 {
 namespace {
 
-
 // The decode rows' scratch: the router's outputs, then the products' scratch.
 struct Fp8DecodeLayout {
   int64_t weights, experts, offsets, src_token, dest_row, rest, total;
