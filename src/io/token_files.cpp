@@ -111,6 +111,20 @@ TokenInputs read_inputs_header(const std::string& path) {
   return in;
 }
 
+const std::vector<std::string>& request_datasets() {
+  static const std::vector<std::string> names{"request_id", "stop", "lengths", "max_new_tokens"};
+  return names;
+}
+
+InputsProvenance read_inputs_provenance(const std::string& path) {
+  H5Handle f = open_read(path, "inputs");
+  InputsProvenance p;
+  for (const std::string& name : request_datasets())
+    if (p.missing_dataset.empty() && !h5_exists(f.get(), name)) p.missing_dataset = name;
+  if (h5_has_attr(f.get(), "text_fingerprint")) p.text_fingerprint = h5_read_attr_string(f.get(), "text_fingerprint", path);
+  return p;
+}
+
 TokenInputs read_inputs_block(const std::string& path, int64_t begin, int64_t end, int64_t width) {
   H5Handle f = open_read(path, "inputs");
   std::vector<int64_t> shape;

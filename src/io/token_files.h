@@ -56,6 +56,18 @@ void check_inputs(const TokenInputs& in, int64_t vocab, int64_t max_positions, c
 // nobody checked; the positions' results are never used.
 void zero_padding(TokenInputs& in);
 
+// The datasets tools/lfm2_text.py encode writes into an inputs file beside input_ids for its decode
+// (request_id, stop, lengths, max_new_tokens); a generation's --output copies them.
+const std::vector<std::string>& request_datasets();
+
+// What an inputs file says of the front end that made it: the first of request_datasets() it lacks
+// ("" when it has them all) and its text_fingerprint attribute (the tokenizer's; "" when absent).
+struct InputsProvenance {
+  std::string missing_dataset;
+  std::string text_fingerprint;
+};
+InputsProvenance read_inputs_provenance(const std::string& path);
+
 // Reads next_token and, when present, logits.
 TokenAnswers read_answers(const std::string& path);
 

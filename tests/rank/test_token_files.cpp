@@ -172,6 +172,30 @@ TEST_F(TokenFiles, OutputsRoundTripBitExactWithMetadata) {
   EXPECT_EQ(n_files, 0);
 }
 
+// What --results checks of an inputs file at start-up: the first request field it lacks, in
+// request_datasets() order, and the tokenizer's fingerprint the front end stamped on it.
+TEST_F(TokenFiles, ProvenanceNamesTheFirstMissingRequestField) {
+  TokenInputs in{2, 3, {1, 2, 3, 4, 5, 6}, {3, 2}};
+  write_inputs(path("in.h5"), in);  // input_ids and lengths only: no request_id
+  InputsProvenance p = read_inputs_provenance(path("in.h5"));
+  EXPECT_EQ(p.missing_dataset, "request_id");
+  EXPECT_EQ(p.text_fingerprint, "");
+  {
+    H5Handle f(H5Fopen(path("in.h5").c_str(), H5F_ACC_RDWR, H5P_DEFAULT));
+    const std::vector<hsize_t> dims{2};
+    H5Handle space(H5Screate_simple(1, dims.data(), nullptr));
+    for (const char* name : {"request_id", "stop"})
+      H5Handle(H5Dcreate2(f.get(), name, H5T_NATIVE_INT32, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+    h5_write_attr(f.get(), "text_fingerprint", std::string("0123456789abcdef"));
+  }
+  p = read_inputs_provenance(path("in.h5"));
+  EXPECT_EQ(p.missing_dataset, "max_new_tokens");  // lengths is there
+  EXPECT_EQ(p.text_fingerprint, "0123456789abcdef");
+  EXPECT_EQ(request_datasets(), (std::vector<std::string>{"request_id", "stop", "lengths", "max_new_tokens"}));
+  EXPECT_NE(error_of([&] { read_inputs_provenance(path("none.h5")); }).find("none.h5: no such inputs file"),
+            std::string::npos);
+}
+
 TEST_F(TokenFiles, FailedWriteLeavesNothing) {
   TokenOutputs out;
   out.n_seq = 1;

@@ -163,7 +163,7 @@ JobOutcome generation_outcome(const RankSetup& s, const GenerateResult& result) 
     o.generated = result.generated;
     o.n_generated = result.n_generated;
     o.copy_from = opt.inputs;  // the request fields, for lfm2_text.py decode (docs/text.md)
-    o.copy_datasets = {"request_id", "stop", "lengths", "max_new_tokens"};
+    o.copy_datasets = request_datasets();
     write_job_outputs(opt.output, o, meta, out);
   }
   if (!opt.results.empty() && out.code == kExitOk) {

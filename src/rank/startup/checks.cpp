@@ -7,6 +7,9 @@
 #include <thread>
 
 #include "common/error.h"
+#include "common/xxhash64.h"
+#include "io/model_text.h"
+#include "io/token_files.h"
 
 namespace lfm2 {
 
@@ -75,6 +78,21 @@ void check_generation(const RankOptions& opt, const ModelConfig& cfg, int64_t se
              continuous ? "give --output" : "it needs --scheduler continuous");
   LFM2_CHECK(opt.metrics.empty() || continuous, "--metrics needs --scheduler continuous");
   LFM2_CHECK(!opt.resume || !opt.benchmark, "--resume does not go with --benchmark");
+}
+
+void check_results_inputs(const RankOptions& opt) {
+  if (opt.results.empty() || !opt.prompts.empty()) return;
+  const ModelText text = read_model_text(opt.text_model, false);
+  LFM2_CHECK(text.has("tokenizer.json"), "--results: model ", opt.text_model,
+             " carries no tokenizer (text/tokenizer.json) to turn the tokens into text; convert the checkpoint with "
+             "its tokenizer files (h5pack convert DIR OUT.h5), or leave out --results (--output keeps the tokens)");
+  const InputsProvenance in = read_inputs_provenance(opt.inputs);
+  LFM2_CHECK(in.missing_dataset.empty(), "--results: inputs ", opt.inputs, " has no ", in.missing_dataset,
+             " (not written by tools/lfm2_text.py encode): give the requests as --prompts, or leave out --results");
+  const std::string model_fp = hex64(text_fingerprint(text));
+  LFM2_CHECK(in.text_fingerprint.empty() || in.text_fingerprint == model_fp, "--results: inputs ", opt.inputs,
+             " were encoded with another tokenizer (text fingerprint ", in.text_fingerprint, ") than model ",
+             opt.text_model, "'s (", model_fp, ")");
 }
 
 void check_state_fits(const StageExecutor& exec, const GenerateShape& shape, bool on_gpu) {

@@ -32,6 +32,10 @@ void check_stage_file(const StageLayers& s, const std::string& path, const Stage
 // Generation's options against the model (every rank checks; rank 0 reports).
 void check_generation(const RankOptions& opt, const ModelConfig& cfg, int64_t seq_len);
 
+// --results with --inputs (no --prompts): what tools/lfm2_text.py decode needs after the run, before
+// any work: the model's tokenizer, an inputs file made by its encode, and with the same tokenizer.
+void check_results_inputs(const RankOptions& opt);
+
 // The generation state of this stage must fit in the memory it lives in, checked before any work.
 void check_state_fits(const StageExecutor& exec, const GenerateShape& shape, bool on_gpu);
 

@@ -72,6 +72,7 @@ bool open_weights(Startup& s) {
       s.job.inputs = read_inputs_header(opt.inputs);
       check_input_shape(s.job.inputs, s.job.cfg.max_position_embeddings, opt.inputs);
       pick_generation_defaults(s.job.opt, s.job.cfg, s.job.inputs.seq_len);
+      check_results_inputs(opt);
     });
   return ok;
 }

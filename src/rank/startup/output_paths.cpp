@@ -12,6 +12,8 @@
 #include "common/log.h"
 #include "common/output_guard.h"
 #include "common/pending_file.h"
+#include "io/partial_outputs.h"
+#include "io/result_journal.h"
 
 namespace lfm2 {
 namespace {
@@ -31,6 +33,28 @@ void check_creatable(const std::string& what, const std::string& path) {
   ::unlink(probe.c_str());
 }
 
+// The files this rank writes, as the command line names them; *n_given: how many the user named (the
+// rest are made beside --output).
+std::vector<NamedPath> rank_outputs(const RankOptions& opt, const WorldConfig& world, size_t* n_given) {
+  std::vector<NamedPath> outputs;
+  if (world.is_first() && !opt.trace.empty()) outputs.push_back({"--trace", opt.trace});
+  // Continuous generation writes on rank 0 (jobs/result_writer.h), everything else on the last rank.
+  const bool continuous = opt.max_new_tokens > 0 && opt.scheduler == "continuous";
+  const bool writes_results = continuous ? world.is_first() : world.is_last();
+  if (writes_results && !opt.output.empty()) outputs.push_back({"--output", opt.output});
+  if (writes_results && !opt.results.empty()) outputs.push_back({"--results", opt.results});
+  if (world.is_first() && !opt.metrics.empty()) outputs.push_back({"--metrics", opt.metrics});
+  if (world.is_first() && !opt.prompts.empty()) outputs.push_back({"the encoded --prompts", opt.inputs});
+  *n_given = outputs.size();
+  // A continuous generation's --output has its journal and partial file beside it, written as the
+  // job goes: neither may be an input or another output either.
+  if (continuous && world.is_first() && !opt.output.empty()) {
+    outputs.push_back({"--output's journal", journal_path(opt.output)});
+    outputs.push_back({"--output's partial", partial_path(opt.output)});
+  }
+  return outputs;
+}
+
 }  // namespace
 
 void check_run_outputs(const RankOptions& opt, const WorldConfig& world, int n_stages,
@@ -43,16 +67,10 @@ void check_run_outputs(const RankOptions& opt, const WorldConfig& world, int n_s
   // --prompts: the inputs file is rank 0's output (the encoded prompts), the prompts an input.
   inputs.push_back(opt.prompts.empty() ? NamedPath{"--inputs file", opt.inputs} : NamedPath{"--prompts file", opt.prompts});
   inputs.push_back({"--answers file", opt.answers});
-  std::vector<NamedPath> outputs;
-  if (world.is_first() && !opt.trace.empty()) outputs.push_back({"--trace", opt.trace});
-  // Continuous generation writes on rank 0 (jobs/result_writer.h), everything else on the last rank.
-  const bool continuous = opt.max_new_tokens > 0 && opt.scheduler == "continuous";
-  if ((continuous ? world.is_first() : world.is_last()) && !opt.output.empty())
-    outputs.push_back({"--output", opt.output});
-  if ((continuous ? world.is_first() : world.is_last()) && !opt.results.empty())
-    outputs.push_back({"--results", opt.results});
-  if (world.is_first() && !opt.prompts.empty()) outputs.push_back({"the encoded --prompts", opt.inputs});
-  for (const NamedPath& out : outputs) {
+  size_t n_given = 0;
+  const std::vector<NamedPath> outputs = rank_outputs(opt, world, &n_given);
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const NamedPath& out = outputs[i];
     check_output_is_no_input(out, inputs);
     const bool trace = out.what == "--trace";
     LFM2_CHECK(!same_file(opt.trace, opt.output), out.what, " ", out.path, ": is also the ",
@@ -60,6 +78,7 @@ void check_run_outputs(const RankOptions& opt, const WorldConfig& world, int n_s
     for (const NamedPath& other : outputs)
       LFM2_CHECK(&other == &out || !same_file(other.path, out.path), out.what, " ", out.path, ": is also the ",
                  other.what, " file; give them two paths");
+    if (i >= n_given) continue;  // made beside --output: its directory is checked with it
     check_creatable(out.what, out.path);
     const std::string note = replacing_note(out.path);
     if (!note.empty()) log_info(out.what + ": " + note);

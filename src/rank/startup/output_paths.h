@@ -1,8 +1,9 @@
-// lfm2-rank's outputs, checked at start-up by the rank that writes each (--trace: rank 0,
-// --output: the last rank), before any work: the path is no directory, a file can be created in
-// its directory, and it is none of the run's inputs (every rank's weight file as this node sees
-// it, --inputs, --answers) nor the other output (common/output_guard.h). Replacing an existing
-// file is said in the log.
+// lfm2-rank's outputs, checked at start-up by the rank that writes each (--trace, --metrics, the
+// encoded --prompts: rank 0; --output, --results: the last rank, rank 0 in a continuous generation),
+// before any work: the path is no directory, a file can be created in its directory, and it is none
+// of the run's inputs (every rank's weight file as this node sees it, --inputs, --answers) nor another
+// output (common/output_guard.h); a continuous generation's journal and partial file beside --output
+// count as outputs. Replacing an existing file is said in the log.
 #pragma once
 
 #include <functional>
