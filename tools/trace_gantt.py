@@ -10,6 +10,7 @@ Exit codes: 0 drawn, 1 unreadable or malformed trace, 2 bad arguments.
 """
 import argparse
 import json
+import math
 import sys
 
 from tool_cli import ToolError, atomic_output, check_input, need, output_target, run
@@ -110,6 +111,8 @@ def main(argv):
     ap.add_argument("--title", default="")
     ap.add_argument("--width", type=float, default=14.0, help="inches")
     args = ap.parse_args(argv)
+    if not (math.isfinite(args.width) and 1 <= args.width <= 200):
+        raise ToolError(f"--width {args.width:g}: not a width in inches in [1, 200]")
     output_target(args.png, "png", inputs=[args.trace])  # before the work
     meta, labels, spans = load(args.trace)
     meta["_path"] = args.trace

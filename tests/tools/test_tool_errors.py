@@ -3,6 +3,7 @@ a missing or malformed file, an output that is an input, a device or a FIFO, a m
 by a shim that makes its import fail). Standard library only (CI has neither torch nor h5py)."""
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -83,6 +84,9 @@ class ToolErrors(unittest.TestCase):
         with open(self.path("t.json"), "w") as f:
             json.dump({"traceEvents": [{"ph": "X", "pid": 0, "name": "f", "ts": 1}]}, f)
         self.one_error(self.run_tool("trace_gantt", "t.json", "x.png"), "trace_gantt", "trace t.json: a malformed span")
+        for width in ("0", "-5", "nan", "inf", "1e9"):
+            self.one_error(self.run_tool("trace_gantt", "t.json", "x.png", "--width", width), "trace_gantt",
+                           re.escape(f"--width {float(width):g}: not a width in inches in [1, 200]") + "$")
         self.one_error(self.run_tool("make_goldens", "--only", "nope"), "make_goldens", "--only: unknown case")
         self.one_error(self.run_tool("step_time_plot", "bad.json", "s.svg"), "step_time_plot",
                        "bad.json: no 'step B=32 C=... ms ... floor ... ms' lines")
