@@ -7,23 +7,19 @@
 # REDONE=skip: the other replicas work on until mpirun stops them, which replica 0's steps do not
 # count).
 set -uo pipefail
+source "$(dirname "$0")/resume_steps.sh"
 same=$1 batch=$2 dir=$3 name=$4 kill_rank=$5
 shift 5
 full=$dir/${name}_full.h5 out=$dir/${name}.h5
 rm -f "$full" "$out" "$out.journal" "$out.partial"
-"$@" --output "$full" >"$dir/${name}_full.log" 2>&1 || { cat "$dir/${name}_full.log"; echo "resume: the whole run failed"; exit 1; }
+whole_run resume "$dir/${name}_full.log" "$full" "$@" || exit 1
 steps=$(sed -n 's/.*continuous: \([0-9]*\) steps.*/\1/p' "$dir/${name}_full.log" | head -1)
 kill=$((steps / 2))
 echo "resume: the whole run took $steps steps; killing rank $kill_rank after its item $kill"
 if LFM2_TEST_KILL="$kill_rank:$kill" "$@" --output "$out" >"$dir/${name}_killed.log" 2>&1; then
   echo "resume: the killed run exited 0"; exit 1
 fi
-[ -s "$out.journal" ] || { echo "resume: no journal after the kill"; exit 1; }
-[ -s "$out.partial" ] || { echo "resume: no partial output after the kill"; exit 1; }
-[ ! -e "$out" ] || { echo "resume: an output after the kill"; exit 1; }
-"$@" --output "$out" --resume >"$dir/${name}_resumed.log" 2>&1 || { cat "$dir/${name}_resumed.log"; echo "resume: the resumed run failed"; exit 1; }
-grep -h "resume: " "$dir/${name}_resumed.log"
-[ ! -e "$out.journal" ] && [ ! -e "$out.partial" ] || { echo "resume: the journal or partial output stayed"; exit 1; }
-"$same" same "$full" "$out" || exit 1
+stopped_state resume "$out" || exit 1
+resume_run resume "$dir/${name}_resumed.log" "$out" "$full" "$same" "$@" || exit 1
 if [ "${REDONE:-}" = skip ]; then echo "resume: the share redone is not counted with replicas"; exit 0; fi
 "$batch" redone "$dir/${name}_full.log" "$kill" "$dir/${name}_resumed.log"

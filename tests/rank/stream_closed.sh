@@ -5,11 +5,12 @@
 # partial output and no output; the same command with --resume (no --stream) then gives the whole
 # run's file bit for bit (SAME: rank_test_files same).
 set -uo pipefail
+source "$(dirname "$0")/resume_steps.sh"
 same=$1 dir=$2 name=$3
 shift 3
 full=$dir/${name}_full.h5 out=$dir/${name}.h5
 rm -f "$full" "$out" "$out.journal" "$out.partial"
-"$@" --output "$full" >"$dir/${name}_full.log" 2>&1 || { cat "$dir/${name}_full.log"; echo "stream_closed: the whole run failed"; exit 1; }
+whole_run stream_closed "$dir/${name}_full.log" "$full" "$@" || exit 1
 "$@" --output "$out" --stream 2>"$dir/${name}_streamed.log" | head -c 20000 >"$dir/${name}_head.txt"
 rc=${PIPESTATUS[0]}
 echo "stream_closed: the job whose reader stopped after $(wc -c <"$dir/${name}_head.txt") bytes exited $rc"
@@ -24,11 +25,5 @@ for _ in $(seq 50); do
   sleep 0.2
 done
 [ -z "$live" ] || { echo "stream_closed: the stopped job's processes live on: $live"; exit 1; }
-[ -e "$out.journal" ] || { echo "stream_closed: no journal"; exit 1; }
-[ -s "$out.partial" ] || { echo "stream_closed: no partial output"; exit 1; }
-[ ! -e "$out" ] || { echo "stream_closed: an output from the stopped job"; exit 1; }
-"$@" --output "$out" --resume >"$dir/${name}_resumed.log" 2>&1 ||
-  { cat "$dir/${name}_resumed.log"; echo "stream_closed: the resumed run failed"; exit 1; }
-grep -h "resume: " "$dir/${name}_resumed.log"
-[ ! -e "$out.journal" ] && [ ! -e "$out.partial" ] || { echo "stream_closed: the journal or partial output stayed"; exit 1; }
-"$same" same "$full" "$out"
+stopped_state stream_closed "$out" || exit 1
+resume_run stream_closed "$dir/${name}_resumed.log" "$out" "$full" "$same" "$@"
